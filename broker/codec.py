@@ -1,0 +1,104 @@
+"""Canonical JSON for events and decisions: the journal's byte format.
+
+Keys are sorted and floats are written with ``repr`` so the same values always give the
+same bytes. Mappings in events and decisions are plain dicts of str → scalar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from bursar.broker.decisions import DECISION_TYPES, Decision, Path
+from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.events import EVENT_TYPES, Event
+from bursar.broker.reasons import Reason
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, enum.Enum):
+        return x.value
+    if isinstance(x, CampaignSpec):
+        return {
+            "name": x.name,
+            "lease_class": x.lease_class.value,
+            "preemptible": x.preemptible,
+            "envelopes": {d: _plain(e) for d, e in sorted(x.envelopes.items())},
+        }
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, tuple | list):
+        return [_plain(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
+    return x
+
+
+def to_dict(obj: Event | Decision) -> dict[str, Any]:
+    d = _plain(obj)
+    d["kind"] = obj.kind
+    return d
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def encode(obj: Event | Decision) -> str:
+    return dumps(to_dict(obj))
+
+
+def campaign_from_dict(d: Mapping[str, Any]) -> CampaignSpec:
+    return CampaignSpec(
+        name=d["name"],
+        lease_class=LeaseClass(d["lease_class"]),
+        preemptible=bool(d["preemptible"]),
+        envelopes={k: DimEnvelope(**v) for k, v in d["envelopes"].items()},
+    )
+
+
+_FIELD_DECODERS = {
+    "spec": campaign_from_dict,
+    "lease_class": lambda v: None if v is None else LeaseClass(v),
+    "reason": Reason,
+    "path": Path,
+    "nodes": tuple,
+}
+
+
+def _num(v: Any) -> Any:
+    if v == "inf":
+        return math.inf
+    return v
+
+
+def _from_dict(types: Mapping[str, type], d: Mapping[str, Any]) -> Any:
+    d = dict(d)
+    cls = types[d.pop("kind")]
+    kwargs = {}
+    for k, v in d.items():
+        dec = _FIELD_DECODERS.get(k)
+        kwargs[k] = dec(v) if dec is not None else _num(v)
+    return cls(**kwargs)
+
+
+def event_from_dict(d: Mapping[str, Any]) -> Event:
+    return _from_dict(EVENT_TYPES, d)
+
+
+def decision_from_dict(d: Mapping[str, Any]) -> Decision:
+    return _from_dict(DECISION_TYPES, d)
+
+
+def decode_event(s: str) -> Event:
+    return event_from_dict(json.loads(s))
+
+
+def decode_decision(s: str) -> Decision:
+    return decision_from_dict(json.loads(s))

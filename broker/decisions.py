@@ -1,0 +1,170 @@
+"""Outputs of the engine: typed decisions, each with the rule inputs that produced it.
+
+``inputs`` records what the rule looked at (class rank, deficit, token state, pool state)
+so that an auditor can read why, and re-derive the same decision from the events.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from bursar.broker.reasons import Reason
+
+
+class Path(enum.Enum):
+    """How a grant is served, cheapest first."""
+
+    WARM = "warm"
+    """Idle powered capacity: the lease is active at once."""
+    RECLAIM = "reclaim"
+    """Preemptible leases are warned and revoked after the grace period; active then."""
+    COLD = "cold"
+    """Cold nodes are booted; active once they report ready (about the boot latency)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    kind: ClassVar[str] = "decision"
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Grant(Decision):
+    kind: ClassVar[str] = "grant"
+    lease_id: str
+    campaign: str
+    size: Mapping[str, float]
+    path: Path
+    starts_at: float
+    expires_at: float
+    tokens: float
+    """Bucket tokens (unit-seconds, primary dimension) prepaid for the above-R part."""
+    price: float
+    credits: float
+    nodes: tuple[str, ...]
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue(Decision):
+    kind: ClassVar[str] = "queue"
+    request_id: str
+    campaign: str
+    reason: Reason
+    estimated_wait_s: float
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reject(Decision):
+    """A non-blocking request (or a renewal) that cannot be served now."""
+
+    kind: ClassVar[str] = "reject"
+    request_id: str
+    campaign: str
+    reason: Reason
+    retry_after_s: float
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled(Decision):
+    kind: ClassVar[str] = "cancelled"
+    request_id: str
+    campaign: str
+
+
+@dataclass(frozen=True, slots=True)
+class Activate(Decision):
+    """A reclaim- or cold-path lease whose resources are now usable."""
+
+    kind: ClassVar[str] = "activate"
+    lease_id: str
+    campaign: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptWarning(Decision):
+    kind: ClassVar[str] = "preempt_warning"
+    lease_id: str
+    campaign: str
+    deadline: float
+    for_request: str
+
+
+@dataclass(frozen=True, slots=True)
+class Revoke(Decision):
+    kind: ClassVar[str] = "revoke"
+    lease_id: str
+    campaign: str
+    cause: str
+    refund_tokens: float
+    refund_credits: float
+
+
+@dataclass(frozen=True, slots=True)
+class Expire(Decision):
+    kind: ClassVar[str] = "expire"
+    lease_id: str
+    campaign: str
+
+
+@dataclass(frozen=True, slots=True)
+class Released(Decision):
+    kind: ClassVar[str] = "release"
+    lease_id: str
+    campaign: str
+    refund_tokens: float
+    refund_credits: float
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed(Decision):
+    kind: ClassVar[str] = "renew"
+    lease_id: str
+    campaign: str
+    expires_at: float
+    tokens: float
+    credits: float
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MeterGrant(Decision):
+    kind: ClassVar[str] = "meter"
+    campaign: str
+    dim: str
+    requested: float
+    granted: float
+    wait_s: float
+    """How long until the rest (requested - granted) can be granted at the sustained rate."""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PowerOn(Decision):
+    kind: ClassVar[str] = "power_on"
+    nodes: tuple[str, ...]
+    ready_by: float
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignSet(Decision):
+    """A campaign created or updated (with the envelope now in force)."""
+
+    kind: ClassVar[str] = "campaign"
+    campaign: str
+    created: bool
+
+
+DECISION_TYPES: dict[str, type[Decision]] = {
+    cls.kind: cls
+    for cls in (
+        Grant, Queue, Reject, Cancelled, Activate, PreemptWarning, Revoke, Expire, Released,
+        Renewed, MeterGrant, PowerOn, CampaignSet,
+    )
+}

@@ -1,0 +1,117 @@
+"""Inputs to the engine. Every event carries the time ``at`` it happens (seconds, injected).
+
+The engine first advances its clock to ``at`` (firing any timers due), then applies the
+event. Events are what the journal replays; decisions are derived from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from bursar.broker.envelope import CampaignSpec, LeaseClass
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CreateCampaign(Event):
+    kind: ClassVar[str] = "create_campaign"
+    spec: CampaignSpec
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateCampaign(Event):
+    """Replace a campaign's envelope, class or preemptible flag; its leases stay."""
+
+    kind: ClassVar[str] = "update_campaign"
+    spec: CampaignSpec
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLease(Event):
+    """Ask for ``size`` (placed dimensions) for ``duration_s`` seconds.
+
+    ``blocking`` requests that cannot be granted now are queued; non-blocking ones are
+    rejected with a reason and a retry-after. ``lease_class`` defaults to the campaign's
+    class and may not be higher than it.
+    """
+
+    kind: ClassVar[str] = "request_lease"
+    campaign: str
+    size: Mapping[str, float]
+    duration_s: float
+    blocking: bool = True
+    lease_class: LeaseClass | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest(Event):
+    """Withdraw a queued request (a blocking Acquire whose deadline passed, or a client gone)."""
+
+    kind: ClassVar[str] = "cancel_request"
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Renew(Event):
+    """Extend a lease so that it ends no earlier than ``at + duration_s``."""
+
+    kind: ClassVar[str] = "renew"
+    lease_id: str
+    duration_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Release(Event):
+    kind: ClassVar[str] = "release"
+    lease_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick(Event):
+    """Advance the clock to ``at``: fire expiries, revocations and wake-ups due by then."""
+
+    kind: ClassVar[str] = "tick"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReady(Event):
+    """The backend reports a booting node is up."""
+
+    kind: ClassVar[str] = "node_ready"
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLost(Event):
+    """The backend reports a node gone (failure, admin drain): its leases are revoked."""
+
+    kind: ClassVar[str] = "node_lost"
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class Meter(Event):
+    """Ask to consume ``amount`` unit-seconds of a rate dimension (MB for fs_bw, tokens for
+    inference)."""
+
+    kind: ClassVar[str] = "meter"
+    campaign: str
+    dim: str
+    amount: float
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        CreateCampaign, UpdateCampaign, RequestLease, CancelRequest, Renew, Release, Tick,
+        NodeReady, NodeLost, Meter,
+    )
+}

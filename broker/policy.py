@@ -1,0 +1,64 @@
+"""The pool and policy parameters the engine is built with (pure data)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from bursar.broker import dims
+
+
+class Enforcement(enum.Enum):
+    """How bucket tokens are charged (DESIGN.md §1, "Prepaid leases")."""
+
+    PREPAID = "prepaid"
+    """Default: the above-R part of a lease is paid for its whole duration at grant."""
+    GRANT_INSTANT = "grant_instant"
+    """Tokens only checked at grant instants; leaks burst through lease length. For experiments."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """``count`` identical nodes named ``{prefix}{index:03d}``; the first ``warm`` start powered."""
+
+    count: int
+    resources: Mapping[str, float]
+    warm: int = 0
+    prefix: str = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    groups: tuple[NodeGroup, ...]
+    boot_latency_s: float = 60.0
+    rate_capacity: Mapping[str, float] = field(default_factory=dict)
+
+    def node_names(self) -> list[tuple[str, dims.Vec, bool]]:
+        out = []
+        for g in self.groups:
+            v = dims.vec(g.resources)
+            for i in range(g.count):
+                out.append((f"{g.prefix}{i:03d}", v, i < g.warm))
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    grace_s: float = 30.0
+    """Preempt warning → revoke. Reclaimed capacity becomes usable after this."""
+    warm_headroom: Mapping[str, float] = field(default_factory=dict)
+    """Idle powered capacity beyond the guarantee reserve that preemptible leases may not fill."""
+    enforcement: Enforcement = Enforcement.PREPAID
+    hol_patience_s: float = 300.0
+    """A pool-blocked request older than this gets first claim on freed capacity."""
+    max_lease_s: float = 86400.0
+    min_retry_s: float = 1.0
+    price_base: float = 1.0
+    """Credits per unit-hour at zero pressure."""
+    price_k: float = 2.0
+    """Steepness: price = base * exp(k * pressure)."""
+    meter_window_s: float = 1.0
+    """A meter grant never exceeds burst * window units at once."""
+
+

@@ -1,0 +1,33 @@
+"""Reason codes: why a request was queued or refused. Each has a sentence a person can act on."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Reason(enum.Enum):
+    ABOVE_BURST = "ABOVE_BURST"
+    BUCKET_EMPTY = "BUCKET_EMPTY"
+    GUARANTEE_RESERVED = "GUARANTEE_RESERVED"
+    POOL_FULL = "POOL_FULL"
+    HEAD_OF_LINE = "HEAD_OF_LINE"
+    LEASE_PREEMPTING = "LEASE_PREEMPTING"
+    MAX_LEASE = "MAX_LEASE"
+
+    @property
+    def explanation(self) -> str:
+        return _TEXT[self]
+
+
+_TEXT = {
+    Reason.ABOVE_BURST: "the campaign would hold more than its burst ceiling; wait for its own "
+    "leases to end or ask for less",
+    Reason.BUCKET_EMPTY: "the campaign's token bucket cannot prepay the part above its sustained "
+    "rate for the whole duration; ask for less or shorter, or wait for the bucket to refill",
+    Reason.GUARANTEE_RESERVED: "the free capacity is reserved for other campaigns' unmet guarantees",
+    Reason.POOL_FULL: "no path (warm, reclaim, cold) has enough capacity right now",
+    Reason.HEAD_OF_LINE: "an older request has waited past the head-of-line patience and has "
+    "first claim on freed capacity",
+    Reason.LEASE_PREEMPTING: "the lease is being reclaimed and cannot be renewed",
+    Reason.MAX_LEASE: "the lease would run past the pool's maximum lease length",
+}
