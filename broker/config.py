@@ -1,0 +1,493 @@
+"""Bursar configuration files: one pool, one policy and the campaigns it starts with.
+
+A config is TOML (``.toml``, read with the standard library) or YAML (``.yaml``/``.yml``)
+with the same shape; ``demo.toml`` next to this module documents every key. Parsing is
+two passes: pydantic checks shape and types (unknown keys are errors, so a typo never
+silently falls back to a default), then the rules that need the whole file (guarantees
+within capacity, warm nodes within the group, ``CampaignSpec.problems()``) run on the
+engine's own dataclasses. Every failure becomes one ``ConfigError(path, key, message)``
+naming the dotted key and what would have been accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib.resources
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from bursar.broker import dims
+from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.errors import ConfigError
+from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "FORMATS",
+    "Config",
+    "config_from_mapping",
+    "default_config",
+    "default_config_text",
+    "load_config",
+    "parse_config",
+    "pool_capacity",
+]
+
+Format = Literal["toml", "yaml"]
+FORMATS: Mapping[str, Format] = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}
+DEFAULT_RESOURCE = "demo.toml"
+
+# Keys used for problems that are not about one key of the document.
+_FILE_KEY = "(file)"
+_TOP_KEY = "(top level)"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A validated configuration, as the engine's own types."""
+
+    pool: PoolSpec
+    policy: PolicySpec
+    campaigns: tuple[CampaignSpec, ...] = ()
+
+
+def pool_capacity(pool: PoolSpec) -> dict[str, float]:
+    """Total capacity per dimension: placed dims summed over nodes, rate dims as declared."""
+    cap = {d: 0.0 for d in dims.ALL}
+    for group in pool.groups:
+        for d in dims.PLACED:
+            cap[d] += group.count * float(group.resources.get(d, 0.0))
+    for d in dims.RATE:
+        cap[d] = float(pool.rate_capacity.get(d, 0.0))
+    return cap
+
+
+# ---------------------------------------------------------------------------------------
+# Schema (first pass). Strict, so that YAML's "yes" or a quoted "64" is not silently
+# coerced; enums are the one relaxation because their values are strings in the file.
+
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class _Table(BaseModel):
+    model_config = _STRICT
+    KEYS_HINT: ClassVar[str | None] = None
+    """Overrides the generated list of allowed keys in 'unknown key' messages."""
+
+
+def _dim_table(name: str, dim_names: Sequence[str], doc: str) -> type[_Table]:
+    # Built from dims.* so that adding a dimension there needs no edit here.
+    fields: dict[str, Any] = {d: (float, Field(default=0.0, ge=0)) for d in dim_names}
+    return create_model(name, __base__=_Table, __doc__=doc, **fields)
+
+
+# Defaults are read from the dataclasses so that they are written down once.
+_POOL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PoolSpec)}
+_POLICY_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PolicySpec)}
+
+_PlacedTable = _dim_table("_PlacedTable", dims.PLACED, "A value per placed dimension.")
+_RateTable = _dim_table("_RateTable", dims.RATE, "A value per rate dimension.")
+
+
+class _GroupBase(_Table):
+    count: int = Field(gt=0)
+    warm: int = Field(default=0, ge=0)
+    prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+_Group = create_model(
+    "_Group",
+    __base__=_GroupBase,
+    **{d: (float, Field(default=0.0, ge=0)) for d in dims.PLACED},  # type: ignore[call-overload]
+)
+
+
+class _Pool(_Table):
+    groups: dict[str, _Group] = Field(min_length=1)  # type: ignore[valid-type]
+    boot_latency_s: float = Field(default=_POOL_DEFAULTS["boot_latency_s"], ge=0)
+    rate_capacity: _RateTable = Field(default_factory=_RateTable)  # type: ignore[valid-type]
+
+
+class _Policy(_Table):
+    grace_s: float = Field(default=_POLICY_DEFAULTS["grace_s"], ge=0)
+    warm_headroom: _PlacedTable = Field(default_factory=_PlacedTable)  # type: ignore[valid-type]
+    enforcement: Enforcement = Field(default=_POLICY_DEFAULTS["enforcement"], strict=False)
+    hol_patience_s: float = Field(default=_POLICY_DEFAULTS["hol_patience_s"], ge=0)
+    max_lease_s: float = Field(default=_POLICY_DEFAULTS["max_lease_s"], gt=0)
+    min_retry_s: float = Field(default=_POLICY_DEFAULTS["min_retry_s"], ge=0)
+    price_base: float = Field(default=_POLICY_DEFAULTS["price_base"], ge=0)
+    price_k: float = Field(default=_POLICY_DEFAULTS["price_k"], ge=0)
+    meter_window_s: float = Field(default=_POLICY_DEFAULTS["meter_window_s"], gt=0)
+
+
+class _Envelope(_Table):
+    guarantee: float = Field(default=0.0, ge=0)
+    sustained: float = Field(default=0.0, ge=0)
+    burst: float = Field(default=0.0, ge=0)
+    bucket: float | None = Field(default=None, ge=0)
+
+    @field_validator("bucket", mode="before")
+    @classmethod
+    def _unlimited(cls, v: Any) -> Any:
+        if v == "unlimited":
+            return None
+        if isinstance(v, str):
+            raise PydanticCustomError(
+                "bucket_value",
+                'expected a number of unit-seconds >= 0 or the string "unlimited" (got {got})',
+                {"got": repr(v)},
+            )
+        return v
+
+
+class _CampaignBase(_Table):
+    KEYS_HINT = "class, preemptible, and one table per dimension: " + ", ".join(dims.ALL)
+    lease_class: LeaseClass = Field(default=LeaseClass.BATCH, alias="class", strict=False)
+    preemptible: bool = False
+
+
+_Campaign = create_model(
+    "_Campaign",
+    __base__=_CampaignBase,
+    **{d: (_Envelope | None, None) for d in dims.ALL},  # type: ignore[call-overload]
+)
+
+
+class _File(_Table):
+    pool: _Pool
+    policy: _Policy = Field(default_factory=_Policy)
+    campaigns: dict[str, _Campaign] = Field(default_factory=dict)  # type: ignore[valid-type]
+
+
+# ---------------------------------------------------------------------------------------
+# Public entry points
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file; the extension (.toml, .yaml, .yml) picks the format."""
+    p = Path(path)
+    source = str(p)
+    fmt = FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        raise ConfigError(
+            source,
+            _FILE_KEY,
+            f"unknown file type {p.suffix or '(none)'!r}; allowed: {', '.join(FORMATS)}",
+        )
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(source, _FILE_KEY, "no such file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(source, _FILE_KEY, f"not UTF-8 text ({e.reason})") from None
+    except OSError as e:
+        raise ConfigError(source, _FILE_KEY, f"cannot read: {e.strerror or e}") from None
+    return parse_config(text, fmt, source=source)
+
+
+def parse_config(text: str, fmt: Format, *, source: str = "<string>") -> Config:
+    """Validate config ``text`` in format ``fmt``; ``source`` names it in errors."""
+    if fmt == "toml":
+        try:
+            data: Any = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(source, *_toml_syntax(e)) from None
+    elif fmt == "yaml":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(source, *_yaml_syntax(e)) from None
+    else:
+        raise ValueError(f"unknown config format {fmt!r}; allowed: toml, yaml")
+    return config_from_mapping(data, source=source)
+
+
+def config_from_mapping(data: Any, *, source: str = "<mapping>") -> Config:
+    """Validate an already parsed document (nested dicts/lists/scalars)."""
+    if data is None:
+        data = {}
+    try:
+        model = _File.model_validate(data)
+    except ValidationError as e:
+        raise _error(source, [(_key(err["loc"]), _message(err)) for err in e.errors()]) from None
+    return _build(model, source)
+
+
+def default_config_text() -> str:
+    """The packaged demo config, verbatim (comments included)."""
+    return (
+        importlib.resources.files("bursar.broker")
+        .joinpath(DEFAULT_RESOURCE)
+        .read_text(encoding="utf-8")
+    )
+
+
+def default_config() -> Config:
+    """The flagship demo pool of DESIGN.md §3 (64 nodes x 8 GPUs, five campaigns)."""
+    return parse_config(default_config_text(), "toml", source=f"bursar.broker/{DEFAULT_RESOURCE}")
+
+
+# ---------------------------------------------------------------------------------------
+# Second pass: whole-file rules, on the engine's dataclasses.
+
+
+def _build(model: _File, source: str) -> Config:
+    problems: list[tuple[str, str]] = []
+
+    groups = []
+    for gname, g in model.pool.groups.items():
+        if g.warm > g.count:
+            problems.append(
+                (
+                    f"pool.groups.{gname}.warm",
+                    f"{g.warm} warm nodes but the group has {g.count}; allowed: 0 to {g.count}",
+                )
+            )
+        resources = {d: float(getattr(g, d)) for d in dims.PLACED}
+        groups.append(
+            NodeGroup(
+                count=g.count,
+                resources=resources,
+                warm=g.warm,
+                prefix=g.prefix if g.prefix is not None else gname,
+            )
+        )
+    rate_capacity = {
+        d: float(v) for d, v in model.pool.rate_capacity.model_dump(exclude_unset=True).items()
+    }
+    pool = PoolSpec(
+        groups=tuple(groups),
+        boot_latency_s=model.pool.boot_latency_s,
+        rate_capacity=rate_capacity,
+    )
+
+    # Names are generated per group; two prefixes can still collide ("n" + "100" vs "n1" +
+    # "00"), and the backends key everything by name.
+    seen: dict[str, str] = {}
+    for (gname, g), ng in zip(model.pool.groups.items(), groups, strict=True):
+        for i in range(g.count):
+            name = f"{ng.prefix}{i:03d}"
+            if name in seen and seen[name] != gname:
+                problems.append(
+                    (
+                        f"pool.groups.{gname}.prefix",
+                        f"node name {name!r} is also generated by group {seen[name]!r}; "
+                        "allowed: a prefix no other group's names start with",
+                    )
+                )
+                break
+            seen[name] = gname
+
+    p = model.policy
+    policy = PolicySpec(
+        grace_s=p.grace_s,
+        # Only the dimensions named in the file: an absent dimension has no headroom.
+        warm_headroom=p.warm_headroom.model_dump(exclude_unset=True),
+        enforcement=p.enforcement,
+        hol_patience_s=p.hol_patience_s,
+        max_lease_s=p.max_lease_s,
+        min_retry_s=p.min_retry_s,
+        price_base=p.price_base,
+        price_k=p.price_k,
+        meter_window_s=p.meter_window_s,
+    )
+
+    campaigns = []
+    for cname, c in model.campaigns.items():
+        envelopes = {}
+        for d in dims.ALL:
+            e = getattr(c, d)
+            if e is not None:
+                envelopes[d] = DimEnvelope(
+                    guarantee=e.guarantee, sustained=e.sustained, burst=e.burst, bucket=e.bucket
+                )
+        spec = CampaignSpec(
+            name=cname, envelopes=envelopes, lease_class=c.lease_class, preemptible=c.preemptible
+        )
+        problems.extend((f"campaigns.{cname}", msg) for msg in spec.problems())
+        campaigns.append(spec)
+
+    cap = pool_capacity(pool)
+    for d in dims.ALL:
+        holders = [
+            (s.name, s.envelopes[d].guarantee)
+            for s in campaigns
+            if d in s.envelopes and s.envelopes[d].guarantee > 0
+        ]
+        total = sum(g for _, g in holders)
+        if total > cap[d] + 1e-9:
+            where = "pool.rate_capacity." + d if d in dims.RATE else "the node groups"
+            problems.append(
+                (
+                    f"campaigns.*.{d}.guarantee",
+                    f"guarantees add up to {total:g} {dims.UNITS[d]} "
+                    f"({', '.join(f'{n} {g:g}' for n, g in holders)}) but the pool has "
+                    f"{cap[d]:g} {dims.UNITS[d]} (from {where}); "
+                    f"allowed: a total of at most {cap[d]:g}",
+                )
+            )
+    for d, h in policy.warm_headroom.items():
+        if h > cap[d] + 1e-9:
+            problems.append(
+                (
+                    f"policy.warm_headroom.{d}",
+                    f"{h:g} {dims.UNITS[d]} of headroom in a pool of {cap[d]:g}; "
+                    f"allowed: 0 to {cap[d]:g}",
+                )
+            )
+
+    if problems:
+        raise _error(source, problems)
+    return Config(pool=pool, policy=policy, campaigns=tuple(campaigns))
+
+
+# ---------------------------------------------------------------------------------------
+# Turning parser and pydantic errors into ConfigError
+
+
+def _error(source: str, problems: Sequence[tuple[str, str]]) -> ConfigError:
+    # ConfigError carries one key; the rest ride along in the message so that a user fixes
+    # a file in one round trip rather than one error per run.
+    key, message = problems[0]
+    if len(problems) > 1:
+        message += "".join(f"\n  also {k}: {m}" for k, m in problems[1:])
+    return ConfigError(source, key, message)
+
+
+def _toml_syntax(e: tomllib.TOMLDecodeError) -> tuple[str, str]:
+    text = str(e)
+    m = re.search(r"\(at line (\d+), column (\d+)\)", text)
+    if m is None:
+        m = re.search(r"\(at (end of document)\)", text)
+        key = m.group(1) if m else _FILE_KEY
+    else:
+        key = f"line {m.group(1)}, column {m.group(2)}"
+    reason = re.sub(r"\s*\(at [^)]*\)", "", text)
+    return key, f"invalid TOML: {reason}; allowed: TOML 1.0 syntax"
+
+
+def _yaml_syntax(e: yaml.YAMLError) -> tuple[str, str]:
+    mark = getattr(e, "problem_mark", None)
+    key = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else _FILE_KEY
+    problem = getattr(e, "problem", None) or str(e)
+    return key, f"invalid YAML: {problem}; allowed: YAML 1.1 syntax"
+
+
+def _key(loc: Sequence[int | str]) -> str:
+    return ".".join(str(p) for p in loc) if loc else _TOP_KEY
+
+
+def _show(x: Any) -> str:
+    s = repr(x)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _message(err: Any) -> str:
+    kind: str = err["type"]
+    loc = tuple(err["loc"])
+    got = err.get("input")
+    ctx = err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return f"unknown key {loc[-1]!r}; allowed: {_allowed_keys(_resolve(loc[:-1]))}"
+    if kind == "missing":
+        target = _resolve(loc)
+        keys = f"; a table with keys: {_allowed_keys(target)}" if _is_model(target) else ""
+        return f"required key is missing{keys}"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        target = _resolve(loc)
+        keys = f"; allowed keys: {_allowed_keys(target)}" if _is_model(target) else ""
+        return f"expected a table (got {_show(got)}){keys}"
+    if kind == "enum":
+        target = _resolve(loc)
+        allowed = (
+            ", ".join(str(m.value) for m in target)
+            if isinstance(target, type) and issubclass(target, enum.Enum)
+            else ctx.get("expected", "?")
+        )
+        return f"unknown value {_show(got)}; allowed: {allowed}"
+    if kind == "float_type":
+        hint = ""
+        if isinstance(got, str) and _looks_numeric(got):
+            hint = (
+                "; write numbers without quotes (YAML reads an exponent without a dot,"
+                " like 3e5, as a string: write 3.0e+5 or 300000)"
+            )
+        return f"expected a number, got {_show(got)}{hint}"
+    if kind in ("int_type", "int_from_float"):
+        return f"expected a whole number, got {_show(got)}"
+    if kind == "bool_type":
+        return f"expected true or false, got {_show(got)}"
+    if kind == "string_type":
+        return f"expected a string, got {_show(got)}"
+    if kind == "string_pattern_mismatch":
+        return f"{_show(got)} is not allowed; allowed: letters, digits, '.', '_', '-'"
+    if kind == "greater_than_equal":
+        return f"must be >= {ctx['ge']:g}, got {_show(got)}; allowed: numbers >= {ctx['ge']:g}"
+    if kind == "greater_than":
+        return f"must be > {ctx['gt']:g}, got {_show(got)}; allowed: numbers > {ctx['gt']:g}"
+    if kind == "finite_number":
+        return f"must be a finite number, got {_show(got)}"
+    if kind == "too_short":
+        return "must not be empty; allowed: at least one entry"
+    return str(err.get("msg", kind))
+
+
+# Resolving a pydantic error location back to the schema, so that messages can list the
+# keys or values that were expected at that spot.
+
+
+def _looks_numeric(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _strip_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _resolve(loc: Sequence[int | str]) -> Any:
+    tp: Any = _File
+    for part in loc:
+        tp = _strip_optional(tp)
+        if _is_model(tp):
+            field = next(
+                (f for name, f in tp.model_fields.items() if (f.alias or name) == part), None
+            )
+            if field is None:
+                return None
+            tp = field.annotation
+        elif typing.get_origin(tp) is dict:
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    return _strip_optional(tp)
+
+
+def _allowed_keys(model: Any) -> str:
+    if not _is_model(model):
+        return "?"
+    hint = getattr(model, "KEYS_HINT", None)
+    if hint:
+        return hint
+    return ", ".join(f.alias or name for name, f in model.model_fields.items())
