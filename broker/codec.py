@@ -19,7 +19,8 @@ from bursar.broker.events import EVENT_TYPES, Event
 from bursar.broker.reasons import Reason
 
 
-def _plain(x: Any) -> Any:
+def plain(x: Any) -> Any:
+    """Enums to values, dataclasses and mappings to dicts, non-finite floats to strings."""
     if isinstance(x, enum.Enum):
         return x.value
     if isinstance(x, CampaignSpec):
@@ -27,21 +28,21 @@ def _plain(x: Any) -> Any:
             "name": x.name,
             "lease_class": x.lease_class.value,
             "preemptible": x.preemptible,
-            "envelopes": {d: _plain(e) for d, e in sorted(x.envelopes.items())},
+            "envelopes": {d: plain(e) for d, e in sorted(x.envelopes.items())},
         }
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        return {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
     if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
+        return {str(k): plain(v) for k, v in x.items()}
     if isinstance(x, tuple | list):
-        return [_plain(v) for v in x]
+        return [plain(v) for v in x]
     if isinstance(x, float) and not math.isfinite(x):
         return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
     return x
 
 
 def to_dict(obj: Event | Decision) -> dict[str, Any]:
-    d = _plain(obj)
+    d = plain(obj)
     d["kind"] = obj.kind
     return d
 

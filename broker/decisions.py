@@ -164,7 +164,18 @@ class CampaignSet(Decision):
 DECISION_TYPES: dict[str, type[Decision]] = {
     cls.kind: cls
     for cls in (
-        Grant, Queue, Reject, Cancelled, Activate, PreemptWarning, Revoke, Expire, Released,
-        Renewed, MeterGrant, PowerOn, CampaignSet,
+        Grant,
+        Queue,
+        Reject,
+        Cancelled,
+        Activate,
+        PreemptWarning,
+        Revoke,
+        Expire,
+        Released,
+        Renewed,
+        MeterGrant,
+        PowerOn,
+        CampaignSet,
     )
 }

@@ -50,12 +50,17 @@ class DimEnvelope:
             if not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
                 out.append(f"{dim}.{name} must be a finite number >= 0 (got {x!r})")
         if self.bucket is not None and (
-            not isinstance(self.bucket, int | float) or not math.isfinite(self.bucket)
+            not isinstance(self.bucket, int | float)
+            or not math.isfinite(self.bucket)
             or self.bucket < 0
         ):
-            out.append(f"{dim}.bucket must be a finite number >= 0 or unlimited (got {self.bucket!r})")
+            out.append(
+                f"{dim}.bucket must be a finite number >= 0 or unlimited (got {self.bucket!r})"
+            )
         if not out and self.guarantee > self.burst:
-            out.append(f"{dim}.guarantee ({self.guarantee}) may not exceed {dim}.burst ({self.burst})")
+            out.append(
+                f"{dim}.guarantee ({self.guarantee}) may not exceed {dim}.burst ({self.burst})"
+            )
         return out
 
 

@@ -111,7 +111,15 @@ class Meter(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
-        CreateCampaign, UpdateCampaign, RequestLease, CancelRequest, Renew, Release, Tick,
-        NodeReady, NodeLost, Meter,
+        CreateCampaign,
+        UpdateCampaign,
+        RequestLease,
+        CancelRequest,
+        Renew,
+        Release,
+        Tick,
+        NodeReady,
+        NodeLost,
+        Meter,
     )
 }

@@ -60,5 +60,3 @@ class PolicySpec:
     """Steepness: price = base * exp(k * pressure)."""
     meter_window_s: float = 1.0
     """A meter grant never exceeds burst * window units at once."""
-
-

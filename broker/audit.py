@@ -1,0 +1,98 @@
+"""Audit a journal: re-derive every recorded decision and report where they differ.
+
+The engine is deterministic (DESIGN.md §2), so applying the recorded events in order to
+a fresh engine built from the journal's own specs must reproduce each entry's decisions
+byte for byte in canonical JSON. A difference means the journal was altered, or the
+engine's policy changed since it was written; the report says which entries differ, and
+the operator decides which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from bursar.broker import codec
+from bursar.broker.errors import JournalError, RequestError
+from bursar.broker.journal import Journal, canonical_line, new_engine
+
+__all__ = ["AuditReport", "Mismatch", "audit"]
+
+
+class Mismatch(NamedTuple):
+    """One entry whose re-derived decisions differ from the recorded ones.
+
+    Both are canonical JSON lists of decisions. ``expected`` is what the engine decides
+    now (or ``"refused: ..."`` if it rejects the event); ``got`` is what the journal holds.
+    """
+
+    seq: int
+    expected: str
+    got: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    events_checked: int
+    decisions_checked: int
+    """Decisions recorded in the journal, all of which were compared."""
+    mismatches: tuple[Mismatch, ...]
+    state_digest: str
+    """``Engine.state_digest()`` after every recorded event has been applied."""
+    journal_sha256: str | None
+    """SHA-256 of the journal's canonical form, as ``Journal.sha256()`` gives it; None if
+    some entry is not JSON at all, so that the journal has no canonical form."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def audit(journal: Journal) -> AuditReport:
+    """Re-derive every entry of ``journal`` and compare; never changes the journal.
+
+    Raises :class:`JournalError` only if an entry's event cannot be decoded at all, since
+    nothing after it can then be re-derived.
+    """
+    engine = new_engine(journal)
+    digest = hashlib.sha256((journal.meta_line + "\n").encode())
+    events = 0
+    decisions = 0
+    mismatches: list[Mismatch] = []
+    canonical = True
+    for seq, event_json, decisions_json in journal.raw_entries():
+        events += 1
+        try:
+            event = codec.decode_event(event_json)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JournalError(
+                f"{journal.path}: entry {seq} holds an event that cannot be decoded ({exc}); "
+                "the journal is damaged and cannot be audited past this point"
+            ) from exc
+        try:
+            recorded = json.loads(decisions_json)
+            got = codec.dumps(recorded)
+            decisions += len(recorded) if isinstance(recorded, list) else 1
+        except ValueError:
+            # A row that is not even JSON is a mismatch to report, not a reason to stop.
+            got = decisions_json
+            decisions += 1
+            canonical = False
+        else:
+            digest.update((canonical_line(seq, event_json, decisions_json) + "\n").encode())
+        try:
+            expected = codec.dumps([codec.to_dict(d) for d in engine.apply(event)])
+        except RequestError as exc:
+            # The engine leaves its state untouched on a refusal, so the audit can go on.
+            expected = f"refused: {exc}"
+        if expected != got:
+            mismatches.append(Mismatch(seq, expected, got))
+    return AuditReport(
+        events_checked=events,
+        decisions_checked=decisions,
+        mismatches=tuple(mismatches),
+        state_digest=engine.state_digest(),
+        journal_sha256=digest.hexdigest() if canonical else None,
+    )

@@ -1,0 +1,1176 @@
+"""The policy engine: a deterministic fold of events into state and decisions.
+
+``Engine.apply(event)`` validates the event (raising ``RequestError`` before touching
+anything), advances the clock to ``event.at`` (firing expiries, revocations and
+wake-ups in time order), applies the event, runs the admission pass, and returns the
+decisions. It never reads a clock, never does I/O and draws no random numbers, so the
+same events always give the same decisions and the same state: the journal replays
+and audits it.
+
+The rules themselves live in small modules named for them: ``admission`` (order,
+burst, bucket, head of line), ``isolation`` (the guarantee reserve), ``paths`` (warm,
+reclaim, cold), ``bucket``, ``price``, ``metering``, ``supply``, ``lease`` (life cycle).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bursar.broker import admission, dims, isolation, paths
+from bursar.broker import price as pricing
+from bursar.broker.bucket import Bucket
+from bursar.broker.codec import dumps, plain
+from bursar.broker.decisions import (
+    Activate,
+    CampaignSet,
+    Cancelled,
+    Decision,
+    Expire,
+    Grant,
+    MeterGrant,
+    PowerOn,
+    PreemptWarning,
+    Queue,
+    Reject,
+    Released,
+    Renewed,
+    Revoke,
+)
+from bursar.broker.envelope import CampaignSpec, LeaseClass
+from bursar.broker.errors import ErrorCode, RequestError
+from bursar.broker.events import (
+    CancelRequest,
+    CreateCampaign,
+    Event,
+    Meter,
+    NodeLost,
+    NodeReady,
+    Release,
+    Renew,
+    RequestLease,
+    Tick,
+    UpdateCampaign,
+)
+from bursar.broker.lease import Lease, LeaseState, Segment
+from bursar.broker.metering import meter
+from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
+from bursar.broker.pool import PoolState, Power
+from bursar.broker.reasons import Reason
+
+_EPS = 1e-9
+
+
+@dataclass(slots=True)
+class CampaignState:
+    spec: CampaignSpec
+    held: dims.Vec = dims.ZERO
+    buckets: dict[str, Bucket] = field(default_factory=dict)
+    rate_buckets: dict[str, Bucket] = field(default_factory=dict)
+    credits: float = 0.0
+    leases: set[str] = field(default_factory=set)
+    guarantee: dims.Vec = dims.ZERO
+    sustained: dims.Vec = dims.ZERO
+    burst: dims.Vec = dims.ZERO
+
+    def set_spec(self, spec: CampaignSpec, now: float) -> None:
+        self.spec = spec
+        self.guarantee = spec.placed("guarantee")
+        self.sustained = spec.placed("sustained")
+        self.burst = spec.placed("burst")
+        for d, env in spec.envelopes.items():
+            target = self.buckets if d in dims.PLACED else self.rate_buckets
+            old = target.get(d)
+            if old is None or old.capacity != env.bucket:
+                target[d] = Bucket.full(env.bucket, env.sustained, now)
+            else:
+                old.rate = env.sustained
+        for target, names in ((self.buckets, dims.PLACED), (self.rate_buckets, dims.RATE)):
+            for d in [d for d in target if d not in spec.envelopes and d in names]:
+                del target[d]
+
+    @property
+    def unmet(self) -> dims.Vec:
+        if self.spec.preemptible:
+            return dims.ZERO
+        return isolation.unmet(self.guarantee, self.held)
+
+    def deficit(self) -> float:
+        return admission.deficit(self.held, self.sustained)
+
+
+@dataclass(slots=True)
+class Pending:
+    id: str
+    campaign: str
+    size: dims.Vec
+    duration_s: float
+    lease_class: LeaseClass
+    blocking: bool
+    seq: int
+    queued_at: float
+    labels: dict[str, str]
+    reason: Reason | None = None
+
+
+class Engine:
+    """One pool, its campaigns, leases and queue. Build it with the pool and policy specs."""
+
+    def __init__(self, pool: PoolSpec, policy: PolicySpec | None = None) -> None:
+        self.pool_spec = pool
+        self.policy = policy or PolicySpec()
+        self.pool = PoolState(pool)
+        self.now = 0.0
+        self.events_applied = 0
+        self._seq = 0
+        self._timer_seq = 0
+        self.campaigns: dict[str, CampaignState] = {}
+        self.leases: dict[str, Lease] = {}
+        self.ended: dict[str, LeaseState] = {}
+        self.pending: dict[str, Pending] = {}
+        self._queues: dict[tuple[str, LeaseClass], deque[str]] = {}
+        self._timers: list[tuple[float, int, str, str]] = []
+        self._reserve: dims.Vec = dims.ZERO
+        self._reclaimable: dims.Vec = dims.ZERO
+        self._firm_held: dims.Vec = dims.ZERO
+        self._queued_demand: dims.Vec = dims.ZERO
+        self._aged: set[str] = set()
+        self._node_waiters: dict[int, set[str]] = {}
+        self._pool_dirty = False
+        self._dirty: set[str] = set()
+        self._expiry_profile: tuple[list[float], list[dims.Vec]] | None = None
+        self.headroom = dims.vec(self.policy.warm_headroom)
+        self._out: list[Decision] = []
+
+    # ------------------------------------------------------------------ public API
+
+    def apply(self, event: Event) -> list[Decision]:
+        """Apply one event; return the decisions it caused. Bad input raises, changing nothing."""
+        self._validate(event)
+        self._out = []
+        self._advance(event.at)
+        handler = _HANDLERS[type(event)]
+        handler(self, event)
+        self._settle()
+        self.events_applied += 1
+        out, self._out = self._out, []
+        return out
+
+    def next_timer(self) -> float | None:
+        """When the shell should send the next ``Tick`` (an expiry, revocation or wake-up)."""
+        while self._timers:
+            t, _, kind, ref = self._timers[0]
+            if self._timer_live(t, kind, ref):
+                return t
+            heapq.heappop(self._timers)
+        return None
+
+    def lease(self, lease_id: str) -> Lease:
+        try:
+            return self.leases[lease_id]
+        except KeyError:
+            raise self._unknown_lease(lease_id) from None
+
+    def price(self) -> float:
+        rho = pricing.pressure(self._firm_held, self._queued_demand, self.pool.capacity)
+        return pricing.price(self.policy.price_base, self.policy.price_k, rho)
+
+    def pressure(self) -> float:
+        return pricing.pressure(self._firm_held, self._queued_demand, self.pool.capacity)
+
+    @property
+    def reserve(self) -> dims.Vec:
+        return self._reserve
+
+    @property
+    def reclaimable(self) -> dims.Vec:
+        return self._reclaimable
+
+    def bucket_level(self, campaign: str, dim: str) -> float | None:
+        c = self.campaigns[campaign]
+        if dim in c.buckets:
+            i = dims.PLACED.index(dim)
+            return c.buckets[dim].level_at(self.now, c.held[i], self.policy.enforcement)
+        if dim in c.rate_buckets:
+            return c.rate_buckets[dim].level_at(self.now, 0.0, Enforcement.PREPAID)
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The whole state as canonical JSON-able data (for replay checks and digests)."""
+        return {
+            "now": self.now,
+            "seq": self._seq,
+            "nodes": [[n.name, n.power.value, list(n.used), n.ready_at] for n in self.pool.nodes],
+            "campaigns": {
+                name: {
+                    "held": list(c.held),
+                    "credits": c.credits,
+                    "buckets": {d: [b.level, b.at] for d, b in sorted(c.buckets.items())},
+                    "rate_buckets": {d: [b.level, b.at] for d, b in sorted(c.rate_buckets.items())},
+                    "leases": sorted(c.leases),
+                }
+                for name, c in sorted(self.campaigns.items())
+            },
+            "leases": {
+                lid: {
+                    "campaign": ls.campaign,
+                    "state": ls.state.value,
+                    "size": list(ls.size),
+                    "path": ls.path.value,
+                    "starts_at": ls.starts_at,
+                    "expires_at": ls.expires_at,
+                    "pieces": {str(i): list(p) for i, p in sorted(ls.pieces.items())},
+                    "claims": {k: list(v) for k, v in sorted(ls.claims.items())},
+                    "waiting": sorted(ls.waiting_nodes),
+                    "deadline": ls.preempt_deadline,
+                }
+                for lid, ls in sorted(self.leases.items())
+            },
+            "ended": {k: v.value for k, v in sorted(self.ended.items())},
+            "pending": [
+                [p.id, p.campaign, list(p.size), p.duration_s, p.queued_at]
+                for p in sorted(self.pending.values(), key=lambda p: p.seq)
+            ],
+            "aged": sorted(self._aged),
+        }
+
+    def state_digest(self) -> str:
+        return hashlib.sha256(dumps(plain(self.state_dict())).encode()).hexdigest()
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the state breaks a rule the engine must always keep.
+
+        During a reclaim hand-over a claimant is counted as held while its victim still
+        holds the same capacity; placed pieces never overlap, so capacity is checked on
+        pieces and held totals are checked net of outstanding claims.
+        """
+        per_node = [dims.ZERO for _ in self.pool.nodes]
+        claimed = dims.ZERO
+        for ls in self.leases.values():
+            placed = dims.ZERO
+            for i, piece in ls.pieces.items():
+                per_node[i] = dims.add(per_node[i], piece)
+                placed = dims.add(placed, piece)
+            outstanding = dims.ZERO
+            for take in ls.claims.values():
+                outstanding = dims.add(outstanding, take)
+            claimed = dims.add(claimed, outstanding)
+            got = dims.add(placed, outstanding)
+            assert dims.fits(got, ls.size) and dims.fits(ls.size, got), (ls.id, got, ls.size)
+        for n, used in zip(self.pool.nodes, per_node, strict=True):
+            assert dims.fits(used, n.used) and dims.fits(n.used, used), (n.name, used, n.used)
+            assert dims.fits(n.used, n.cap), (n.name, n.used, n.cap)
+            if n.power in (Power.COLD, Power.DOWN):
+                assert dims.is_zero(n.used), (n.name, n.power, n.used)
+        total = dims.ZERO
+        for name, c in self.campaigns.items():
+            held = dims.ZERO
+            for lid in c.leases:
+                held = dims.add(held, self.leases[lid].size)
+            assert dims.fits(held, c.held) and dims.fits(c.held, held), (name, held, c.held)
+            assert dims.fits(c.held, c.burst) or not c.leases, (name, c.held, c.burst)
+            total = dims.add(total, held)
+            for i, d in enumerate(dims.PLACED):
+                b = c.buckets.get(d)
+                if b is not None and not b.unlimited:
+                    lvl = b.level_at(self.now, c.held[i], self.policy.enforcement)
+                    assert -1e-6 <= lvl <= b.capacity + 1e-6, (name, d, lvl)
+        assert dims.fits(dims.sub(total, claimed), self.pool.capacity), (total, claimed)
+
+    # ------------------------------------------------------------------ validation
+
+    def _bad(self, field_: str, message: str, code: ErrorCode = ErrorCode.INVALID_ARGUMENT):
+        return RequestError(code, field_, message)
+
+    def _unknown_lease(self, lease_id: str) -> RequestError:
+        if lease_id in self.ended:
+            return self._bad(
+                "lease_id",
+                f"lease {lease_id} already ended ({self.ended[lease_id].value}); "
+                "request a new lease",
+                ErrorCode.FAILED_PRECONDITION,
+            )
+        return self._bad("lease_id", f"no lease {lease_id!r}", ErrorCode.NOT_FOUND)
+
+    def _campaign(self, name: str) -> CampaignState:
+        try:
+            return self.campaigns[name]
+        except KeyError:
+            known = ", ".join(sorted(self.campaigns)[:10]) or "none yet"
+            raise self._bad(
+                "campaign", f"unknown campaign {name!r} (known: {known})", ErrorCode.NOT_FOUND
+            ) from None
+
+    def _validate(self, event: Event) -> None:
+        at = event.at
+        if not isinstance(at, int | float) or not math.isfinite(at):
+            raise self._bad("at", f"time must be a finite number of seconds (got {at!r})")
+        if at < self.now:
+            raise self._bad(
+                "at", f"time {at} is before the engine's clock {self.now}; time never goes back"
+            )
+        validator = _VALIDATORS.get(type(event))
+        if validator is not None:
+            validator(self, event)
+
+    def _validate_spec(self, spec: CampaignSpec, creating: bool) -> None:
+        if not isinstance(spec, CampaignSpec):
+            raise self._bad("spec", "expected a CampaignSpec")
+        problems = spec.problems()
+        if problems:
+            raise self._bad("spec", "; ".join(problems))
+        if creating and spec.name in self.campaigns:
+            raise self._bad(
+                "spec.name",
+                f"campaign {spec.name!r} already exists; use update",
+                ErrorCode.ALREADY_EXISTS,
+            )
+        if not creating:
+            self._campaign(spec.name)
+        total = spec.placed("guarantee")
+        for name, c in self.campaigns.items():
+            if name != spec.name:
+                total = dims.add(total, c.guarantee)
+        if not dims.fits(total, self.pool.capacity):
+            raise self._bad(
+                "spec.envelopes",
+                f"guarantees would sum to {dims.as_dict(total)}, more than the pool's "
+                f"capacity {dims.as_dict(self.pool.capacity)}; lower a guarantee",
+                ErrorCode.FAILED_PRECONDITION,
+            )
+
+    def _v_create(self, e: CreateCampaign) -> None:
+        self._validate_spec(e.spec, creating=True)
+
+    def _v_update(self, e: UpdateCampaign) -> None:
+        self._validate_spec(e.spec, creating=False)
+
+    def _v_request(self, e: RequestLease) -> None:
+        c = self._campaign(e.campaign)
+        if not isinstance(e.size, Mapping) or not e.size:
+            raise self._bad("size", "give a size per dimension, e.g. {'gpu': 8}")
+        for d, x in e.size.items():
+            if d in dims.RATE:
+                raise self._bad("size", f"{d} is a metered rate dimension: use Meter, not a lease")
+            if d not in dims.PLACED:
+                raise self._bad(
+                    "size", f"unknown dimension {d!r}; allowed: {', '.join(dims.PLACED)}"
+                )
+            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+                raise self._bad(f"size.{d}", f"must be a finite number (got {x!r})")
+            if x < 0:
+                raise self._bad(f"size.{d}", f"must not be negative (got {x})")
+            if x > 0 and d not in c.spec.envelopes:
+                raise self._bad(
+                    f"size.{d}", f"campaign {e.campaign!r} has no envelope for {d}; ask the admin"
+                )
+        size = dims.vec(e.size)
+        if dims.is_zero(size):
+            raise self._bad("size", "at least one dimension must be greater than zero")
+        d = e.duration_s
+        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
+            raise self._bad("duration_s", f"must be a finite number of seconds > 0 (got {d!r})")
+        if d > self.policy.max_lease_s:
+            raise self._bad(
+                "duration_s",
+                f"{d} s is longer than the pool's maximum lease of {self.policy.max_lease_s} s; "
+                "ask for less and renew",
+                ErrorCode.OUT_OF_RANGE,
+            )
+        for i, dim in enumerate(dims.PLACED):
+            if size[i] > self.pool.capacity[i] + _EPS:
+                raise self._bad(
+                    f"size.{dim}",
+                    f"{size[i]} is larger than the whole pool ({self.pool.capacity[i]})",
+                    ErrorCode.OUT_OF_RANGE,
+                )
+            if size[i] > c.burst[i] + _EPS:
+                raise self._bad(
+                    f"size.{dim}",
+                    f"{size[i]} is above campaign {e.campaign!r}'s burst ceiling ({c.burst[i]}) "
+                    "and can never be granted",
+                    ErrorCode.OUT_OF_RANGE,
+                )
+        if self.policy.enforcement is Enforcement.PREPAID:
+            need = admission.token_need(dims.ZERO, size, c.sustained)
+            for i, dim in enumerate(dims.PLACED):
+                b = c.buckets.get(dim)
+                if b is not None and not b.unlimited and need[i] * d > b.capacity + _EPS:
+                    raise self._bad(
+                        "duration_s",
+                        f"{dims.as_dict(size)} for {d} s needs {need[i] * d:.0f} {dim}-seconds "
+                        f"of bucket above the sustained rate, but the bucket holds at most "
+                        f"{b.capacity:.0f}; ask for less or shorter",
+                        ErrorCode.OUT_OF_RANGE,
+                    )
+        if e.lease_class is not None:
+            if not isinstance(e.lease_class, LeaseClass):
+                raise self._bad("lease_class", "allowed: interactive, batch, opportunistic")
+            if e.lease_class.rank > c.spec.lease_class.rank:
+                raise self._bad(
+                    "lease_class",
+                    f"campaign {e.campaign!r} is {c.spec.lease_class.value}; a request may not "
+                    f"ask for a higher class ({e.lease_class.value})",
+                    ErrorCode.FAILED_PRECONDITION,
+                )
+
+    def _v_cancel(self, e: CancelRequest) -> None:
+        if e.request_id not in self.pending:
+            if e.request_id in self.leases or e.request_id in self.ended:
+                raise self._bad(
+                    "request_id",
+                    f"request {e.request_id} was already granted; release the lease instead",
+                    ErrorCode.FAILED_PRECONDITION,
+                )
+            raise self._bad(
+                "request_id", f"no queued request {e.request_id!r}", ErrorCode.NOT_FOUND
+            )
+
+    def _v_renew(self, e: Renew) -> None:
+        if e.lease_id not in self.leases:
+            raise self._unknown_lease(e.lease_id)
+        d = e.duration_s
+        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
+            raise self._bad("duration_s", f"must be a finite number of seconds > 0 (got {d!r})")
+        if d > self.policy.max_lease_s:
+            raise self._bad(
+                "duration_s",
+                f"{d} s is longer than the pool's maximum lease of {self.policy.max_lease_s} s",
+                ErrorCode.OUT_OF_RANGE,
+            )
+
+    def _v_release(self, e: Release) -> None:
+        if e.lease_id not in self.leases:
+            raise self._unknown_lease(e.lease_id)
+
+    def _v_node(self, e: NodeReady | NodeLost) -> None:
+        i = self.pool.index.get(e.node)
+        if i is None:
+            raise self._bad("node", f"unknown node {e.node!r}", ErrorCode.NOT_FOUND)
+        power = self.pool.nodes[i].power
+        if isinstance(e, NodeReady) and power not in (Power.BOOTING, Power.DOWN):
+            raise self._bad(
+                "node",
+                f"node {e.node} is {power.value}, not booting",
+                ErrorCode.FAILED_PRECONDITION,
+            )
+        if isinstance(e, NodeLost) and power is Power.DOWN:
+            raise self._bad("node", f"node {e.node} is already down", ErrorCode.FAILED_PRECONDITION)
+
+    def _v_meter(self, e: Meter) -> None:
+        c = self._campaign(e.campaign)
+        if e.dim not in dims.RATE:
+            raise self._bad("dim", f"{e.dim!r} is not metered; allowed: {', '.join(dims.RATE)}")
+        if e.dim not in c.rate_buckets:
+            raise self._bad("dim", f"campaign {e.campaign!r} has no envelope for {e.dim}")
+        a = e.amount
+        if isinstance(a, bool) or not isinstance(a, int | float) or not math.isfinite(a) or a <= 0:
+            raise self._bad("amount", f"must be a finite number > 0 (got {a!r})")
+
+    # ------------------------------------------------------------------ time
+
+    def _push_timer(self, t: float, kind: str, ref: str) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (t, self._timer_seq, kind, ref))
+
+    def _timer_live(self, t: float, kind: str, ref: str) -> bool:
+        if kind == "expire":
+            ls = self.leases.get(ref)
+            return ls is not None and ls.expires_at == t
+        if kind == "deadline":
+            ls = self.leases.get(ref)
+            return ls is not None and ls.state is LeaseState.PREEMPTING
+        if kind == "age":
+            return ref in self.pending and ref not in self._aged
+        if kind == "wake":
+            return ref in self.campaigns
+        return False
+
+    def _advance(self, to: float) -> None:
+        while self._timers and self._timers[0][0] <= to:
+            t, _, kind, ref = heapq.heappop(self._timers)
+            if not self._timer_live(t, kind, ref):
+                continue
+            self.now = t
+            if kind == "expire":
+                self._end(self.leases[ref], LeaseState.EXPIRED, "expired")
+            elif kind == "deadline":
+                self._end(self.leases[ref], LeaseState.REVOKED, "reclaimed")
+            elif kind == "age":
+                self._aged.add(ref)
+            elif kind == "wake":
+                self._dirty.add(ref)
+            self._settle()
+        self.now = to
+
+    # ------------------------------------------------------------------ holding
+
+    def _set_held(self, c: CampaignState, held: dims.Vec) -> None:
+        for i, d in enumerate(dims.PLACED):
+            b = c.buckets.get(d)
+            if b is not None:
+                b.advance(self.now, c.held[i], self.policy.enforcement)
+        before = c.unmet
+        old = c.held
+        c.held = held
+        self._reserve = dims.vmax0(dims.add(dims.sub(self._reserve, before), c.unmet))
+        if not c.spec.preemptible:
+            self._firm_held = dims.vmax0(dims.add(dims.sub(self._firm_held, old), held))
+        self._expiry_profile = None
+
+    # ------------------------------------------------------------------ handlers
+
+    def _on_create(self, e: CreateCampaign) -> None:
+        c = CampaignState(e.spec)
+        c.set_spec(e.spec, self.now)
+        self.campaigns[e.spec.name] = c
+        self._reserve = dims.add(self._reserve, c.unmet)
+        self._emit(CampaignSet(self.now, e.spec.name, True))
+
+    def _on_update(self, e: UpdateCampaign) -> None:
+        c = self.campaigns[e.spec.name]
+        self._set_held(c, c.held)  # bring buckets to now under the old rates
+        before = c.unmet
+        c.set_spec(e.spec, self.now)
+        self._reserve = dims.vmax0(dims.add(dims.sub(self._reserve, before), c.unmet))
+        self._firm_held = dims.ZERO
+        for other in self.campaigns.values():
+            if not other.spec.preemptible:
+                self._firm_held = dims.add(self._firm_held, other.held)
+        self._dirty.add(c.spec.name)
+        self._pool_dirty = True
+        self._emit(CampaignSet(self.now, e.spec.name, False))
+
+    def _on_request(self, e: RequestLease) -> None:
+        c = self.campaigns[e.campaign]
+        self._seq += 1
+        rid = f"L{self._seq}"
+        p = Pending(
+            id=rid,
+            campaign=e.campaign,
+            size=dims.vec(e.size),
+            duration_s=float(e.duration_s),
+            lease_class=e.lease_class or c.spec.lease_class,
+            blocking=e.blocking,
+            seq=self._seq,
+            queued_at=self.now,
+            labels=dict(e.labels),
+        )
+        q = self._queues.get((p.campaign, p.lease_class))
+        if q:
+            # First come, first served within a campaign and class: wait behind the head.
+            head = self.pending[q[0]]
+            reason = head.reason or Reason.POOL_FULL
+            self._refuse(p, reason, {"behind": head.id})
+            return
+        barrier = self._barrier_before(p)
+        result = self._try(p, barrier)
+        if isinstance(result, tuple):
+            reason, inputs = result
+            self._refuse(p, reason, inputs)
+
+    def _on_cancel(self, e: CancelRequest) -> None:
+        p = self.pending[e.request_id]
+        self._unqueue(p)
+        self._emit(Cancelled(self.now, p.id, p.campaign))
+        self._pool_dirty = True
+
+    def _on_renew(self, e: Renew) -> None:
+        ls = self.leases[e.lease_id]
+        c = self.campaigns[ls.campaign]
+        if ls.state is LeaseState.PREEMPTING:
+            self._emit(
+                Reject(
+                    self.now,
+                    ls.id,
+                    ls.campaign,
+                    Reason.LEASE_PREEMPTING,
+                    max(self.policy.min_retry_s, (ls.preempt_deadline or self.now) - self.now),
+                )
+            )
+            return
+        new_end = max(ls.expires_at, self.now + e.duration_s)
+        ext = new_end - ls.expires_at
+        others = dims.sub(c.held, ls.size)
+        rate = admission.token_need(others, ls.size, c.sustained)
+        inputs = self._inputs(c, ls.size)
+        if admission.over_burst(others, ls.size, c.burst):
+            self._emit(
+                Reject(
+                    self.now,
+                    ls.id,
+                    ls.campaign,
+                    Reason.ABOVE_BURST,
+                    self.policy.min_retry_s,
+                    inputs,
+                )
+            )
+            return
+        short = admission.bucket_short(
+            c.spec, c.buckets, c.held, rate, ext, self.now, self.policy.enforcement
+        )
+        if short:
+            inputs = {**inputs, "bucket_short": short}
+            wait = self._bucket_wait(c, rate, ext)
+            self._emit(Reject(self.now, ls.id, ls.campaign, Reason.BUCKET_EMPTY, wait, inputs))
+            return
+        price = self.price()
+        credit_rate = price * pricing.charged_units(ls.size, self.pool.capacity) / 3600.0
+        tokens = self._charge(c, rate, ext)
+        credits = credit_rate * ext
+        c.credits += credits
+        if ext > 0:
+            ls.segments.append(Segment(ls.expires_at, new_end, rate, credit_rate))
+        ls.expires_at = new_end
+        self._push_timer(new_end, "expire", ls.id)
+        self._expiry_profile = None
+        self._emit(
+            Renewed(
+                self.now, ls.id, ls.campaign, new_end, tokens, credits, {**inputs, "price": price}
+            )
+        )
+
+    def _on_release(self, e: Release) -> None:
+        self._end(self.leases[e.lease_id], LeaseState.RELEASED, "released")
+
+    def _on_tick(self, e: Tick) -> None:
+        pass
+
+    def _on_node_ready(self, e: NodeReady) -> None:
+        i = self.pool.index[e.node]
+        self.pool.set_power(i, Power.ON)
+        for lid in sorted(self._node_waiters.pop(i, set()), key=_id_order):
+            ls = self.leases.get(lid)
+            if ls is None:
+                continue
+            ls.waiting_nodes.discard(i)
+            self._maybe_activate(ls)
+        self._pool_dirty = True
+
+    def _on_node_lost(self, e: NodeLost) -> None:
+        i = self.pool.index[e.node]
+        hit = [ls for ls in self.leases.values() if i in ls.pieces or i in ls.waiting_nodes]
+        hit_ids = {ls.id for ls in hit}
+        claimants = [
+            self.leases[cid]
+            for ls in hit
+            for cid in ls.claimed_by
+            if cid in self.leases and cid not in hit_ids
+        ]
+        for ls in sorted(
+            {x.id: x for x in claimants + hit}.values(), key=lambda x: _id_order(x.id)
+        ):
+            if ls.id in self.leases:
+                self._end(ls, LeaseState.REVOKED, f"node {e.node} lost")
+        self._node_waiters.pop(i, None)
+        self.pool.set_power(i, Power.DOWN)
+
+    def _on_meter(self, e: Meter) -> None:
+        c = self.campaigns[e.campaign]
+        b = c.rate_buckets[e.dim]
+        b.advance(self.now, 0.0, Enforcement.PREPAID)
+        env = c.spec.envelopes[e.dim]
+        out = meter(b, env, float(e.amount), self.policy.meter_window_s)
+        b.take(out.granted)
+        self._emit(
+            MeterGrant(
+                self.now,
+                e.campaign,
+                e.dim,
+                float(e.amount),
+                out.granted,
+                out.wait_s,
+                {"level": out.level_before, "sustained": env.sustained, "burst": env.burst},
+            )
+        )
+
+    # ------------------------------------------------------------------ admission
+
+    def _key(self, p: Pending) -> tuple[int, float, int]:
+        return admission.order_key(p.lease_class.rank, self.campaigns[p.campaign].deficit(), p.seq)
+
+    def _barrier_before(self, p: Pending) -> bool:
+        """True when an aged, pool-blocked request precedes ``p`` in the admission order."""
+        if not self._aged:
+            return False
+        key = self._key(p)
+        return any(
+            self._key(self.pending[a]) < key
+            for a in self._aged
+            if self.pending[a].reason in admission.POOL_REASONS
+        )
+
+    def _inputs(self, c: CampaignState, size: dims.Vec) -> dict[str, Any]:
+        on_free, boot_free, cold, _ = self.pool.totals()
+        return {
+            "class_rank": c.spec.lease_class.rank,
+            "deficit": c.deficit(),
+            "held": dims.as_dict(c.held),
+            "tokens": {d: self.bucket_level(c.spec.name, d) for d in sorted(c.buckets)},
+            "pool": {
+                "warm_free": dims.as_dict(on_free),
+                "reserve": dims.as_dict(self._reserve),
+                "reclaimable": dims.as_dict(self._reclaimable),
+                "cold": dims.as_dict(dims.add(boot_free, cold)),
+            },
+        }
+
+    def _try(self, p: Pending, barrier: bool) -> Grant | tuple[Reason, dict[str, Any]]:
+        """Grant ``p`` now if every rule allows; otherwise return (reason, rule inputs)."""
+        c = self.campaigns[p.campaign]
+        size = p.size
+        if admission.over_burst(c.held, size, c.burst):
+            return Reason.ABOVE_BURST, self._inputs(c, size)
+        rate = admission.token_need(c.held, size, c.sustained)
+        enforcement = self.policy.enforcement
+        short = admission.bucket_short(
+            c.spec, c.buckets, c.held, rate, p.duration_s, self.now, enforcement
+        )
+        if short:
+            return Reason.BUCKET_EMPTY, {**self._inputs(c, size), "bucket_short": short}
+        own = c.unmet
+        if barrier and not isolation.within_own_guarantee(size, own):
+            return Reason.HEAD_OF_LINE, self._inputs(c, size)
+        preemptible = c.spec.preemptible
+        on_free, boot_free, cold, _ = self.pool.totals()
+        limit = isolation.warm_limit(on_free, self._reserve, own, self.headroom, preemptible)
+        cold_avail = dims.add(boot_free, cold)
+        plan = paths.plan(size, limit, self._reclaimable, cold_avail, preemptible)
+        if plan is None:
+            unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
+            everything = dims.add(
+                dims.add(dims.vmax0(unreserved), cold_avail),
+                dims.ZERO if preemptible else self._reclaimable,
+            )
+            reason = Reason.GUARANTEE_RESERVED if dims.fits(size, everything) else Reason.POOL_FULL
+            return reason, self._inputs(c, size)
+        delay = self._start_delay(plan)
+        if delay > 0 and enforcement is Enforcement.PREPAID:
+            short = admission.bucket_short(
+                c.spec, c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
+            )
+            if short:
+                return Reason.BUCKET_EMPTY, {**self._inputs(c, size), "bucket_short": short}
+        return self._grant(p, c, plan, rate, own)
+
+    def _start_delay(self, plan: paths.Plan) -> float:
+        delay = 0.0
+        if not dims.is_zero(plan.reclaim):
+            delay = self.policy.grace_s
+        if not dims.is_zero(plan.cold):
+            delay = max(delay, self.pool_spec.boot_latency_s)
+        return delay
+
+    def _grant(
+        self, p: Pending, c: CampaignState, plan: paths.Plan, rate: dims.Vec, own: dims.Vec
+    ) -> Grant:
+        inputs = self._inputs(c, p.size)
+        inputs["path_split"] = {
+            "warm": dims.as_dict(plan.warm),
+            "reclaim": dims.as_dict(plan.reclaim),
+            "cold": dims.as_dict(plan.cold),
+        }
+        inputs["within_guarantee"] = isolation.within_own_guarantee(p.size, own)
+        inputs["waited_s"] = self.now - p.queued_at
+        price = self.price()
+        ls = Lease(
+            id=p.id,
+            campaign=p.campaign,
+            size=p.size,
+            lease_class=p.lease_class,
+            preemptible=c.spec.preemptible,
+            path=plan.path,
+            granted_at=self.now,
+            starts_at=self.now,
+            expires_at=self.now,
+            state=LeaseState.STARTING,
+            labels=p.labels,
+        )
+        if not dims.is_zero(plan.warm):
+            ls.pieces = self.pool.place(plan.warm, (Power.ON,))
+        starts = self.now
+        if not dims.is_zero(plan.reclaim):
+            starts = self.now + self.policy.grace_s
+            self._reclaim(ls, plan.reclaim, starts)
+        if not dims.is_zero(plan.cold):
+            need = plan.cold
+            _, boot_free, _, _ = self.pool.totals()
+            booted = self.pool.boot(
+                dims.vmax0(dims.sub(need, boot_free)), self.now, self.pool_spec.boot_latency_s
+            )
+            if booted:
+                self._emit(
+                    PowerOn(
+                        self.now,
+                        tuple(self.pool.nodes[i].name for i in booted),
+                        self.now + self.pool_spec.boot_latency_s,
+                    )
+                )
+            for i, piece in self.pool.place(need, (Power.BOOTING,)).items():
+                ls.pieces[i] = dims.add(ls.pieces.get(i, dims.ZERO), piece)
+                ls.waiting_nodes.add(i)
+                self._node_waiters.setdefault(i, set()).add(ls.id)
+                starts = max(starts, self.pool.nodes[i].ready_at or self.now)
+        ls.starts_at = starts
+        ls.expires_at = starts + p.duration_s
+        span = ls.expires_at - self.now
+        credit_rate = price * pricing.charged_units(p.size, self.pool.capacity) / 3600.0
+        tokens = self._charge(c, rate, span)
+        credits = credit_rate * span
+        c.credits += credits
+        ls.segments.append(Segment(self.now, ls.expires_at, rate, credit_rate))
+        self._set_held(c, dims.add(c.held, p.size))
+        c.leases.add(ls.id)
+        self.leases[ls.id] = ls
+        self._push_timer(ls.expires_at, "expire", ls.id)
+        if ls.ready:
+            self._activate(ls)
+        grant = Grant(
+            at=self.now,
+            lease_id=ls.id,
+            campaign=ls.campaign,
+            size=dims.as_dict(p.size),
+            path=plan.path,
+            starts_at=ls.starts_at,
+            expires_at=ls.expires_at,
+            tokens=tokens,
+            price=price,
+            credits=credits,
+            nodes=tuple(self.pool.nodes[i].name for i in sorted(ls.pieces)),
+            inputs={**inputs, "price": price},
+        )
+        self._emit(grant)
+        return grant
+
+    def _charge(self, c: CampaignState, rate: dims.Vec, span: float) -> float:
+        """Take the prepaid tokens; returns the total taken (unit-seconds, all dimensions)."""
+        if self.policy.enforcement is not Enforcement.PREPAID:
+            return 0.0
+        total = 0.0
+        for i, d in enumerate(dims.PLACED):
+            b = c.buckets.get(d)
+            if b is None or rate[i] <= 0:
+                continue
+            b.advance(self.now, c.held[i], self.policy.enforcement)
+            b.take(rate[i] * span)
+            total += rate[i] * span
+        return total
+
+    def _reclaim(self, claimant: Lease, need: dims.Vec, deadline: float) -> None:
+        candidates = sorted(
+            (ls for ls in self.leases.values() if ls.preemptible and ls.state is LeaseState.ACTIVE),
+            key=lambda ls: (ls.lease_class.rank, -ls.granted_at, -_id_order(ls.id)),
+        )
+        for victim_id, take in paths.choose_victims(need, ((v.id, v.size) for v in candidates)):
+            victim = self.leases[victim_id]
+            victim.move(LeaseState.PREEMPTING)
+            victim.preempt_deadline = deadline
+            victim.claimed_by[claimant.id] = take
+            claimant.claims[victim_id] = take
+            self._reclaimable = dims.vmax0(dims.sub(self._reclaimable, victim.size))
+            self._push_timer(deadline, "deadline", victim_id)
+            self._emit(PreemptWarning(self.now, victim_id, victim.campaign, deadline, claimant.id))
+
+    def _activate(self, ls: Lease) -> None:
+        ls.move(LeaseState.ACTIVE)
+        # Only active preemptible leases are reclaimable: a starting one sits on booting
+        # nodes or on capacity still being handed over.
+        if ls.preemptible:
+            self._reclaimable = dims.add(self._reclaimable, ls.size)
+
+    def _maybe_activate(self, ls: Lease) -> None:
+        if ls.state is LeaseState.STARTING and ls.ready:
+            self._activate(ls)
+            nodes = tuple(self.pool.nodes[i].name for i in sorted(ls.pieces))
+            self._emit(Activate(self.now, ls.id, ls.campaign, nodes))
+
+    def _end(self, ls: Lease, state: LeaseState, cause: str) -> None:
+        c = self.campaigns[ls.campaign]
+        refund_tokens, refund_credits = ls.refund(self.now)
+        was = ls.state
+        ls.move(state)
+        ls.truncate(self.now)
+        total_refund = sum(refund_tokens)
+        if state is LeaseState.RELEASED:
+            self._emit(Released(self.now, ls.id, ls.campaign, total_refund, refund_credits))
+        elif state is LeaseState.EXPIRED:
+            self._emit(Expire(self.now, ls.id, ls.campaign))
+        else:
+            self._emit(Revoke(self.now, ls.id, ls.campaign, cause, total_refund, refund_credits))
+        # A STARTING claimant that goes away gives up its claims; victims still end at their
+        # deadline (they were warned and are draining).
+        for victim_id in ls.claims:
+            victim = self.leases.get(victim_id)
+            if victim is not None:
+                victim.claimed_by.pop(ls.id, None)
+        ls.claims.clear()
+        for i in ls.waiting_nodes:
+            self._node_waiters.get(i, set()).discard(ls.id)
+        # Hand claimed capacity over to the leases that reclaimed it.
+        for cid, take in sorted(ls.claimed_by.items(), key=lambda kv: _id_order(kv[0])):
+            claimant = self.leases.get(cid)
+            if claimant is None:
+                continue
+            rest = take
+            for i in sorted(ls.pieces):
+                if dims.is_zero(rest):
+                    break
+                move = dims.vmin(rest, ls.pieces[i])
+                if dims.is_zero(move):
+                    continue
+                ls.pieces[i] = dims.vmax0(dims.sub(ls.pieces[i], move))
+                claimant.pieces[i] = dims.add(claimant.pieces.get(i, dims.ZERO), move)
+                rest = dims.vmax0(dims.sub(rest, move))
+            claimant.claims.pop(ls.id, None)
+            self._maybe_activate(claimant)
+        ls.claimed_by.clear()
+        self.pool.free_pieces(ls.pieces)
+        if ls.preemptible and was is LeaseState.ACTIVE:
+            self._reclaimable = dims.vmax0(dims.sub(self._reclaimable, ls.size))
+        self._set_held(c, dims.vmax0(dims.sub(c.held, ls.size)))
+        for i, d in enumerate(dims.PLACED):
+            b = c.buckets.get(d)
+            if b is not None and refund_tokens[i] > 0:
+                b.give(refund_tokens[i])
+        c.credits -= refund_credits
+        c.leases.discard(ls.id)
+        del self.leases[ls.id]
+        self.ended[ls.id] = state
+        self._dirty.add(ls.campaign)
+        self._pool_dirty = True
+
+    # ------------------------------------------------------------------ queue
+
+    def _refuse(self, p: Pending, reason: Reason, inputs: dict[str, Any]) -> None:
+        wait = self._estimate_wait(p, reason)
+        if not p.blocking:
+            self._emit(
+                Reject(
+                    self.now, p.id, p.campaign, reason, max(self.policy.min_retry_s, wait), inputs
+                )
+            )
+            return
+        p.reason = reason
+        self.pending[p.id] = p
+        self._queues.setdefault((p.campaign, p.lease_class), deque()).append(p.id)
+        self._add_demand(p, +1)
+        if reason in admission.POOL_REASONS:
+            self._push_timer(self.now + self.policy.hol_patience_s, "age", p.id)
+        elif reason is Reason.BUCKET_EMPTY:
+            self._schedule_wake(p)
+        self._emit(Queue(self.now, p.id, p.campaign, reason, wait, inputs))
+
+    def _unqueue(self, p: Pending) -> None:
+        del self.pending[p.id]
+        q = self._queues[(p.campaign, p.lease_class)]
+        q.remove(p.id)
+        if not q:
+            del self._queues[(p.campaign, p.lease_class)]
+        self._aged.discard(p.id)
+        self._add_demand(p, -1)
+
+    def _add_demand(self, p: Pending, sign: int) -> None:
+        # Preemptible demand yields to everyone, so it is not scarcity and does not raise
+        # the price.
+        if self.campaigns[p.campaign].spec.preemptible:
+            return
+        self._queued_demand = dims.vmax0(
+            dims.add(self._queued_demand, tuple(sign * x for x in p.size))
+        )
+
+    def _schedule_wake(self, p: Pending) -> None:
+        c = self.campaigns[p.campaign]
+        rate = admission.token_need(c.held, p.size, c.sustained)
+        wait = self._bucket_wait(c, rate, p.duration_s)
+        self._push_timer(self.now + wait, "wake", p.campaign)
+
+    def _bucket_wait(self, c: CampaignState, rate: dims.Vec, span: float) -> float:
+        worst = 0.0
+        for i, d in enumerate(dims.PLACED):
+            b = c.buckets.get(d)
+            if b is None or rate[i] <= 0:
+                continue
+            b.advance(self.now, c.held[i], self.policy.enforcement)
+            need = rate[i] * span if self.policy.enforcement is Enforcement.PREPAID else 1e-6
+            t = b.time_until(need, c.held[i], self.policy.enforcement)
+            if t is None:
+                t = self._own_first_expiry(c)
+            worst = max(worst, t)
+        return max(worst, self.policy.min_retry_s)
+
+    def _own_first_expiry(self, c: CampaignState) -> float:
+        ends = [self.leases[lid].expires_at for lid in c.leases]
+        return (min(ends) - self.now) if ends else self.policy.max_lease_s
+
+    def _estimate_wait(self, p: Pending, reason: Reason) -> float:
+        c = self.campaigns[p.campaign]
+        if reason is Reason.ABOVE_BURST:
+            excess = dims.vmax0(dims.sub(dims.add(c.held, p.size), c.burst))
+            freed = dims.ZERO
+            for t, lid in sorted((self.leases[lid].expires_at, lid) for lid in c.leases):
+                freed = dims.add(freed, self.leases[lid].size)
+                if dims.fits(excess, freed):
+                    return max(0.0, t - self.now)
+            return self.policy.max_lease_s
+        if reason is Reason.BUCKET_EMPTY:
+            rate = admission.token_need(c.held, p.size, c.sustained)
+            return self._bucket_wait(c, rate, p.duration_s)
+        # Pool reasons: when will enough firm capacity have ended to cover the shortfall?
+        on_free, boot_free, cold, _ = self.pool.totals()
+        have = dims.add(dims.add(dims.vmax0(dims.sub(on_free, self._reserve)), boot_free), cold)
+        if not c.spec.preemptible:
+            have = dims.add(have, self._reclaimable)
+        short = dims.vmax0(dims.sub(p.size, have))
+        times, cum = self._profile()
+        lo, hi = 0, len(times)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if dims.fits(short, cum[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == len(times):
+            return self.policy.max_lease_s
+        return max(0.0, times[lo] - self.now) + (
+            self.policy.grace_s if not dims.is_zero(self._reclaimable) else 0.0
+        )
+
+    def _profile(self) -> tuple[list[float], list[dims.Vec]]:
+        """Firm leases' end times, sorted, with the capacity freed by then (cached)."""
+        if self._expiry_profile is None:
+            ends = sorted(
+                (ls.expires_at, ls.size) for ls in self.leases.values() if not ls.preemptible
+            )
+            times: list[float] = []
+            cum: list[dims.Vec] = []
+            acc = dims.ZERO
+            for t, size in ends:
+                acc = dims.add(acc, size)
+                times.append(t)
+                cum.append(acc)
+            self._expiry_profile = (times, cum)
+        return self._expiry_profile
+
+    def _settle(self) -> None:
+        """Admission pass, then keep the guarantee reserve and headroom warm."""
+        self._admit()
+        self._keep_warm()
+
+    def _admit(self) -> None:
+        if not self.pending or (not self._pool_dirty and not self._dirty):
+            self._pool_dirty = False
+            self._dirty.clear()
+            return
+        heap: list[tuple[tuple[int, float, int], tuple[str, LeaseClass]]] = []
+        for qk, q in self._queues.items():
+            head = self.pending[q[0]]
+            pool_blocked = head.reason in admission.POOL_REASONS
+            if (self._pool_dirty and pool_blocked) or head.campaign in self._dirty:
+                heap.append((self._key(head), qk))
+        self._pool_dirty = False
+        self._dirty.clear()
+        heapq.heapify(heap)
+        barrier = False
+        while heap:
+            _, qk = heapq.heappop(heap)
+            q = self._queues.get(qk)
+            if not q:
+                continue
+            p = self.pending[q[0]]
+            result = self._try_pending(p, barrier)
+            if isinstance(result, Grant):
+                q = self._queues.get(qk)
+                if q:
+                    heapq.heappush(heap, (self._key(self.pending[q[0]]), qk))
+                continue
+            reason = result
+            p.reason = reason
+            if reason is Reason.BUCKET_EMPTY:
+                self._schedule_wake(p)
+            if reason in admission.POOL_REASONS and p.id in self._aged:
+                barrier = True
+
+    def _try_pending(self, p: Pending, barrier: bool) -> Grant | Reason:
+        result = self._try_detached(p, barrier)
+        if isinstance(result, Grant):
+            return result
+        return result[0]
+
+    def _try_detached(self, p: Pending, barrier: bool) -> Grant | tuple[Reason, dict[str, Any]]:
+        # Take p out of the queue first so the grant sees consistent queued demand; put it
+        # back at its place if it is still refused.
+        q = self._queues[(p.campaign, p.lease_class)]
+        self._add_demand(p, -1)
+        result = self._try(p, barrier)
+        if isinstance(result, Grant):
+            q.popleft()
+            if not q:
+                del self._queues[(p.campaign, p.lease_class)]
+            del self.pending[p.id]
+            self._aged.discard(p.id)
+        else:
+            self._add_demand(p, +1)
+        return result
+
+    def _keep_warm(self) -> None:
+        """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""
+        on_free, boot_free, cold, _ = self.pool.totals()
+        target = dims.add(self._reserve, self.headroom)
+        short = dims.vmax0(dims.sub(target, dims.add(on_free, boot_free)))
+        if dims.is_zero(short) or dims.is_zero(cold):
+            return
+        booted = self.pool.boot(short, self.now, self.pool_spec.boot_latency_s)
+        if booted:
+            self._emit(
+                PowerOn(
+                    self.now,
+                    tuple(self.pool.nodes[i].name for i in booted),
+                    self.now + self.pool_spec.boot_latency_s,
+                )
+            )
+
+    def _emit(self, d: Decision) -> None:
+        self._out.append(d)
+
+    # ------------------------------------------------------------------ views
+
+    def queued(self) -> Iterator[Pending]:
+        """Pending requests in admission order."""
+        return iter(sorted(self.pending.values(), key=self._key))
+
+
+def _id_order(lease_id: str) -> int:
+    return int(lease_id[1:])
+
+
+_HANDLERS = {
+    CreateCampaign: Engine._on_create,
+    UpdateCampaign: Engine._on_update,
+    RequestLease: Engine._on_request,
+    CancelRequest: Engine._on_cancel,
+    Renew: Engine._on_renew,
+    Release: Engine._on_release,
+    Tick: Engine._on_tick,
+    NodeReady: Engine._on_node_ready,
+    NodeLost: Engine._on_node_lost,
+    Meter: Engine._on_meter,
+}
+
+_VALIDATORS = {
+    CreateCampaign: Engine._v_create,
+    UpdateCampaign: Engine._v_update,
+    RequestLease: Engine._v_request,
+    CancelRequest: Engine._v_cancel,
+    Renew: Engine._v_renew,
+    Release: Engine._v_release,
+    NodeReady: Engine._v_node,
+    NodeLost: Engine._v_node,
+    Meter: Engine._v_meter,
+}
+
+__all__ = ["CampaignState", "Engine", "Pending"]

@@ -1,0 +1,553 @@
+"""The durable journal: every applied event and the decisions it produced, in SQLite.
+
+The journal is the source of truth (DESIGN.md §1, "Journal"): the engine's state is
+``fold(apply, events)``, so a restart is :func:`replay` and an audit re-derives every
+row. The file holds everything a replay needs: the pool and policy specs live in the
+``meta`` table, one row per applied event lives in ``entries``::
+
+    meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)      -- format, pool, policy
+    entries(seq INTEGER PRIMARY KEY,                     -- 1, 2, 3, ...
+            event TEXT NOT NULL,                         -- canonical JSON of the event
+            decisions TEXT NOT NULL)                     -- JSON list of canonical decisions
+
+Durability. The database runs in WAL mode and :meth:`Journal.append` commits before it
+returns, so a decision acknowledged after ``append`` survives the process being killed
+(SIGKILL, OOM): with ``synchronous=NORMAL`` the commit has been written to the WAL file,
+and the kernel keeps it even if the process dies. It does not survive a power loss or a
+kernel crash, because NORMAL does not fsync on commit; ``durability="full"`` does
+(``synchronous=FULL``) at the price of one fsync per append (see
+``benchmarks/bench_journal.py`` for what that costs on a given disk).
+
+Canonical form. The SQLite file's bytes depend on page layout and history, so the
+journal's identity is :meth:`Journal.canonical_bytes`: a meta line, then one line per
+entry, each line canonical JSON (sorted keys, no spaces) ending in ``\\n``. The same
+specs and the same event sequence give the same bytes and the same :meth:`Journal.sha256`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+import sqlite3
+import threading
+import types
+import typing
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from bursar.broker import codec
+from bursar.broker.decisions import Decision
+from bursar.broker.errors import JournalError, RequestError
+from bursar.broker.events import Event
+from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+
+if TYPE_CHECKING:
+    from bursar.broker.engine import Engine
+
+__all__ = [
+    "FORMAT",
+    "JOURNAL_FILENAME",
+    "Durability",
+    "Entry",
+    "Journal",
+    "canonical_line",
+    "replay",
+    "spec_from_dict",
+    "spec_to_dict",
+]
+
+FORMAT = "bursar-journal/1"
+"""Written to ``meta``; a journal with another format is refused rather than misread."""
+
+JOURNAL_FILENAME = "journal.sqlite"
+"""The journal's file name inside a broker state directory (``--state-dir``)."""
+
+Durability = Literal["normal", "full"]
+
+Entry = tuple[int, Event, list[Decision]]
+
+_SYNCHRONOUS: dict[str, str] = {"normal": "NORMAL", "full": "FULL"}
+
+# Rows are read in pages so that no read transaction stays open while a caller works
+# through a long iteration: an open reader would stop WAL checkpoints and let the -wal
+# file grow for as long as the caller takes.
+_PAGE = 1000
+
+_INSERT = "INSERT INTO entries (seq, event, decisions) VALUES (?, ?, ?)"
+
+_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE entries (seq INTEGER PRIMARY KEY, event TEXT NOT NULL, decisions TEXT NOT NULL)",
+)
+
+
+# --- specs <-> canonical dicts -------------------------------------------------------
+
+Spec = PoolSpec | PolicySpec | NodeGroup
+S = TypeVar("S", PoolSpec, PolicySpec, NodeGroup)
+
+
+def _encode_value(value: Any, hint: Any) -> Any:
+    """Normalise by the declared type, so that ``60`` and ``60.0`` store the same bytes."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _encode_value(value, inner)
+    if hint is float:
+        x = float(value)
+        if not math.isfinite(x):
+            # Canonical JSON forbids NaN/Infinity; spell them as the codec does.
+            return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
+        return x
+    if hint is int:
+        return int(value)
+    if hint is bool:
+        return bool(value)
+    if hint is str:
+        return str(value)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value).value
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return spec_to_dict(value)
+    if origin is tuple:
+        (inner, _ellipsis) = typing.get_args(hint)
+        return [_encode_value(v, inner) for v in value]
+    if origin is Mapping or origin is dict:
+        _key, inner = typing.get_args(hint)
+        return {str(k): _encode_value(v, inner) for k, v in sorted(value.items())}
+    raise TypeError(f"cannot store a spec field of type {hint!r}")
+
+
+def _decode_value(value: Any, hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _decode_value(value, inner)
+    if hint is float:
+        return float(value)  # float("inf") / float("nan") read the spelled-out forms back
+    if hint in (int, bool, str):
+        return hint(value)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint(value)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return spec_from_dict(hint, value)
+    if origin is tuple:
+        (inner, _ellipsis) = typing.get_args(hint)
+        return tuple(_decode_value(v, inner) for v in value)
+    if origin is Mapping or origin is dict:
+        _key, inner = typing.get_args(hint)
+        return {str(k): _decode_value(v, inner) for k, v in value.items()}
+    raise TypeError(f"cannot read a spec field of type {hint!r}")
+
+
+def spec_to_dict(spec: Spec) -> dict[str, Any]:
+    """A PoolSpec, PolicySpec or NodeGroup as a canonical JSON-able dict.
+
+    Every field is written, defaults included, so a journal keeps meaning the same thing
+    if a later version changes a default. Values are normalised to their declared types
+    (ints for counts, floats for quantities, enum values for enums).
+    """
+    if not (dataclasses.is_dataclass(spec) and not isinstance(spec, type)):
+        raise TypeError(f"expected a spec dataclass, got {type(spec).__name__}")
+    hints = typing.get_type_hints(type(spec))
+    return {
+        f.name: _encode_value(getattr(spec, f.name), hints[f.name])
+        for f in dataclasses.fields(spec)
+    }
+
+
+def spec_from_dict(cls: type[S], d: Mapping[str, Any]) -> S:
+    """Inverse of :func:`spec_to_dict`. Missing keys take the dataclass default.
+
+    Unknown keys are refused: they mean the journal was written by a version with
+    settings this one does not have, and replaying without them would decide differently.
+    """
+    if not isinstance(d, Mapping):
+        raise JournalError(f"{cls.__name__}: expected an object, got {type(d).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise JournalError(
+            f"{cls.__name__}: unknown field(s) {', '.join(unknown)}; the journal was written "
+            "by a newer Bursar"
+        )
+    try:
+        kwargs = {k: _decode_value(v, hints[k]) for k, v in d.items()}
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise JournalError(f"{cls.__name__}: cannot read stored spec: {exc}") from exc
+
+
+# --- canonical form ---------------------------------------------------------------------
+
+
+def canonical_line(seq: int, event_json: str, decisions_json: str) -> str:
+    """One entry in the journal's canonical form (without the trailing newline).
+
+    The stored texts are parsed and re-dumped, so the line depends on the values only,
+    never on how a row happens to be spelled in the file.
+    """
+    return codec.dumps(
+        {"seq": seq, "event": json.loads(event_json), "decisions": json.loads(decisions_json)}
+    )
+
+
+def _decisions_json(decisions: Sequence[Decision]) -> str:
+    return codec.dumps([codec.to_dict(d) for d in decisions])
+
+
+# --- the journal ---------------------------------------------------------------------
+
+
+class Journal:
+    """An append-only, SQLite-backed record of events and decisions.
+
+    Open with :meth:`Journal.open`. One process writes a journal; any number may read it
+    at the same time (WAL). Methods are safe to call from several threads of one process.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        path: Path,
+        pool: PoolSpec,
+        policy: PolicySpec,
+        meta_line: str,
+        durability: Durability,
+    ) -> None:
+        # Use Journal.open(); the constructor only assembles an already-validated file.
+        self._conn = conn
+        self._lock = threading.RLock()
+        self.path = path
+        self.pool = pool
+        self.policy = policy
+        self.durability = durability
+        self._meta_line = meta_line
+        row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
+        self._last_seq: int = row[0]
+
+    # ----- opening
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        pool: PoolSpec | None = None,
+        policy: PolicySpec | None = None,
+        *,
+        durability: Durability = "normal",
+    ) -> Journal:
+        """Open the journal at ``path``, creating it if it does not exist.
+
+        Creating needs ``pool`` (``policy`` defaults to ``PolicySpec()``); both are stored
+        so that the file alone can rebuild the engine. Opening an existing journal checks
+        any ``pool``/``policy`` given against the stored ones and raises
+        :class:`JournalError` if they differ: replaying events under another policy would
+        not reproduce the recorded decisions. Pass neither to just read a journal.
+        """
+        if durability not in _SYNCHRONOUS:
+            raise ValueError(f"durability must be 'normal' or 'full', not {durability!r}")
+        path = Path(path)
+        exists = path.exists()
+        if not exists and pool is None:
+            raise JournalError(
+                f"no journal at {path}; to create one, pass the pool spec (the broker does "
+                "this on its first start)"
+            )
+        if not exists and not path.parent.is_dir():
+            raise JournalError(f"cannot create journal {path}: {path.parent} is not a directory")
+        try:
+            # isolation_level=None: transactions are begun and committed explicitly below,
+            # so none is ever left open by the module's implicit BEGIN.
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open journal {path}: {exc}") from exc
+        try:
+            return cls._setup(conn, path, pool, policy, durability)
+        except BaseException:
+            conn.close()
+            raise
+
+    @classmethod
+    def _setup(
+        cls,
+        conn: sqlite3.Connection,
+        path: Path,
+        pool: PoolSpec | None,
+        policy: PolicySpec | None,
+        durability: Durability,
+    ) -> Journal:
+        try:
+            # Another process may be appending; wait for its commit instead of failing.
+            conn.execute("PRAGMA busy_timeout = 10000")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise JournalError(
+                    f"{path}: SQLite refused WAL mode (got {mode!r}); put the state directory "
+                    "on a local filesystem"
+                )
+            conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
+            # IMMEDIATE: two brokers starting on one new file must not both write the meta.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+                if "meta" in tables:
+                    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+                elif tables:
+                    # Never add tables to someone else's database.
+                    raise JournalError(f"{path} is an SQLite file but not a Bursar journal")
+                elif pool is None:
+                    raise JournalError(
+                        f"{path} is empty; to create a journal there, pass the pool spec"
+                    )
+                else:
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    meta = {
+                        "format": FORMAT,
+                        "pool": codec.dumps(spec_to_dict(pool)),
+                        "policy": codec.dumps(spec_to_dict(policy or PolicySpec())),
+                    }
+                    conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise JournalError(f"cannot open journal {path}: {exc}") from exc
+
+        if meta.get("format") != FORMAT:
+            raise JournalError(f"{path}: journal format {meta.get('format')!r} is not {FORMAT!r}")
+        try:
+            stored_pool = spec_from_dict(PoolSpec, json.loads(meta["pool"]))
+            stored_policy = spec_from_dict(PolicySpec, json.loads(meta["policy"]))
+        except (KeyError, json.JSONDecodeError) as exc:
+            raise JournalError(f"{path}: damaged meta table ({exc})") from exc
+        for name, given, stored in (
+            ("pool", pool, stored_pool),
+            ("policy", policy, stored_policy),
+        ):
+            if given is not None and spec_to_dict(given) != spec_to_dict(stored):
+                raise JournalError(
+                    f"{path}: the {name} spec given differs from the one the journal was "
+                    f"written with; replaying under another {name} would not reproduce its "
+                    f"decisions (stored: {codec.dumps(spec_to_dict(stored))})"
+                )
+        meta_line = codec.dumps(
+            {
+                "format": FORMAT,
+                "pool": spec_to_dict(stored_pool),
+                "policy": spec_to_dict(stored_policy),
+            }
+        )
+        return cls(conn, path, stored_pool, stored_policy, meta_line, durability)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Journal({str(self.path)!r}, entries={self._last_seq})"
+
+    # ----- writing
+
+    def append(self, event: Event, decisions: Sequence[Decision]) -> int:
+        """Record one applied event and its decisions; returns the entry's ``seq``.
+
+        Committed before it returns: only then may the decisions be acknowledged.
+        """
+        row = (codec.encode(event), _decisions_json(decisions))
+        with self._lock:
+            seq = self._last_seq + 1
+            # A lone INSERT in autocommit mode is its own transaction, committed when
+            # execute() returns; one statement instead of BEGIN/INSERT/COMMIT is ~25% faster.
+            with self._write_errors(seq):
+                self._conn.execute(_INSERT, (seq, *row))
+            self._last_seq = seq
+            return seq
+
+    def append_many(self, items: Iterable[tuple[Event, Sequence[Decision]]]) -> list[int]:
+        """Record several entries in one transaction (all or none); returns their seqs.
+
+        One commit for the batch, which is what makes it faster than ``append`` in a
+        loop: use it where nothing is acknowledged between the events (a simulator run,
+        an import).
+        """
+        rows = [(codec.encode(ev), _decisions_json(ds)) for ev, ds in items]
+        with self._lock:
+            first = self._last_seq + 1
+            seqs = list(range(first, first + len(rows)))
+            if not seqs:
+                return seqs
+            with self._write_errors(first):
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.executemany(
+                        _INSERT, [(s, *r) for s, r in zip(seqs, rows, strict=True)]
+                    )
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+            self._last_seq = seqs[-1]
+            return seqs
+
+    @contextlib.contextmanager
+    def _write_errors(self, seq: int) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.IntegrityError as exc:
+            # Seqs come from this object's counter, so a clash means a second writer.
+            raise JournalError(
+                f"{self.path}: entry {seq} already exists; is another broker writing this journal?"
+            ) from exc
+        except sqlite3.Error as exc:
+            raise JournalError(f"{self.path}: append failed: {exc}") from exc
+
+    # ----- reading
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq in the file (0 for an empty journal), including other writers'."""
+        with self._lock:
+            row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
+            return row[0]
+
+    def raw_entries(self, start: int = 0) -> Iterator[tuple[int, str, str]]:
+        """``(seq, event_json, decisions_json)`` for each entry with ``seq >= start``, as stored."""
+        after = start - 1
+        while True:
+            with self._lock:
+                page = self._conn.execute(
+                    "SELECT seq, event, decisions FROM entries WHERE seq > ? ORDER BY seq LIMIT ?",
+                    (after, _PAGE),
+                ).fetchall()
+            if not page:
+                return
+            yield from page
+            after = page[-1][0]
+
+    def entries(self, start: int = 0) -> Iterator[Entry]:
+        """``(seq, event, decisions)`` for every entry with ``seq >= start``, in order."""
+        for seq, event_json, decisions_json in self.raw_entries(start):
+            try:
+                event = codec.decode_event(event_json)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise JournalError(f"{self.path}: entry {seq} cannot be decoded: {exc}") from exc
+            yield seq, event, self._decode_decisions(seq, decisions_json)
+
+    def _decode_decisions(self, seq: int, decisions_json: str) -> list[Decision]:
+        try:
+            return [codec.decision_from_dict(d) for d in json.loads(decisions_json)]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JournalError(f"{self.path}: entry {seq} cannot be decoded: {exc}") from exc
+
+    def tail(self, n: int) -> list[tuple[int, Decision]]:
+        """The last ``n`` decisions, oldest first, each with the seq of its entry."""
+        out: list[tuple[int, Decision]] = []
+        if n <= 0:
+            return out
+        before = self.last_seq + 1
+        while len(out) < n:
+            with self._lock:
+                page = self._conn.execute(
+                    "SELECT seq, decisions FROM entries WHERE seq < ? ORDER BY seq DESC LIMIT ?",
+                    (before, _PAGE),
+                ).fetchall()
+            if not page:
+                break
+            for seq, decisions_json in page:
+                ds = self._decode_decisions(seq, decisions_json)
+                out.extend((seq, d) for d in reversed(ds))
+                if len(out) >= n:
+                    break
+            before = page[-1][0]
+        out = out[:n]
+        out.reverse()
+        return out
+
+    # ----- canonical form
+
+    @property
+    def meta_line(self) -> str:
+        """The first line of the canonical form: format, pool spec and policy spec."""
+        return self._meta_line
+
+    def canonical_lines(self) -> Iterator[str]:
+        """The canonical form line by line, each ending in a newline."""
+        yield self._meta_line + "\n"
+        for seq, event_json, decisions_json in self.raw_entries():
+            try:
+                line = canonical_line(seq, event_json, decisions_json)
+            except ValueError as exc:
+                raise JournalError(f"{self.path}: entry {seq} is not valid JSON: {exc}") from exc
+            yield line + "\n"
+
+    def canonical_bytes(self) -> bytes:
+        """The journal's canonical form: byte-identical for the same specs and events."""
+        return "".join(self.canonical_lines()).encode()
+
+    def sha256(self) -> str:
+        """SHA-256 (hex) of :meth:`canonical_bytes`, computed without holding it in memory."""
+        h = hashlib.sha256()
+        for line in self.canonical_lines():
+            h.update(line.encode())
+        return h.hexdigest()
+
+
+def new_engine(journal: Journal) -> Engine:
+    """A fresh engine built from the specs the journal was written with."""
+    from bursar.broker.engine import Engine  # the engine is optional for reading a journal
+
+    return Engine(journal.pool, journal.policy)
+
+
+def replay(journal: Journal, *, verify: bool = False) -> Engine:
+    """Rebuild the engine by applying every recorded event, in order.
+
+    Raises :class:`JournalError` if a recorded event is refused (it was accepted when it
+    was recorded, so the engine or the journal has changed). With ``verify=True`` also
+    raises at the first entry whose re-derived decisions differ from the recorded ones;
+    :func:`bursar.broker.audit.audit` reports every such entry instead.
+    """
+    engine = new_engine(journal)
+    for seq, event_json, decisions_json in journal.raw_entries():
+        try:
+            event = codec.decode_event(event_json)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JournalError(f"{journal.path}: entry {seq} cannot be decoded: {exc}") from exc
+        try:
+            decisions = engine.apply(event)
+        except RequestError as exc:
+            raise JournalError(
+                f"{journal.path}: replaying entry {seq} ({event.kind} at {event.at}) was "
+                f"refused: {exc}"
+            ) from exc
+        if verify:
+            got = _decisions_json(decisions)
+            if got != codec.dumps(json.loads(decisions_json)):
+                raise JournalError(
+                    f"{journal.path}: entry {seq}: replay decided {got}, journal recorded "
+                    f"{decisions_json}"
+                )
+    return engine

@@ -1,0 +1,66 @@
+"""Choosing the path that serves a grant: warm, then reclaim, then cold (DESIGN.md §1).
+
+``plan`` is pure: it splits a request into the part served from warm capacity, the part
+taken over from preemptible leases after the grace period, and the part placed on
+booting or cold nodes. The engine commits the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from bursar.broker import dims
+from bursar.broker.decisions import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    path: Path
+    warm: dims.Vec
+    reclaim: dims.Vec
+    cold: dims.Vec
+
+
+def plan(
+    size: dims.Vec,
+    warm_limit: dims.Vec,
+    reclaimable: dims.Vec,
+    cold_avail: dims.Vec,
+    preemptible: bool,
+) -> Plan | None:
+    """The cheapest path that can serve ``size``, or None. Preemptible requests never reclaim."""
+    warm_avail = dims.vmax0(warm_limit)
+    if dims.fits(size, warm_avail):
+        return Plan(Path.WARM, size, dims.ZERO, dims.ZERO)
+    warm = dims.vmin(size, warm_avail)
+    need = dims.vmax0(dims.sub(size, warm))
+    if not preemptible and dims.fits(need, reclaimable):
+        return Plan(Path.RECLAIM, warm, need, dims.ZERO)
+    if dims.fits(need, cold_avail):
+        return Plan(Path.COLD, warm, dims.ZERO, need)
+    if not preemptible and dims.fits(need, dims.add(reclaimable, cold_avail)):
+        reclaim = dims.vmin(need, reclaimable)
+        return Plan(Path.COLD, warm, reclaim, dims.vmax0(dims.sub(need, reclaim)))
+    return None
+
+
+def choose_victims(
+    need: dims.Vec, candidates: Iterable[tuple[str, dims.Vec]]
+) -> list[tuple[str, dims.Vec]]:
+    """Take whole victims, in the order given, until ``need`` is covered.
+
+    Returns (victim id, the part of it the new lease takes over). The caller orders
+    candidates (lowest class first, youngest first) and has checked they suffice.
+    """
+    out = []
+    rest = need
+    for lease_id, size in candidates:
+        if dims.is_zero(rest):
+            break
+        take = dims.vmin(rest, size)
+        if dims.is_zero(take):
+            continue
+        out.append((lease_id, take))
+        rest = dims.vmax0(dims.sub(rest, take))
+    return out
