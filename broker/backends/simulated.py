@@ -1,0 +1,171 @@
+"""A pool in virtual time: the embedded default backend, and the simulator's.
+
+Nothing here sleeps or reads a clock. A node started at ``t`` is ready at exactly
+``t + boot_latency_s`` and reports ``NodeReady(at=t + boot_latency_s)``, whenever the caller
+happens to ask, so that the same calls always give the same events, byte for byte in the
+journal. Placement is bookkeeping only: which lease sits on which node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+
+from bursar.broker.backends.base import BackendError, NodeState
+from bursar.broker.events import Event, NodeLost, NodeReady
+from bursar.broker.policy import PoolSpec
+
+__all__ = ["SimulatedPool"]
+
+
+class SimulatedPool:
+    """Implements ``PoolBackend`` over a ``PoolSpec``; the first ``warm`` nodes of each group
+    start warm, the rest cold."""
+
+    def __init__(self, pool: PoolSpec) -> None:
+        self._boot_latency_s = float(pool.boot_latency_s)
+        self._state: dict[str, NodeState] = {}
+        for name, _, warm in pool.node_names():
+            if name in self._state:
+                raise BackendError(f"node name {name!r} appears twice in the pool spec")
+            self._state[name] = NodeState.WARM if warm else NodeState.COLD
+        self._now = -math.inf
+        # Timers: a booting node's ready time; a failed node's repair time.
+        self._ready_at: dict[str, float] = {}
+        self._repair_at: dict[str, float] = {}
+        self._lease_nodes: dict[str, tuple[str, ...]] = {}
+        self._node_leases: dict[str, set[str]] = {name: set() for name in self._state}
+        self._due: list[Event] = []
+
+    # -- PoolBackend --------------------------------------------------------------------
+
+    @property
+    def boot_latency_s(self) -> float:
+        return self._boot_latency_s
+
+    def node_states(self) -> Mapping[str, NodeState]:
+        # A read-only view: callers see later changes but cannot make them.
+        return MappingProxyType(self._state)
+
+    def start(self, nodes: Iterable[str], now: float) -> None:
+        names = self._known(nodes)
+        self._advance(now)
+        for n in names:
+            if self._state[n] is NodeState.DOWN:
+                raise BackendError(f"node {n!r} is down; it comes back only when repaired")
+        # Starting a node that is already booting or on is a no-op, so that a shell that
+        # retries after a crash cannot push a boot's ready time back.
+        for n in names:
+            if self._state[n] is NodeState.COLD:
+                self._state[n] = NodeState.BOOTING
+                self._ready_at[n] = now + self._boot_latency_s
+
+    def stop(self, nodes: Iterable[str], now: float) -> None:
+        names = self._known(nodes)
+        self._advance(now)
+        for n in names:
+            if self._state[n] in (NodeState.LEASED, NodeState.DOWN):
+                raise BackendError(f"node {n!r} is {self._state[n].value}; cannot power it off")
+        for n in names:
+            self._ready_at.pop(n, None)
+            self._state[n] = NodeState.COLD
+
+    def place(self, lease_id: str, nodes: Iterable[str], now: float) -> None:
+        names = self._known(nodes)
+        self._advance(now)
+        if lease_id in self._lease_nodes:
+            raise BackendError(
+                f"lease {lease_id!r} is already placed on {', '.join(self._lease_nodes[lease_id])}"
+            )
+        for n in names:
+            if self._state[n] not in (NodeState.WARM, NodeState.LEASED):
+                raise BackendError(
+                    f"node {n!r} is {self._state[n].value}; leases go on warm or leased nodes"
+                )
+        self._lease_nodes[lease_id] = names
+        for n in names:
+            self._node_leases[n].add(lease_id)
+            self._state[n] = NodeState.LEASED
+
+    def unplace(self, lease_id: str, now: float) -> None:
+        self._advance(now)
+        # Ignoring an unknown lease lets the shell unplace on every revoke/expire/release
+        # without tracking whether that lease ever got as far as being placed.
+        for n in self._lease_nodes.pop(lease_id, ()):
+            held = self._node_leases[n]
+            held.discard(lease_id)
+            if not held and self._state[n] is NodeState.LEASED:
+                self._state[n] = NodeState.WARM
+
+    def due_events(self, now: float) -> list[Event]:
+        self._advance(now)
+        out, self._due = self._due, []
+        return out
+
+    def next_event_time(self) -> float | None:
+        times = [e.at for e in self._due]
+        times.extend(self._ready_at.values())
+        times.extend(self._repair_at.values())
+        # Clamped to the pool's clock so that due_events(next_event_time()) is always legal.
+        return max(self._now, min(times)) if times else None
+
+    # -- simulation extras (not part of PoolBackend) ------------------------------------
+
+    @property
+    def now(self) -> float:
+        """The latest ``now`` any call has brought the pool to (-inf before the first)."""
+        return self._now
+
+    def placements(self) -> Mapping[str, tuple[str, ...]]:
+        """Placed leases and the nodes each sits on."""
+        return MappingProxyType(self._lease_nodes)
+
+    def fail(self, node: str, now: float, repair_after_s: float | None = None) -> None:
+        """Lose ``node`` at ``now`` (reported as NodeLost); it comes back warm, reported as
+        NodeReady, after ``repair_after_s`` if given. Its leases stay placed on their other
+        nodes until the engine's revokes unplace them."""
+        (name,) = self._known([node])
+        if repair_after_s is not None and not (
+            math.isfinite(repair_after_s) and repair_after_s >= 0
+        ):
+            raise BackendError(f"repair_after_s must be a finite number >= 0, got {repair_after_s}")
+        self._advance(now)
+        if self._state[name] is NodeState.DOWN:
+            raise BackendError(f"node {name!r} is already down")
+        self._ready_at.pop(name, None)
+        for lease_id in sorted(self._node_leases[name]):
+            self._lease_nodes[lease_id] = tuple(n for n in self._lease_nodes[lease_id] if n != name)
+        self._node_leases[name].clear()
+        self._state[name] = NodeState.DOWN
+        self._due.append(NodeLost(at=now, node=name))
+        if repair_after_s is not None:
+            self._repair_at[name] = now + repair_after_s
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _known(self, nodes: Iterable[str]) -> tuple[str, ...]:
+        # A plain str would otherwise be read as a sequence of one-letter node names.
+        if isinstance(nodes, str):
+            raise BackendError(f"nodes must be a collection of names, got the string {nodes!r}")
+        names = tuple(dict.fromkeys(nodes))
+        unknown = [n for n in names if n not in self._state]
+        if unknown:
+            raise BackendError(f"unknown node(s): {', '.join(map(repr, unknown))}")
+        return names
+
+    def _advance(self, now: float) -> None:
+        if not isinstance(now, int | float) or math.isnan(now):
+            raise BackendError(f"now must be a number, got {now!r}")
+        if now < self._now:
+            raise BackendError(f"time went backwards: {now} after {self._now}")
+        self._now = float(now)
+        fired = [(t, n, "boot") for n, t in self._ready_at.items() if t <= now]
+        fired += [(t, n, "repair") for n, t in self._repair_at.items() if t <= now]
+        # Sorted by (time, name) so that the event order never depends on call history.
+        for t, n, kind in sorted(fired):
+            (self._ready_at if kind == "boot" else self._repair_at).pop(n)
+            self._state[n] = NodeState.WARM
+            self._due.append(NodeReady(at=t, node=n))
+        if fired:
+            self._due.sort(key=lambda e: e.at)
