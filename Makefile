@@ -1,0 +1,47 @@
+# Bursar developer entry points. `make demo` and `make test` work from a fresh clone.
+#
+#   make demo       run the flagship demo into out/demo
+#   make test       lint (ruff check) and run the test suite
+#   make lint       ruff check and ruff format --check
+#   make format     apply ruff's fixes and formatting
+#   make clean      remove generated output and caches (keeps .venv)
+#   make distclean  clean, and remove .venv too
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+# A file target stands for "dependencies installed": it is older than pyproject.toml
+# after an edit there, so the next make reinstalls before running anything.
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := test
+.PHONY: demo test lint format clean distclean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/bursar demo --out out/demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf out build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
