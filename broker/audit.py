@@ -16,7 +16,13 @@ from typing import NamedTuple
 
 from bursar.broker import codec
 from bursar.broker.errors import JournalError, RequestError
-from bursar.broker.journal import Journal, canonical_line, new_engine
+from bursar.broker.journal import (
+    Journal,
+    apply_recorded,
+    canonical_line,
+    decode_entry_event,
+    new_engine,
+)
 
 __all__ = ["AuditReport", "Mismatch", "audit"]
 
@@ -53,8 +59,9 @@ class AuditReport:
 def audit(journal: Journal) -> AuditReport:
     """Re-derive every entry of ``journal`` and compare; never changes the journal.
 
-    Raises :class:`JournalError` only if an entry's event cannot be decoded at all, since
-    nothing after it can then be re-derived.
+    Raises :class:`JournalError` only if an entry's event cannot be decoded at all or the
+    engine crashes on it (rather than refusing it), since nothing after that entry can
+    then be re-derived. A refused event is reported as a mismatch and the audit goes on.
     """
     engine = new_engine(journal)
     digest = hashlib.sha256((journal.meta_line + "\n").encode())
@@ -64,13 +71,7 @@ def audit(journal: Journal) -> AuditReport:
     canonical = True
     for seq, event_json, decisions_json in journal.raw_entries():
         events += 1
-        try:
-            event = codec.decode_event(event_json)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise JournalError(
-                f"{journal.path}: entry {seq} holds an event that cannot be decoded ({exc}); "
-                "the journal is damaged and cannot be audited past this point"
-            ) from exc
+        event = decode_entry_event(journal, seq, event_json)
         try:
             recorded = json.loads(decisions_json)
             got = codec.dumps(recorded)
@@ -83,10 +84,13 @@ def audit(journal: Journal) -> AuditReport:
         else:
             digest.update((canonical_line(seq, event_json, decisions_json) + "\n").encode())
         try:
-            expected = codec.dumps([codec.to_dict(d) for d in engine.apply(event)])
-        except RequestError as exc:
+            derived = apply_recorded(journal, engine, seq, event)
+            expected = codec.dumps([codec.to_dict(d) for d in derived])
+        except JournalError as exc:
+            if not isinstance(exc.__cause__, RequestError):
+                raise
             # The engine leaves its state untouched on a refusal, so the audit can go on.
-            expected = f"refused: {exc}"
+            expected = f"refused: {exc.__cause__}"
         if expected != got:
             mismatches.append(Mismatch(seq, expected, got))
     return AuditReport(

@@ -55,7 +55,10 @@ __all__ = [
     "Durability",
     "Entry",
     "Journal",
+    "apply_recorded",
     "canonical_line",
+    "decode_entry_event",
+    "new_engine",
     "replay",
     "spec_from_dict",
     "spec_to_dict",
@@ -209,6 +212,33 @@ def _decisions_json(decisions: Sequence[Decision]) -> str:
 # --- the journal ---------------------------------------------------------------------
 
 
+def _read_meta(conn: sqlite3.Connection, path: Path) -> dict[str, str] | None:
+    """The stored meta, or None for an empty database."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    if "meta" in tables:
+        return dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if tables:
+        # Never add tables to someone else's database.
+        raise JournalError(f"{path} is an SQLite file but not a Bursar journal")
+    return None
+
+
+def _create(
+    conn: sqlite3.Connection, path: Path, pool: PoolSpec | None, policy: PolicySpec | None
+) -> dict[str, str]:
+    if pool is None:
+        raise JournalError(f"{path} is empty; to create a journal there, pass the pool spec")
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    meta = {
+        "format": FORMAT,
+        "pool": codec.dumps(spec_to_dict(pool)),
+        "policy": codec.dumps(spec_to_dict(policy or PolicySpec())),
+    }
+    conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
+    return meta
+
+
 class Journal:
     """An append-only, SQLite-backed record of events and decisions.
 
@@ -297,32 +327,18 @@ class Journal:
                     "on a local filesystem"
                 )
             conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[durability]}")
-            # IMMEDIATE: two brokers starting on one new file must not both write the meta.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-                if "meta" in tables:
-                    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-                elif tables:
-                    # Never add tables to someone else's database.
-                    raise JournalError(f"{path} is an SQLite file but not a Bursar journal")
-                elif pool is None:
-                    raise JournalError(
-                        f"{path} is empty; to create a journal there, pass the pool spec"
-                    )
-                else:
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    meta = {
-                        "format": FORMAT,
-                        "pool": codec.dumps(spec_to_dict(pool)),
-                        "policy": codec.dumps(spec_to_dict(policy or PolicySpec())),
-                    }
-                    conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            # The usual case, an existing journal, is read without taking the write lock,
+            # so that auditing or tailing never makes a live broker's append wait.
+            meta = _read_meta(conn, path)
+            if meta is None:
+                # IMMEDIATE: two brokers starting on one new file must not both write it.
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    meta = _read_meta(conn, path) or _create(conn, path, pool, policy)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"cannot open journal {path}: {exc}") from exc
 
@@ -532,22 +548,50 @@ def replay(journal: Journal, *, verify: bool = False) -> Engine:
     """
     engine = new_engine(journal)
     for seq, event_json, decisions_json in journal.raw_entries():
-        try:
-            event = codec.decode_event(event_json)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise JournalError(f"{journal.path}: entry {seq} cannot be decoded: {exc}") from exc
-        try:
-            decisions = engine.apply(event)
-        except RequestError as exc:
-            raise JournalError(
-                f"{journal.path}: replaying entry {seq} ({event.kind} at {event.at}) was "
-                f"refused: {exc}"
-            ) from exc
+        event = decode_entry_event(journal, seq, event_json)
+        decisions = apply_recorded(journal, engine, seq, event)
         if verify:
             got = _decisions_json(decisions)
-            if got != codec.dumps(json.loads(decisions_json)):
+            try:
+                recorded = codec.dumps(json.loads(decisions_json))
+            except ValueError:
+                recorded = decisions_json
+            if got != recorded:
                 raise JournalError(
                     f"{journal.path}: entry {seq}: replay decided {got}, journal recorded "
                     f"{decisions_json}"
                 )
     return engine
+
+
+def decode_entry_event(journal: Journal, seq: int, event_json: str) -> Event:
+    try:
+        return codec.decode_event(event_json)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise JournalError(
+            f"{journal.path}: entry {seq} holds an event that cannot be decoded ({exc}); the "
+            "journal is damaged and nothing after this entry can be re-derived"
+        ) from exc
+
+
+def apply_recorded(journal: Journal, engine: Engine, seq: int, event: Event) -> list[Decision]:
+    """``engine.apply(event)`` for a recorded event; any refusal or crash is a JournalError.
+
+    Every recorded event was accepted when it was recorded, so a refusal here means the
+    engine or the journal changed since. A refusal is raised with the RequestError as its
+    ``__cause__``; the engine's state is then untouched, so a caller that wants to go on
+    (the audit) may.
+    """
+    try:
+        return engine.apply(event)
+    except RequestError as exc:
+        raise JournalError(
+            f"{journal.path}: replaying entry {seq} ({event.kind} at {event.at}) was refused: {exc}"
+        ) from exc
+    except Exception as exc:
+        # An engine bug, not bad input: its state may be half-changed, so stop here, but
+        # say which entry triggered it so the bug can be reproduced from the journal.
+        raise JournalError(
+            f"{journal.path}: the engine failed on entry {seq} ({event.kind} at {event.at}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc

@@ -63,27 +63,44 @@ def journal() -> None:
     """
 
 
+def _short(value: Any, limit: int = 160) -> str:
+    text = codec.dumps(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _first_difference(m: Mismatch) -> str:
-    """Point at the first differing decision rather than print two long lists."""
+    """Point at the first differing decision and its differing fields, not two long lists."""
     try:
         expected, got = json.loads(m.expected), json.loads(m.got)
     except ValueError:
-        return f"  expected: {m.expected}\n  recorded: {m.got}"
+        return f"  expected: {_short(m.expected)}\n  recorded: {_short(m.got)}"
     if not (isinstance(expected, list) and isinstance(got, list)):
-        return f"  expected: {m.expected}\n  recorded: {m.got}"
+        return f"  expected: {_short(expected)}\n  recorded: {_short(got)}"
     lines = []
     if len(expected) != len(got):
         lines.append(f"  {len(expected)} decision(s) expected, {len(got)} recorded")
     for i, (e, g) in enumerate(zip(expected, got, strict=False)):
-        if e != g:
-            lines.append(f"  decision #{i}: expected {codec.dumps(e)}")
-            lines.append(f"  decision #{i}: recorded {codec.dumps(g)}")
+        if e == g:
+            continue
+        if not (isinstance(e, dict) and isinstance(g, dict)):
+            lines.append(f"  decision #{i}: expected {_short(e)}, recorded {_short(g)}")
             break
+        label = " ".join(
+            str(x) for x in (e.get("kind"), e.get("lease_id") or e.get("request_id")) if x
+        )
+        lines.append(f"  decision #{i} ({label}):")
+        for key in sorted(set(e) | set(g)):
+            if e.get(key, "<absent>") != g.get(key, "<absent>"):
+                lines.append(
+                    f"    {key}: expected {_short(e.get(key, '<absent>'))}, "
+                    f"recorded {_short(g.get(key, '<absent>'))}"
+                )
+        break
     else:
         n = min(len(expected), len(got))
         extra, label = (expected, "expected") if len(expected) > n else (got, "recorded")
         for i in range(n, len(extra)):
-            lines.append(f"  decision #{i}: {label} only: {codec.dumps(extra[i])}")
+            lines.append(f"  decision #{i}: {label} only: {_short(extra[i])}")
     return "\n".join(lines)
 
 
@@ -108,11 +125,11 @@ def audit_cmd(state_dir: Path, show: int) -> None:
 
     Replays the recorded events, in order, through a fresh policy engine built from the
     pool and policy stored in the journal, and compares each entry's decisions with the
-    recorded ones in canonical JSON. Safe to run while the broker is writing: it reads
-    the entries present when each page is read.
+    recorded ones in canonical JSON. Safe to run while the broker is writing; entries
+    appended during the audit may or may not be included.
 
-    Exit status: 0 if every decision matches, 1 if any differs (or the journal is
-    damaged), 2 if there is no journal in DIR.
+    Exit status: 0 if every decision matches, 1 if any differs (or an entry cannot be
+    read), 2 if DIR holds no journal that can be opened.
     """
     with _open_journal(state_dir) as j:
         try:
@@ -200,7 +217,9 @@ def tail_cmd(state_dir: Path, count: int, as_json: bool) -> None:
     for seq, d in rows:
         fields = codec.to_dict(d)
         ident = next((str(fields[k]) for k in _ID_FIELDS if k in fields), "")
-        details = " ".join(f"{k}={_brief(v)}" for k, v in fields.items() if k not in _HIDDEN)
+        details = " ".join(
+            f"{k}={_brief(v)}" for k, v in fields.items() if k not in _HIDDEN and v not in ({}, [])
+        )
         table.add_row(
             str(seq),
             _brief(fields["at"]),
