@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
 from bursar.broker import dims
 from bursar.broker.config import Config, default_config_text, load_config, pool_capacity
 from bursar.broker.errors import ConfigError
 from bursar.broker.journal_cli import journal
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 __all__ = ["main"]
 

@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic_core import PydanticCustomError
+
 from bursar.broker import dims
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ConfigError
 from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
-from pydantic_core import PydanticCustomError
 
 __all__ = [
     "FORMATS",

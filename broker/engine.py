@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sortedcontainers import SortedList
+
 from bursar.broker import admission, dims, isolation, paths
 from bursar.broker import price as pricing
 from bursar.broker.bucket import Bucket
@@ -77,6 +79,10 @@ class CampaignState:
     guarantee: dims.Vec = dims.ZERO
     sustained: dims.Vec = dims.ZERO
     burst: dims.Vec = dims.ZERO
+    unmet: dims.Vec = dims.ZERO
+    """max(0, guarantee - held); zero for a preemptible campaign. Cached: read per decision."""
+    deficit: float = 1.0
+    """Fair-share deficit (admission.deficit). Cached: read per decision."""
 
     def set_spec(self, spec: CampaignSpec, now: float) -> None:
         self.spec = spec
@@ -93,15 +99,13 @@ class CampaignState:
         for target, names in ((self.buckets, dims.PLACED), (self.rate_buckets, dims.RATE)):
             for d in [d for d in target if d not in spec.envelopes and d in names]:
                 del target[d]
+        self.refresh()
 
-    @property
-    def unmet(self) -> dims.Vec:
-        if self.spec.preemptible:
-            return dims.ZERO
-        return isolation.unmet(self.guarantee, self.held)
-
-    def deficit(self) -> float:
-        return admission.deficit(self.held, self.sustained)
+    def refresh(self) -> None:
+        self.unmet = (
+            dims.ZERO if self.spec.preemptible else isolation.unmet(self.guarantee, self.held)
+        )
+        self.deficit = admission.deficit(self.held, self.sustained)
 
 
 @dataclass(slots=True)
@@ -116,6 +120,9 @@ class Pending:
     queued_at: float
     labels: dict[str, str]
     reason: Reason | None = None
+    head_entry: tuple[int, float, int, str] | None = None
+    """Its entry in the pool-blocked head index while it heads its queue and is blocked
+    for a pool reason; None otherwise."""
 
 
 class Engine:
@@ -140,6 +147,17 @@ class Engine:
         self._firm_held: dims.Vec = dims.ZERO
         self._queued_demand: dims.Vec = dims.ZERO
         self._aged: set[str] = set()
+        # Aged requests by (-class rank, arrival): the head-of-line barrier is its top.
+        self._aged_heap: list[tuple[int, int, str]] = []
+        # Heads of queues blocked for pool reasons, in admission order, and their sizes in
+        # the primary dimension: a pass walks them in order, skips those too big for what
+        # is free, and stops once nothing left could fit.
+        self._pool_heads: SortedList = SortedList()
+        self._pool_sizes: SortedList = SortedList()
+        self._guarantee_heads: dict[str, None] = {}
+        self._campaign_queues: dict[str, dict[LeaseClass, None]] = {}
+        self._primary = pricing.primary_index(self.pool.capacity)
+        self._max_guarantee = 0.0
         self._node_waiters: dict[int, set[str]] = {}
         self._pool_dirty = False
         self._dirty: set[str] = set()
@@ -281,6 +299,11 @@ class Engine:
                     lvl = b.level_at(self.now, c.held[i], self.policy.enforcement)
                     assert -1e-6 <= lvl <= b.capacity + 1e-6, (name, d, lvl)
         assert dims.fits(dims.sub(total, claimed), self.pool.capacity), (total, claimed)
+        free, on_cap = self.pool.recount()
+        cached = self.pool.totals()
+        fresh = (free[Power.ON], free[Power.BOOTING], free[Power.COLD], on_cap)
+        for x, y in zip(cached, fresh, strict=True):
+            assert all(abs(a - b) < 1e-6 for a, b in zip(x, y, strict=True)), (cached, fresh)
 
     # ------------------------------------------------------------------ validation
 
@@ -443,10 +466,27 @@ class Engine:
                 f"{d} s is longer than the pool's maximum lease of {self.policy.max_lease_s} s",
                 ErrorCode.OUT_OF_RANGE,
             )
+        self._v_alive(e.lease_id, e.at)
 
     def _v_release(self, e: Release) -> None:
         if e.lease_id not in self.leases:
             raise self._unknown_lease(e.lease_id)
+        self._v_alive(e.lease_id, e.at)
+
+    def _v_alive(self, lease_id: str, at: float) -> None:
+        # The clock advances to ``at`` before the event applies; a lease whose expiry or
+        # revocation falls before then would be gone by the time the handler runs.
+        ls = self.leases[lease_id]
+        end = ls.expires_at
+        if ls.preempt_deadline is not None:
+            end = min(end, ls.preempt_deadline)
+        if at >= end:
+            what = "expires" if end == ls.expires_at else "is revoked"
+            raise self._bad(
+                "lease_id",
+                f"lease {lease_id} {what} at {end}, before this call at {at}; request a new lease",
+                ErrorCode.FAILED_PRECONDITION,
+            )
 
     def _v_node(self, e: NodeReady | NodeLost) -> None:
         i = self.pool.index.get(e.node)
@@ -503,6 +543,9 @@ class Engine:
                 self._end(self.leases[ref], LeaseState.REVOKED, "reclaimed")
             elif kind == "age":
                 self._aged.add(ref)
+                p = self.pending[ref]
+                if p.reason in admission.POOL_REASONS:
+                    heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
             elif kind == "wake":
                 self._dirty.add(ref)
             self._settle()
@@ -518,6 +561,9 @@ class Engine:
         before = c.unmet
         old = c.held
         c.held = held
+        c.refresh()
+        if c.spec.name in self._campaign_queues:
+            self._rekey(c.spec.name)
         self._reserve = dims.vmax0(dims.add(dims.sub(self._reserve, before), c.unmet))
         if not c.spec.preemptible:
             self._firm_held = dims.vmax0(dims.add(dims.sub(self._firm_held, old), held))
@@ -530,6 +576,7 @@ class Engine:
         c.set_spec(e.spec, self.now)
         self.campaigns[e.spec.name] = c
         self._reserve = dims.add(self._reserve, c.unmet)
+        self._max_guarantee = max(self._max_guarantee, c.guarantee[self._primary])
         self._emit(CampaignSet(self.now, e.spec.name, True))
 
     def _on_update(self, e: UpdateCampaign) -> None:
@@ -542,6 +589,8 @@ class Engine:
         for other in self.campaigns.values():
             if not other.spec.preemptible:
                 self._firm_held = dims.add(self._firm_held, other.held)
+        self._max_guarantee = max(x.guarantee[self._primary] for x in self.campaigns.values())
+        self._rekey(c.spec.name)
         self._dirty.add(c.spec.name)
         self._pool_dirty = True
         self._emit(CampaignSet(self.now, e.spec.name, False))
@@ -565,17 +614,20 @@ class Engine:
         if q:
             # First come, first served within a campaign and class: wait behind the head.
             head = self.pending[q[0]]
-            reason = head.reason or Reason.POOL_FULL
-            self._refuse(p, reason, {"behind": head.id})
+            self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
             return
-        barrier = self._barrier_before(p)
-        result = self._try(p, barrier)
+        result = self._try(p, self._barrier_before(p))
         if isinstance(result, tuple):
-            reason, inputs = result
-            self._refuse(p, reason, inputs)
+            self._refuse(p, *result)
 
     def _on_cancel(self, e: CancelRequest) -> None:
-        p = self.pending[e.request_id]
+        p = self.pending.get(e.request_id)
+        if p is None:
+            # Granted while the clock advanced to this event: the holder no longer wants it.
+            ls = self.leases.get(e.request_id)
+            if ls is not None:
+                self._end(ls, LeaseState.RELEASED, "cancelled")
+            return
         self._unqueue(p)
         self._emit(Cancelled(self.now, p.id, p.campaign))
         self._pool_dirty = True
@@ -692,24 +744,33 @@ class Engine:
     # ------------------------------------------------------------------ admission
 
     def _key(self, p: Pending) -> tuple[int, float, int]:
-        return admission.order_key(p.lease_class.rank, self.campaigns[p.campaign].deficit(), p.seq)
+        return admission.order_key(p.lease_class.rank, self.campaigns[p.campaign].deficit, p.seq)
+
+    def _barrier(self) -> tuple[int, int] | None:
+        """(-rank, seq) of the head-of-line request: the highest-class, oldest aged request
+        still blocked for a pool reason; None if there is none."""
+        heap = self._aged_heap
+        while heap:
+            _, _, rid = heap[0]
+            p = self.pending.get(rid)
+            if p is not None and rid in self._aged and p.reason in admission.POOL_REASONS:
+                return heap[0][0], heap[0][1]
+            # Gone, granted, or blocked for its own reasons now; re-pushed if that changes.
+            heapq.heappop(heap)
+        return None
 
     def _barrier_before(self, p: Pending) -> bool:
-        """True when an aged, pool-blocked request precedes ``p`` in the admission order."""
-        if not self._aged:
+        """True when the head-of-line request precedes ``p`` (same or higher class, older)."""
+        if not self._aged_heap:
             return False
-        key = self._key(p)
-        return any(
-            self._key(self.pending[a]) < key
-            for a in self._aged
-            if self.pending[a].reason in admission.POOL_REASONS
-        )
+        barrier = self._barrier()
+        return barrier is not None and barrier < (-p.lease_class.rank, p.seq)
 
     def _inputs(self, c: CampaignState, size: dims.Vec) -> dict[str, Any]:
         on_free, boot_free, cold, _ = self.pool.totals()
         return {
             "class_rank": c.spec.lease_class.rank,
-            "deficit": c.deficit(),
+            "deficit": c.deficit,
             "held": dims.as_dict(c.held),
             "tokens": {d: self.bucket_level(c.spec.name, d) for d in sorted(c.buckets)},
             "pool": {
@@ -721,21 +782,21 @@ class Engine:
         }
 
     def _try(self, p: Pending, barrier: bool) -> Grant | tuple[Reason, dict[str, Any]]:
-        """Grant ``p`` now if every rule allows; otherwise return (reason, rule inputs)."""
+        """Grant ``p`` now if every rule allows; otherwise (reason, details for the record)."""
         c = self.campaigns[p.campaign]
         size = p.size
         if admission.over_burst(c.held, size, c.burst):
-            return Reason.ABOVE_BURST, self._inputs(c, size)
+            return Reason.ABOVE_BURST, {}
         rate = admission.token_need(c.held, size, c.sustained)
         enforcement = self.policy.enforcement
         short = admission.bucket_short(
             c.spec, c.buckets, c.held, rate, p.duration_s, self.now, enforcement
         )
         if short:
-            return Reason.BUCKET_EMPTY, {**self._inputs(c, size), "bucket_short": short}
+            return Reason.BUCKET_EMPTY, {"bucket_short": short}
         own = c.unmet
         if barrier and not isolation.within_own_guarantee(size, own):
-            return Reason.HEAD_OF_LINE, self._inputs(c, size)
+            return Reason.HEAD_OF_LINE, {}
         preemptible = c.spec.preemptible
         on_free, boot_free, cold, _ = self.pool.totals()
         limit = isolation.warm_limit(on_free, self._reserve, own, self.headroom, preemptible)
@@ -748,14 +809,14 @@ class Engine:
                 dims.ZERO if preemptible else self._reclaimable,
             )
             reason = Reason.GUARANTEE_RESERVED if dims.fits(size, everything) else Reason.POOL_FULL
-            return reason, self._inputs(c, size)
+            return reason, {}
         delay = self._start_delay(plan)
         if delay > 0 and enforcement is Enforcement.PREPAID:
             short = admission.bucket_short(
                 c.spec, c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
             )
             if short:
-                return Reason.BUCKET_EMPTY, {**self._inputs(c, size), "bucket_short": short}
+                return Reason.BUCKET_EMPTY, {"bucket_short": short}
         return self._grant(p, c, plan, rate, own)
 
     def _start_delay(self, plan: paths.Plan) -> float:
@@ -777,7 +838,14 @@ class Engine:
         }
         inputs["within_guarantee"] = isolation.within_own_guarantee(p.size, own)
         inputs["waited_s"] = self.now - p.queued_at
-        price = self.price()
+        demand = self._queued_demand
+        if p.id in self.pending and not c.spec.preemptible:
+            demand = dims.vmax0(dims.sub(demand, p.size))
+        price = pricing.price(
+            self.policy.price_base,
+            self.policy.price_k,
+            pricing.pressure(self._firm_held, demand, self.pool.capacity),
+        )
         ls = Lease(
             id=p.id,
             campaign=p.campaign,
@@ -946,33 +1014,74 @@ class Engine:
 
     # ------------------------------------------------------------------ queue
 
-    def _refuse(self, p: Pending, reason: Reason, inputs: dict[str, Any]) -> None:
+    def _refuse(self, p: Pending, reason: Reason, details: dict[str, Any]) -> None:
+        inputs = {**self._inputs(self.campaigns[p.campaign], p.size), **details}
         wait = self._estimate_wait(p, reason)
         if not p.blocking:
-            self._emit(
-                Reject(
-                    self.now, p.id, p.campaign, reason, max(self.policy.min_retry_s, wait), inputs
-                )
-            )
+            retry = max(self.policy.min_retry_s, wait)
+            self._emit(Reject(self.now, p.id, p.campaign, reason, retry, inputs))
             return
-        p.reason = reason
         self.pending[p.id] = p
-        self._queues.setdefault((p.campaign, p.lease_class), deque()).append(p.id)
+        qk = (p.campaign, p.lease_class)
+        self._queues.setdefault(qk, deque()).append(p.id)
+        self._campaign_queues.setdefault(p.campaign, {})[p.lease_class] = None
         self._add_demand(p, +1)
+        self._set_reason(p, reason)
         if reason in admission.POOL_REASONS:
             self._push_timer(self.now + self.policy.hol_patience_s, "age", p.id)
         elif reason is Reason.BUCKET_EMPTY:
             self._schedule_wake(p)
         self._emit(Queue(self.now, p.id, p.campaign, reason, wait, inputs))
 
-    def _unqueue(self, p: Pending) -> None:
-        del self.pending[p.id]
+    def _index_head(self, p: Pending, on: bool) -> None:
+        if p.head_entry is not None:
+            self._pool_heads.remove(p.head_entry)
+            self._pool_sizes.remove(p.size[self._primary])
+            p.head_entry = None
+        self._guarantee_heads.pop(p.id, None)
+        if on:
+            p.head_entry = (*self._key(p), p.id)
+            self._pool_heads.add(p.head_entry)
+            self._pool_sizes.add(p.size[self._primary])
+            if isolation.within_own_guarantee(p.size, self.campaigns[p.campaign].unmet):
+                self._guarantee_heads[p.id] = None
+
+    def _set_reason(self, p: Pending, reason: Reason) -> None:
+        """Record why ``p`` waits, keeping the pool-blocked head index and aged heap current."""
+        p.reason = reason
+        pool = reason in admission.POOL_REASONS
         q = self._queues[(p.campaign, p.lease_class)]
-        q.remove(p.id)
+        if q[0] == p.id and pool != (p.head_entry is not None):
+            self._index_head(p, pool)
+        if pool and p.id in self._aged:
+            heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
+
+    def _rekey(self, campaign: str) -> None:
+        """A campaign's deficit changed: move its indexed heads to their new place."""
+        for lc in self._campaign_queues.get(campaign, ()):
+            p = self.pending[self._queues[(campaign, lc)][0]]
+            if p.head_entry is not None:
+                self._index_head(p, True)
+
+    def _unqueue(self, p: Pending) -> None:
+        """Take ``p`` out of the queue (granted or cancelled); the next one heads it."""
+        del self.pending[p.id]
+        qk = (p.campaign, p.lease_class)
+        q = self._queues[qk]
+        if q[0] == p.id:
+            q.popleft()
+        else:
+            q.remove(p.id)
+        self._index_head(p, False)
         if not q:
-            del self._queues[(p.campaign, p.lease_class)]
+            del self._queues[qk]
+            del self._campaign_queues[p.campaign][p.lease_class]
+            if not self._campaign_queues[p.campaign]:
+                del self._campaign_queues[p.campaign]
         self._aged.discard(p.id)
         self._add_demand(p, -1)
+        # The new head has not been looked at as a head yet.
+        self._dirty.add(p.campaign)
 
     def _add_demand(self, p: Pending, sign: int) -> None:
         # Preemptible demand yields to everyone, so it is not scarcity and does not raise
@@ -1061,61 +1170,98 @@ class Engine:
         self._admit()
         self._keep_warm()
 
+    def _pool_bound(self) -> float:
+        """An upper bound, in the primary dimension, on what any request could get now."""
+        on_free, boot_free, cold, _ = self.pool.totals()
+        i = self._primary
+        return (
+            max(0.0, on_free[i] - self._reserve[i])
+            + self._reclaimable[i]
+            + boot_free[i]
+            + cold[i]
+            + self._max_guarantee
+            + _EPS
+        )
+
     def _admit(self) -> None:
+        """The admission pass: consider, in admission order, the queue heads whose outcome may
+        have changed: pool-blocked heads small enough for what is free (when capacity was
+        freed), and the heads of campaigns whose holding, bucket or envelope changed."""
         if not self.pending or (not self._pool_dirty and not self._dirty):
             self._pool_dirty = False
             self._dirty.clear()
             return
-        heap: list[tuple[tuple[int, float, int], tuple[str, LeaseClass]]] = []
-        for qk, q in self._queues.items():
-            head = self.pending[q[0]]
-            pool_blocked = head.reason in admission.POOL_REASONS
-            if (self._pool_dirty and pool_blocked) or head.campaign in self._dirty:
-                heap.append((self._key(head), qk))
+        scan_pool = self._pool_dirty
+        heap = [
+            (self._key(self.pending[self._queues[(name, lc)][0]]), self._queues[(name, lc)][0])
+            for name in sorted(self._dirty)
+            for lc in self._campaign_queues.get(name, ())
+        ]
+        heapq.heapify(heap)
         self._pool_dirty = False
         self._dirty.clear()
-        heapq.heapify(heap)
-        barrier = False
-        while heap:
-            _, qk = heapq.heappop(heap)
-            q = self._queues.get(qk)
-            if not q:
+        barrier = self._barrier()
+        if scan_pool:
+            # Heads within their own unmet guarantee are exempt from the barrier; the
+            # barrier head itself is the one request of its class the scan must not skip.
+            extra = [rid for rid in self._guarantee_heads if rid in self.pending]
+            if barrier is not None:
+                extra.append(self._aged_heap[0][2])
+            for rid in extra:
+                heapq.heappush(heap, (self._key(self.pending[rid]), rid))
+        bound = self._pool_bound()
+        cursor: tuple[int, float, int, str] | None = None
+        seen: set[str] = set()
+        primary = self._primary
+        while True:
+            nxt = None
+            if scan_pool and self._pool_sizes and self._pool_sizes[0] <= bound:
+                it = (
+                    self._pool_heads.irange(minimum=cursor, inclusive=(False, True))
+                    if cursor is not None
+                    else iter(self._pool_heads)
+                )
+                for entry in it:
+                    if barrier is not None and entry[0] >= barrier[0]:
+                        # Everything from the barrier's class down waits behind it.
+                        break
+                    if entry[3] in seen:
+                        continue
+                    if self.pending[entry[3]].size[primary] <= bound:
+                        nxt = entry
+                        break
+            if heap and (nxt is None or heap[0][0] < nxt[:3]):
+                _, rid = heapq.heappop(heap)
+                if rid in seen or rid not in self.pending:
+                    continue
+            elif nxt is not None:
+                cursor = nxt
+                rid = nxt[3]
+            else:
+                break
+            seen.add(rid)
+            p = self.pending[rid]
+            if self._queues[(p.campaign, p.lease_class)][0] != rid:
                 continue
-            p = self.pending[q[0]]
-            result = self._try_pending(p, barrier)
+            behind = barrier is not None and barrier < (-p.lease_class.rank, p.seq)
+            result = self._try(p, behind)
             if isinstance(result, Grant):
-                q = self._queues.get(qk)
+                self._unqueue(p)
+                q = self._queues.get((p.campaign, p.lease_class))
                 if q:
-                    heapq.heappush(heap, (self._key(self.pending[q[0]]), qk))
+                    heapq.heappush(heap, (self._key(self.pending[q[0]]), q[0]))
+                if barrier is not None and barrier[1] == p.seq:
+                    barrier = self._barrier()
+                bound = self._pool_bound()
                 continue
-            reason = result
-            p.reason = reason
+            reason = result[0]
+            self._set_reason(p, reason)
             if reason is Reason.BUCKET_EMPTY:
                 self._schedule_wake(p)
-            if reason in admission.POOL_REASONS and p.id in self._aged:
-                barrier = True
-
-    def _try_pending(self, p: Pending, barrier: bool) -> Grant | Reason:
-        result = self._try_detached(p, barrier)
-        if isinstance(result, Grant):
-            return result
-        return result[0]
-
-    def _try_detached(self, p: Pending, barrier: bool) -> Grant | tuple[Reason, dict[str, Any]]:
-        # Take p out of the queue first so the grant sees consistent queued demand; put it
-        # back at its place if it is still refused.
-        q = self._queues[(p.campaign, p.lease_class)]
-        self._add_demand(p, -1)
-        result = self._try(p, barrier)
-        if isinstance(result, Grant):
-            q.popleft()
-            if not q:
-                del self._queues[(p.campaign, p.lease_class)]
-            del self.pending[p.id]
-            self._aged.discard(p.id)
-        else:
-            self._add_demand(p, +1)
-        return result
+            if barrier is None and reason in admission.POOL_REASONS and p.id in self._aged:
+                barrier = self._barrier()
+        # Heads that became heads during this pass were pushed and looked at already.
+        self._dirty.clear()
 
     def _keep_warm(self) -> None:
         """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""

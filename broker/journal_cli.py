@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+from rich.console import Console
+from rich.table import Table
+
 from bursar.broker import codec
 from bursar.broker.audit import Mismatch, audit
 from bursar.broker.errors import JournalError
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
-from rich.console import Console
-from rich.table import Table
 
 __all__ = ["journal"]
 

@@ -35,6 +35,13 @@ class Node:
 
 
 class PoolState:
+    """Nodes plus per-power-state aggregates, kept in step with every change.
+
+    The admission rule reads the aggregates on every decision; recomputing them from
+    the nodes each time cost more than the rest of a decision. ``recount`` recomputes
+    them from scratch, and the engine's invariant check compares the two.
+    """
+
     def __init__(self, spec: PoolSpec) -> None:
         self.spec = spec
         self.nodes: list[Node] = [
@@ -46,32 +53,39 @@ class PoolState:
         for n in self.nodes:
             self.capacity = dims.add(self.capacity, n.cap)
         self.rate_capacity = dict(spec.rate_capacity)
-        self._totals: tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec] | None = None
+        self._free = {p: dims.ZERO for p in Power}
+        """Free capacity per power state (for COLD and DOWN nodes: their whole capacity)."""
+        self.on_cap = dims.ZERO
+        self._free, self.on_cap = self.recount()
+
+    def recount(self) -> tuple[dict[Power, dims.Vec], dims.Vec]:
+        free = {p: dims.ZERO for p in Power}
+        on_cap = dims.ZERO
+        for n in self.nodes:
+            free[n.power] = dims.add(free[n.power], n.free)
+            if n.power is Power.ON:
+                on_cap = dims.add(on_cap, n.cap)
+        return free, on_cap
 
     def set_power(self, i: int, power: Power, ready_at: float | None = None) -> None:
-        self.nodes[i].power = power
-        self.nodes[i].ready_at = ready_at
-        self._totals = None
+        n = self.nodes[i]
+        self._free[n.power] = dims.sub(self._free[n.power], n.free)
+        if n.power is Power.ON:
+            self.on_cap = dims.sub(self.on_cap, n.cap)
+        n.power = power
+        n.ready_at = ready_at
+        self._free[power] = dims.add(self._free[power], n.free)
+        if power is Power.ON:
+            self.on_cap = dims.add(self.on_cap, n.cap)
 
-    # Aggregates are recomputed from the nodes after a change and cached until the next
-    # one: the bookkeeping stays in one place, so counters cannot drift from the nodes.
     def totals(self) -> tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec]:
         """(free on powered nodes, free on booting nodes, capacity of cold nodes, on capacity)."""
-        if self._totals is None:
-            self._totals = self._compute_totals()
-        return self._totals
+        f = self._free
+        return f[Power.ON], f[Power.BOOTING], f[Power.COLD], self.on_cap
 
-    def _compute_totals(self) -> tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec]:
-        on_free = boot_free = cold = on_cap = dims.ZERO
-        for n in self.nodes:
-            if n.power is Power.ON:
-                on_free = dims.add(on_free, n.free)
-                on_cap = dims.add(on_cap, n.cap)
-            elif n.power is Power.BOOTING:
-                boot_free = dims.add(boot_free, n.free)
-            elif n.power is Power.COLD:
-                cold = dims.add(cold, n.cap)
-        return on_free, boot_free, cold, on_cap
+    def _use(self, n: Node, delta: dims.Vec) -> None:
+        n.used = dims.add(n.used, delta)
+        self._free[n.power] = dims.sub(self._free[n.power], delta)
 
     def place(self, need: dims.Vec, powers: tuple[Power, ...]) -> dict[int, dims.Vec]:
         """Split ``need`` over nodes in the given power states, packing partly used nodes first.
@@ -96,24 +110,17 @@ class PoolState:
             take = dims.vmax0(dims.vmin(rest, n.free))
             if dims.is_zero(take):
                 continue
-            n.used = dims.add(n.used, take)
-            self._totals = None
+            self._use(n, take)
             pieces[i] = take
             rest = dims.vmax0(dims.sub(rest, take))
         if not dims.is_zero(rest):
             raise AssertionError(f"placement short by {rest}: aggregate check was wrong")
         return pieces
 
-    def add_piece(self, i: int, piece: dims.Vec) -> None:
-        n = self.nodes[i]
-        n.used = dims.add(n.used, piece)
-        self._totals = None
-
     def free_pieces(self, pieces: dict[int, dims.Vec]) -> None:
         for i, piece in pieces.items():
             n = self.nodes[i]
-            n.used = dims.vmax0(dims.sub(n.used, piece))
-        self._totals = None
+            self._use(n, tuple(-x for x in dims.vmin(piece, n.used)))
 
     def boot(self, need: dims.Vec, now: float, latency: float) -> list[int]:
         """Power on cold nodes, in index order, until their capacity covers ``need``."""
