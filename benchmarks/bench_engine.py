@@ -64,6 +64,7 @@ def fill(eng: Engine, n_pending: int, rng: random.Random, t: float) -> float:
 
 def mix(eng: Engine, n_events: int, rng: random.Random, t: float) -> tuple[int, int, float]:
     names = sorted(eng.campaigns)
+    metered = [n for n in names if not eng.campaigns[n].spec.preemptible]
     decisions = 0
     applied = 0
     start = time.perf_counter()

@@ -161,7 +161,8 @@ class Engine:
         self._node_waiters: dict[int, set[str]] = {}
         self._pool_dirty = False
         self._dirty: set[str] = set()
-        self._expiry_profile: tuple[list[float], list[dims.Vec]] | None = None
+        # Firm (non-preemptible) leases by end time: what frees capacity, and when.
+        self._firm_ends: SortedList = SortedList()
         self.headroom = dims.vec(self.policy.warm_headroom)
         self._out: list[Decision] = []
 
@@ -567,7 +568,6 @@ class Engine:
         self._reserve = dims.vmax0(dims.add(dims.sub(self._reserve, before), c.unmet))
         if not c.spec.preemptible:
             self._firm_held = dims.vmax0(dims.add(dims.sub(self._firm_held, old), held))
-        self._expiry_profile = None
 
     # ------------------------------------------------------------------ handlers
 
@@ -678,9 +678,11 @@ class Engine:
         c.credits += credits
         if ext > 0:
             ls.segments.append(Segment(ls.expires_at, new_end, rate, credit_rate))
+        if not ls.preemptible:
+            self._firm_ends.remove((ls.expires_at, _id_order(ls.id), ls.size))
+            self._firm_ends.add((new_end, _id_order(ls.id), ls.size))
         ls.expires_at = new_end
         self._push_timer(new_end, "expire", ls.id)
-        self._expiry_profile = None
         self._emit(
             Renewed(
                 self.now, ls.id, ls.campaign, new_end, tokens, credits, {**inputs, "price": price}
@@ -896,6 +898,8 @@ class Engine:
         c.leases.add(ls.id)
         self.leases[ls.id] = ls
         self._push_timer(ls.expires_at, "expire", ls.id)
+        if not ls.preemptible:
+            self._firm_ends.add((ls.expires_at, _id_order(ls.id), ls.size))
         if ls.ready:
             self._activate(ls)
         grant = Grant(
@@ -1007,6 +1011,8 @@ class Engine:
                 b.give(refund_tokens[i])
         c.credits -= refund_credits
         c.leases.discard(ls.id)
+        if not ls.preemptible:
+            self._firm_ends.remove((ls.expires_at, _id_order(ls.id), ls.size))
         del self.leases[ls.id]
         self.ended[ls.id] = state
         self._dirty.add(ls.campaign)
@@ -1135,35 +1141,13 @@ class Engine:
         if not c.spec.preemptible:
             have = dims.add(have, self._reclaimable)
         short = dims.vmax0(dims.sub(p.size, have))
-        times, cum = self._profile()
-        lo, hi = 0, len(times)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if dims.fits(short, cum[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        if lo == len(times):
-            return self.policy.max_lease_s
-        return max(0.0, times[lo] - self.now) + (
-            self.policy.grace_s if not dims.is_zero(self._reclaimable) else 0.0
-        )
-
-    def _profile(self) -> tuple[list[float], list[dims.Vec]]:
-        """Firm leases' end times, sorted, with the capacity freed by then (cached)."""
-        if self._expiry_profile is None:
-            ends = sorted(
-                (ls.expires_at, ls.size) for ls in self.leases.values() if not ls.preemptible
-            )
-            times: list[float] = []
-            cum: list[dims.Vec] = []
-            acc = dims.ZERO
-            for t, size in ends:
-                acc = dims.add(acc, size)
-                times.append(t)
-                cum.append(acc)
-            self._expiry_profile = (times, cum)
-        return self._expiry_profile
+        freed = dims.ZERO
+        for t, _, size in self._firm_ends:
+            freed = dims.add(freed, size)
+            if dims.fits(short, freed):
+                grace = self.policy.grace_s if not dims.is_zero(self._reclaimable) else 0.0
+                return max(0.0, t - self.now) + grace
+        return self.policy.max_lease_s
 
     def _settle(self) -> None:
         """Admission pass, then keep the guarantee reserve and headroom warm."""

@@ -93,27 +93,32 @@ class PoolState:
         Returns node index → piece. The caller has checked the aggregate fits, so a
         componentwise greedy split always succeeds.
         """
-        order = sorted(
-            (i for i, n in enumerate(self.nodes) if n.power in powers),
-            key=lambda i: (
-                powers.index(self.nodes[i].power),
-                dims.is_zero(self.nodes[i].used),
-                i,
-            ),
-        )
+        # Pack: partly used nodes first, then empty ones, each in index order. This runs on
+        # every grant, so it skips full nodes cheaply and does the arithmetic inline.
+        nodes = self.nodes
+        zero = dims.ZERO
+        order = [
+            i
+            for power in powers
+            for partly in (True, False)
+            for i, n in enumerate(nodes)
+            if n.power is power and n.used != n.cap and (n.used != zero) is partly
+        ]
         pieces: dict[int, dims.Vec] = {}
         rest = need
         for i in order:
-            if dims.is_zero(rest):
-                break
-            n = self.nodes[i]
-            take = dims.vmax0(dims.vmin(rest, n.free))
-            if dims.is_zero(take):
+            n = nodes[i]
+            take = tuple(
+                max(0.0, min(r, c - u)) for r, c, u in zip(rest, n.cap, n.used, strict=True)
+            )
+            if not any(x > 1e-12 for x in take):
                 continue
             self._use(n, take)
             pieces[i] = take
-            rest = dims.vmax0(dims.sub(rest, take))
-        if not dims.is_zero(rest):
+            rest = tuple(max(0.0, r - t) for r, t in zip(rest, take, strict=True))
+            if not any(x > 1e-9 for x in rest):
+                break
+        if any(x > 1e-9 for x in rest):
             raise AssertionError(f"placement short by {rest}: aggregate check was wrong")
         return pieces
 
