@@ -66,8 +66,8 @@ def bucket_short(
     span: float,
     now: float,
     enforcement: Enforcement,
-) -> dict[str, tuple[float, float]]:
-    """Dimensions whose bucket cannot cover the lease: dim → (level, tokens needed)."""
+) -> dict[str, dict[str, float]]:
+    """Dimensions whose bucket cannot cover the lease: dim → {level, tokens needed}."""
     short = {}
     for i, d in enumerate(dims.PLACED):
         above = rate_need[i]
@@ -75,7 +75,11 @@ def bucket_short(
         if above <= 0 or b is None or b.unlimited:
             continue
         level = b.level_at(now, held[i], enforcement)
-        need = above * span if enforcement is Enforcement.PREPAID else 1e-9
-        if level + 1e-9 < need:
-            short[d] = (level, need)
+        if enforcement is Enforcement.PREPAID:
+            need = above * span
+            if level + 1e-9 < need:
+                short[d] = {"level": level, "need": need}
+        elif level <= 1e-9:
+            # Grant-instant: only an empty bucket refuses, however long the lease.
+            short[d] = {"level": level, "need": 0.0}
     return short

@@ -205,3 +205,68 @@ def _summary(cfg: Config) -> list[Table]:
     if not cfg.campaigns:
         campaigns.caption = "no campaigns: they can be created at run time"
     return [nodes, capacity, campaigns]
+
+
+@main.command()
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out/demo"),
+    show_default=True,
+    help="State directory to write: the journal, report.html and summary.json.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Pool, policy and campaigns (TOML or YAML). Default: the packaged 512-GPU demo.",
+)
+@click.option("--show", type=int, default=25, show_default=True, help="Decisions to print.")
+def demo(out: Path, config_path: Path | None, show: int) -> None:
+    """Run the flagship demo: 30 virtual minutes of five campaigns on the 512-GPU pool.
+
+    Backfill fills idle nodes, a naive science campaign reclaims them, the victim's small
+    interactive requests stay inside its guarantee, a storm hits its burst ceiling and
+    empty bucket, an adaptive campaign follows the price, and a node fails. Prints what
+    the broker decided and why, audits the journal, and writes OUT/report.html.
+    """
+    from bursar.broker.audit import audit
+    from bursar.broker.demo import run_demo
+
+    console = Console()
+    try:
+        config = load_config(config_path) if config_path else None
+    except ConfigError as exc:
+        console.print(f"[red]{exc}[/red]")
+        sys.exit(EXIT_BAD_CONFIG)
+    with console.status("running the demo session..."):
+        d, sha = run_demo(out, config)
+    table = Table(title="What the broker decided, by campaign", box=box.SIMPLE_HEAD)
+    rows = d.summary_rows()
+    for k in rows[0]:
+        table.add_column(k, justify="left" if k == "campaign" else "right")
+    for r in rows:
+        table.add_row(*["-" if v is None else str(v) for v in r.values()])
+    console.print(table)
+    notable = Table(title=f"First {show} decisions and why", box=box.SIMPLE_HEAD)
+    for k in ("t (s)", "campaign", "decision", "why"):
+        notable.add_column(k, overflow="fold")
+    for t, c, k, w in d.trace.notable[:show]:
+        notable.add_row(f"{t:.0f}", c, k, w)
+    console.print(notable)
+    with console.status("auditing the journal..."):
+        report = audit(d.broker.journal)
+    audit_line = (
+        f"audit: {report.events_checked} events, {report.decisions_checked} decisions "
+        f"re-derived, {len(report.mismatches)} mismatches"
+    )
+    path = d.write_report(sha, audit_line)
+    d.broker.close()
+    console.print(audit_line)
+    console.print(f"journal SHA-256: {sha}")
+    console.print(
+        f"report: [bold]{path}[/bold]  (audit again: bursar journal audit --state-dir {out})"
+    )
+    if not report.ok:
+        sys.exit(1)

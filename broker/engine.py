@@ -120,6 +120,8 @@ class Pending:
     queued_at: float
     labels: dict[str, str]
     reason: Reason | None = None
+    aging: bool = False
+    """An age timer (head-of-line patience) is set for it."""
     head_entry: tuple[int, float, int, str] | None = None
     """Its entry in the pool-blocked head index while it heads its queue and is blocked
     for a pool reason; None otherwise."""
@@ -633,7 +635,10 @@ class Engine:
         self._pool_dirty = True
 
     def _on_renew(self, e: Renew) -> None:
-        ls = self.leases[e.lease_id]
+        ls = self.leases.get(e.lease_id)
+        if ls is None:
+            return  # revoked while the clock advanced to this event; see _on_release
+
         c = self.campaigns[ls.campaign]
         if ls.state is LeaseState.PREEMPTING:
             self._emit(
@@ -690,7 +695,11 @@ class Engine:
         )
 
     def _on_release(self, e: Release) -> None:
-        self._end(self.leases[e.lease_id], LeaseState.RELEASED, "released")
+        ls = self.leases.get(e.lease_id)
+        # A lease reclaimed while the clock advanced to this event has already ended
+        # (its Revoke is among this event's decisions): nothing is left to release.
+        if ls is not None:
+            self._end(ls, LeaseState.RELEASED, "released")
 
     def _on_tick(self, e: Tick) -> None:
         pass
@@ -774,7 +783,11 @@ class Engine:
             "class_rank": c.spec.lease_class.rank,
             "deficit": c.deficit,
             "held": dims.as_dict(c.held),
-            "tokens": {d: self.bucket_level(c.spec.name, d) for d in sorted(c.buckets)},
+            # None stands for an unlimited bucket: inputs stay plain JSON data.
+            "tokens": {
+                d: (None if b.unlimited else self.bucket_level(c.spec.name, d))
+                for d, b in sorted(c.buckets.items())
+            },
             "pool": {
                 "warm_free": dims.as_dict(on_free),
                 "reserve": dims.as_dict(self._reserve),
@@ -1033,9 +1046,7 @@ class Engine:
         self._campaign_queues.setdefault(p.campaign, {})[p.lease_class] = None
         self._add_demand(p, +1)
         self._set_reason(p, reason)
-        if reason in admission.POOL_REASONS:
-            self._push_timer(self.now + self.policy.hol_patience_s, "age", p.id)
-        elif reason is Reason.BUCKET_EMPTY:
+        if reason is Reason.BUCKET_EMPTY:
             self._schedule_wake(p)
         self._emit(Queue(self.now, p.id, p.campaign, reason, wait, inputs))
 
@@ -1056,6 +1067,10 @@ class Engine:
         """Record why ``p`` waits, keeping the pool-blocked head index and aged heap current."""
         p.reason = reason
         pool = reason in admission.POOL_REASONS
+        if pool and not p.aging:
+            # Patience counts from arrival, whatever the request first waited for.
+            p.aging = True
+            self._push_timer(max(self.now, p.queued_at + self.policy.hol_patience_s), "age", p.id)
         q = self._queues[(p.campaign, p.lease_class)]
         if q[0] == p.id and pool != (p.head_entry is not None):
             self._index_head(p, pool)

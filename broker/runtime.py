@@ -1,0 +1,122 @@
+"""The imperative shell around the engine: journal first, then the pool backend.
+
+``Broker.submit(event)`` is the one way anything reaches the engine:
+
+1. the engine validates and decides (a bad event raises ``RequestError``: nothing changed);
+2. the event and its decisions are appended to the journal and committed;
+3. only then does the backend act on the decisions and do listeners hear of them.
+
+A journal write that fails leaves the in-memory engine ahead of the journal, so the
+broker refuses all further work (``JournalError``); a restart rebuilds the engine from
+what was committed. The clock is whatever the caller passes as ``event.at``: virtual
+time in the simulator and the demo, the wall clock in the service.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bursar.broker.backends.base import PoolBackend, apply_decision
+from bursar.broker.backends.simulated import SimulatedPool
+from bursar.broker.config import Config
+from bursar.broker.decisions import Decision
+from bursar.broker.engine import Engine
+from bursar.broker.errors import JournalError
+from bursar.broker.events import CreateCampaign, Event, Tick
+from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
+from bursar.broker.supply import Supply, supply
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[Event, Sequence[Decision]], None]
+
+
+class Broker:
+    def __init__(self, engine: Engine, journal: Journal, backend: PoolBackend) -> None:
+        self.engine = engine
+        self.journal = journal
+        self.backend = backend
+        self._listeners: list[Listener] = []
+        self._broken: BaseException | None = None
+
+    @classmethod
+    def open(
+        cls,
+        state_dir: str | Path,
+        config: Config,
+        backend: PoolBackend | None = None,
+        *,
+        at: float = 0.0,
+        durability: str = "normal",
+    ) -> Broker:
+        """Open the broker whose journal is in ``state_dir``: replay it if it exists,
+        otherwise start a new one and create the config's campaigns at time ``at``."""
+        state = Path(state_dir)
+        state.mkdir(parents=True, exist_ok=True)
+        path = state / JOURNAL_FILENAME
+        fresh = not path.exists()
+        journal = Journal.open(path, config.pool, config.policy, durability=durability)
+        engine = Engine(config.pool, config.policy) if fresh else replay(journal)
+        broker = cls(engine, journal, backend or SimulatedPool(config.pool))
+        if fresh:
+            for spec in config.campaigns:
+                broker.submit(CreateCampaign(at=at, spec=spec))
+        else:
+            log.info("resumed from %s: %d entries, clock %.3f", path, len(journal), engine.now)
+        return broker
+
+    def listen(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def submit(self, event: Event) -> list[Decision]:
+        """Catch up with the backend and the engine's timers, then apply ``event``."""
+        self.catch_up(event.at)
+        return self._apply(event)
+
+    def catch_up(self, to: float) -> list[Decision]:
+        """Apply, in time order, the backend's events and the engine's timers due by ``to``."""
+        out: list[Decision] = []
+        while True:
+            t_engine = self.engine.next_timer()
+            t_backend = self.backend.next_event_time()
+            due = [t for t in (t_engine, t_backend) if t is not None and t <= to]
+            if not due:
+                return out
+            t = min(due)
+            if t_backend is not None and t_backend == t:
+                for e in self.backend.due_events(t):
+                    out += self._apply(e)
+            else:
+                out += self._apply(Tick(at=t))
+
+    def supply(self) -> Supply:
+        return supply(self.engine)
+
+    def close(self) -> None:
+        self.journal.close()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _apply(self, event: Event) -> list[Decision]:
+        if self._broken is not None:
+            raise JournalError(
+                f"the broker stopped after a journal write failed ({self._broken}); "
+                "restart it to resume from the journal"
+            )
+        decisions = self.engine.apply(event)
+        try:
+            self.journal.append(event, decisions)
+        except BaseException as exc:
+            self._broken = exc
+            raise
+        for d in decisions:
+            apply_decision(self.backend, d)
+        for listener in self._listeners:
+            listener(event, decisions)
+        return decisions

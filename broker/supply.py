@@ -1,0 +1,132 @@
+"""Supply signals: what the pool can give, how soon, at what price; and each campaign's
+bucket. Published to everyone (pull and stream) so adaptive agents can plan.
+
+``supply(engine)`` is a pure read of the engine's state at its current clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bursar.broker import dims
+from bursar.broker.engine import Engine
+from bursar.broker.policy import Enforcement
+
+
+@dataclass(frozen=True, slots=True)
+class DimSupply:
+    capacity: float
+    warm_free: float
+    """Idle powered capacity, including the guarantee reserve."""
+    reserve: float
+    """Unmet guarantees (kept warm; only their owners may use them)."""
+    available_warm: float
+    """Warm capacity beyond the reserve: what a request above its guarantee gets at once."""
+    reclaimable: float
+    """Held by active preemptible leases: available after the grace period."""
+    cold: float
+    """On cold or booting nodes: available after (at most) the boot latency."""
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignSupply:
+    held: dict[str, float]
+    bucket: dict[str, float | None]
+    """Bucket level per dimension (unit-seconds); None = unlimited."""
+    time_to_empty_s: dict[str, float | None]
+    """At the current holding; None when the bucket is not draining."""
+    headroom_to_burst: dict[str, float]
+    unmet_guarantee: dict[str, float]
+    credits: float
+    queued: int
+
+
+@dataclass(frozen=True, slots=True)
+class Supply:
+    at: float
+    price: float
+    """Credits per unit-hour of the primary dimension (see price.py)."""
+    pressure: float
+    dims: dict[str, DimSupply]
+    campaigns: dict[str, CampaignSupply]
+    grace_s: float
+    boot_latency_s: float
+
+    def time_to(self, n: float, dim: str = "gpu") -> dict[str, float | None]:
+        """Expected seconds until ``n`` units are usable on each path (None: not on that path).
+
+        For a request above its campaign's guarantee; within the guarantee it is 0.
+        """
+        d = self.dims[dim]
+        warm = d.available_warm
+        return {
+            "warm": 0.0 if n <= warm else None,
+            "reclaim": self.grace_s if n <= warm + d.reclaimable else None,
+            "cold": self.boot_latency_s if n <= warm + d.cold else None,
+        }
+
+
+def supply(engine: Engine) -> Supply:
+    on_free, boot_free, cold, _ = engine.pool.totals()
+    reserve = engine.reserve
+    out_dims = {}
+    for i, d in enumerate(dims.PLACED):
+        if engine.pool.capacity[i] <= 0:
+            continue
+        out_dims[d] = DimSupply(
+            capacity=engine.pool.capacity[i],
+            warm_free=on_free[i],
+            reserve=reserve[i],
+            available_warm=max(0.0, on_free[i] - reserve[i]),
+            reclaimable=engine.reclaimable[i],
+            cold=boot_free[i] + cold[i],
+        )
+    queued: dict[str, int] = {}
+    for p in engine.pending.values():
+        queued[p.campaign] = queued.get(p.campaign, 0) + 1
+    camps = {}
+    for name, c in sorted(engine.campaigns.items()):
+        levels: dict[str, float | None] = {}
+        empty: dict[str, float | None] = {}
+        for i, d in enumerate(dims.PLACED):
+            b = c.buckets.get(d)
+            if b is None:
+                continue
+            level = engine.bucket_level(name, d)
+            levels[d] = None if b.unlimited else level
+            drain = c.held[i] - b.rate
+            prepaid = engine.policy.enforcement is Enforcement.PREPAID
+            # Under prepaid leases the running level does not drain: above-R use was paid
+            # at grant, so "time to empty" is about grant-instant buckets only.
+            empty[d] = (
+                None
+                if b.unlimited or prepaid or drain <= 0 or level is None
+                else (level / drain if math.isfinite(level) else None)
+            )
+        for d in dims.RATE:
+            if d in c.rate_buckets:
+                b = c.rate_buckets[d]
+                levels[d] = None if b.unlimited else engine.bucket_level(name, d)
+        camps[name] = CampaignSupply(
+            held=dims.as_dict(c.held),
+            bucket=levels,
+            time_to_empty_s=empty,
+            headroom_to_burst={
+                d: max(0.0, c.burst[i] - c.held[i])
+                for i, d in enumerate(dims.PLACED)
+                if d in c.spec.envelopes
+            },
+            unmet_guarantee=dims.as_dict(c.unmet),
+            credits=c.credits,
+            queued=queued.get(name, 0),
+        )
+    return Supply(
+        at=engine.now,
+        price=engine.price(),
+        pressure=engine.pressure(),
+        dims=out_dims,
+        campaigns=camps,
+        grace_s=engine.policy.grace_s,
+        boot_latency_s=engine.pool_spec.boot_latency_s,
+    )
