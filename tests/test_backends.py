@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
 from bursar.broker.backends.base import BackendError, NodeState, PoolBackend, apply_decision
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.config import parse_config

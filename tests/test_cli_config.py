@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
 from bursar.broker.cli import main
 from bursar.broker.config import default_config, default_config_text, load_config
-from click.testing import CliRunner
 
 
 @pytest.fixture

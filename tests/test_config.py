@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from bursar.broker import dims
 from bursar.broker.config import (
     Config,

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
 from bursar.broker import codec
 from bursar.broker.audit import audit
 from bursar.broker.decisions import Decision, Expire, Grant, PreemptWarning, Released, Revoke
@@ -33,7 +35,6 @@ from bursar.broker.journal import (
 )
 from bursar.broker.journal_cli import journal as journal_cli
 from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
-from click.testing import CliRunner
 
 DEMO_POOL = PoolSpec(
     groups=(NodeGroup(count=8, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=8),)
