@@ -1,0 +1,83 @@
+"""The imperative shell: journal first, backend second, resume from the journal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bursar.broker.config import default_config
+from bursar.broker.decisions import Activate, Grant
+from bursar.broker.decisions import Path as LeasePath
+from bursar.broker.errors import JournalError, RequestError
+from bursar.broker.events import NodeReady, Release, RequestLease, Tick
+from bursar.broker.journal import Journal
+from bursar.broker.runtime import Broker
+
+
+def test_fresh_broker_creates_the_config_campaigns(tmp_path: Path) -> None:
+    config = default_config()
+    with Broker.open(tmp_path, config) as b:
+        assert sorted(b.engine.campaigns) == sorted(c.name for c in config.campaigns)
+        assert len(b.journal) == len(config.campaigns)
+
+
+def test_cold_path_lease_activates_when_the_simulated_pool_reports_its_nodes(
+    tmp_path: Path,
+) -> None:
+    with Broker.open(tmp_path, default_config()) as b:
+        (grant,) = [
+            d
+            for d in b.submit(RequestLease(1.0, "backfill", {"gpu": 64}, 600))
+            if isinstance(d, Grant)
+        ]
+        assert grant.path is LeasePath.COLD and grant.starts_at == 61.0
+        out = b.catch_up(61.0)
+        assert [d for d in out if isinstance(d, Activate)][0].lease_id == grant.lease_id
+        events = [e for _, e, _ in b.journal.entries()]
+        assert sum(isinstance(e, NodeReady) for e in events) == 8
+        assert set(b.backend.placements()[grant.lease_id]) == set(grant.nodes)
+
+
+def test_bad_input_changes_neither_engine_nor_journal(tmp_path: Path) -> None:
+    with Broker.open(tmp_path, default_config()) as b:
+        before = (b.engine.state_digest(), b.journal.sha256())
+        with pytest.raises(RequestError):
+            b.submit(RequestLease(5.0, "victim", {"gpu": -1}, 60))
+        assert (b.engine.state_digest(), b.journal.sha256()) == before
+
+
+def test_restart_resumes_with_every_lease_intact(tmp_path: Path) -> None:
+    config = default_config()
+    with Broker.open(tmp_path, config) as b:
+        b.submit(RequestLease(1.0, "victim", {"gpu": 8}, 600))
+        b.submit(RequestLease(2.0, "adaptive-sci", {"gpu": 128}, 600))
+        b.submit(Release(3.0, "L1"))
+        digest, leases = b.engine.state_digest(), sorted(b.engine.leases)
+    with Broker.open(tmp_path, config) as again:
+        assert again.engine.state_digest() == digest
+        assert sorted(again.engine.leases) == leases == ["L2"]
+        # It carries on where it stopped: the lease still expires on time.
+        again.submit(Tick(700.0))
+        assert not again.engine.leases
+
+
+def test_listeners_hear_only_what_is_already_journaled(tmp_path: Path) -> None:
+    with Broker.open(tmp_path, default_config()) as b:
+        seen: list[int] = []
+        b.listen(lambda event, decisions: seen.append(len(b.journal)))
+        n = len(b.journal)
+        b.submit(RequestLease(1.0, "victim", {"gpu": 8}, 60))
+        assert seen == [n + 1]
+
+
+def test_a_failed_journal_write_stops_the_broker(tmp_path: Path) -> None:
+    b = Broker.open(tmp_path, default_config())
+    b.journal.close()  # any write now fails
+    with pytest.raises(Exception):  # noqa: B017 - sqlite's own error, whatever it is
+        b.submit(RequestLease(1.0, "victim", {"gpu": 8}, 60))
+    with pytest.raises(JournalError, match="restart it"):
+        b.submit(RequestLease(2.0, "victim", {"gpu": 8}, 60))
+    # What reached the journal before the failure is intact and replayable.
+    with Journal.open(tmp_path / "journal.sqlite") as j:
+        assert len(j) == len(default_config().campaigns)
