@@ -33,7 +33,7 @@ def test_cold_path_lease_activates_when_the_simulated_pool_reports_its_nodes(
         ]
         assert grant.path is LeasePath.COLD and grant.starts_at == 61.0
         out = b.catch_up(61.0)
-        assert [d for d in out if isinstance(d, Activate)][0].lease_id == grant.lease_id
+        assert next(d for d in out if isinstance(d, Activate)).lease_id == grant.lease_id
         events = [e for _, e, _ in b.journal.entries()]
         assert sum(isinstance(e, NodeReady) for e in events) == 8
         assert set(b.backend.placements()[grant.lease_id]) == set(grant.nodes)
