@@ -79,7 +79,7 @@ def mix(eng: Engine, n_events: int, rng: random.Random, t: float) -> tuple[int, 
         elif r < 0.5:
             e = ev.Meter(
                 t,
-                rng.choice([n for n in names if not eng.campaigns[n].spec.preemptible]),
+                rng.choice(metered),
                 "fs_bw",
                 300.0,
             )

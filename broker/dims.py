@@ -33,26 +33,35 @@ def as_dict(v: Vec) -> dict[str, float]:
     return {d: x for d, x in zip(PLACED, v, strict=True) if x}
 
 
+# The engine calls these on every decision; they are written out for the three placed
+# dimensions because generator expressions over zip() cost several times more.
+assert len(PLACED) == 3
+
+
 def add(a: Vec, b: Vec) -> Vec:
-    return tuple(x + y for x, y in zip(a, b, strict=True))
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
 
 
 def sub(a: Vec, b: Vec) -> Vec:
-    return tuple(x - y for x, y in zip(a, b, strict=True))
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
 
 
 def vmin(a: Vec, b: Vec) -> Vec:
-    return tuple(min(x, y) for x, y in zip(a, b, strict=True))
+    return (min(a[0], b[0]), min(a[1], b[1]), min(a[2], b[2]))
 
 
 def vmax0(a: Vec) -> Vec:
-    return tuple(max(0.0, x) for x in a)
+    return (
+        a[0] if a[0] > 0.0 else 0.0,
+        a[1] if a[1] > 0.0 else 0.0,
+        a[2] if a[2] > 0.0 else 0.0,
+    )
 
 
 def fits(need: Vec, avail: Vec) -> bool:
     """True when every component of ``need`` is within ``avail`` (with float slack)."""
-    return all(n <= a + 1e-9 for n, a in zip(need, avail, strict=True))
+    return need[0] <= avail[0] + 1e-9 and need[1] <= avail[1] + 1e-9 and need[2] <= avail[2] + 1e-9
 
 
 def is_zero(a: Vec) -> bool:
-    return all(abs(x) <= 1e-9 for x in a)
+    return -1e-9 <= a[0] <= 1e-9 and -1e-9 <= a[1] <= 1e-9 and -1e-9 <= a[2] <= 1e-9

@@ -94,33 +94,29 @@ class PoolState:
         componentwise greedy split always succeeds.
         """
         # Pack: partly used nodes first, then empty ones, each in index order. This runs on
-        # every grant, so it skips full nodes cheaply and does the arithmetic inline.
+        # every grant: full nodes are skipped cheaply and the arithmetic is inline.
         nodes = self.nodes
         zero = dims.ZERO
-        order = [
-            i
-            for power in powers
-            for partly in (True, False)
-            for i, n in enumerate(nodes)
-            if n.power is power and n.used != n.cap and (n.used != zero) is partly
-        ]
+        wanted = [k for k, x in enumerate(need) if x > 0]
         pieces: dict[int, dims.Vec] = {}
         rest = need
-        for i in order:
-            n = nodes[i]
-            take = tuple(
-                max(0.0, min(r, c - u)) for r, c, u in zip(rest, n.cap, n.used, strict=True)
-            )
-            if not any(x > 1e-12 for x in take):
-                continue
-            self._use(n, take)
-            pieces[i] = take
-            rest = tuple(max(0.0, r - t) for r, t in zip(rest, take, strict=True))
-            if not any(x > 1e-9 for x in rest):
-                break
-        if any(x > 1e-9 for x in rest):
-            raise AssertionError(f"placement short by {rest}: aggregate check was wrong")
-        return pieces
+        for partly in (True, False):
+            for i, n in enumerate(nodes):
+                u = n.used
+                if n.power not in powers or (u != zero) is not partly:
+                    continue
+                cap = n.cap
+                if not any(cap[k] - u[k] > 1e-12 for k in wanted):
+                    continue
+                take = tuple(max(0.0, min(r, c - x)) for r, c, x in zip(rest, cap, u, strict=True))
+                if not any(x > 1e-12 for x in take):
+                    continue
+                self._use(n, take)
+                pieces[i] = take
+                rest = tuple(max(0.0, r - t) for r, t in zip(rest, take, strict=True))
+                if not any(x > 1e-9 for x in rest):
+                    return pieces
+        raise AssertionError(f"placement short by {rest}: aggregate check was wrong")
 
     def free_pieces(self, pieces: dict[int, dims.Vec]) -> None:
         for i, piece in pieces.items():
