@@ -18,11 +18,32 @@ from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import EVENT_TYPES, Event
 from bursar.broker.reasons import Reason
 
+_SCALARS = (str, int, bool, type(None))
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
 
 def plain(x: Any) -> Any:
     """Enums to values, dataclasses and mappings to dicts, non-finite floats to strings."""
+    # Ordered by how often each kind occurs in a journal row: this runs on every append.
+    if isinstance(x, _SCALARS):
+        return x
+    if isinstance(x, float):
+        if x - x == 0.0:  # finite
+            return x
+        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
+    if isinstance(x, dict):
+        return {str(k): plain(v) for k, v in x.items()}
     if isinstance(x, enum.Enum):
         return x.value
+    if isinstance(x, tuple | list):
+        return [plain(v) for v in x]
     if isinstance(x, CampaignSpec):
         return {
             "name": x.name,
@@ -31,13 +52,9 @@ def plain(x: Any) -> Any:
             "envelopes": {d: plain(e) for d, e in sorted(x.envelopes.items())},
         }
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        return {name: plain(getattr(x, name)) for name in _field_names(type(x))}
     if isinstance(x, Mapping):
         return {str(k): plain(v) for k, v in x.items()}
-    if isinstance(x, tuple | list):
-        return [plain(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
     return x
 
 
