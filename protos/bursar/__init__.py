@@ -1,0 +1,1 @@
+"""Generated code for the ``bursar.*`` proto packages (see ``bursar.protos.gen``)."""

@@ -1,0 +1,546 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LeaseState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEASE_STATE_UNSPECIFIED: _ClassVar[LeaseState]
+    LEASE_STATE_STARTING: _ClassVar[LeaseState]
+    LEASE_STATE_ACTIVE: _ClassVar[LeaseState]
+    LEASE_STATE_PREEMPTING: _ClassVar[LeaseState]
+    LEASE_STATE_RELEASED: _ClassVar[LeaseState]
+    LEASE_STATE_EXPIRED: _ClassVar[LeaseState]
+    LEASE_STATE_REVOKED: _ClassVar[LeaseState]
+
+class LeasePath(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEASE_PATH_UNSPECIFIED: _ClassVar[LeasePath]
+    LEASE_PATH_WARM: _ClassVar[LeasePath]
+    LEASE_PATH_RECLAIM: _ClassVar[LeasePath]
+    LEASE_PATH_COLD: _ClassVar[LeasePath]
+
+class LeaseClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEASE_CLASS_UNSPECIFIED: _ClassVar[LeaseClass]
+    LEASE_CLASS_INTERACTIVE: _ClassVar[LeaseClass]
+    LEASE_CLASS_BATCH: _ClassVar[LeaseClass]
+    LEASE_CLASS_OPPORTUNISTIC: _ClassVar[LeaseClass]
+
+class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REASON_UNSPECIFIED: _ClassVar[ReasonCode]
+    REASON_ABOVE_BURST: _ClassVar[ReasonCode]
+    REASON_BUCKET_EMPTY: _ClassVar[ReasonCode]
+    REASON_GUARANTEE_RESERVED: _ClassVar[ReasonCode]
+    REASON_POOL_FULL: _ClassVar[ReasonCode]
+    REASON_HEAD_OF_LINE: _ClassVar[ReasonCode]
+    REASON_LEASE_PREEMPTING: _ClassVar[ReasonCode]
+    REASON_MAX_LEASE: _ClassVar[ReasonCode]
+
+class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DECISION_KIND_UNSPECIFIED: _ClassVar[DecisionKind]
+    DECISION_KIND_GRANT: _ClassVar[DecisionKind]
+    DECISION_KIND_QUEUE: _ClassVar[DecisionKind]
+    DECISION_KIND_REJECT: _ClassVar[DecisionKind]
+    DECISION_KIND_CANCELLED: _ClassVar[DecisionKind]
+    DECISION_KIND_ACTIVATE: _ClassVar[DecisionKind]
+    DECISION_KIND_PREEMPT_WARNING: _ClassVar[DecisionKind]
+    DECISION_KIND_REVOKE: _ClassVar[DecisionKind]
+    DECISION_KIND_EXPIRE: _ClassVar[DecisionKind]
+    DECISION_KIND_RELEASE: _ClassVar[DecisionKind]
+    DECISION_KIND_RENEW: _ClassVar[DecisionKind]
+    DECISION_KIND_METER: _ClassVar[DecisionKind]
+    DECISION_KIND_POWER_ON: _ClassVar[DecisionKind]
+    DECISION_KIND_CAMPAIGN: _ClassVar[DecisionKind]
+
+class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEASE_EVENT_KIND_UNSPECIFIED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_GRANTED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_ACTIVATED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_PREEMPT_WARNING: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_RENEWED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_REVOKED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_EXPIRED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_RELEASED: _ClassVar[LeaseEventKind]
+LEASE_STATE_UNSPECIFIED: LeaseState
+LEASE_STATE_STARTING: LeaseState
+LEASE_STATE_ACTIVE: LeaseState
+LEASE_STATE_PREEMPTING: LeaseState
+LEASE_STATE_RELEASED: LeaseState
+LEASE_STATE_EXPIRED: LeaseState
+LEASE_STATE_REVOKED: LeaseState
+LEASE_PATH_UNSPECIFIED: LeasePath
+LEASE_PATH_WARM: LeasePath
+LEASE_PATH_RECLAIM: LeasePath
+LEASE_PATH_COLD: LeasePath
+LEASE_CLASS_UNSPECIFIED: LeaseClass
+LEASE_CLASS_INTERACTIVE: LeaseClass
+LEASE_CLASS_BATCH: LeaseClass
+LEASE_CLASS_OPPORTUNISTIC: LeaseClass
+REASON_UNSPECIFIED: ReasonCode
+REASON_ABOVE_BURST: ReasonCode
+REASON_BUCKET_EMPTY: ReasonCode
+REASON_GUARANTEE_RESERVED: ReasonCode
+REASON_POOL_FULL: ReasonCode
+REASON_HEAD_OF_LINE: ReasonCode
+REASON_LEASE_PREEMPTING: ReasonCode
+REASON_MAX_LEASE: ReasonCode
+DECISION_KIND_UNSPECIFIED: DecisionKind
+DECISION_KIND_GRANT: DecisionKind
+DECISION_KIND_QUEUE: DecisionKind
+DECISION_KIND_REJECT: DecisionKind
+DECISION_KIND_CANCELLED: DecisionKind
+DECISION_KIND_ACTIVATE: DecisionKind
+DECISION_KIND_PREEMPT_WARNING: DecisionKind
+DECISION_KIND_REVOKE: DecisionKind
+DECISION_KIND_EXPIRE: DecisionKind
+DECISION_KIND_RELEASE: DecisionKind
+DECISION_KIND_RENEW: DecisionKind
+DECISION_KIND_METER: DecisionKind
+DECISION_KIND_POWER_ON: DecisionKind
+DECISION_KIND_CAMPAIGN: DecisionKind
+LEASE_EVENT_KIND_UNSPECIFIED: LeaseEventKind
+LEASE_EVENT_KIND_GRANTED: LeaseEventKind
+LEASE_EVENT_KIND_ACTIVATED: LeaseEventKind
+LEASE_EVENT_KIND_PREEMPT_WARNING: LeaseEventKind
+LEASE_EVENT_KIND_RENEWED: LeaseEventKind
+LEASE_EVENT_KIND_REVOKED: LeaseEventKind
+LEASE_EVENT_KIND_EXPIRED: LeaseEventKind
+LEASE_EVENT_KIND_RELEASED: LeaseEventKind
+
+class Lease(_message.Message):
+    __slots__ = ("lease_id", "campaign", "state", "size", "path", "lease_class", "preemptible", "granted_at", "starts_at", "expires_at", "preempt_deadline", "nodes", "labels", "ended_at", "end_cause")
+    class SizeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    LEASE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTS_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    PREEMPT_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    END_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    campaign: str
+    state: LeaseState
+    size: _containers.ScalarMap[str, float]
+    path: LeasePath
+    lease_class: LeaseClass
+    preemptible: bool
+    granted_at: float
+    starts_at: float
+    expires_at: float
+    preempt_deadline: float
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    labels: _containers.ScalarMap[str, str]
+    ended_at: float
+    end_cause: str
+    def __init__(self, lease_id: _Optional[str] = ..., campaign: _Optional[str] = ..., state: _Optional[_Union[LeaseState, str]] = ..., size: _Optional[_Mapping[str, float]] = ..., path: _Optional[_Union[LeasePath, str]] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., preemptible: _Optional[bool] = ..., granted_at: _Optional[float] = ..., starts_at: _Optional[float] = ..., expires_at: _Optional[float] = ..., preempt_deadline: _Optional[float] = ..., nodes: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ended_at: _Optional[float] = ..., end_cause: _Optional[str] = ...) -> None: ...
+
+class DimEnvelope(_message.Message):
+    __slots__ = ("guarantee", "sustained", "burst", "bucket")
+    GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    SUSTAINED_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    guarantee: float
+    sustained: float
+    burst: float
+    bucket: float
+    def __init__(self, guarantee: _Optional[float] = ..., sustained: _Optional[float] = ..., burst: _Optional[float] = ..., bucket: _Optional[float] = ...) -> None: ...
+
+class CampaignSpec(_message.Message):
+    __slots__ = ("name", "envelopes", "lease_class", "preemptible")
+    class EnvelopesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: DimEnvelope
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DimEnvelope, _Mapping]] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    envelopes: _containers.MessageMap[str, DimEnvelope]
+    lease_class: LeaseClass
+    preemptible: bool
+    def __init__(self, name: _Optional[str] = ..., envelopes: _Optional[_Mapping[str, DimEnvelope]] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., preemptible: _Optional[bool] = ...) -> None: ...
+
+class DimSupply(_message.Message):
+    __slots__ = ("capacity", "warm_free", "reserve", "available_warm", "reclaimable", "cold")
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    WARM_FREE_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_WARM_FIELD_NUMBER: _ClassVar[int]
+    RECLAIMABLE_FIELD_NUMBER: _ClassVar[int]
+    COLD_FIELD_NUMBER: _ClassVar[int]
+    capacity: float
+    warm_free: float
+    reserve: float
+    available_warm: float
+    reclaimable: float
+    cold: float
+    def __init__(self, capacity: _Optional[float] = ..., warm_free: _Optional[float] = ..., reserve: _Optional[float] = ..., available_warm: _Optional[float] = ..., reclaimable: _Optional[float] = ..., cold: _Optional[float] = ...) -> None: ...
+
+class CampaignSupply(_message.Message):
+    __slots__ = ("held", "bucket", "time_to_empty_s", "headroom_to_burst", "unmet_guarantee", "credits", "queued")
+    class HeldEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class BucketEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class TimeToEmptySEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class HeadroomToBurstEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class UnmetGuaranteeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_EMPTY_S_FIELD_NUMBER: _ClassVar[int]
+    HEADROOM_TO_BURST_FIELD_NUMBER: _ClassVar[int]
+    UNMET_GUARANTEE_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    held: _containers.ScalarMap[str, float]
+    bucket: _containers.ScalarMap[str, float]
+    time_to_empty_s: _containers.ScalarMap[str, float]
+    headroom_to_burst: _containers.ScalarMap[str, float]
+    unmet_guarantee: _containers.ScalarMap[str, float]
+    credits: float
+    queued: int
+    def __init__(self, held: _Optional[_Mapping[str, float]] = ..., bucket: _Optional[_Mapping[str, float]] = ..., time_to_empty_s: _Optional[_Mapping[str, float]] = ..., headroom_to_burst: _Optional[_Mapping[str, float]] = ..., unmet_guarantee: _Optional[_Mapping[str, float]] = ..., credits: _Optional[float] = ..., queued: _Optional[int] = ...) -> None: ...
+
+class TimeTo(_message.Message):
+    __slots__ = ("units", "dim", "warm_s", "reclaim_s", "cold_s")
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    WARM_S_FIELD_NUMBER: _ClassVar[int]
+    RECLAIM_S_FIELD_NUMBER: _ClassVar[int]
+    COLD_S_FIELD_NUMBER: _ClassVar[int]
+    units: float
+    dim: str
+    warm_s: float
+    reclaim_s: float
+    cold_s: float
+    def __init__(self, units: _Optional[float] = ..., dim: _Optional[str] = ..., warm_s: _Optional[float] = ..., reclaim_s: _Optional[float] = ..., cold_s: _Optional[float] = ...) -> None: ...
+
+class Supply(_message.Message):
+    __slots__ = ("at", "price", "pressure", "dims", "campaigns", "grace_s", "boot_latency_s", "time_to")
+    class DimsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: DimSupply
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DimSupply, _Mapping]] = ...) -> None: ...
+    class CampaignsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: CampaignSupply
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[CampaignSupply, _Mapping]] = ...) -> None: ...
+    AT_FIELD_NUMBER: _ClassVar[int]
+    PRICE_FIELD_NUMBER: _ClassVar[int]
+    PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    DIMS_FIELD_NUMBER: _ClassVar[int]
+    CAMPAIGNS_FIELD_NUMBER: _ClassVar[int]
+    GRACE_S_FIELD_NUMBER: _ClassVar[int]
+    BOOT_LATENCY_S_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIELD_NUMBER: _ClassVar[int]
+    at: float
+    price: float
+    pressure: float
+    dims: _containers.MessageMap[str, DimSupply]
+    campaigns: _containers.MessageMap[str, CampaignSupply]
+    grace_s: float
+    boot_latency_s: float
+    time_to: TimeTo
+    def __init__(self, at: _Optional[float] = ..., price: _Optional[float] = ..., pressure: _Optional[float] = ..., dims: _Optional[_Mapping[str, DimSupply]] = ..., campaigns: _Optional[_Mapping[str, CampaignSupply]] = ..., grace_s: _Optional[float] = ..., boot_latency_s: _Optional[float] = ..., time_to: _Optional[_Union[TimeTo, _Mapping]] = ...) -> None: ...
+
+class DecisionRecord(_message.Message):
+    __slots__ = ("seq", "at", "kind", "campaign", "lease_id", "reason", "json")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    at: float
+    kind: DecisionKind
+    campaign: str
+    lease_id: str
+    reason: ReasonCode
+    json: str
+    def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[_Union[DecisionKind, str]] = ..., campaign: _Optional[str] = ..., lease_id: _Optional[str] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., json: _Optional[str] = ...) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("campaign", "size", "duration_s", "timeout_s", "lease_class", "labels")
+    class SizeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    LEASE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    campaign: str
+    size: _containers.ScalarMap[str, float]
+    duration_s: float
+    timeout_s: float
+    lease_class: LeaseClass
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, campaign: _Optional[str] = ..., size: _Optional[_Mapping[str, float]] = ..., duration_s: _Optional[float] = ..., timeout_s: _Optional[float] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ("lease", "tokens", "price", "credits", "waited_s")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PRICE_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    WAITED_S_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    tokens: float
+    price: float
+    credits: float
+    waited_s: float
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., tokens: _Optional[float] = ..., price: _Optional[float] = ..., credits: _Optional[float] = ..., waited_s: _Optional[float] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("lease_id", "duration_s")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    duration_s: float
+    def __init__(self, lease_id: _Optional[str] = ..., duration_s: _Optional[float] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("lease", "tokens", "credits")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    tokens: float
+    credits: float
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., tokens: _Optional[float] = ..., credits: _Optional[float] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("lease", "already_ended", "refund_tokens", "refund_credits")
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_ENDED_FIELD_NUMBER: _ClassVar[int]
+    REFUND_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REFUND_CREDITS_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    already_ended: bool
+    refund_tokens: float
+    refund_credits: float
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., already_ended: _Optional[bool] = ..., refund_tokens: _Optional[float] = ..., refund_credits: _Optional[float] = ...) -> None: ...
+
+class GetLeaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+
+class ListLeasesRequest(_message.Message):
+    __slots__ = ("campaign",)
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    campaign: str
+    def __init__(self, campaign: _Optional[str] = ...) -> None: ...
+
+class ListLeasesResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("lease_ids", "campaign")
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    lease_ids: _containers.RepeatedScalarFieldContainer[str]
+    campaign: str
+    def __init__(self, lease_ids: _Optional[_Iterable[str]] = ..., campaign: _Optional[str] = ...) -> None: ...
+
+class LeaseEvent(_message.Message):
+    __slots__ = ("kind", "at", "lease", "deadline", "cause", "snapshot", "for_request")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    FOR_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    kind: LeaseEventKind
+    at: float
+    lease: Lease
+    deadline: float
+    cause: str
+    snapshot: bool
+    for_request: str
+    def __init__(self, kind: _Optional[_Union[LeaseEventKind, str]] = ..., at: _Optional[float] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., deadline: _Optional[float] = ..., cause: _Optional[str] = ..., snapshot: _Optional[bool] = ..., for_request: _Optional[str] = ...) -> None: ...
+
+class SupplyRequest(_message.Message):
+    __slots__ = ("units", "dim")
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    units: float
+    dim: str
+    def __init__(self, units: _Optional[float] = ..., dim: _Optional[str] = ...) -> None: ...
+
+class WatchSupplyRequest(_message.Message):
+    __slots__ = ("min_interval_s", "max_interval_s", "units", "dim")
+    MIN_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    min_interval_s: float
+    max_interval_s: float
+    units: float
+    dim: str
+    def __init__(self, min_interval_s: _Optional[float] = ..., max_interval_s: _Optional[float] = ..., units: _Optional[float] = ..., dim: _Optional[str] = ...) -> None: ...
+
+class MeterRequest(_message.Message):
+    __slots__ = ("campaign", "dim", "amount")
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    AMOUNT_FIELD_NUMBER: _ClassVar[int]
+    campaign: str
+    dim: str
+    amount: float
+    def __init__(self, campaign: _Optional[str] = ..., dim: _Optional[str] = ..., amount: _Optional[float] = ...) -> None: ...
+
+class MeterResponse(_message.Message):
+    __slots__ = ("requested", "granted", "wait_s")
+    REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    requested: float
+    granted: float
+    wait_s: float
+    def __init__(self, requested: _Optional[float] = ..., granted: _Optional[float] = ..., wait_s: _Optional[float] = ...) -> None: ...
+
+class ListDecisionsRequest(_message.Message):
+    __slots__ = ("start_seq", "campaign", "kinds", "lease_id", "since", "limit")
+    START_SEQ_FIELD_NUMBER: _ClassVar[int]
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    KINDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    start_seq: int
+    campaign: str
+    kinds: _containers.RepeatedScalarFieldContainer[DecisionKind]
+    lease_id: str
+    since: float
+    limit: int
+    def __init__(self, start_seq: _Optional[int] = ..., campaign: _Optional[str] = ..., kinds: _Optional[_Iterable[_Union[DecisionKind, str]]] = ..., lease_id: _Optional[str] = ..., since: _Optional[float] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListDecisionsResponse(_message.Message):
+    __slots__ = ("decisions", "next_seq")
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[DecisionRecord]
+    next_seq: int
+    def __init__(self, decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Status(_message.Message):
+    __slots__ = ("version", "now", "engine_now", "started_at", "journal_entries", "campaigns", "leases", "pending", "open_streams", "caller")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_NOW_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    CAMPAIGNS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    now: float
+    engine_now: float
+    started_at: float
+    journal_entries: int
+    campaigns: int
+    leases: int
+    pending: int
+    open_streams: int
+    caller: str
+    def __init__(self, version: _Optional[str] = ..., now: _Optional[float] = ..., engine_now: _Optional[float] = ..., started_at: _Optional[float] = ..., journal_entries: _Optional[int] = ..., campaigns: _Optional[int] = ..., leases: _Optional[int] = ..., pending: _Optional[int] = ..., open_streams: _Optional[int] = ..., caller: _Optional[str] = ...) -> None: ...
