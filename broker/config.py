@@ -129,6 +129,7 @@ class _Policy(_Table):
     price_base: float = Field(default=_POLICY_DEFAULTS["price_base"], ge=0)
     price_k: float = Field(default=_POLICY_DEFAULTS["price_k"], ge=0)
     meter_window_s: float = Field(default=_POLICY_DEFAULTS["meter_window_s"], gt=0)
+    power_down_idle_s: float | None = Field(default=_POLICY_DEFAULTS["power_down_idle_s"], ge=0)
 
 
 class _Envelope(_Table):
@@ -301,6 +302,7 @@ def _build(model: _File, source: str) -> Config:
         price_base=p.price_base,
         price_k=p.price_k,
         meter_window_s=p.meter_window_s,
+        power_down_idle_s=p.power_down_idle_s,
     )
 
     campaigns = []

@@ -153,6 +153,14 @@ class PowerOn(Decision):
 
 
 @dataclass(frozen=True, slots=True)
+class PowerOff(Decision):
+    """Idle nodes not needed for the warm reserve or headroom go cold."""
+
+    kind: ClassVar[str] = "power_off"
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CampaignSet(Decision):
     """A campaign created or updated (with the envelope now in force)."""
 
@@ -176,6 +184,7 @@ DECISION_TYPES: dict[str, type[Decision]] = {
         Renewed,
         MeterGrant,
         PowerOn,
+        PowerOff,
         CampaignSet,
     )
 }

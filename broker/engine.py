@@ -36,6 +36,7 @@ from bursar.broker.decisions import (
     Expire,
     Grant,
     MeterGrant,
+    PowerOff,
     PowerOn,
     PreemptWarning,
     Queue,
@@ -532,6 +533,9 @@ class Engine:
             return ref in self.pending and ref not in self._aged
         if kind == "wake":
             return ref in self.campaigns
+        if kind == "idle":
+            n = self.pool.nodes[self.pool.index[ref]]
+            return n.power is Power.ON and n.used == dims.ZERO
         return False
 
     def _advance(self, to: float) -> None:
@@ -551,6 +555,8 @@ class Engine:
                     heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
             elif kind == "wake":
                 self._dirty.add(ref)
+            elif kind == "idle":
+                self._maybe_power_off(ref)
             self._settle()
         self.now = to
 
@@ -707,6 +713,7 @@ class Engine:
     def _on_node_ready(self, e: NodeReady) -> None:
         i = self.pool.index[e.node]
         self.pool.set_power(i, Power.ON)
+        self._watch_idle(i)
         for lid in sorted(self._node_waiters.pop(i, set()), key=_id_order):
             ls = self.leases.get(lid)
             if ls is None:
@@ -1015,6 +1022,8 @@ class Engine:
             self._maybe_activate(claimant)
         ls.claimed_by.clear()
         self.pool.free_pieces(ls.pieces)
+        for i in ls.pieces:
+            self._watch_idle(i)
         if ls.preemptible and was is LeaseState.ACTIVE:
             self._reclaimable = dims.vmax0(dims.sub(self._reclaimable, ls.size))
         self._set_held(c, dims.vmax0(dims.sub(c.held, ls.size)))
@@ -1278,6 +1287,26 @@ class Engine:
                     self.now + self.pool_spec.boot_latency_s,
                 )
             )
+
+    def _watch_idle(self, i: int) -> None:
+        n = self.pool.nodes[i]
+        idle_s = self.policy.power_down_idle_s
+        if idle_s is not None and n.power is Power.ON and n.used == dims.ZERO:
+            self._push_timer(self.now + idle_s, "idle", n.name)
+
+    def _maybe_power_off(self, name: str) -> None:
+        """Power an idle node down if the warm reserve and headroom stay covered without it.
+
+        (A node that was used and freed again since has a later idle timer; this one is
+        stale but harmless: the node is idle now, which is all that matters.)"""
+        i = self.pool.index[name]
+        n = self.pool.nodes[i]
+        on_free, boot_free, _, _ = self.pool.totals()
+        need = dims.add(self._reserve, self.headroom)
+        if not dims.fits(need, dims.sub(dims.add(on_free, boot_free), n.cap)):
+            return
+        self.pool.set_power(i, Power.COLD)
+        self._emit(PowerOff(self.now, (name,)))
 
     def _emit(self, d: Decision) -> None:
         self._out.append(d)

@@ -60,3 +60,6 @@ class PolicySpec:
     """Steepness: price = base * exp(k * pressure)."""
     meter_window_s: float = 1.0
     """A meter grant never exceeds burst * window units at once."""
+    power_down_idle_s: float | None = 600.0
+    """Power a node down after it has been idle this long, if the warm reserve and headroom
+    stay covered without it; None keeps idle nodes on."""

@@ -177,6 +177,7 @@ def test_every_policy_field_is_a_config_key(tmp_path: Path) -> None:
         "price_base": 3.0,
         "price_k": 0.5,
         "meter_window_s": 5.0,
+        "power_down_idle_s": 120.0,
     }
     assert set(overrides) == {f.name for f in dataclasses.fields(PolicySpec)}
     data = tomllib.loads(BASE_TOML)

@@ -16,7 +16,16 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
-from bursar.broker.decisions import Activate, Decision, Expire, Grant, PowerOn, Released, Revoke
+from bursar.broker.decisions import (
+    Activate,
+    Decision,
+    Expire,
+    Grant,
+    PowerOff,
+    PowerOn,
+    Released,
+    Revoke,
+)
 from bursar.broker.errors import BursarError
 from bursar.broker.events import Event
 
@@ -94,6 +103,8 @@ def apply_decision(backend: PoolBackend, decision: Decision) -> None:
     at = decision.at
     if isinstance(decision, PowerOn):
         backend.start(decision.nodes, at)
+    elif isinstance(decision, PowerOff):
+        backend.stop(decision.nodes, at)
     elif isinstance(decision, Grant):
         if decision.starts_at <= at:
             backend.place(decision.lease_id, decision.nodes, at)
