@@ -58,6 +58,7 @@ class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_KIND_METER: _ClassVar[DecisionKind]
     DECISION_KIND_POWER_ON: _ClassVar[DecisionKind]
     DECISION_KIND_CAMPAIGN: _ClassVar[DecisionKind]
+    DECISION_KIND_POWER_OFF: _ClassVar[DecisionKind]
 
 class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -106,6 +107,7 @@ DECISION_KIND_RENEW: DecisionKind
 DECISION_KIND_METER: DecisionKind
 DECISION_KIND_POWER_ON: DecisionKind
 DECISION_KIND_CAMPAIGN: DecisionKind
+DECISION_KIND_POWER_OFF: DecisionKind
 LEASE_EVENT_KIND_UNSPECIFIED: LeaseEventKind
 LEASE_EVENT_KIND_GRANTED: LeaseEventKind
 LEASE_EVENT_KIND_ACTIVATED: LeaseEventKind
