@@ -19,6 +19,7 @@ from bursar.broker import dims
 from bursar.broker.config import Config, default_config_text, load_config, pool_capacity
 from bursar.broker.errors import ConfigError
 from bursar.broker.journal_cli import journal
+from bursar.broker.service.cli import serve_command
 
 __all__ = ["main"]
 
@@ -80,6 +81,7 @@ def _configure_logging(level: int) -> None:
 
 
 main.add_command(journal)
+main.add_command(serve_command)
 
 
 @main.group("config")

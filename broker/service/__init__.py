@@ -1,0 +1,33 @@
+"""The gRPC service: ``bursar serve``.
+
+The wire contract is ``protos/bursar/v1/*.proto`` (package ``bursar.v1``, services
+``Broker`` and ``Admin``). The pieces, each small:
+
+* ``servicer``: thin servicers, proto in and out, one decorator for what every call shares;
+* ``core``: the ``Broker`` runtime on the event loop (clock, timers, waiters, streams);
+* ``errors``: the one exception → gRPC status table, with google.rpc details;
+* ``auth``: campaign tokens (stored hashed) and the admin token;
+* ``limits``: per-client request rate and open-stream limits;
+* ``convert``: proto ↔ engine values;
+* ``metrics``: Prometheus on a side port;
+* ``server``: ``create_server``, ``running``, ``serve``; ``cli``: the ``serve`` command.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Running", "ServiceCore", "Settings", "create_server", "running", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that `bursar --help` does not import grpc.
+    if name == "ServiceCore":
+        from bursar.broker.service.core import ServiceCore
+
+        return ServiceCore
+    if name in ("Running", "Settings", "create_server", "running", "serve"):
+        from bursar.broker.service import server
+
+        return getattr(server, name)
+    raise AttributeError(name)

@@ -1,0 +1,205 @@
+"""``bursar serve``: the command. The server itself lives in ``server.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+
+__all__ = ["serve_command"]
+
+EXIT_BAD_INPUT = 2
+
+
+@click.command(
+    "serve",
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. Loopback only unless --allow-remote.",
+)
+@click.option(
+    "--port",
+    default=50051,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="gRPC port; 0 picks a free one (printed on start).",
+)
+@click.option(
+    "--state-dir",
+    default=Path("state"),
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the journal (journal.sqlite), the token store (tokens.sqlite) and the "
+    "issued tokens (tokens.json, admin.token) live. Created if missing; an existing one "
+    "is resumed from its journal.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Pool, policy and campaigns (TOML or YAML) for a new state directory. Default: "
+    "the packaged 512-GPU demo. On a resumed state directory it may be left out (the "
+    "journal holds the pool and policy); if given, its pool and policy must match.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["simulated"]),
+    default="simulated",
+    show_default=True,
+    help="Pool backend. Only the simulated pool exists so far (wall-clock time).",
+)
+@click.option(
+    "--admin-token-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="File holding the admin token. Default: STATE/admin.token, generated (mode 0600) "
+    "on the first start.",
+)
+@click.option("--tls-cert", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="PEM certificate chain and private key: serve over TLS (both or neither).",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Allow a non-loopback --host. Use TLS: tokens travel in the call metadata.",
+)
+@click.option(
+    "--metrics-port",
+    default=9464,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Prometheus metrics at http://HOST:PORT/metrics; 0 picks a free port.",
+)
+@click.option("--no-metrics", is_flag=True, help="Do not serve metrics.")
+@click.option(
+    "--durability",
+    type=click.Choice(["normal", "full"]),
+    default="normal",
+    show_default=True,
+    help="Journal commits: 'normal' survives the process being killed; 'full' also "
+    "survives power loss, at one fsync per decision.",
+)
+@click.option(
+    "--rate-limit",
+    default=200.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Requests per second per client (token, or peer address without one).",
+)
+@click.option(
+    "--rate-burst",
+    default=400.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Requests a client may send at once after being idle.",
+)
+@click.option(
+    "--max-streams",
+    default=32,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Open Watch/WatchSupply streams per client.",
+)
+@click.option(
+    "--grace",
+    "grace_s",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds in-flight calls get to finish after SIGTERM.",
+)
+def serve_command(
+    host: str,
+    port: int,
+    state_dir: Path,
+    config_path: Path | None,
+    backend: str,
+    admin_token_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    allow_remote: bool,
+    metrics_port: int,
+    no_metrics: bool,
+    durability: str,
+    rate_limit: float,
+    rate_burst: float,
+    max_streams: int,
+    grace_s: float,
+) -> None:
+    """Serve the broker over gRPC (package bursar.v1: services Broker and Admin).
+
+    Campaigns acquire, watch, renew and release leases, read supply signals, meter rate
+    dimensions and read the journal; the admin creates and updates campaigns. Every call
+    carries `authorization: Bearer <token>` metadata:
+
+    \b
+    * campaign tokens: the config's campaigns get one on the first start, written to
+      STATE/tokens.json (mode 0600) for you to hand out; campaigns created through
+      Admin.CreateCampaign get theirs in the response. Only SHA-256 hashes are kept
+      (STATE/tokens.sqlite). Admin.RotateToken replaces one.
+    * the admin token: --admin-token-file, or STATE/admin.token (generated, mode 0600).
+
+    The standard gRPC health service and server reflection are on; errors are gRPC
+    status codes with google.rpc details (ErrorInfo, RetryInfo, BadRequest,
+    QuotaFailure). The clock is the wall clock. Every decision is committed to
+    STATE/journal.sqlite before it is answered; SIGTERM finishes in-flight calls and
+    closes the journal, and a restart (even after SIGKILL) resumes with every lease
+    intact. Audit with: bursar journal audit --state-dir STATE
+    """
+    from bursar.broker.config import load_config
+    from bursar.broker.errors import ConfigError, JournalError
+    from bursar.broker.service.limits import LimitSettings
+    from bursar.broker.service.server import Running, Settings, serve
+
+    try:
+        config = load_config(config_path) if config_path else None
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    settings = Settings(
+        state_dir=state_dir,
+        config=config,
+        host=host,
+        port=port,
+        metrics_port=None if no_metrics else metrics_port,
+        admin_token_file=admin_token_file,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        allow_remote=allow_remote,
+        durability=durability,
+        limits=LimitSettings(rate=rate_limit, burst=rate_burst, max_streams=max_streams),
+        grace_s=grace_s,
+    )
+
+    def announce(r: Running) -> None:
+        core = r.core
+        tls = "TLS" if tls_cert else "plaintext"
+        click.echo(f"bursar serve: listening on {r.address} (gRPC, {tls})")
+        if r.metrics_port is not None:
+            click.echo(f"bursar serve: metrics on http://{host}:{r.metrics_port}/metrics")
+        j = core.broker.journal
+        click.echo(f"bursar serve: journal {j.path} ({j.last_seq} entries)")
+        click.echo(f"bursar serve: admin token in {core.admin_token_path}")
+        if core.issued_at_start:
+            names = ", ".join(core.issued_at_start)
+            click.echo(
+                f"bursar serve: issued tokens for {names}: see {state_dir / 'tokens.json'} (0600)"
+            )
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(serve(settings, announce=announce))
+    except (ValueError, JournalError, OSError, RuntimeError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    click.echo("bursar serve: stopped; journal closed")

@@ -1,0 +1,269 @@
+"""Proto ↔ engine values. Pure functions, no I/O; the servicer calls them both ways.
+
+Incoming messages are checked for what the engine cannot see (a field the wire left
+empty, an enum number outside the contract, too many labels); what the engine checks
+itself (dimensions, sizes, envelopes) is left to it, so that each rule has one home.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from bursar.broker import dims
+from bursar.broker.decisions import Path as LeasePath
+from bursar.broker.engine import Engine
+from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.errors import ErrorCode, RequestError
+from bursar.broker.lease import Lease, LeaseState
+from bursar.broker.policy import Enforcement
+from bursar.broker.reasons import Reason
+from bursar.broker.supply import Supply
+from bursar.protos.bursar.v1 import admin_pb2
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+
+__all__ = [
+    "MAX_ID_LEN",
+    "MAX_LABELS",
+    "bucket_levels",
+    "campaign_to_proto",
+    "check_id",
+    "check_labels",
+    "check_number",
+    "lease_class_from_proto",
+    "lease_class_to_proto",
+    "lease_to_proto",
+    "path_to_proto",
+    "reason_to_proto",
+    "spec_from_proto",
+    "spec_to_proto",
+    "state_to_proto",
+    "supply_to_proto",
+]
+
+MAX_ID_LEN = 64
+MAX_LABELS = 16
+MAX_LABEL_KEY = 63
+MAX_LABEL_VALUE = 256
+MAX_SIZE_ENTRIES = 8
+
+_STATE = {s: pb.LeaseState.Value(f"LEASE_STATE_{s.name}") for s in LeaseState}
+_PATH = {p: pb.LeasePath.Value(f"LEASE_PATH_{p.name}") for p in LeasePath}
+_CLASS = {c: pb.LeaseClass.Value(f"LEASE_CLASS_{c.name}") for c in LeaseClass}
+_CLASS_BACK = {v: k for k, v in _CLASS.items()}
+_REASON = {r: pb.ReasonCode.Value(f"REASON_{r.value}") for r in Reason}
+
+
+def _bad(field: str, message: str) -> RequestError:
+    return RequestError(ErrorCode.INVALID_ARGUMENT, field, message)
+
+
+def state_to_proto(s: LeaseState) -> int:
+    return _STATE[s]
+
+
+def path_to_proto(p: LeasePath) -> int:
+    return _PATH[p]
+
+
+def reason_to_proto(r: Reason | None) -> int:
+    return pb.REASON_UNSPECIFIED if r is None else _REASON[r]
+
+
+def lease_class_to_proto(c: LeaseClass) -> int:
+    return _CLASS[c]
+
+
+def lease_class_from_proto(value: int, field: str = "lease_class") -> LeaseClass | None:
+    """None for UNSPECIFIED (the campaign's class); INVALID_ARGUMENT for unknown numbers."""
+    if value == pb.LEASE_CLASS_UNSPECIFIED:
+        return None
+    try:
+        return _CLASS_BACK[value]
+    except KeyError:
+        raise _bad(field, f"unknown lease class {value}; allowed: 0 to 3") from None
+
+
+def check_id(value: str, field: str) -> str:
+    if not value:
+        raise _bad(field, "required")
+    if len(value) > MAX_ID_LEN or not value.isprintable():
+        raise _bad(field, f"at most {MAX_ID_LEN} printable characters")
+    return value
+
+
+def check_number(value: float, field: str, *, low: float = 0.0, high: float = math.inf) -> float:
+    if not math.isfinite(value) or value < low or value > high:
+        raise _bad(field, f"must be a finite number in [{low:g}, {high:g}] (got {value!r})")
+    return value
+
+
+def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    if len(labels) > MAX_LABELS:
+        raise _bad("labels", f"at most {MAX_LABELS} labels (got {len(labels)})")
+    for k, v in labels.items():
+        if not k or len(k) > MAX_LABEL_KEY:
+            raise _bad("labels", f"label keys must have 1 to {MAX_LABEL_KEY} characters")
+        if len(v) > MAX_LABEL_VALUE:
+            raise _bad(f"labels.{k}", f"at most {MAX_LABEL_VALUE} characters")
+    return dict(labels)
+
+
+def check_size(size: Mapping[str, float]) -> dict[str, float]:
+    if not size:
+        raise _bad("size", "give a size per dimension, e.g. {'gpu': 8}")
+    if len(size) > MAX_SIZE_ENTRIES:
+        raise _bad("size", f"at most {MAX_SIZE_ENTRIES} dimensions")
+    return dict(size)
+
+
+# --------------------------------------------------------------------------- leases
+
+
+def lease_to_proto(engine: Engine, ls: Lease) -> pb.Lease:
+    nodes = engine.pool.nodes
+    out = pb.Lease(
+        lease_id=ls.id,
+        campaign=ls.campaign,
+        state=_STATE[ls.state],
+        size=dims.as_dict(ls.size),
+        path=_PATH[ls.path],
+        lease_class=_CLASS[ls.lease_class],
+        preemptible=ls.preemptible,
+        granted_at=ls.granted_at,
+        starts_at=ls.starts_at,
+        expires_at=ls.expires_at,
+        # Placed (usable) only once active; a starting lease's pieces are still claims.
+        nodes=[nodes[i].name for i in sorted(ls.pieces)]
+        if ls.state is not LeaseState.STARTING
+        else [],
+        labels=ls.labels,
+    )
+    if ls.preempt_deadline is not None:
+        out.preempt_deadline = ls.preempt_deadline
+    return out
+
+
+# --------------------------------------------------------------------------- campaigns
+
+
+def spec_from_proto(spec: pb.CampaignSpec) -> CampaignSpec:
+    if not spec.name:
+        raise _bad("spec.name", "required")
+    if len(spec.envelopes) > len(dims.ALL):
+        raise _bad("spec.envelopes", f"at most one per dimension ({', '.join(dims.ALL)})")
+    envelopes = {}
+    for d, e in spec.envelopes.items():
+        envelopes[d] = DimEnvelope(
+            guarantee=e.guarantee,
+            sustained=e.sustained,
+            burst=e.burst,
+            bucket=e.bucket if e.HasField("bucket") else None,
+        )
+    lc = lease_class_from_proto(spec.lease_class, "spec.lease_class") or LeaseClass.BATCH
+    return CampaignSpec(
+        name=spec.name, envelopes=envelopes, lease_class=lc, preemptible=spec.preemptible
+    )
+
+
+def spec_to_proto(spec: CampaignSpec) -> pb.CampaignSpec:
+    out = pb.CampaignSpec(
+        name=spec.name, lease_class=_CLASS[spec.lease_class], preemptible=spec.preemptible
+    )
+    for d, e in sorted(spec.envelopes.items()):
+        env = out.envelopes[d]
+        env.guarantee = e.guarantee
+        env.sustained = e.sustained
+        env.burst = e.burst
+        if e.bucket is not None:
+            env.bucket = e.bucket
+    return out
+
+
+def bucket_levels(engine: Engine, campaign: str, at: float) -> dict[str, float]:
+    """Bucket level per dimension at time ``at`` (>= the engine's clock), +Inf if unlimited.
+
+    A pure read: the engine's buckets are brought forward in a copy of the arithmetic,
+    so that a quiet broker still reports how far a bucket has refilled by now.
+    """
+    c = engine.campaigns[campaign]
+    enforcement = engine.policy.enforcement
+    at = max(at, engine.now)
+    out: dict[str, float] = {}
+    for i, d in enumerate(dims.PLACED):
+        b = c.buckets.get(d)
+        if b is not None:
+            out[d] = b.level_at(at, c.held[i], enforcement)
+    for d, b in c.rate_buckets.items():
+        out[d] = b.level_at(at, 0.0, Enforcement.PREPAID)
+    return out
+
+
+def campaign_to_proto(
+    engine: Engine, name: str, at: float, token_issued_at: float
+) -> admin_pb2.Campaign:
+    c = engine.campaigns[name]
+    queued = sum(1 for p in engine.pending.values() if p.campaign == name)
+    return admin_pb2.Campaign(
+        spec=spec_to_proto(c.spec),
+        held=dims.as_dict(c.held),
+        bucket=bucket_levels(engine, name, at),
+        credits=c.credits,
+        leases=len(c.leases),
+        queued=queued,
+        token_issued_at=token_issued_at,
+    )
+
+
+# --------------------------------------------------------------------------- supply
+
+
+def supply_to_proto(
+    s: Supply,
+    engine: Engine,
+    at: float,
+    visible: set[str] | None,
+    units: float = 0.0,
+    dim: str = "",
+) -> pb.Supply:
+    """Supply as of ``at``; ``visible`` limits the campaigns shown (None: all)."""
+    out = pb.Supply(
+        at=at,
+        price=s.price,
+        pressure=s.pressure,
+        grace_s=s.grace_s,
+        boot_latency_s=s.boot_latency_s,
+    )
+    for d, x in s.dims.items():
+        out.dims[d].CopyFrom(
+            pb.DimSupply(
+                capacity=x.capacity,
+                warm_free=x.warm_free,
+                reserve=x.reserve,
+                available_warm=x.available_warm,
+                reclaimable=x.reclaimable,
+                cold=x.cold,
+            )
+        )
+    for name, c in s.campaigns.items():
+        if visible is not None and name not in visible:
+            continue
+        cs = out.campaigns[name]
+        cs.held.update(c.held)
+        cs.bucket.update(bucket_levels(engine, name, at))
+        cs.time_to_empty_s.update({d: v for d, v in c.time_to_empty_s.items() if v is not None})
+        cs.headroom_to_burst.update(c.headroom_to_burst)
+        cs.unmet_guarantee.update(c.unmet_guarantee)
+        cs.credits = c.credits
+        cs.queued = c.queued
+    if units > 0:
+        dim = dim or "gpu"
+        if dim not in s.dims:
+            raise _bad("dim", f"no capacity in {dim!r}; allowed: {', '.join(s.dims)}")
+        tt = s.time_to(units, dim)
+        out.time_to.units = units
+        out.time_to.dim = dim
+        for path, v in tt.items():
+            if v is not None:
+                setattr(out.time_to, f"{path}_s", v)
+    return out

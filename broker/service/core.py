@@ -1,0 +1,779 @@
+"""The service core: the ``Broker`` runtime on the event loop, and what calls wait for.
+
+Everything here runs on one asyncio event loop: the engine is single-threaded, and
+``Broker.submit`` (engine, then journal commit, then backend) is called only from
+coroutines on that loop, never from a thread. The core owns
+
+* the wall clock: ``now()`` is ``max(clock(), engine.now)``, so time never goes back,
+  also across a restart whose journal ends later than the clock reads;
+* a background timer task that sleeps until the engine's next timer (expiry, revocation,
+  wake-up) or the backend's next event (a node ready) and then catches up;
+* the waiters of blocking Acquire calls (a future per queued request, resolved by the
+  Grant decision the runtime's listener sees);
+* the Watch subscriptions (lease events) and the supply-change signal for WatchSupply;
+* the tokens, the per-client limits and the metrics.
+
+Its methods take and return engine values (events, decisions, leases) or proto
+messages where a stream needs them; translating requests is the servicer's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from bursar.broker.backends.simulated import SimulatedPool
+from bursar.broker.config import Config, default_config
+from bursar.broker.decisions import (
+    Activate,
+    Decision,
+    Expire,
+    Grant,
+    MeterGrant,
+    PreemptWarning,
+    Queue,
+    Reject,
+    Released,
+    Renewed,
+    Revoke,
+)
+from bursar.broker.engine import Engine
+from bursar.broker.envelope import CampaignSpec, LeaseClass
+from bursar.broker.errors import ErrorCode, JournalError, RequestError
+from bursar.broker.events import (
+    CancelRequest,
+    CreateCampaign,
+    Event,
+    Meter,
+    Release,
+    Renew,
+    RequestLease,
+    UpdateCampaign,
+)
+from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.broker.lease import LeaseState
+from bursar.broker.pool import Power
+from bursar.broker.runtime import Broker
+from bursar.broker.service import convert
+from bursar.broker.service.auth import Principal, TokenStore, load_admin_token
+from bursar.broker.service.errors import (
+    PermissionDenied,
+    Refused,
+    ShuttingDown,
+    StreamOverflow,
+)
+from bursar.broker.service.limits import ClientLimits, LimitSettings
+from bursar.broker.service.metrics import Metrics
+from bursar.broker.supply import supply
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+
+__all__ = ["EndedLease", "ServiceCore", "Subscription"]
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT_S = 3600.0
+"""Longest a blocking Acquire may wait (AcquireRequest.timeout_s)."""
+
+STREAM_BACKLOG = 10_000
+"""Events a Watch stream may fall behind before it is closed (StreamOverflow)."""
+
+SCAN_LIMIT = 10_000
+"""Journal entries one ListDecisions call reads at most."""
+
+_TERMINAL_KINDS = ('"kind":"revoke"', '"kind":"expire"', '"kind":"release"')
+
+_EVENT_KIND = {
+    Grant: pb.LEASE_EVENT_KIND_GRANTED,
+    Activate: pb.LEASE_EVENT_KIND_ACTIVATED,
+    PreemptWarning: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
+    Renewed: pb.LEASE_EVENT_KIND_RENEWED,
+    Revoke: pb.LEASE_EVENT_KIND_REVOKED,
+    Expire: pb.LEASE_EVENT_KIND_EXPIRED,
+    Released: pb.LEASE_EVENT_KIND_RELEASED,
+}
+_END_KIND = {
+    LeaseState.RELEASED: pb.LEASE_EVENT_KIND_RELEASED,
+    LeaseState.EXPIRED: pb.LEASE_EVENT_KIND_EXPIRED,
+    LeaseState.REVOKED: pb.LEASE_EVENT_KIND_REVOKED,
+}
+_END_KINDS = frozenset(_END_KIND.values())
+_LIVE_KIND = {
+    LeaseState.STARTING: pb.LEASE_EVENT_KIND_GRANTED,
+    LeaseState.ACTIVE: pb.LEASE_EVENT_KIND_ACTIVATED,
+    LeaseState.PREEMPTING: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
+}
+
+
+def _version() -> str:
+    try:
+        return version("bursar")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class EndedLease:
+    """What the service remembers of a lease that has ended (the engine keeps its state)."""
+
+    lease_id: str
+    campaign: str
+    state: LeaseState
+    at: float
+    cause: str
+
+    def to_proto(self) -> pb.Lease:
+        return pb.Lease(
+            lease_id=self.lease_id,
+            campaign=self.campaign,
+            state=convert.state_to_proto(self.state),
+            ended_at=self.at,
+            end_cause=self.cause,
+        )
+
+
+def _ended_from(d: Revoke | Expire | Released) -> EndedLease:
+    if isinstance(d, Revoke):
+        return EndedLease(d.lease_id, d.campaign, LeaseState.REVOKED, d.at, d.cause)
+    if isinstance(d, Expire):
+        return EndedLease(d.lease_id, d.campaign, LeaseState.EXPIRED, d.at, "expired")
+    return EndedLease(d.lease_id, d.campaign, LeaseState.RELEASED, d.at, "released")
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future[Grant]
+    queued_at: float
+    estimate_s: float
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One Watch stream: the leases it follows and the events not yet sent."""
+
+    campaign: str | None
+    """Only this campaign's leases; None: every campaign's (admin)."""
+    remaining: set[str] | None
+    """The explicit leases still live; None: open-ended (every lease of the campaign)."""
+    snapshot: list[pb.LeaseEvent] = field(default_factory=list)
+    _queue: asyncio.Queue[pb.LeaseEvent | None] = field(default_factory=asyncio.Queue)
+    _error: BaseException | None = None
+
+    def wants(self, campaign: str, lease_id: str) -> bool:
+        if self.campaign is not None and campaign != self.campaign:
+            return False
+        return self.remaining is None or lease_id in self.remaining
+
+    @property
+    def finished(self) -> bool:
+        return self.remaining is not None and not self.remaining
+
+    def push(self, event: pb.LeaseEvent) -> None:
+        if self._error is not None:
+            return
+        if self._queue.qsize() >= STREAM_BACKLOG:
+            self.close(StreamOverflow(self._queue.qsize()))
+            return
+        self._queue.put_nowait(event)
+        if self.remaining is not None and event.kind in _END_KINDS:
+            self.remaining.discard(event.lease.lease_id)
+            if not self.remaining:
+                self._queue.put_nowait(None)
+
+    def close(self, error: BaseException) -> None:
+        if self._error is None:
+            self._error = error
+            self._queue.put_nowait(None)
+
+    async def next(self) -> pb.LeaseEvent | None:
+        """The next event; None once every watched lease has ended. Raises what closed it."""
+        if self._error is not None and self._queue.empty():
+            raise self._error
+        item = await self._queue.get()
+        if item is None and self._error is not None:
+            raise self._error
+        return item
+
+
+def resume_backend(engine: Engine) -> SimulatedPool:
+    """A simulated pool in the state a replayed engine expects (powered, booting, down
+    nodes; active leases placed), rebuilt through the pool's own calls.
+
+    ``Broker.open`` replays the journal into the engine but starts a fresh backend; the
+    fresh pool would think every booted node cold, refuse to place leases on them, and
+    never report the booting ones ready. The set-up calls are made at times before the
+    engine's clock, and the events they produce are dropped: the journal already holds
+    what happened.
+    """
+    pool = SimulatedPool(engine.pool_spec)
+    latency = pool.boot_latency_s
+    now = engine.now
+    t_on = now - latency - 2.0
+    nodes = engine.pool.nodes
+    on = [n.name for n in nodes if n.power is Power.ON]
+    states = pool.node_states()
+    if on:
+        pool.start([n for n in on if states[n].value == "cold"], t_on)
+    booting = sorted(
+        (max(n.ready_at if n.ready_at is not None else now, now), n.name)
+        for n in nodes
+        if n.power is Power.BOOTING
+    )
+    for ready_at, name in booting:
+        pool.start([name], ready_at - latency)
+    t_set = now - 1.0
+    for n in nodes:
+        if n.power is Power.DOWN:
+            pool.fail(n.name, t_set)
+    pool.due_events(t_set)
+    for ls in sorted(engine.leases.values(), key=lambda x: int(x.id[1:])):
+        if ls.state in (LeaseState.ACTIVE, LeaseState.PREEMPTING) and ls.pieces:
+            pool.place(ls.id, [nodes[i].name for i in sorted(ls.pieces)], t_set)
+    return pool
+
+
+class ServiceCore:
+    def __init__(
+        self,
+        broker: Broker,
+        tokens: TokenStore,
+        *,
+        limits: LimitSettings,
+        clock: Callable[[], float],
+        state_dir: Path,
+        admin_token_path: Path,
+        issued_at_start: Sequence[str] = (),
+    ) -> None:
+        self.broker = broker
+        self.tokens = tokens
+        self.limits = ClientLimits(limits)
+        self.metrics = Metrics()
+        self.state_dir = state_dir
+        self.admin_token_path = admin_token_path
+        self.issued_at_start = tuple(issued_at_start)
+        self.version = _version()
+        self._clock = clock
+        self._last = broker.engine.now
+        self.started_at = self.now()
+        self._waiters: dict[str, _Waiter] = {}
+        self._subs: set[Subscription] = set()
+        self._ended: dict[str, EndedLease] = {}
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._supply_changed = asyncio.Event()
+        self._closing = False
+        self._fatal: BaseException | None = None
+        self._index_ended()
+        broker.listen(self._on_decisions)
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(
+        cls,
+        state_dir: str | Path,
+        config: Config | None = None,
+        *,
+        durability: str = "normal",
+        clock: Callable[[], float] = time.time,
+        admin_token_file: Path | None = None,
+        limits: LimitSettings | None = None,
+    ) -> ServiceCore:
+        """Open (or create) the broker in ``state_dir``.
+
+        A new state directory starts from ``config`` (default: the packaged demo pool)
+        and creates its campaigns. An existing one resumes from its journal; ``config``
+        may then be omitted (the journal holds the pool and policy it was written with),
+        and if given, its pool and policy must match the journal's.
+        """
+        state = Path(state_dir)
+        state.mkdir(parents=True, exist_ok=True)
+        journal_path = state / JOURNAL_FILENAME
+        resumed = journal_path.exists()
+        if config is None:
+            if resumed:
+                with Journal.open(journal_path) as j:
+                    config = Config(pool=j.pool, policy=j.policy)
+            else:
+                config = default_config()
+        broker = Broker.open(state, config, at=clock(), durability=durability)
+        try:
+            if resumed:
+                broker.backend = resume_backend(broker.engine)
+            admin_token, admin_path, _ = load_admin_token(state, admin_token_file)
+            tokens = TokenStore(state, admin_token)
+            issued = tokens.issue_missing(sorted(broker.engine.campaigns), clock())
+        except BaseException:
+            broker.close()
+            raise
+        return cls(
+            broker,
+            tokens,
+            limits=limits or LimitSettings(),
+            clock=clock,
+            state_dir=state,
+            admin_token_path=admin_path,
+            issued_at_start=sorted(issued),
+        )
+
+    def _index_ended(self) -> None:
+        """Learn, from the journal, which campaign each ended lease belonged to."""
+        engine = self.broker.engine
+        if not engine.ended:
+            return
+        for _seq, _event, decisions_json in self.broker.journal.raw_entries():
+            if not any(k in decisions_json for k in _TERMINAL_KINDS):
+                continue
+            for d in json.loads(decisions_json):
+                if d.get("kind") in ("revoke", "expire", "release"):
+                    state = engine.ended.get(d["lease_id"])
+                    if state is not None:
+                        cause = d.get("cause", "expired" if d["kind"] == "expire" else "released")
+                        self._ended[d["lease_id"]] = EndedLease(
+                            d["lease_id"], d["campaign"], state, d["at"], cause
+                        )
+
+    @property
+    def engine(self) -> Engine:
+        return self.broker.engine
+
+    def now(self) -> float:
+        """Wall-clock seconds since the epoch, never earlier than any time used before."""
+        t = max(self._clock(), self.broker.engine.now, self._last)
+        self._last = t
+        return t
+
+    # ------------------------------------------------------------------ background tasks
+
+    async def run_timers(self) -> None:
+        """Catch up with the engine's timers and the backend's events as they fall due."""
+        while not self._stop.is_set():
+            if self._fatal is not None:
+                raise self._fatal
+            self._wake.clear()
+            due = self._next_due()
+            wall = self._clock()
+            if due is not None and due <= wall:
+                self._submit_catch_up()
+                continue
+            timeout = 60.0 if due is None else min(60.0, due - wall)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def run_metrics(self, interval_s: float = 1.0) -> None:
+        while not self._stop.is_set():
+            self.metrics.refresh(self.broker, self.now(), self.limits.open_streams)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval_s)
+
+    def _next_due(self) -> float | None:
+        times = [self.engine.next_timer(), self.broker.backend.next_event_time()]
+        present = [t for t in times if t is not None]
+        return min(present) if present else None
+
+    def begin_shutdown(self) -> None:
+        """Stop taking new work: blocking Acquires and streams end with UNAVAILABLE."""
+        self._closing = True
+        for w in self._waiters.values():
+            if not w.future.done():
+                w.future.set_exception(ShuttingDown("the queued request"))
+        for sub in list(self._subs):
+            sub.close(ShuttingDown("the stream"))
+        self._notify_supply()
+
+    def stop_background(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._notify_supply()
+
+    def close(self) -> None:
+        """Close the journal (every append is already committed) and the token store."""
+        self.metrics.stop_http()
+        self.tokens.close()
+        self.broker.close()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    # ------------------------------------------------------------------ submitting
+
+    def _submit(self, event: Event) -> list[Decision]:
+        try:
+            return self.broker.submit(event)
+        except JournalError as exc:
+            self._failed(exc)
+            raise
+
+    def _submit_catch_up(self) -> None:
+        try:
+            self.broker.catch_up(self.now())
+        except JournalError as exc:
+            self._failed(exc)
+            raise
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            log.error("journal write failed; the broker stops taking requests: %s", exc)
+            self._fatal = exc
+            self._wake.set()
+
+    def _on_decisions(self, _event: Event, decisions: Sequence[Decision]) -> None:
+        """The runtime's listener: called after each applied event's journal commit."""
+        self.metrics.on_decisions(decisions)
+        for d in decisions:
+            if isinstance(d, Revoke | Expire | Released):
+                self._ended[d.lease_id] = _ended_from(d)
+            if isinstance(d, Grant):
+                w = self._waiters.get(d.lease_id)
+                if w is not None and not w.future.done():
+                    w.future.set_result(d)
+            kind = _EVENT_KIND.get(type(d))
+            if kind is not None and self._subs:
+                self._publish(kind, d)
+        self._wake.set()
+        self._notify_supply()
+
+    def _notify_supply(self) -> None:
+        ev, self._supply_changed = self._supply_changed, asyncio.Event()
+        ev.set()
+
+    async def supply_changed(self, timeout_s: float) -> None:
+        """Wait until a decision changes the pool (or ``timeout_s`` passes)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._supply_changed.wait(), timeout_s)
+
+    # ------------------------------------------------------------------ leases
+
+    def lease_proto(self, lease_id: str) -> pb.Lease:
+        ls = self.engine.leases.get(lease_id)
+        if ls is not None:
+            return convert.lease_to_proto(self.engine, ls)
+        ended = self._ended.get(lease_id)
+        if ended is not None:
+            return ended.to_proto()
+        raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
+
+    def _lease_campaign(self, lease_id: str) -> str | None:
+        ls = self.engine.leases.get(lease_id)
+        if ls is not None:
+            return ls.campaign
+        ended = self._ended.get(lease_id)
+        return ended.campaign if ended is not None else None
+
+    def own_lease(self, principal: Principal, lease_id: str) -> str:
+        """The campaign of ``lease_id``, if the caller may act on it."""
+        convert.check_id(lease_id, "lease_id")
+        campaign = self._lease_campaign(lease_id)
+        if campaign is None:
+            raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
+        if not principal.may_see(campaign):
+            raise PermissionDenied(
+                "OTHER_CAMPAIGN", f"lease {lease_id} belongs to another campaign", str(principal)
+            )
+        return campaign
+
+    def list_leases(self, principal: Principal, campaign: str) -> list[pb.Lease]:
+        if campaign and not principal.admin:
+            principal.acting_for(campaign)
+        only = principal.campaign or campaign or None
+        leases = sorted(self.engine.leases.values(), key=lambda ls: int(ls.id[1:]))
+        return [
+            convert.lease_to_proto(self.engine, ls)
+            for ls in leases
+            if only is None or ls.campaign == only
+        ]
+
+    async def acquire(
+        self,
+        campaign: str,
+        size: dict[str, float],
+        duration_s: float,
+        timeout_s: float,
+        lease_class: LeaseClass | None,
+        labels: dict[str, str],
+    ) -> tuple[Grant, float]:
+        """Request a lease; return the grant and the seconds it waited in the queue."""
+        if self._closing:
+            raise ShuttingDown("the request")
+        t0 = time.monotonic()
+        event = RequestLease(
+            at=self.now(),
+            campaign=campaign,
+            size=size,
+            duration_s=duration_s,
+            blocking=timeout_s > 0,
+            lease_class=lease_class,
+            labels=labels,
+        )
+        own = _own_decision(self._submit(event))
+        if isinstance(own, Grant):
+            self._observe_grant(own, t0)
+            return own, 0.0
+        if isinstance(own, Reject):
+            raise Refused(
+                own.reason, own.retry_after_s, campaign=campaign, request_id=own.request_id
+            )
+        assert isinstance(own, Queue), own
+        rid = own.request_id
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), own.at, own.estimated_wait_s)
+        self._waiters[rid] = waiter
+        try:
+            grant = await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+        except (TimeoutError, ShuttingDown, asyncio.CancelledError) as exc:
+            grant = self._withdraw(rid, waiter)
+            if isinstance(exc, asyncio.CancelledError):
+                # The caller is gone: a grant that raced with its leaving is given back.
+                if grant is not None:
+                    self._release_quietly(grant.lease_id)
+                raise
+            if grant is None:
+                if isinstance(exc, ShuttingDown):
+                    raise
+                waited = self.now() - waiter.queued_at
+                pending = self.engine.pending.get(rid)
+                reason = pending.reason if pending is not None and pending.reason else own.reason
+                raise Refused(
+                    reason,
+                    max(self.engine.policy.min_retry_s, waiter.estimate_s - waited),
+                    campaign=campaign,
+                    request_id=rid,
+                    waited_s=waited,
+                ) from None
+        finally:
+            self._waiters.pop(rid, None)
+        self._observe_grant(grant, t0)
+        return grant, grant.at - waiter.queued_at
+
+    def _withdraw(self, rid: str, waiter: _Waiter) -> Grant | None:
+        """Cancel a queued request; the Grant if it was granted first and is still live."""
+        fut = waiter.future
+        if rid in self.engine.pending:
+            # Refused if it was granted while the clock caught up (then the listener has
+            # resolved the future).
+            with contextlib.suppress(RequestError):
+                self._submit(CancelRequest(at=self.now(), request_id=rid))
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            grant = fut.result()
+            if grant.lease_id in self.engine.leases:
+                return grant
+        return None
+
+    def _release_quietly(self, lease_id: str) -> None:
+        with contextlib.suppress(RequestError):  # ended meanwhile
+            self._submit(Release(at=self.now(), lease_id=lease_id))
+
+    def _observe_grant(self, grant: Grant, t0: float) -> None:
+        self.metrics.grant_latency.labels(grant.path.value).observe(time.monotonic() - t0)
+
+    def renew(self, lease_id: str, duration_s: float) -> Renewed:
+        for d in self._submit(Renew(at=self.now(), lease_id=lease_id, duration_s=duration_s)):
+            if isinstance(d, Renewed) and d.lease_id == lease_id:
+                return d
+            if isinstance(d, Reject) and d.request_id == lease_id:
+                raise Refused(d.reason, d.retry_after_s, campaign=d.campaign, request_id=lease_id)
+        raise self._ended_error(lease_id)
+
+    def release(self, lease_id: str) -> tuple[pb.Lease, bool, float, float]:
+        """(final lease, already ended, refunded tokens, refunded credits). Idempotent."""
+        now = self.now()
+        self._catch_up(now)
+        if lease_id in self.engine.ended:
+            return self.lease_proto(lease_id), True, 0.0, 0.0
+        for d in self._submit(Release(at=now, lease_id=lease_id)):
+            if isinstance(d, Released) and d.lease_id == lease_id:
+                return self.lease_proto(lease_id), False, d.refund_tokens, d.refund_credits
+        return self.lease_proto(lease_id), True, 0.0, 0.0
+
+    def _catch_up(self, now: float) -> None:
+        try:
+            self.broker.catch_up(now)
+        except JournalError as exc:
+            self._failed(exc)
+            raise
+
+    def _ended_error(self, lease_id: str) -> RequestError:
+        ended = self._ended.get(lease_id)
+        state = ended.state.value if ended is not None else "ended"
+        return RequestError(
+            ErrorCode.FAILED_PRECONDITION,
+            "lease_id",
+            f"lease {lease_id} already ended ({state}); request a new lease",
+        )
+
+    # ------------------------------------------------------------------ watch
+
+    def watch(self, principal: Principal, campaign: str, lease_ids: Iterable[str]) -> Subscription:
+        """Register a Watch stream and compute its opening snapshot, atomically."""
+        if self._closing:
+            raise ShuttingDown("the stream")
+        if campaign and not principal.admin:
+            principal.acting_for(campaign)
+        scope = principal.campaign or campaign or None
+        ids = list(dict.fromkeys(lease_ids))
+        for lid in ids:
+            owner = self.own_lease(principal, lid)
+            if scope is not None and owner != scope:
+                raise PermissionDenied(
+                    "OTHER_CAMPAIGN", f"lease {lid} is not campaign {scope}'s", str(principal)
+                )
+        sub = Subscription(scope, set(ids) if ids else None)
+        at = self.now()
+        if ids:
+            targets = ids
+        else:
+            targets = sorted(
+                (ls.id for ls in self.engine.leases.values() if scope in (None, ls.campaign)),
+                key=lambda x: int(x[1:]),
+            )
+        for lid in targets:
+            ls = self.engine.leases.get(lid)
+            if ls is not None:
+                lease = convert.lease_to_proto(self.engine, ls)
+                ev = pb.LeaseEvent(kind=_LIVE_KIND[ls.state], at=at, lease=lease, snapshot=True)
+                if ls.preempt_deadline is not None:
+                    ev.deadline = ls.preempt_deadline
+            else:
+                ended = self._ended[lid]
+                ev = pb.LeaseEvent(
+                    kind=_END_KIND[ended.state],
+                    at=ended.at,
+                    lease=ended.to_proto(),
+                    cause=ended.cause if ended.state is LeaseState.REVOKED else "",
+                    snapshot=True,
+                )
+                assert sub.remaining is not None
+                sub.remaining.discard(lid)
+            sub.snapshot.append(ev)
+        if not sub.finished:
+            self._subs.add(sub)
+        return sub
+
+    def unwatch(self, sub: Subscription) -> None:
+        self._subs.discard(sub)
+
+    def _publish(self, kind: int, d: Decision) -> None:
+        lease_id: str = d.lease_id  # type: ignore[attr-defined]
+        campaign: str = d.campaign  # type: ignore[attr-defined]
+        targets = [s for s in self._subs if s.wants(campaign, lease_id)]
+        if not targets:
+            return
+        ev = pb.LeaseEvent(kind=kind, at=d.at, lease=self.lease_proto(lease_id))
+        if isinstance(d, PreemptWarning):
+            ev.deadline = d.deadline
+            ev.for_request = d.for_request
+        elif isinstance(d, Revoke):
+            ev.cause = d.cause
+        for s in targets:
+            s.push(ev)
+            if s.finished:
+                self._subs.discard(s)
+
+    # ------------------------------------------------------------------ supply, meter
+
+    def supply_proto(self, principal: Principal, units: float, dim: str) -> pb.Supply:
+        now = self.now()
+        self._catch_up(now)
+        visible = None if principal.admin else {principal.campaign or ""}
+        return convert.supply_to_proto(supply(self.engine), self.engine, now, visible, units, dim)
+
+    def meter(self, campaign: str, dim: str, amount: float) -> MeterGrant:
+        if self._closing:
+            raise ShuttingDown("the request")
+        for d in self._submit(Meter(at=self.now(), campaign=campaign, dim=dim, amount=amount)):
+            if isinstance(d, MeterGrant) and d.campaign == campaign:
+                return d
+        raise AssertionError("the engine answered a Meter event without a MeterGrant")
+
+    # ------------------------------------------------------------------ journal, status
+
+    def list_decisions(
+        self,
+        principal: Principal,
+        *,
+        start_seq: int,
+        campaign: str,
+        kinds: set[str],
+        lease_id: str,
+        since: float,
+        limit: int,
+    ) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        if not principal.admin:
+            campaign = principal.acting_for(campaign)
+        needle = f'"campaign":{json.dumps(campaign)}' if campaign else None
+        out: list[tuple[int, dict[str, Any]]] = []
+        next_seq = 0
+        entries = self.broker.journal.raw_entries(max(1, start_seq))
+        for scanned, (seq, _event, decisions_json) in enumerate(entries, start=1):
+            if needle is None or needle in decisions_json:
+                matches = [
+                    d
+                    for d in json.loads(decisions_json)
+                    if (not campaign or d.get("campaign") == campaign)
+                    and (not kinds or d.get("kind") in kinds)
+                    and (not lease_id or lease_id in (d.get("lease_id"), d.get("request_id")))
+                    and (not since or d.get("at", 0.0) >= since)
+                ]
+                if matches and out and len(out) + len(matches) > limit:
+                    next_seq = seq  # a page never splits an entry
+                    break
+                out.extend((seq, d) for d in matches)
+            if len(out) >= limit or scanned >= SCAN_LIMIT:
+                next_seq = seq + 1
+                break
+        if next_seq and next_seq > self.broker.journal.last_seq:
+            next_seq = 0
+        return out, next_seq
+
+    # ------------------------------------------------------------------ admin
+
+    def create_campaign(self, spec: CampaignSpec) -> str:
+        self._submit(CreateCampaign(at=self.now(), spec=spec))
+        return self.tokens.issue(spec.name, self.now())
+
+    def update_campaign(self, spec: CampaignSpec) -> None:
+        self._submit(UpdateCampaign(at=self.now(), spec=spec))
+
+    def require_campaign(self, name: str) -> None:
+        if name not in self.engine.campaigns:
+            known = ", ".join(sorted(self.engine.campaigns)[:10]) or "none yet"
+            raise RequestError(
+                ErrorCode.NOT_FOUND, "campaign", f"unknown campaign {name!r} (known: {known})"
+            )
+
+    def rotate_token(self, name: str) -> tuple[str, float]:
+        self.require_campaign(name)
+        now = self.now()
+        return self.tokens.rotate(name, now), now
+
+
+def _own_decision(decisions: Sequence[Decision]) -> Grant | Queue | Reject:
+    """The decision about the request just submitted: the newest request id among the
+    Grant, Queue and Reject decisions (grants for older queued requests may come in the
+    same batch; a new request is always numbered after every older one)."""
+    best: Grant | Queue | Reject | None = None
+    best_n = -math.inf
+    for d in decisions:
+        if isinstance(d, Grant):
+            n = int(d.lease_id[1:])
+        elif isinstance(d, Queue | Reject):
+            n = int(d.request_id[1:])
+        else:
+            continue
+        if n > best_n:
+            best, best_n = d, n
+    if best is None:
+        raise AssertionError(
+            f"the engine answered a request with no decision about it: {decisions}"
+        )
+    return best

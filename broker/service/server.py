@@ -1,0 +1,214 @@
+"""Building, running and stopping the grpc.aio server.
+
+``create_server(address, core)`` builds a server with the Broker and Admin services, the
+standard health service and server reflection, and binds it (port 0: any free port),
+returning ``(server, port)``; tests use it directly. ``running(settings)`` is the whole
+life cycle as an async context manager: open the state directory, start the server,
+the timer and metrics tasks (in one ``asyncio.TaskGroup``) and the metrics port; on
+exit, stop in order. ``serve(settings)`` runs until SIGTERM or SIGINT.
+
+Stopping (SIGTERM): health turns NOT_SERVING, the server stops accepting calls, blocking
+Acquires withdraw their queued requests and streams end (UNAVAILABLE, retry against the
+restarted server), unary calls in flight get ``grace_s`` to finish, the background
+tasks stop, and the journal is closed. Every decision was committed before it was
+acknowledged, so nothing needs flushing; a restart on the same state directory replays
+the journal and every lease is as it was (expiries that fell due while the server was
+down are applied when it catches up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from bursar.broker.config import Config
+from bursar.broker.service.core import ServiceCore
+from bursar.broker.service.limits import LimitSettings
+from bursar.broker.service.servicer import AdminServicer, BrokerServicer, generic_handler
+from bursar.protos.bursar.v1 import admin_pb2, broker_pb2
+
+__all__ = ["Running", "Settings", "create_server", "is_loopback", "running", "serve"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    broker_pb2.DESCRIPTOR.services_by_name["Broker"].full_name,
+    admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What ``bursar serve`` is started with (see its --help)."""
+
+    state_dir: Path
+    config: Config | None = None
+    host: str = "127.0.0.1"
+    port: int = 50051
+    metrics_port: int | None = 9464
+    """None: no metrics port; 0: any free port."""
+    admin_token_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    allow_remote: bool = False
+    durability: str = "normal"
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    grace_s: float = 5.0
+    """Seconds in-flight unary calls get to finish on shutdown."""
+    max_message_bytes: int = 1 << 20
+    """Largest request accepted (RESOURCE_EXHAUSTED beyond)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _address(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def create_server(
+    address: str,
+    core: ServiceCore,
+    *,
+    credentials: grpc.ServerCredentials | None = None,
+    max_message_bytes: int = 1 << 20,
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """A grpc.aio server for ``core``, bound to ``address``; returns it, its port and its
+    health servicer. Not started."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", 16 * max_message_bytes),
+            # A second server on the same port must fail, not share the port.
+            ("grpc.so_reuseport", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ],
+    )
+    broker_service = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
+    admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
+    server.add_generic_rpc_handlers(
+        (
+            generic_handler(BrokerServicer(core), broker_service),
+            generic_handler(AdminServicer(core), admin_service),
+        )
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    if credentials is not None:
+        port = server.add_secure_port(address, credentials)
+    else:
+        port = server.add_insecure_port(address)
+    return server, port, health_servicer
+
+
+@dataclass(frozen=True)
+class Running:
+    """A started server: where it listens and the core behind it."""
+
+    port: int
+    metrics_port: int | None
+    core: ServiceCore
+    server: grpc.aio.Server
+    address: str
+
+
+def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise ValueError("give both --tls-cert and --tls-key, or neither")
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    return grpc.ssl_server_credentials(
+        [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())]
+    )
+
+
+@asynccontextmanager
+async def running(
+    settings: Settings, *, clock: Callable[[], float] = time.time
+) -> AsyncIterator[Running]:
+    """Start everything ``settings`` describes; stop it all, in order, on exit."""
+    if not settings.allow_remote and not is_loopback(settings.host):
+        raise ValueError(
+            f"--host {settings.host} is not a loopback address; pass --allow-remote to serve "
+            "other machines (with --tls-cert/--tls-key: tokens travel in the metadata)"
+        )
+    credentials = _credentials(settings)
+    if settings.allow_remote and credentials is None and not is_loopback(settings.host):
+        log.warning(
+            "serving %s without TLS: bearer tokens cross the network in clear", settings.host
+        )
+    core = ServiceCore.open(
+        settings.state_dir,
+        settings.config,
+        durability=settings.durability,
+        clock=clock,
+        admin_token_file=settings.admin_token_file,
+        limits=settings.limits,
+    )
+    try:
+        address = _address(settings.host, settings.port)
+        server, port, health_servicer = create_server(
+            address, core, credentials=credentials, max_message_bytes=settings.max_message_bytes
+        )
+        metrics_port = None
+        if settings.metrics_port is not None:
+            metrics_port = core.metrics.start_http(settings.host, settings.metrics_port)
+        await server.start()
+        for name in ("", *SERVICE_NAMES):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(core.run_timers(), name="bursar-timers")
+            tg.create_task(core.run_metrics(), name="bursar-metrics")
+            try:
+                yield Running(port, metrics_port, core, server, _address(settings.host, port))
+            finally:
+                await health_servicer.enter_graceful_shutdown()
+                stopping = asyncio.ensure_future(server.stop(settings.grace_s))
+                # Stop accepting first, then wake the waiters and streams so that they
+                # withdraw and finish inside the grace period.
+                await asyncio.sleep(0)
+                core.begin_shutdown()
+                await stopping
+                core.stop_background()
+    finally:
+        core.close()
+
+
+async def serve(settings: Settings, *, announce: Callable[[Running], None] | None = None) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with running(settings) as r:
+            if announce is not None:
+                announce(r)
+            await stop.wait()
+            log.info("signal received: stopping (grace %.1f s)", settings.grace_s)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,364 @@
+"""The gRPC servicers: proto in, a call on the service core, proto out.
+
+Each RPC is a few lines. What every call shares is in :func:`_rpc`: the per-client rate
+limit, reading the bearer token, refusing a request that did not parse, the admin check,
+the stream limit, and turning any failure into a status through the one table in
+``errors.py``. Handlers are registered from the service descriptors with deserializers
+that never raise, so that bytes which are not the request message become
+INVALID_ARGUMENT (with the parser's complaint) instead of gRPC's generic INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
+
+from bursar.broker import codec
+from bursar.broker.decisions import DECISION_TYPES
+from bursar.broker.errors import ErrorCode, RequestError
+from bursar.broker.reasons import Reason
+from bursar.broker.service import convert
+from bursar.broker.service.auth import Principal, bearer_token
+from bursar.broker.service.core import MAX_WAIT_S, ServiceCore
+from bursar.broker.service.errors import ShuttingDown, Unauthenticated, row_for, status_for
+from bursar.broker.service.limits import client_key
+from bursar.protos.bursar.v1 import admin_pb2
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+
+__all__ = ["AdminServicer", "BrokerServicer", "generic_handler"]
+
+log = logging.getLogger(__name__)
+
+_KIND_BY_PROTO = {pb.DecisionKind.Value(f"DECISION_KIND_{k.upper()}"): k for k in DECISION_TYPES}
+
+
+class _Malformed:
+    """Stands for a request whose bytes did not parse as its message."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _safe(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except (DecodeError, ValueError, TypeError, RuntimeError) as exc:
+            return _Malformed(exc)
+
+    return deserialize
+
+
+def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
+    """Wrap an RPC implementation ``fn(self, request, principal[, context])``."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        name = fn.__name__
+
+        async def enter(
+            self: _Base, request: Any, context: grpc.aio.ServicerContext
+        ) -> tuple[Principal, str]:
+            metadata = context.invocation_metadata()
+            try:
+                token, bad = bearer_token(metadata), None
+            except Unauthenticated as exc:
+                token, bad = None, exc
+            key = client_key(token, context.peer() or "unknown")
+            self.core.limits.admit(key)
+            if bad is not None:
+                raise bad
+            principal = self.core.tokens.authenticate(token)
+            if admin:
+                principal.require_admin(f"{self.service_name}.{name}")
+            if isinstance(request, _Malformed):
+                raise RequestError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    "(request)",
+                    f"the request is not a valid {self.service_name}.{name} message: "
+                    f"{request.error}",
+                )
+            return principal, key
+
+        if stream:
+
+            @functools.wraps(fn)
+            async def stream_handler(
+                self: _Base, request: Any, context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
+                key = None
+                try:
+                    principal, k = await enter(self, request, context)
+                    self.core.limits.open_stream(k)
+                    key = k
+                    async for item in fn(self, request, principal):
+                        yield item
+                except Exception as exc:
+                    await self._abort(context, name, exc)
+                finally:
+                    if key is not None:
+                        self.core.limits.close_stream(key)
+
+            return stream_handler
+
+        @functools.wraps(fn)
+        async def unary_handler(
+            self: _Base, request: Any, context: grpc.aio.ServicerContext
+        ) -> Any:
+            try:
+                principal, _ = await enter(self, request, context)
+                result = fn(self, request, principal)
+                if isinstance(result, Awaitable):
+                    result = await result
+                return result
+            except Exception as exc:
+                await self._abort(context, name, exc)
+
+        return unary_handler
+
+    return deco
+
+
+class _Base:
+    service_name = ""
+
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+
+    async def _abort(self, context: grpc.aio.ServicerContext, method: str, exc: Exception) -> None:
+        status = status_for(exc)
+        if status is None:
+            log.exception("%s.%s failed", self.service_name, method)
+            raise exc
+        row = row_for(exc)
+        assert row is not None
+        self.core.metrics.rpc_errors.labels(method, row.code.name).inc()
+        await context.abort_with_status(status)
+
+
+class BrokerServicer(_Base):
+    """``bursar.v1.Broker``: what campaigns call."""
+
+    service_name = "bursar.v1.Broker"
+
+    @_rpc()
+    async def Acquire(self, req: pb.AcquireRequest, who: Principal) -> pb.AcquireResponse:
+        campaign = who.acting_for(req.campaign)
+        grant, waited = await self.core.acquire(
+            campaign,
+            convert.check_size(req.size),
+            req.duration_s,
+            convert.check_number(req.timeout_s, "timeout_s", high=MAX_WAIT_S),
+            convert.lease_class_from_proto(req.lease_class),
+            convert.check_labels(req.labels),
+        )
+        return pb.AcquireResponse(
+            lease=self.core.lease_proto(grant.lease_id),
+            tokens=grant.tokens,
+            price=grant.price,
+            credits=grant.credits,
+            waited_s=waited,
+        )
+
+    @_rpc()
+    def Renew(self, req: pb.RenewRequest, who: Principal) -> pb.RenewResponse:
+        self.core.own_lease(who, req.lease_id)
+        renewed = self.core.renew(req.lease_id, req.duration_s)
+        return pb.RenewResponse(
+            lease=self.core.lease_proto(req.lease_id),
+            tokens=renewed.tokens,
+            credits=renewed.credits,
+        )
+
+    @_rpc()
+    def Release(self, req: pb.ReleaseRequest, who: Principal) -> pb.ReleaseResponse:
+        self.core.own_lease(who, req.lease_id)
+        lease, already, tokens, credits = self.core.release(req.lease_id)
+        return pb.ReleaseResponse(
+            lease=lease, already_ended=already, refund_tokens=tokens, refund_credits=credits
+        )
+
+    @_rpc()
+    def GetLease(self, req: pb.GetLeaseRequest, who: Principal) -> pb.Lease:
+        self.core.own_lease(who, req.lease_id)
+        return self.core.lease_proto(req.lease_id)
+
+    @_rpc()
+    def ListLeases(self, req: pb.ListLeasesRequest, who: Principal) -> pb.ListLeasesResponse:
+        return pb.ListLeasesResponse(leases=self.core.list_leases(who, req.campaign))
+
+    @_rpc(stream=True)
+    async def Watch(self, req: pb.WatchRequest, who: Principal) -> AsyncIterator[pb.LeaseEvent]:
+        if len(req.lease_ids) > 1000:
+            raise RequestError(ErrorCode.INVALID_ARGUMENT, "lease_ids", "at most 1000 leases")
+        sub = self.core.watch(who, req.campaign, req.lease_ids)
+        try:
+            for ev in sub.snapshot:
+                yield ev
+            if sub.finished:
+                return
+            while (ev := await sub.next()) is not None:
+                yield ev
+        finally:
+            self.core.unwatch(sub)
+
+    @_rpc()
+    def GetSupply(self, req: pb.SupplyRequest, who: Principal) -> pb.Supply:
+        units = convert.check_number(req.units, "units")
+        return self.core.supply_proto(who, units, req.dim)
+
+    @_rpc(stream=True)
+    async def WatchSupply(
+        self, req: pb.WatchSupplyRequest, who: Principal
+    ) -> AsyncIterator[pb.Supply]:
+        low = convert.check_number(req.min_interval_s, "min_interval_s", high=3600) or 1.0
+        high = convert.check_number(req.max_interval_s, "max_interval_s", high=3600) or 30.0
+        low = max(low, 0.05)
+        high = max(high, low)
+        units = convert.check_number(req.units, "units")
+        while True:
+            if self.core.closing:
+                raise ShuttingDown("the stream")
+            yield self.core.supply_proto(who, units, req.dim)
+            sent = time.monotonic()
+            await self.core.supply_changed(high)
+            rest = low - (time.monotonic() - sent)
+            if rest > 0:
+                await asyncio.sleep(rest)
+
+    @_rpc()
+    def Meter(self, req: pb.MeterRequest, who: Principal) -> pb.MeterResponse:
+        campaign = who.acting_for(req.campaign)
+        if not req.dim:
+            raise RequestError(ErrorCode.INVALID_ARGUMENT, "dim", "required: fs_bw or inference")
+        d = self.core.meter(campaign, req.dim, req.amount)
+        return pb.MeterResponse(requested=d.requested, granted=d.granted, wait_s=d.wait_s)
+
+    @_rpc()
+    def ListDecisions(
+        self, req: pb.ListDecisionsRequest, who: Principal
+    ) -> pb.ListDecisionsResponse:
+        limit = req.limit or 100
+        if limit > 1000:
+            raise RequestError(ErrorCode.INVALID_ARGUMENT, "limit", "at most 1000")
+        kinds = set()
+        for k in req.kinds:
+            if k not in _KIND_BY_PROTO:
+                raise RequestError(ErrorCode.INVALID_ARGUMENT, "kinds", f"unknown kind {k}")
+            kinds.add(_KIND_BY_PROTO[k])
+        rows, next_seq = self.core.list_decisions(
+            who,
+            start_seq=req.start_seq,
+            campaign=req.campaign,
+            kinds=kinds,
+            lease_id=req.lease_id,
+            since=convert.check_number(req.since, "since"),
+            limit=limit,
+        )
+        out = pb.ListDecisionsResponse(next_seq=next_seq)
+        for seq, d in rows:
+            reason = d.get("reason")
+            out.decisions.append(
+                pb.DecisionRecord(
+                    seq=seq,
+                    at=d.get("at", 0.0),
+                    kind=pb.DecisionKind.Value(f"DECISION_KIND_{d['kind'].upper()}"),
+                    campaign=d.get("campaign", ""),
+                    lease_id=d.get("lease_id") or d.get("request_id") or "",
+                    reason=convert.reason_to_proto(Reason(reason) if reason else None),
+                    json=codec.dumps(d),
+                )
+            )
+        return out
+
+    @_rpc()
+    def GetStatus(self, req: pb.GetStatusRequest, who: Principal) -> pb.Status:
+        core = self.core
+        eng = core.engine
+        return pb.Status(
+            version=core.version,
+            now=core.now(),
+            engine_now=eng.now,
+            started_at=core.started_at,
+            journal_entries=core.broker.journal.last_seq,
+            campaigns=len(eng.campaigns),
+            leases=len(eng.leases),
+            pending=len(eng.pending),
+            open_streams=core.limits.open_streams,
+            caller=str(who),
+        )
+
+
+class AdminServicer(_Base):
+    """``bursar.v1.Admin``: campaigns and their tokens; the admin token only."""
+
+    service_name = "bursar.v1.Admin"
+
+    def _campaign(self, name: str) -> admin_pb2.Campaign:
+        core = self.core
+        return convert.campaign_to_proto(core.engine, name, core.now(), core.tokens.issued_at(name))
+
+    @_rpc(admin=True)
+    def CreateCampaign(
+        self, req: admin_pb2.CreateCampaignRequest, who: Principal
+    ) -> admin_pb2.CreateCampaignResponse:
+        spec = convert.spec_from_proto(req.spec)
+        token = self.core.create_campaign(spec)
+        return admin_pb2.CreateCampaignResponse(campaign=self._campaign(spec.name), token=token)
+
+    @_rpc(admin=True)
+    def UpdateCampaign(
+        self, req: admin_pb2.UpdateCampaignRequest, who: Principal
+    ) -> admin_pb2.Campaign:
+        spec = convert.spec_from_proto(req.spec)
+        self.core.update_campaign(spec)
+        return self._campaign(spec.name)
+
+    @_rpc(admin=True)
+    def GetCampaign(self, req: admin_pb2.GetCampaignRequest, who: Principal) -> admin_pb2.Campaign:
+        self.core.require_campaign(req.name)
+        return self._campaign(req.name)
+
+    @_rpc(admin=True)
+    def ListCampaigns(
+        self, req: admin_pb2.ListCampaignsRequest, who: Principal
+    ) -> admin_pb2.ListCampaignsResponse:
+        names = sorted(self.core.engine.campaigns)
+        return admin_pb2.ListCampaignsResponse(campaigns=[self._campaign(n) for n in names])
+
+    @_rpc(admin=True)
+    def RotateToken(
+        self, req: admin_pb2.RotateTokenRequest, who: Principal
+    ) -> admin_pb2.RotateTokenResponse:
+        token, at = self.core.rotate_token(req.campaign)
+        return admin_pb2.RotateTokenResponse(token=token, issued_at=at)
+
+
+def generic_handler(servicer: _Base, service: ServiceDescriptor) -> grpc.GenericRpcHandler:
+    """Handlers for every method of ``service``, from its descriptor (the .proto)."""
+    handlers = {}
+    for method in service.methods:
+        impl = getattr(servicer, method.name, None)
+        if impl is None:
+            raise TypeError(f"{type(servicer).__name__} does not implement {method.full_name}")
+        request = message_factory.GetMessageClass(method.input_type)
+        response = message_factory.GetMessageClass(method.output_type)
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            impl,
+            request_deserializer=_safe(request.FromString),
+            response_serializer=response.SerializeToString,
+        )
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)
