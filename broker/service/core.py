@@ -308,6 +308,7 @@ class ServiceCore:
         try:
             if resumed:
                 broker.backend = resume_backend(broker.engine)
+                _withdraw_orphans(broker, clock())
             admin_token, admin_path, _ = load_admin_token(state, admin_token_file)
             tokens = TokenStore(state, admin_token)
             issued = tokens.issue_missing(sorted(broker.engine.campaigns), clock())
@@ -755,6 +756,23 @@ class ServiceCore:
         self.require_campaign(name)
         now = self.now()
         return self.tokens.rotate(name, now), now
+
+
+def _withdraw_orphans(broker: Broker, now: float) -> None:
+    """Cancel the requests that were queued when the last server stopped.
+
+    Each belonged to a blocking Acquire call that the stop cut off: nobody is waiting for
+    its grant any more (the client retries against the new server), and a grant nobody
+    hears of would hold capacity until it expired.
+    """
+    at = max(now, broker.engine.now)
+    for rid in [p.id for p in sorted(broker.engine.pending.values(), key=lambda p: p.seq)]:
+        try:
+            broker.submit(CancelRequest(at=at, request_id=rid))
+        except RequestError:
+            # Granted while the clock caught up to ``at``: give the lease back.
+            if rid in broker.engine.leases:
+                broker.submit(Release(at=at, lease_id=rid))
 
 
 def _own_decision(decisions: Sequence[Decision]) -> Grant | Queue | Reject:

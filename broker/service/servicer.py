@@ -99,6 +99,8 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                     principal, k = await enter(self, request, context)
                     self.core.limits.open_stream(k)
                     key = k
+                    # Headers now, so a client knows the stream is open before any event.
+                    await context.send_initial_metadata(())
                     async for item in fn(self, request, principal):
                         yield item
                 except Exception as exc:
