@@ -216,24 +216,27 @@ def resume_backend(engine: Engine) -> SimulatedPool:
     pool = SimulatedPool(engine.pool_spec)
     latency = pool.boot_latency_s
     now = engine.now
-    t_on = now - latency - 2.0
     nodes = engine.pool.nodes
-    on = [n.name for n in nodes if n.power is Power.ON]
     states = pool.node_states()
+    # Powered nodes: booted long enough ago to be warm by the engine's clock.
+    on = [n.name for n in nodes if n.power is Power.ON and states[n.name].value == "cold"]
     if on:
-        pool.start([n for n in on if states[n].value == "cold"], t_on)
+        pool.start(on, now - latency - 1.0)
+    # Booting nodes: started so that they report ready when the engine expects, and never
+    # before its clock (the engine refuses events from its past).
     booting = sorted(
-        (max(n.ready_at if n.ready_at is not None else now, now), n.name)
+        (max(n.ready_at if n.ready_at is not None else now, now + 1e-3), n.name)
         for n in nodes
         if n.power is Power.BOOTING
     )
+    t_set = now
     for ready_at, name in booting:
         pool.start([name], ready_at - latency)
-    t_set = now - 1.0
+        t_set = max(t_set, ready_at - latency)
     for n in nodes:
         if n.power is Power.DOWN:
             pool.fail(n.name, t_set)
-    pool.due_events(t_set)
+    pool.due_events(t_set)  # the set-up's own NodeReady / NodeLost: already journaled
     for ls in sorted(engine.leases.values(), key=lambda x: int(x.id[1:])):
         if ls.state in (LeaseState.ACTIVE, LeaseState.PREEMPTING) and ls.pieces:
             pool.place(ls.id, [nodes[i].name for i in sorted(ls.pieces)], t_set)

@@ -1,0 +1,244 @@
+"""gRPC service throughput and latency: Acquire + Release pairs against `bursar serve`.
+
+Run: ``.venv/bin/python benchmarks/bench_service.py [--clients 1,16,64] [--seconds 3]``.
+
+Two servers run as subprocesses, one after the other, on loopback:
+
+* ``bursar serve`` (``python -m bursar.broker.service``) with a 512-GPU pool, the journal
+  durable as in production (``--durability normal``: WAL, committed before each answer),
+  bearer-token auth on every call, rate limits raised out of the way;
+* an **empty** grpc.aio server with the same two methods (``/bursar.v1.Broker/Acquire``
+  and ``/Release``) that parses the request and returns a canned response: the cost of
+  gRPC and Python alone.
+
+For each concurrency level, that many asyncio clients (sharing up to 8 channels) each loop
+``Acquire(1 GPU, non-blocking)`` then ``Release`` for ``--seconds``; one pair is one op.
+Prints ops/s and the p50/p99 latency of a pair for both servers, and the ratio of
+Bursar's throughput to the empty handler's. The client runs in this process, so on a
+small machine the clients and the server compete for the same cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import selectors
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+
+POOL = """
+[pool]
+boot_latency_s = 60
+[pool.groups.node]
+count = 64
+warm = 64
+gpu = 8
+cpu = 64
+mem_gb = 512
+[policy]
+grace_s = 30
+[campaigns.bench]
+class = "batch"
+[campaigns.bench.gpu]
+sustained = 512
+burst = 512
+"""
+
+ACQUIRE = "/bursar.v1.Broker/Acquire"
+RELEASE = "/bursar.v1.Broker/Release"
+
+
+# ----------------------------------------------------------------------------- servers
+
+
+async def _empty_server() -> None:
+    """The baseline: same methods, same messages, no work."""
+    lease = pb.Lease(lease_id="L1", campaign="bench", state=pb.LEASE_STATE_ACTIVE)
+    lease.size["gpu"] = 1
+    acquired = pb.AcquireResponse(lease=lease, price=1.0)
+    released = pb.ReleaseResponse(lease=lease)
+
+    async def acquire(req: pb.AcquireRequest, ctx: grpc.aio.ServicerContext) -> pb.AcquireResponse:
+        ctx.invocation_metadata()
+        return acquired
+
+    async def release(req: pb.ReleaseRequest, ctx: grpc.aio.ServicerContext) -> pb.ReleaseResponse:
+        ctx.invocation_metadata()
+        return released
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "bursar.v1.Broker",
+                {
+                    "Acquire": grpc.unary_unary_rpc_method_handler(
+                        acquire,
+                        request_deserializer=pb.AcquireRequest.FromString,
+                        response_serializer=pb.AcquireResponse.SerializeToString,
+                    ),
+                    "Release": grpc.unary_unary_rpc_method_handler(
+                        release,
+                        request_deserializer=pb.ReleaseRequest.FromString,
+                        response_serializer=pb.ReleaseResponse.SerializeToString,
+                    ),
+                },
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"listening on 127.0.0.1:{port}", flush=True)
+    await server.wait_for_termination()
+
+
+class Subprocess:
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sel.select(timeout=deadline - time.monotonic()):
+            line = self.proc.stdout.readline()
+            if "listening on" in line:
+                self.address = line.split("listening on ", 1)[1].split()[0]
+                return
+            if not line:
+                break
+        raise RuntimeError(f"server did not start: {args}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+# ----------------------------------------------------------------------------- clients
+
+
+@dataclass
+class Result:
+    ops: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.ops / self.seconds
+
+    def pct(self, q: float) -> float:
+        qs = statistics.quantiles(self.latencies, n=100, method="inclusive")
+        return qs[int(q) - 1] * 1000
+
+
+async def _drive(address: str, token: str, clients: int, seconds: float) -> Result:
+    channels = [grpc.aio.insecure_channel(address) for _ in range(min(clients, 8))]
+    md = (("authorization", f"Bearer {token}"),)
+    latencies: list[float] = []
+    stop_at = 0.0
+
+    async def client(k: int, record: bool) -> None:
+        ch = channels[k % len(channels)]
+        acquire = ch.unary_unary(
+            ACQUIRE,
+            request_serializer=pb.AcquireRequest.SerializeToString,
+            response_deserializer=pb.AcquireResponse.FromString,
+        )
+        release = ch.unary_unary(
+            RELEASE,
+            request_serializer=pb.ReleaseRequest.SerializeToString,
+            response_deserializer=pb.ReleaseResponse.FromString,
+        )
+        req = pb.AcquireRequest(size={"gpu": 1}, duration_s=600)
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            got = await acquire(req, metadata=md)
+            await release(pb.ReleaseRequest(lease_id=got.lease.lease_id), metadata=md)
+            if record:
+                latencies.append(time.perf_counter() - t0)
+
+    try:
+        stop_at = time.perf_counter() + min(0.5, seconds / 4)  # warm-up
+        await asyncio.gather(*(client(k, False) for k in range(clients)))
+        start = time.perf_counter()
+        stop_at = start + seconds
+        await asyncio.gather(*(client(k, True) for k in range(clients)))
+        elapsed = time.perf_counter() - start
+    finally:
+        for ch in channels:
+            await ch.close()
+    return Result(len(latencies), elapsed, latencies)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", default="1,16,64", help="Concurrency levels, comma-separated.")
+    parser.add_argument("--seconds", type=float, default=3.0, help="Measured seconds per level.")
+    parser.add_argument("--serve-empty", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_empty:
+        asyncio.run(_empty_server())
+        return
+    levels = [int(x) for x in args.clients.split(",")]
+
+    with tempfile.TemporaryDirectory(prefix="bursar-bench-") as tmp:
+        cfg = Path(tmp) / "pool.toml"
+        cfg.write_text(POOL)
+        state = Path(tmp) / "state"
+        bursar = Subprocess(
+            [
+                sys.executable, "-m", "bursar.broker.service", "--state-dir", str(state),
+                "--config", str(cfg), "--port", "0", "--no-metrics", "--durability", "normal",
+                "--rate-limit", "1e9", "--rate-burst", "1e9",
+            ]
+        )  # fmt: skip
+        token = json.loads((state / "tokens.json").read_text())["bench"]
+        try:
+            ours = {c: asyncio.run(_drive(bursar.address, token, c, args.seconds)) for c in levels}
+        finally:
+            bursar.stop()
+        entries = _journal_entries(state)
+        empty = Subprocess([sys.executable, os.path.abspath(__file__), "--serve-empty"])
+        try:
+            base = {c: asyncio.run(_drive(empty.address, token, c, args.seconds)) for c in levels}
+        finally:
+            empty.stop()
+
+    print(
+        f"Acquire+Release pairs over loopback gRPC, {args.seconds:g} s per level, "
+        f"{os.cpu_count()} CPUs; journal durability=normal ({entries} entries written)"
+    )
+    head = (
+        f"{'clients':>7} | {'bursar ops/s':>12} {'p50 ms':>7} {'p99 ms':>7} | "
+        f"{'empty ops/s':>11} {'p50 ms':>7} {'p99 ms':>7} | {'ratio':>5}"
+    )
+    print(head)
+    print("-" * len(head))
+    for c in levels:
+        o, b = ours[c], base[c]
+        print(
+            f"{c:>7} | {o.rate:>12.0f} {o.pct(50):>7.2f} {o.pct(99):>7.2f} | "
+            f"{b.rate:>11.0f} {b.pct(50):>7.2f} {b.pct(99):>7.2f} | {o.rate / b.rate:>5.2f}"
+        )
+
+
+def _journal_entries(state: Path) -> int:
+    from bursar.broker.journal import Journal
+
+    with Journal.open(state / "journal.sqlite") as j:
+        return j.last_seq
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""`bursar serve` as a real process: SIGKILL and restart with every lease intact, SIGTERM
+finishing in-flight calls, and a clean journal audit afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from click.testing import CliRunner
+from service_support import LIFECYCLE, details, fails, md, next_event, run
+
+from bursar.broker.cli import main
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
+
+
+class Server:
+    """`python -m bursar.broker.service` on a free port, reading what it announces."""
+
+    def __init__(self, state_dir: Path, *args: str) -> None:
+        self.state_dir = state_dir
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bursar.broker.service",
+                "--state-dir",
+                str(state_dir),
+                "--port",
+                "0",
+                "--no-metrics",
+                "--grace",
+                "3",
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        line = self._wait_for("listening on")
+        self.address = line.split("listening on ", 1)[1].split()[0]
+
+    def _wait_for(self, needle: str, timeout_s: float = 20.0) -> str:
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if needle in line:
+                return line
+        err = self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
+        raise AssertionError(f"server never said {needle!r}: {self.lines} {err}")
+
+    def tokens(self) -> dict[str, str]:
+        return json.loads((self.state_dir / "tokens.json").read_text())
+
+    def admin(self) -> str:
+        return (self.state_dir / "admin.token").read_text().strip()
+
+    def kill(self, sig: int) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=15)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
+
+
+def _leases(resp: pb.ListLeasesResponse) -> dict[str, tuple[int, float, tuple[str, ...]]]:
+    return {x.lease_id: (x.state, x.expires_at, tuple(x.nodes)) for x in resp.leases}
+
+
+def test_sigkill_then_restart_keeps_every_lease_and_the_journal_audits_clean(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "pool.toml"
+    # Boot slower than the rest of the test takes before the kill: a node is still booting
+    # when the server dies, and the restarted server must finish that boot.
+    cfg.write_text(LIFECYCLE.replace("boot_latency_s = 0.6", "boot_latency_s = 2.5"))
+    state = tmp_path / "state"
+
+    first = Server(state, "--config", str(cfg))
+    try:
+        tokens, admin = first.tokens(), first.admin()
+
+        async def before_kill() -> dict[str, tuple[int, float, tuple[str, ...]]]:
+            async with grpc.aio.insecure_channel(first.address) as ch:
+                stub = pbg.BrokerStub(ch)
+                for who, gpus in (("sci", 8), ("other", 8), ("sci", 8)):
+                    await stub.Acquire(
+                        pb.AcquireRequest(size={"gpu": gpus}, duration_s=120),
+                        metadata=md(tokens[who]),
+                    )
+                listed = await stub.ListLeases(pb.ListLeasesRequest(), metadata=md(admin))
+                # A blocking request left queued when the server dies.
+                queued = stub.Acquire(
+                    pb.AcquireRequest(size={"gpu": 8}, duration_s=120, timeout_s=30),
+                    metadata=md(tokens["other"]),
+                )
+                task = asyncio.ensure_future(queued)
+                await asyncio.sleep(0.3)
+                assert not task.done()
+                task.cancel()
+                return _leases(listed)
+
+        # The cold-path lease (the third) is still STARTING: its node is booting.
+        before = run(before_kill())
+        assert sorted(s for s, _, _ in before.values()) == [
+            pb.LEASE_STATE_STARTING,
+            pb.LEASE_STATE_ACTIVE,
+            pb.LEASE_STATE_ACTIVE,
+        ]
+        assert first.kill(signal.SIGKILL) == -signal.SIGKILL
+    finally:
+        first.close()
+
+    second = Server(state)  # no --config: the journal holds the pool and policy
+    try:
+        assert "issued tokens" not in "".join(second.lines)
+
+        async def after_restart() -> None:
+            async with grpc.aio.insecure_channel(second.address) as ch:
+                stub = pbg.BrokerStub(ch)
+                listed = await stub.ListLeases(pb.ListLeasesRequest(), metadata=md(admin))
+                after = _leases(listed)
+                assert set(after) == set(before)
+                for lid, (state_, expires, nodes) in before.items():
+                    assert after[lid][1] == expires
+                    if state_ == pb.LEASE_STATE_ACTIVE:
+                        assert after[lid] == (state_, expires, nodes)
+                starting = next(lid for lid, v in before.items() if v[0] == pb.LEASE_STATE_STARTING)
+                watch = stub.Watch(
+                    pb.WatchRequest(lease_ids=[starting]), metadata=md(tokens["sci"])
+                )
+                snap = await next_event(watch)
+                assert snap.snapshot and snap.kind == pb.LEASE_EVENT_KIND_GRANTED
+                activated = await next_event(watch)  # the restarted server finishes the boot
+                assert activated.kind == pb.LEASE_EVENT_KIND_ACTIVATED
+                assert list(activated.lease.nodes) == ["c000"]
+                watch.cancel()
+                # The old tokens still work; leases can be renewed and released.
+                lid = next(iter(sorted(before)))
+                await stub.Renew(
+                    pb.RenewRequest(lease_id=lid, duration_s=300), metadata=md(tokens["sci"])
+                )
+                rel = await stub.Release(
+                    pb.ReleaseRequest(lease_id=lid), metadata=md(tokens["sci"])
+                )
+                assert rel.lease.state == pb.LEASE_STATE_RELEASED
+                # The request queued when the first server died was withdrawn.
+                st = await stub.GetStatus(pb.GetStatusRequest(), metadata=md(admin))
+                assert st.pending == 0 and st.leases == 2
+
+                # SIGTERM with calls in flight: a blocking Acquire and a Watch stream.
+                await stub.Acquire(  # the last free GPUs
+                    pb.AcquireRequest(size={"gpu": 8}, duration_s=120), metadata=md(tokens["other"])
+                )
+                waiting = asyncio.ensure_future(
+                    stub.Acquire(
+                        pb.AcquireRequest(size={"gpu": 8}, duration_s=60, timeout_s=30),
+                        metadata=md(tokens["other"]),
+                    )
+                )
+                stream = stub.Watch(pb.WatchRequest(), metadata=md(tokens["sci"]))
+                await stream.initial_metadata()
+                await asyncio.sleep(0.3)
+                t0 = time.monotonic()
+                second.proc.send_signal(signal.SIGTERM)
+                d = await fails(waiting)
+                assert d.code == grpc.StatusCode.UNAVAILABLE and d.reason == "SHUTTING_DOWN"
+                assert d.retry_after_s == 1.0
+                try:
+                    while await stream.read() is not grpc.aio.EOF:
+                        pass
+                except grpc.aio.AioRpcError as err:
+                    assert details(err).reason == "SHUTTING_DOWN"
+                assert time.monotonic() - t0 < 3
+
+        run(after_restart())
+        assert second.proc.wait(timeout=15) == 0
+        assert second._wait_for("stopped; journal closed")
+    finally:
+        second.close()
+
+    result = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(state)])
+    assert result.exit_code == 0, result.output
+    assert "0 mismatches" in result.output
+
+
+def test_serve_refuses_a_config_that_disagrees_with_the_journal(tmp_path: Path) -> None:
+    cfg = tmp_path / "pool.toml"
+    cfg.write_text(LIFECYCLE)
+    state = tmp_path / "state"
+    server = Server(state, "--config", str(cfg))
+    try:
+        assert server.kill(signal.SIGTERM) == 0
+    finally:
+        server.close()
+    other = tmp_path / "other.toml"
+    other.write_text(LIFECYCLE.replace("grace_s = 0.6", "grace_s = 5"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bursar.broker.service",
+            "--state-dir",
+            str(state),
+            "--config",
+            str(other),
+            "--port",
+            "0",
+            "--no-metrics",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ},
+    )
+    assert proc.returncode == 2
+    assert "differs from the one the journal was written with" in proc.stderr
