@@ -150,8 +150,11 @@ class BrokerServicer:
 
     def Watch(self, request, context):
         """A stream of what happens to leases: GRANTED, ACTIVATED, PREEMPT_WARNING (with its
-        deadline), RENEWED, REVOKED, EXPIRED, RELEASED. It starts with one snapshot event per
-        matching lease (its current state), then reports changes as they are decided.
+        deadline), RENEWED, REVOKED, EXPIRED, RELEASED. The server sends response headers as
+        soon as the stream is registered (no later event is missed), then one snapshot event
+        per matching lease (GRANTED for a starting lease, ACTIVATED for an active one,
+        PREEMPT_WARNING for one being reclaimed, its end for an ended one), then changes as
+        they are decided. A warm-path grant is usable at once: no ACTIVATED follows it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

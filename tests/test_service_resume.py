@@ -1,0 +1,51 @@
+"""Resuming: the rebuilt simulated pool matches the one that was running, and a journal
+failure stops the server instead of letting it drift from what was recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+from service_support import config, fails, run, serve
+
+from bursar.broker.decisions import Grant
+from bursar.broker.events import RequestLease
+from bursar.broker.runtime import Broker
+from bursar.broker.service.core import resume_backend
+
+
+def test_resume_backend_rebuilds_the_node_states_the_live_pool_had(tmp_path: Path) -> None:
+    with Broker.open(tmp_path, config(), at=100.0) as b:
+        b.submit(RequestLease(101.0, "sci", {"gpu": 8}, 600))  # w000
+        b.submit(RequestLease(101.5, "other", {"gpu": 8}, 600))  # w001
+        out = b.submit(RequestLease(102.0, "sci", {"gpu": 8}, 600))  # the cold node boots
+        cold = next(d for d in out if isinstance(d, Grant))
+        b.backend.fail("w001", 102.2)  # a node is lost: other's lease is revoked
+        b.catch_up(102.3)
+        live = dict(b.backend.node_states())
+        assert {s.value for s in live.values()} == {"leased", "down", "booting"}
+        rebuilt = resume_backend(b.engine)
+        assert dict(rebuilt.node_states()) == live
+        assert rebuilt.next_event_time() == pytest.approx(cold.starts_at)
+        # It reports the boot at the time the engine planned for, and not before.
+        assert rebuilt.due_events(cold.starts_at - 0.01) == []
+        (ready,) = rebuilt.due_events(cold.starts_at)
+        assert ready.node == "c000" and ready.at == pytest.approx(cold.starts_at)
+
+
+def test_a_journal_write_failure_stops_the_server(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        with pytest.raises(ExceptionGroup) as caught:
+            async with serve(tmp_path) as c:
+                await c.acquire("sci", 8)
+                # The disk goes away under the broker.
+                c.core.broker.journal._conn.close()
+                d = await fails(c.acquire("sci", 8))
+                assert d.code == grpc.StatusCode.UNAVAILABLE and d.reason == "JOURNAL_FAILED"
+                d = await fails(c.acquire("sci", 1))
+                assert d.code == grpc.StatusCode.UNAVAILABLE
+                await c.core.supply_changed(5)  # the timer task fails and ends the server
+        assert "journal" in str(caught.value.exceptions[0]).lower()
+
+    run(scenario())
