@@ -1,0 +1,502 @@
+"""The async clients: :class:`AsyncBrokerClient` (what campaigns call) and
+:class:`AsyncAdminClient` (campaigns and tokens, with the admin token)."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from bursar.protos.bursar.v1 import admin_pb2
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+from bursar.providers.client._backoff import Backoff
+from bursar.providers.client._channel import (
+    DEFAULT_TARGET,
+    Connection,
+    Tls,
+    retryable,
+)
+from bursar.providers.client._errors import BursarClientError, NotFound, from_rpc_error
+from bursar.providers.client._lease import LeaseHandle
+from bursar.providers.client._types import (
+    BrokerStatus,
+    Campaign,
+    CampaignSpec,
+    CreatedCampaign,
+    Lease,
+    LeaseClass,
+    LeaseEvent,
+    LeaseEventKind,
+    LeaseState,
+    MeterResult,
+    Supply,
+)
+
+__all__ = ["MAX_WAIT_S", "AsyncAdminClient", "AsyncBrokerClient"]
+
+MAX_WAIT_S = 3600.0
+"""The longest a blocking acquire waits (the server's limit on AcquireRequest.timeout_s)."""
+
+_END_KIND = {
+    LeaseState.RELEASED: LeaseEventKind.RELEASED,
+    LeaseState.EXPIRED: LeaseEventKind.EXPIRED,
+    LeaseState.REVOKED: LeaseEventKind.REVOKED,
+}
+
+_REMEMBER_ENDED = 4096
+"""Ended leases a watch remembers, so that a reopened stream does not report them twice."""
+
+
+class _Seen:
+    """What one watch has reported, so that a reopened stream reports only changes."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, Lease] = {}
+        self._ended: OrderedDict[str, None] = OrderedDict()
+
+    def fresh(self, ev: LeaseEvent) -> bool:
+        """Record ``ev``; False if it repeats what was already reported."""
+        lid = ev.lease.id
+        if lid in self._ended:
+            return False
+        prev = self.live.get(lid)
+        if (
+            ev.snapshot
+            and prev is not None
+            and prev.state is ev.lease.state
+            and prev.expires_at == ev.lease.expires_at
+        ):
+            return False
+        if ev.kind.ends_lease or ev.lease.ended:
+            self.live.pop(lid, None)
+            self._ended[lid] = None
+            while len(self._ended) > _REMEMBER_ENDED:
+                self._ended.popitem(last=False)
+        else:
+            self.live[lid] = ev.lease
+        return True
+
+
+def _ids(lease_id: str | Iterable[str] | None) -> list[str]:
+    if lease_id is None:
+        return []
+    if isinstance(lease_id, str):
+        return [lease_id]
+    return list(lease_id)
+
+
+class AsyncBrokerClient:
+    """An async client of the ``bursar.v1.Broker`` service.
+
+    ``target`` is ``host:port`` (``bursar serve`` listens on 127.0.0.1:50051); ``token``
+    the campaign's token (or the admin token, acting for ``campaign``). Calls are
+    retried with ``backoff`` for up to ``retry_timeout_s`` (None: forever) while the
+    broker is unreachable or restarting; the jitter comes from ``rng`` (a
+    ``random.Random``, or a seed). Each unary call has a deadline of
+    ``call_timeout_s`` (a blocking acquire: its wait plus that).
+
+    The client is bound to the event loop it is first used on. Use it as ``async with``,
+    or call :meth:`close`::
+
+        async with AsyncBrokerClient("127.0.0.1:50051", token) as client:
+            async with client.held_lease({"gpu": 8}, duration_s=300) as lease:
+                ...  # lease.lease.nodes; renewed in the background, released on exit
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        token: str | None = None,
+        *,
+        tls: Tls = None,
+        campaign: str | None = None,
+        backoff: Backoff | None = None,
+        rng: random.Random | int | None = None,
+        retry_timeout_s: float | None = 30.0,
+        call_timeout_s: float = 30.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.campaign = campaign
+        self._conn = Connection(
+            target,
+            token,
+            tls=tls,
+            backoff=backoff,
+            rng=rng,
+            retry_timeout_s=retry_timeout_s,
+            call_timeout_s=call_timeout_s,
+            channel_options=channel_options,
+        )
+
+    @property
+    def target(self) -> str:
+        return self._conn.target
+
+    async def __aenter__(self) -> AsyncBrokerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel; open streams end. Leases are not released (they are the
+        broker's: release them, or let them expire)."""
+        await self._conn.close()
+
+    async def _call(self, method: str, request: Any, **kw: Any) -> Any:
+        return await self._conn.unary("broker", method, request, **kw)
+
+    # ---------------------------------------------------------------- leases
+
+    async def acquire(
+        self,
+        size: Mapping[str, float],
+        duration_s: float,
+        *,
+        blocking: bool = True,
+        timeout: float | None = None,
+        lease_class: LeaseClass | str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Lease:
+        """Ask for a lease of ``size`` (e.g. ``{"gpu": 8}``) for ``duration_s`` seconds.
+
+        ``blocking=False``: granted now or :class:`Refused` at once (``reason`` says why,
+        ``retry_after`` when to try again). ``blocking=True``: the request queues and
+        the call waits up to ``timeout`` seconds (None: the server's maximum,
+        ``MAX_WAIT_S``) for the grant, else raises :class:`Refused` with the last
+        reason. A grant on the reclaim or cold path returns at once in state STARTING,
+        usable from ``starts_at``. ``lease_class`` may lower the campaign's class for
+        this lease ("opportunistic", ...), never raise it.
+        """
+        lease, _ = await self._acquire(size, duration_s, blocking, timeout, lease_class, labels)
+        return lease
+
+    async def _acquire(
+        self,
+        size: Mapping[str, float],
+        duration_s: float,
+        blocking: bool,
+        timeout: float | None,
+        lease_class: LeaseClass | str | None,
+        labels: Mapping[str, str] | None,
+    ) -> tuple[Lease, pb.AcquireResponse]:
+        wait = 0.0 if not blocking else MAX_WAIT_S if timeout is None else timeout
+        request = pb.AcquireRequest(
+            campaign=self.campaign or "",
+            size=dict(size),
+            duration_s=duration_s,
+            timeout_s=wait,
+            lease_class=LeaseClass.parse(lease_class).to_proto(pb.LeaseClass),
+            labels=dict(labels or {}),
+        )
+        # Retrying an Acquire that failed UNAVAILABLE is safe: the broker withdraws a
+        # request whose call is cancelled or cut (and releases a grant that raced with
+        # that), and refuses new ones while it shuts down.
+        resp = await self._call("Acquire", request, timeout_s=wait + self._conn.call_timeout_s)
+        return Lease.from_proto(resp.lease), resp
+
+    async def renew(self, lease_id: str, duration_s: float) -> Lease:
+        """Extend the lease so that it ends no earlier than now + ``duration_s``.
+
+        Renewal is an admission decision: :class:`Refused` (ABOVE_BURST, BUCKET_EMPTY),
+        :class:`FailedPrecondition` (LEASE_PREEMPTING, or the lease has ended)."""
+        return await self._renew(lease_id, duration_s)
+
+    async def _renew(
+        self, lease_id: str, duration_s: float, give_up_at: float | None = None
+    ) -> Lease:
+        resp = await self._call(
+            "Renew",
+            pb.RenewRequest(lease_id=lease_id, duration_s=duration_s),
+            give_up_at=give_up_at,
+        )
+        return Lease.from_proto(resp.lease)
+
+    async def release(self, lease_id: str) -> Lease:
+        """End the lease early (unused prepaid tokens and credits are refunded) and
+        return it in its final state. Idempotent: releasing an ended lease returns its
+        final state (RELEASED, EXPIRED or REVOKED) and changes nothing."""
+        resp = await self._call("Release", pb.ReleaseRequest(lease_id=lease_id))
+        return Lease.from_proto(resp.lease)
+
+    async def get_lease(self, lease_id: str) -> Lease:
+        """One lease, live or ended; :class:`NotFound` if the broker never granted it."""
+        return Lease.from_proto(await self._call("GetLease", pb.GetLeaseRequest(lease_id=lease_id)))
+
+    async def list_leases(self, campaign: str | None = None) -> list[Lease]:
+        """The live leases (STARTING, ACTIVE, PREEMPTING) of the caller's campaign,
+        oldest first; with the admin token, every campaign's or ``campaign``'s."""
+        resp = await self._call(
+            "ListLeases", pb.ListLeasesRequest(campaign=campaign or self.campaign or "")
+        )
+        return [Lease.from_proto(m) for m in resp.leases]
+
+    def held_lease(
+        self,
+        size: Mapping[str, float],
+        duration_s: float,
+        *,
+        renew_margin_s: float | None = None,
+        on_preempt: Callable[[LeaseEvent], Any] | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        lease_class: LeaseClass | str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> LeaseHandle:
+        """A lease held for the life of an ``async with`` block: acquired on entry,
+        renewed ``renew_margin_s`` before it would expire (default: half its duration,
+        at most 60 s), watched (preemption warnings set ``handle.preempted`` and call
+        ``on_preempt``, which may be a coroutine function), and released on exit,
+        also when the block raises. See :class:`LeaseHandle`."""
+        return LeaseHandle(
+            self,
+            dict(size),
+            duration_s,
+            renew_margin_s=renew_margin_s,
+            on_preempt=on_preempt,
+            blocking=blocking,
+            timeout=timeout,
+            lease_class=lease_class,
+            labels=labels,
+        )
+
+    # ---------------------------------------------------------------- watch
+
+    def watch(
+        self,
+        lease_id: str | Iterable[str] | None = None,
+        *,
+        reconnect: bool = True,
+    ) -> AsyncIterator[LeaseEvent]:
+        """What happens to leases, as it is decided: an async iterator of
+        :class:`LeaseEvent`.
+
+        ``lease_id`` (one id or several): those leases; the iterator ends once all of
+        them have ended. None: every lease of the caller's campaign (the admin's: every
+        campaign's, or ``campaign``'s), including later ones; it runs until closed
+        (``break``, or ``aclose()``). It opens with one snapshot event per matching
+        lease (``snapshot=True``). If the stream drops (UNAVAILABLE: the broker
+        restarted, the network failed) and ``reconnect`` is true, it is reopened with
+        backoff and resumes: only what changed meanwhile is reported (as snapshot
+        events), including the ends of leases that ended while it was away.
+        """
+        return self._watch(_ids(lease_id), reconnect, self._conn.retry_timeout_s)
+
+    async def _watch(
+        self,
+        ids: list[str],
+        reconnect: bool,
+        give_up_s: float | None,
+        on_open: Callable[[], None] | None = None,
+    ) -> AsyncIterator[LeaseEvent]:
+        conn = self._conn
+        request = pb.WatchRequest(lease_ids=ids, campaign=self.campaign or "")
+        seen = _Seen()
+        delays, give_up_at = None, 0.0
+        reopened = False
+        while True:
+            call = conn.broker.Watch(request, metadata=conn.metadata)
+            try:
+                # The server sends the headers once the stream is registered: from here
+                # on, no decision is missed.
+                await call.initial_metadata()
+                if on_open is not None:
+                    on_open()
+                if reopened and not ids and seen.live:
+                    # An open-ended stream snapshots live leases only: the ends of leases
+                    # that ended while it was away are looked up (one that ends after
+                    # the look-up is reported by the stream itself).
+                    for ev in await self._ended_while_away(list(seen.live)):
+                        if seen.fresh(ev):
+                            yield ev
+                async for msg in call:
+                    delays = None
+                    ev = LeaseEvent.from_proto(msg)
+                    if seen.fresh(ev):
+                        yield ev
+                return  # every watched lease has ended
+            except grpc.aio.AioRpcError as err:
+                exc: BursarClientError = from_rpc_error(err)
+            except BursarClientError as err:  # from the look-ups
+                exc = err
+            finally:
+                call.cancel()
+            if not (reconnect and retryable(exc)):
+                raise exc
+            if delays is None:
+                delays, give_up_at = conn.backoff.delays(conn.rng), conn.deadline(give_up_s)
+            await conn.pause(exc, delays, give_up_at, f"Watch on {conn.target}")
+            reopened = True
+
+    async def _ended_while_away(self, lease_ids: list[str]) -> list[LeaseEvent]:
+        """End events for those of ``lease_ids`` that are no longer live."""
+        live = {lease.id for lease in await self.list_leases()}
+        out = []
+        for lid in lease_ids:
+            if lid in live:
+                continue
+            try:
+                lease = await self.get_lease(lid)
+            except NotFound:
+                continue
+            if lease.ended:
+                out.append(
+                    LeaseEvent(
+                        kind=_END_KIND[lease.state],
+                        at=lease.ended_at or 0.0,
+                        lease=lease,
+                        cause=lease.end_cause if lease.state is LeaseState.REVOKED else "",
+                        snapshot=True,
+                    )
+                )
+        return out
+
+    # ---------------------------------------------------------------- supply, meter
+
+    async def supply(self, units: float = 0.0, dim: str = "gpu") -> Supply:
+        """Supply signals now. With ``units`` > 0, ``time_to`` says how soon that many
+        units of ``dim`` are usable on each path."""
+        return Supply.from_proto(
+            await self._call("GetSupply", pb.SupplyRequest(units=units, dim=dim if units else ""))
+        )
+
+    def watch_supply(
+        self,
+        *,
+        min_interval_s: float = 1.0,
+        max_interval_s: float = 30.0,
+        units: float = 0.0,
+        dim: str = "gpu",
+        reconnect: bool = True,
+    ) -> AsyncIterator[Supply]:
+        """Supply signals as they change: one snapshot at once, then one whenever a
+        decision changed the pool, at most every ``min_interval_s`` and at least every
+        ``max_interval_s``. Reopened with backoff if it drops (``reconnect``)."""
+        request = pb.WatchSupplyRequest(
+            min_interval_s=min_interval_s,
+            max_interval_s=max_interval_s,
+            units=units,
+            dim=dim if units else "",
+        )
+        return self._watch_supply(request, reconnect)
+
+    async def _watch_supply(
+        self, request: pb.WatchSupplyRequest, reconnect: bool
+    ) -> AsyncIterator[Supply]:
+        conn = self._conn
+        delays, give_up_at = None, 0.0
+        while True:
+            call = conn.broker.WatchSupply(request, metadata=conn.metadata)
+            try:
+                async for msg in call:
+                    delays = None
+                    yield Supply.from_proto(msg)
+                return
+            except grpc.aio.AioRpcError as err:
+                exc = from_rpc_error(err)
+            finally:
+                call.cancel()
+            if not (reconnect and retryable(exc)):
+                raise exc
+            if delays is None:
+                delays, give_up_at = (
+                    conn.backoff.delays(conn.rng),
+                    conn.deadline(conn.retry_timeout_s),
+                )
+            await conn.pause(exc, delays, give_up_at, f"WatchSupply on {conn.target}")
+
+    async def meter(self, dim: str, amount: float) -> MeterResult:
+        """Consume ``amount`` of a rate dimension ("fs_bw": MB, "inference": tokens):
+        use ``granted`` now, ask for the rest after ``wait_s``. Never refused for lack
+        of tokens (``granted`` may be 0)."""
+        resp = await self._call(
+            "Meter", pb.MeterRequest(campaign=self.campaign or "", dim=dim, amount=amount)
+        )
+        return MeterResult(resp.requested, resp.granted, resp.wait_s)
+
+    async def status(self) -> BrokerStatus:
+        """The broker's state in a few numbers, and who it thinks the caller is."""
+        return BrokerStatus.from_proto(await self._call("GetStatus", pb.GetStatusRequest()))
+
+
+class AsyncAdminClient:
+    """An async client of the ``bursar.v1.Admin`` service (the admin token only):
+    campaigns and their tokens. Options as for :class:`AsyncBrokerClient`."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        admin_token: str | None = None,
+        *,
+        tls: Tls = None,
+        backoff: Backoff | None = None,
+        rng: random.Random | int | None = None,
+        retry_timeout_s: float | None = 30.0,
+        call_timeout_s: float = 30.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._conn = Connection(
+            target,
+            admin_token,
+            tls=tls,
+            backoff=backoff,
+            rng=rng,
+            retry_timeout_s=retry_timeout_s,
+            call_timeout_s=call_timeout_s,
+            channel_options=channel_options,
+        )
+
+    @property
+    def target(self) -> str:
+        return self._conn.target
+
+    async def __aenter__(self) -> AsyncAdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def _call(self, method: str, request: Any, *, retry: bool = True) -> Any:
+        return await self._conn.unary("admin", method, request, retry=retry)
+
+    async def create_campaign(self, spec: CampaignSpec) -> CreatedCampaign:
+        """Create a campaign; its token is returned once, here. :class:`AlreadyExists`
+        if the name is taken, :class:`FailedPrecondition` if the guarantees would add up
+        to more than the pool. Not retried (a retry after a lost answer would find the
+        campaign created and its token gone): on :class:`Unavailable`, check with
+        :meth:`get_campaign` and :meth:`rotate_token`."""
+        resp = await self._call(
+            "CreateCampaign", admin_pb2.CreateCampaignRequest(spec=spec.to_proto()), retry=False
+        )
+        return CreatedCampaign(Campaign.from_proto(resp.campaign), resp.token)
+
+    async def update_campaign(self, spec: CampaignSpec) -> Campaign:
+        """Replace a campaign's envelopes, class and preemptible flag (its leases stay)."""
+        return Campaign.from_proto(
+            await self._call(
+                "UpdateCampaign", admin_pb2.UpdateCampaignRequest(spec=spec.to_proto())
+            )
+        )
+
+    async def get_campaign(self, name: str) -> Campaign:
+        return Campaign.from_proto(
+            await self._call("GetCampaign", admin_pb2.GetCampaignRequest(name=name))
+        )
+
+    async def list_campaigns(self) -> list[Campaign]:
+        resp = await self._call("ListCampaigns", admin_pb2.ListCampaignsRequest())
+        return [Campaign.from_proto(m) for m in resp.campaigns]
+
+    async def rotate_token(self, campaign: str) -> str:
+        """Issue a new token for ``campaign``; the old one stops working at once. Not
+        retried (a lost answer would leave no working token known: rotate again)."""
+        resp = await self._call(
+            "RotateToken", admin_pb2.RotateTokenRequest(campaign=campaign), retry=False
+        )
+        return resp.token

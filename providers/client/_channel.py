@@ -1,0 +1,198 @@
+"""One connection to a broker: the grpc.aio channel, the bearer token, and unary calls
+retried with backoff while the broker is unreachable.
+
+A call is retried when it fails with UNAVAILABLE (the broker is down, restarting, or
+shutting down: ``SHUTTING_DOWN`` says the request was withdrawn, nothing is left
+pending) or with RESOURCE_EXHAUSTED ``RATE_LIMITED`` (the service's per-client rate
+limit; waited out for its RetryInfo delay). Every other status is raised at once, as a
+typed :class:`~bursar.providers.client.BursarClientError`.
+
+The channel is created on first use, inside the event loop that uses it (grpc.aio
+channels belong to one loop), with gRPC's own reconnect backoff set to the same bounds
+as the client's, so that a restarted broker is found again within ``Backoff.max_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import grpc
+
+from bursar.protos.bursar.v1 import admin_pb2_grpc
+from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
+from bursar.providers.client._backoff import Backoff
+from bursar.providers.client._errors import BursarClientError, Refused, Unavailable, from_rpc_error
+
+__all__ = ["DEFAULT_TARGET", "Connection", "Tls", "channel_credentials", "retryable"]
+
+log = logging.getLogger("bursar.providers.client")
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+"""Where ``bursar serve`` listens by default."""
+
+Tls: TypeAlias = bool | bytes | str | os.PathLike[str] | grpc.ChannelCredentials | None
+"""How to secure the channel: None or False: plaintext (loopback); True: TLS with the
+system's root certificates; bytes: PEM root certificates; a str or path: a PEM file of
+root certificates; or ready-made ``grpc.ChannelCredentials``."""
+
+
+def channel_credentials(tls: Tls) -> grpc.ChannelCredentials | None:
+    if tls is None or tls is False:
+        return None
+    if tls is True:
+        return grpc.ssl_channel_credentials()
+    if isinstance(tls, grpc.ChannelCredentials):
+        return tls
+    if isinstance(tls, bytes):
+        return grpc.ssl_channel_credentials(root_certificates=tls)
+    return grpc.ssl_channel_credentials(root_certificates=Path(tls).read_bytes())
+
+
+def retryable(exc: BursarClientError) -> bool:
+    """Whether waiting and calling again is the right answer to ``exc``."""
+    return isinstance(exc, Unavailable) or (
+        isinstance(exc, Refused) and exc.reason == "RATE_LIMITED"
+    )
+
+
+def _rng(rng: random.Random | int | None) -> random.Random:
+    return rng if isinstance(rng, random.Random) else random.Random(rng)
+
+
+class Connection:
+    """The channel, credentials and retry policy shared by one client's calls."""
+
+    def __init__(
+        self,
+        target: str,
+        token: str | None,
+        *,
+        tls: Tls = None,
+        backoff: Backoff | None = None,
+        rng: random.Random | int | None = None,
+        retry_timeout_s: float | None = 30.0,
+        call_timeout_s: float = 30.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target
+        self.backoff = backoff or Backoff()
+        self.rng = _rng(rng)
+        self.retry_timeout_s = retry_timeout_s
+        self.call_timeout_s = call_timeout_s
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        self._credentials = channel_credentials(tls)
+        self._options = [
+            ("grpc.initial_reconnect_backoff_ms", max(1, int(self.backoff.initial_s * 1000))),
+            ("grpc.max_reconnect_backoff_ms", max(1, int(self.backoff.max_s * 1000))),
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+            *channel_options,
+        ]
+        self._channel: grpc.aio.Channel | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._broker: pbg.BrokerStub | None = None
+        self._admin: admin_pb2_grpc.AdminStub | None = None
+        self._closed = False
+
+    # -------------------------------------------------------------------- channel
+
+    def _ensure(self) -> grpc.aio.Channel:
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        if self._channel is not None and self._loop is not loop:
+            raise RuntimeError(
+                "this client was first used on another event loop; create one client per "
+                "loop (or use the sync BrokerClient, which owns its loop)"
+            )
+        if self._channel is None:
+            if self._credentials is None:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            else:
+                self._channel = grpc.aio.secure_channel(
+                    self.target, self._credentials, options=self._options
+                )
+            self._loop = loop
+            self._broker = pbg.BrokerStub(self._channel)
+            self._admin = admin_pb2_grpc.AdminStub(self._channel)
+        return self._channel
+
+    @property
+    def broker(self) -> pbg.BrokerStub:
+        self._ensure()
+        assert self._broker is not None
+        return self._broker
+
+    @property
+    def admin(self) -> admin_pb2_grpc.AdminStub:
+        self._ensure()
+        assert self._admin is not None
+        return self._admin
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._channel is not None:
+            channel, self._channel = self._channel, None
+            self._broker = self._admin = None
+            await channel.close()
+
+    # -------------------------------------------------------------------- calls
+
+    @staticmethod
+    def deadline(timeout_s: float | None) -> float:
+        """The monotonic time ``timeout_s`` from now (None: never)."""
+        return math.inf if timeout_s is None else time.monotonic() + timeout_s
+
+    async def pause(
+        self, exc: BursarClientError, delays: Any, give_up_at: float, what: str
+    ) -> None:
+        """Sleep before the next attempt, or raise ``exc`` if that would pass
+        ``give_up_at``."""
+        delay = next(delays)
+        if exc.retry_after is not None and math.isfinite(exc.retry_after):
+            delay = max(delay, min(exc.retry_after, self.backoff.max_s))
+        if time.monotonic() + delay > give_up_at:
+            raise exc
+        log.info("%s: %s; retrying in %.2f s", what, exc, delay)
+        await asyncio.sleep(delay)
+
+    async def unary(
+        self,
+        stub: str,
+        method: str,
+        request: Any,
+        *,
+        timeout_s: float | None = None,
+        retry: bool = True,
+        give_up_at: float | None = None,
+    ) -> Any:
+        """Call ``stub.method(request)``; retry while :func:`retryable`; raise typed."""
+        deadline = self.deadline(self.retry_timeout_s) if give_up_at is None else give_up_at
+        delays = self.backoff.delays(self.rng)
+        while True:
+            fn = getattr(self.broker if stub == "broker" else self.admin, method)
+            try:
+                return await fn(
+                    request,
+                    metadata=self._metadata,
+                    timeout=self.call_timeout_s if timeout_s is None else timeout_s,
+                )
+            except grpc.aio.AioRpcError as err:
+                exc = from_rpc_error(err)
+            if not (retry and retryable(exc)):
+                raise exc
+            await self.pause(exc, delays, deadline, f"{method} to {self.target}")

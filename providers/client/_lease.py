@@ -1,0 +1,348 @@
+"""A lease held for the life of a block: acquired, renewed before it expires, watched for
+preemption, released on exit.
+
+Times to renew are measured on the client's monotonic clock, never by comparing the
+server's timestamps with the client's (the two clocks may disagree): a lease granted or
+renewed by a call sent at monotonic time ``t`` lasts at least until
+``t + (expires_at - granted_at)`` (for a renewal: ``t + duration_s``), because the
+server decided after ``t``. Renewal happens ``renew_margin_s`` before that lower bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import logging
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from bursar.providers.client._errors import (
+    FailedPrecondition,
+    NotFound,
+    Refused,
+    Unavailable,
+)
+from bursar.providers.client._types import Lease, LeaseClass, LeaseEvent, LeaseEventKind, LeaseState
+
+if TYPE_CHECKING:
+    from bursar.providers.client._aio import AsyncBrokerClient
+
+__all__ = ["LeaseHandle"]
+
+log = logging.getLogger("bursar.providers.client")
+
+MAX_DEFAULT_MARGIN_S = 60.0
+
+
+def default_margin(duration_s: float) -> float:
+    """Renew at half-life, but no earlier than 60 s before expiry."""
+    return min(duration_s / 2.0, MAX_DEFAULT_MARGIN_S)
+
+
+class LeaseHandle:
+    """A lease held while a block runs; create it with
+    :meth:`AsyncBrokerClient.held_lease`::
+
+        async with client.held_lease({"gpu": 8}, 300, on_preempt=drain) as h:
+            await h.active.wait()          # usable (at once on the warm path)
+            run_on(h.lease.nodes)
+            if h.preempted.is_set(): ...   # or await h.preempted.wait()
+
+    Attributes:
+
+    * ``lease``: the lease as last reported (renewals and Watch events update it);
+    * ``active``, ``preempted``, ``ended``: ``asyncio.Event`` s, set when the lease
+      becomes usable, when the broker warns that it will reclaim it (renewal stops; the
+      lease is revoked at ``preempt_deadline``: drain before), and when it ends (revoked,
+      expired or released);
+    * ``preempt_event``, ``end_event``: the Watch events behind those, if any;
+    * ``renewals``: successful renewals so far; ``error``: an unexpected failure of the
+      background work (raised again when the block exits).
+
+    Renewal failures are handled: a refusal (BUCKET_EMPTY, ...) is retried after its
+    ``retry_after`` while time is left; an unreachable broker is retried with backoff
+    (the client's); a lease that is being reclaimed or has ended stops renewal. Leaving
+    the block releases the lease, once, whatever happened; if the broker cannot be
+    reached then, a warning is logged and the lease expires on its own.
+    """
+
+    def __init__(
+        self,
+        client: AsyncBrokerClient,
+        size: Mapping[str, float],
+        duration_s: float,
+        *,
+        renew_margin_s: float | None = None,
+        on_preempt: Callable[[LeaseEvent], Any] | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        lease_class: LeaseClass | str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        margin = default_margin(duration_s) if renew_margin_s is None else renew_margin_s
+        if not 0 <= margin < duration_s:
+            raise ValueError(
+                f"renew_margin_s must be in [0, duration_s) (got {margin!r} for a "
+                f"{duration_s!r} s lease)"
+            )
+        self._client = client
+        self._request = (dict(size), duration_s, blocking, timeout, lease_class, labels)
+        self.duration_s = duration_s
+        self.renew_margin_s = margin
+        self._on_preempt = on_preempt
+        self.active = asyncio.Event()
+        self.preempted = asyncio.Event()
+        self.ended = asyncio.Event()
+        self.preempt_event: LeaseEvent | None = None
+        self.end_event: LeaseEvent | None = None
+        self.renewals = 0
+        self.error: BaseException | None = None
+        self._lease: Lease | None = None
+        self._expires_mono = 0.0
+        self._renew_at = 0.0
+        self._stop_renewing = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._callbacks: set[asyncio.Task[Any]] = set()
+        self._listeners: list[Callable[[LeaseHandle], None]] = []
+        self._releasing: asyncio.Future[Lease] | None = None
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def lease(self) -> Lease:
+        if self._lease is None:
+            raise RuntimeError("the lease has not been acquired yet: use `async with`")
+        return self._lease
+
+    @property
+    def id(self) -> str:
+        return self.lease.id
+
+    @property
+    def preempt_deadline(self) -> float | None:
+        """When a preempted lease is revoked (server clock, seconds since the epoch)."""
+        return self.preempt_event.deadline if self.preempt_event is not None else None
+
+    def add_listener(self, fn: Callable[[LeaseHandle], None]) -> None:
+        """Call ``fn(handle)`` (on the event loop) whenever the handle's state changes."""
+        self._listeners.append(fn)
+
+    def _changed(self) -> None:
+        for fn in self._listeners:
+            fn(self)
+
+    def _update(self, lease: Lease) -> None:
+        old = self._lease
+        if (
+            old is not None
+            and lease.state is old.state
+            and lease.expires_at < old.expires_at
+            and not lease.ended
+        ):
+            return  # a stale snapshot (e.g. a Watch event older than a renewal's answer)
+        if old is not None and old.ended and not lease.ended:
+            return
+        if old is not None and lease.ended and not lease.size:
+            # The broker describes an ended lease by its end only: keep what it was.
+            lease = dataclasses.replace(
+                old,
+                state=lease.state,
+                ended_at=lease.ended_at,
+                end_cause=lease.end_cause,
+            )
+        self._lease = lease
+        if lease.state is LeaseState.ACTIVE:
+            self.active.set()
+        if lease.ended:
+            self._stop_renewing.set()
+            self.ended.set()
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def __aenter__(self) -> LeaseHandle:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.release()
+        except Unavailable as err:
+            log.warning(
+                "could not release lease %s (%s); it expires on its own at %.3f",
+                self.lease.id,
+                err,
+                self.lease.expires_at,
+            )
+        finally:
+            # on_preempt coroutines still running end with the block (after the release,
+            # which one of them may be awaiting).
+            for t in list(self._callbacks):
+                t.cancel()
+            for t in list(self._callbacks):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        if exc is None and self.error is not None:
+            raise self.error
+
+    async def start(self) -> Lease:
+        """Acquire the lease and start renewing and watching it."""
+        if self._lease is not None:
+            raise RuntimeError("a LeaseHandle is entered once")
+        size, duration_s, blocking, timeout, lease_class, labels = self._request
+        t_send = time.monotonic()
+        lease, resp = await self._client._acquire(
+            size, duration_s, blocking, timeout, lease_class, labels
+        )
+        self._update(lease)
+        self._expires_mono = t_send + resp.waited_s + (lease.expires_at - lease.granted_at)
+        self._renew_at = self._expires_mono - self.renew_margin_s
+        watching = asyncio.Event()
+        self._tasks = [
+            asyncio.create_task(self._guard(self._renew_loop()), name=f"renew {lease.id}"),
+            asyncio.create_task(
+                self._guard(self._watch_loop(watching.set)), name=f"watch {lease.id}"
+            ),
+        ]
+        # Return once the lease is watched, so that no warning decided after this
+        # returns is seen only as a snapshot (or not at all, should the watch fail).
+        opened = asyncio.ensure_future(watching.wait())
+        try:
+            await asyncio.wait(
+                [opened, self._tasks[1]],
+                timeout=self._client._conn.call_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            opened.cancel()
+        self._changed()
+        return lease
+
+    async def release(self) -> Lease:
+        """Stop renewing and release the lease; return its final state. Idempotent and
+        safe to call concurrently: every call gets the same answer."""
+        if self._releasing is None:
+            self._releasing = asyncio.ensure_future(self._release())
+        return await asyncio.shield(self._releasing)
+
+    async def _release(self) -> Lease:
+        self._stop_renewing.set()
+        try:
+            if self.ended.is_set():
+                final = self.lease
+            else:
+                self._update(await self._client.release(self.lease.id))
+                final = self.lease
+        finally:
+            for t in self._tasks:
+                t.cancel()
+            for t in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        self._changed()
+        return final
+
+    async def _guard(self, work: Any) -> None:
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # reported at exit, not swallowed
+            log.error("lease %s: background work failed: %r", self._lease and self._lease.id, exc)
+            if self.error is None:
+                self.error = exc
+            self._changed()
+
+    # ------------------------------------------------------------------ renewal
+
+    async def _renew_loop(self) -> None:
+        lease_id, duration = self.lease.id, self.duration_s
+        while True:
+            delay = self._renew_at - time.monotonic()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_renewing.wait(), delay)
+            if self._stop_renewing.is_set():
+                return
+            t_send = time.monotonic()
+            # Retry an unreachable broker until the lease would have expired; after that,
+            # keep trying without a bound: the answer says whether the lease survived.
+            give_up_at = self._expires_mono if t_send < self._expires_mono else None
+            try:
+                lease = await self._client._renew(lease_id, duration, give_up_at=give_up_at)
+            except Refused as exc:
+                left = self._expires_mono - time.monotonic()
+                wait = max(0.05, min(exc.retry_after, left / 2.0))
+                log.warning("lease %s: renewal refused (%s); again in %.2f s", lease_id, exc, wait)
+                self._renew_at = time.monotonic() + wait
+                continue
+            except (FailedPrecondition, NotFound) as exc:
+                log.info("lease %s: not renewable: %s", lease_id, exc)
+                await self._refresh()
+                return
+            except Unavailable:
+                self._renew_at = time.monotonic()
+                continue
+            self.renewals += 1
+            self._update(lease)
+            self._expires_mono = max(self._expires_mono, t_send + duration)
+            self._renew_at = self._expires_mono - self.renew_margin_s
+            self._changed()
+
+    async def _refresh(self) -> None:
+        """Learn the lease's state after a renewal said it is no longer renewable."""
+        try:
+            lease = await self._client.get_lease(self.lease.id)
+        except (Unavailable, NotFound):
+            return  # the Watch stream will report the end
+        self._update(lease)
+        if lease.state is LeaseState.PREEMPTING and not self.preempted.is_set():
+            self._preempted(
+                LeaseEvent(
+                    LeaseEventKind.PREEMPT_WARNING,
+                    at=time.time(),
+                    lease=lease,
+                    deadline=lease.preempt_deadline,
+                    snapshot=True,
+                )
+            )
+        self._changed()
+
+    # ------------------------------------------------------------------ watch
+
+    async def _watch_loop(self, opened: Callable[[], None]) -> None:
+        async for ev in self._client._watch([self.lease.id], True, None, opened):
+            self._update(ev.lease)
+            if ev.kind is LeaseEventKind.PREEMPT_WARNING and not self.preempted.is_set():
+                self._preempted(ev)
+            if ev.kind.ends_lease:
+                self.end_event = ev
+                self.ended.set()
+                self._stop_renewing.set()
+            self._changed()
+
+    def _preempted(self, ev: LeaseEvent) -> None:
+        self.preempt_event = ev
+        self._stop_renewing.set()
+        self.preempted.set()
+        if self._on_preempt is None:
+            return
+        try:
+            result = self._on_preempt(ev)
+        except Exception as exc:  # the caller's bug: reported at exit
+            log.exception("lease %s: on_preempt failed", ev.lease.id)
+            if self.error is None:
+                self.error = exc
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(self._guard(result))
+            self._callbacks.add(task)
+            task.add_done_callback(self._callbacks.discard)
