@@ -13,6 +13,7 @@ from bursar.broker.decisions import Grant
 from bursar.broker.events import RequestLease
 from bursar.broker.runtime import Broker
 from bursar.broker.service.core import resume_backend
+from bursar.protos.bursar.v1 import broker_pb2 as pb
 
 
 def test_resume_backend_rebuilds_the_node_states_the_live_pool_had(tmp_path: Path) -> None:
@@ -47,5 +48,20 @@ def test_a_journal_write_failure_stops_the_server(tmp_path: Path) -> None:
                 assert d.code == grpc.StatusCode.UNAVAILABLE
                 await c.core.supply_changed(5)  # the timer task fails and ends the server
         assert "journal" in str(caught.value.exceptions[0]).lower()
+
+    run(scenario())
+
+
+def test_one_server_per_state_directory(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as c:
+            before = c.journal_len()
+            with pytest.raises(ValueError, match="another bursar serve is using"):
+                async with serve(tmp_path):
+                    pass
+            assert c.journal_len() == before
+            assert (await c.acquire("sci", 8)).lease.state == pb.LEASE_STATE_ACTIVE
+        async with serve(tmp_path) as again:  # released on close
+            assert again.journal_len() == before + 1
 
     run(scenario())

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -274,6 +276,7 @@ class ServiceCore:
         self._supply_changed = asyncio.Event()
         self._closing = False
         self._fatal: BaseException | None = None
+        self._lock: int | None = None
         self._index_ended()
         broker.listen(self._on_decisions)
 
@@ -299,6 +302,26 @@ class ServiceCore:
         """
         state = Path(state_dir)
         state.mkdir(parents=True, exist_ok=True)
+        lock = _lock_state_dir(state)
+        try:
+            return cls._open_locked(
+                state, lock, config, durability, clock, admin_token_file, limits
+            )
+        except BaseException:
+            os.close(lock)
+            raise
+
+    @classmethod
+    def _open_locked(
+        cls,
+        state: Path,
+        lock: int,
+        config: Config | None,
+        durability: str,
+        clock: Callable[[], float],
+        admin_token_file: Path | None,
+        limits: LimitSettings | None,
+    ) -> ServiceCore:
         journal_path = state / JOURNAL_FILENAME
         resumed = journal_path.exists()
         if config is None:
@@ -318,7 +341,7 @@ class ServiceCore:
         except BaseException:
             broker.close()
             raise
-        return cls(
+        core = cls(
             broker,
             tokens,
             limits=limits or LimitSettings(),
@@ -327,6 +350,8 @@ class ServiceCore:
             admin_token_path=admin_path,
             issued_at_start=sorted(issued),
         )
+        core._lock = lock
+        return core
 
     def _index_ended(self) -> None:
         """Learn, from the journal, which campaign each ended lease belonged to."""
@@ -405,6 +430,9 @@ class ServiceCore:
         self.metrics.stop_http()
         self.tokens.close()
         self.broker.close()
+        if self._lock is not None:
+            os.close(self._lock)  # releases the state directory
+            self._lock = None
 
     @property
     def closing(self) -> bool:
@@ -759,6 +787,24 @@ class ServiceCore:
         self.require_campaign(name)
         now = self.now()
         return self.tokens.rotate(name, now), now
+
+
+LOCK_FILE = "serve.lock"
+
+
+def _lock_state_dir(state: Path) -> int:
+    """Hold an exclusive lock on ``STATE/serve.lock`` while serving: one server per state
+    directory. The kernel drops it when the process dies, even on SIGKILL."""
+    fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(
+            f"another bursar serve is using {state} (it holds {state / LOCK_FILE}); stop it "
+            "or choose another --state-dir"
+        ) from None
+    return fd
 
 
 def _withdraw_orphans(broker: Broker, now: float) -> None:
