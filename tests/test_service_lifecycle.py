@@ -11,10 +11,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from service_support import fails, next_event, run, serve
+from service_support import config, fails, md, next_event, run, serve
 
+from bursar.broker.service.core import ServiceCore
+from bursar.broker.service.server import create_server
 from bursar.protos.bursar.v1 import admin_pb2
 from bursar.protos.bursar.v1 import broker_pb2 as pb
+from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 
 K = pb.LeaseEventKind
 
@@ -388,5 +391,23 @@ def test_admin_creates_updates_lists_and_rotates(tmp_path: Path) -> None:
             c.tokens["sci"] = rotated.token
             assert (await c.acquire("sci", 1)).lease.campaign == "sci"
             assert "sci" not in json.loads((tmp_path / "tokens.json").read_text())
+
+    run(scenario())
+
+
+def test_create_server_binds_a_free_port_apart_from_serve(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        core = ServiceCore.open(tmp_path, config())
+        try:
+            server, port = create_server("127.0.0.1:0", core)
+            assert port > 0
+            await server.start()
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                token = json.loads((tmp_path / "tokens.json").read_text())["sci"]
+                st = await pbg.BrokerStub(ch).GetStatus(pb.GetStatusRequest(), metadata=md(token))
+                assert st.caller == "campaign:sci"
+            await server.stop(None)
+        finally:
+            core.close()
 
     run(scenario())

@@ -91,9 +91,11 @@ def create_server(
     *,
     credentials: grpc.ServerCredentials | None = None,
     max_message_bytes: int = 1 << 20,
-) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
-    """A grpc.aio server for ``core``, bound to ``address``; returns it, its port and its
-    health servicer. Not started."""
+    health_servicer: health.aio.HealthServicer | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """A grpc.aio server for ``core`` bound to ``address`` (port 0: any free port), not yet
+    started; returns it and its port. ``health_servicer`` is the standard health service
+    to register (a new one if None; set its statuses once started)."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -112,7 +114,8 @@ def create_server(
             generic_handler(AdminServicer(core), admin_service),
         )
     )
-    health_servicer = health.aio.HealthServicer()
+    if health_servicer is None:
+        health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
@@ -121,7 +124,7 @@ def create_server(
         port = server.add_secure_port(address, credentials)
     else:
         port = server.add_insecure_port(address)
-    return server, port, health_servicer
+    return server, port
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,13 @@ async def running(
     )
     try:
         address = _address(settings.host, settings.port)
-        server, port, health_servicer = create_server(
-            address, core, credentials=credentials, max_message_bytes=settings.max_message_bytes
+        health_servicer = health.aio.HealthServicer()
+        server, port = create_server(
+            address,
+            core,
+            credentials=credentials,
+            max_message_bytes=settings.max_message_bytes,
+            health_servicer=health_servicer,
         )
         metrics_port = None
         if settings.metrics_port is not None:
