@@ -1,0 +1,137 @@
+"""The sync facade (BrokerClient, AdminClient, SyncLeaseHandle) from plain threads,
+against a broker running on its own loop in another thread."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from client_support import ServerThread, server_thread
+
+from bursar.providers.client import (
+    AdminClient,
+    Backoff,
+    BrokerClient,
+    LeaseEvent,
+    LeaseEventKind,
+    LeaseState,
+    NotFound,
+    Refused,
+)
+
+FAST = Backoff(initial_s=0.05, max_s=0.3)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerThread]:
+    with server_thread(tmp_path) as s:
+        yield s
+
+
+def test_one_sync_client_serves_many_plain_threads(server: ServerThread) -> None:
+    with BrokerClient(server.address, server.tokens["sci"], backoff=FAST, rng=3) as client:
+
+        def work(i: int) -> list[str]:
+            ids = []
+            for _ in range(5):
+                lease = client.acquire({"gpu": 2}, 30, blocking=False, labels={"t": str(i)})
+                assert lease.state is LeaseState.ACTIVE and lease.labels == {"t": str(i)}
+                ids.append(lease.id)
+                assert client.release(lease.id).state is LeaseState.RELEASED
+            return ids
+
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            results = list(pool.map(work, range(6)))
+        ids = [x for r in results for x in r]
+        assert len(set(ids)) == 30
+        assert client.list_leases() == []
+        assert client.status().caller == "campaign:sci"
+
+        held = client.acquire({"gpu": 16}, 30, blocking=False)
+        with pytest.raises(Refused) as refused:
+            client.acquire({"gpu": 16}, 30, blocking=False)
+        assert refused.value.reason == "ABOVE_BURST"
+        client.release(held.id)
+        with pytest.raises(NotFound):
+            client.get_lease("L9999")
+    with pytest.raises(RuntimeError, match="closed"):
+        client.status()
+
+
+def test_sync_held_lease_renews_and_sees_a_preemption_from_a_worker_thread(
+    server: ServerThread,
+) -> None:
+    with (
+        BrokerClient(server.address, server.tokens["backfill"], backoff=FAST) as back,
+        BrokerClient(server.address, server.tokens["sci"], backoff=FAST) as sci,
+    ):
+        called: list[tuple[LeaseEvent, str, str]] = []
+
+        def drain(ev: LeaseEvent) -> None:
+            # Runs in a worker thread: it may block, and call the client.
+            called.append((ev, threading.current_thread().name, back.status().caller))
+
+        with back.held_lease({"gpu": 16}, 1.0, renew_margin_s=0.5, on_preempt=drain) as h:
+            assert h.active.is_set() and h.lease.preemptible
+            time.sleep(1.3)
+            assert h.renewals >= 1 and not h.ended.is_set()
+            claim = sci.acquire({"gpu": 8}, 30, blocking=False)
+            assert h.preempted.wait(5)
+            assert h.preempt_deadline == pytest.approx(claim.starts_at)
+            assert h.ended.wait(5)
+            assert h.end_event is not None and h.end_event.kind is LeaseEventKind.REVOKED
+        assert h.lease.state is LeaseState.REVOKED and h.error is None
+        assert len(called) == 1
+        ev, thread_name, caller = called[0]
+        assert ev.kind is LeaseEventKind.PREEMPT_WARNING and caller == "campaign:backfill"
+        assert not thread_name.startswith("bursar-client")
+
+
+def test_sync_held_lease_releases_on_exception_and_sync_watch_iterates(
+    server: ServerThread,
+) -> None:
+    with BrokerClient(server.address, server.tokens["sci"], backoff=FAST) as client:
+        handle = client.held_lease({"gpu": 8}, 30)
+        with pytest.raises(KeyError), handle:
+            raise KeyError("boom")
+        assert handle.lease.state is LeaseState.RELEASED
+        assert client.get_lease(handle.id).state is LeaseState.RELEASED
+
+        lease = client.acquire({"gpu": 8}, 30, blocking=False)
+        events = client.watch(lease.id)
+        first = next(events)
+        assert first.snapshot and first.kind is LeaseEventKind.ACTIVATED
+        releaser = threading.Timer(0.1, client.release, args=(lease.id,))
+        releaser.start()
+        rest = [ev.kind for ev in events]  # ends with the lease
+        releaser.join()
+        assert rest == [LeaseEventKind.RELEASED]
+
+        with contextlib.closing(client.watch_supply(min_interval_s=0.05)) as supplies:
+            assert next(supplies).dims["gpu"].capacity == 24
+
+
+def test_sync_admin_client_and_misuse_from_the_loop_thread(server: ServerThread) -> None:
+    with AdminClient(server.address, server.admin_token) as admin:
+        assert [c.name for c in admin.list_campaigns()] == ["backfill", "other", "sci"]
+        assert admin.get_campaign("sci").spec.envelopes["gpu"].burst == 24
+
+    with BrokerClient(server.address, server.tokens["sci"]) as client:
+        caught: list[BaseException] = []
+        done = threading.Event()
+
+        def on_loop() -> None:
+            try:
+                client.status()
+            except RuntimeError as exc:
+                caught.append(exc)
+            done.set()
+
+        client._loop.loop.call_soon_threadsafe(on_loop)
+        assert done.wait(5)
+        assert caught and "deadlock" in str(caught[0])
