@@ -20,6 +20,7 @@ from bursar.broker.config import Config, default_config_text, load_config, pool_
 from bursar.broker.errors import ConfigError
 from bursar.broker.journal_cli import journal
 from bursar.broker.service.cli import serve_command
+from bursar.providers.client_cli import campaigns, leases, supply
 
 __all__ = ["main"]
 
@@ -82,6 +83,9 @@ def _configure_logging(level: int) -> None:
 
 main.add_command(journal)
 main.add_command(serve_command)
+main.add_command(campaigns)
+main.add_command(leases)
+main.add_command(supply)
 
 
 @main.group("config")
