@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bursar.broker.backends.base import PoolBackend, apply_decision
+from bursar.broker.backends.base import NodeState, PoolBackend, apply_decision
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.config import Config
 from bursar.broker.decisions import Decision
@@ -26,11 +26,38 @@ from bursar.broker.engine import Engine
 from bursar.broker.errors import JournalError
 from bursar.broker.events import CreateCampaign, Event, Tick
 from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
+from bursar.broker.lease import LeaseState
+from bursar.broker.pool import Power
 from bursar.broker.supply import Supply, supply
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Event, Sequence[Decision]], None]
+
+
+def pool_view(
+    engine: Engine,
+) -> tuple[dict[str, tuple[NodeState, float | None]], dict[str, tuple[str, ...]]]:
+    """The pool as the engine sees it, in the backend's terms (for ``PoolBackend.adopt``)."""
+    placements = {
+        ls.id: tuple(engine.pool.nodes[i].name for i in sorted(ls.pieces))
+        for ls in sorted(engine.leases.values(), key=lambda x: int(x.id[1:]))
+        if ls.state in (LeaseState.ACTIVE, LeaseState.PREEMPTING) and ls.pieces
+    }
+    used = {n for ns in placements.values() for n in ns}
+    states = {
+        Power.COLD: NodeState.COLD,
+        Power.BOOTING: NodeState.BOOTING,
+        Power.DOWN: NodeState.DOWN,
+    }
+    nodes = {
+        n.name: (
+            states.get(n.power, NodeState.LEASED if n.name in used else NodeState.WARM),
+            n.ready_at if n.power is Power.BOOTING else None,
+        )
+        for n in engine.pool.nodes
+    }
+    return nodes, placements
 
 
 class Broker:
@@ -64,6 +91,7 @@ class Broker:
             for spec in config.campaigns:
                 broker.submit(CreateCampaign(at=at, spec=spec))
         else:
+            broker.backend.adopt(*pool_view(engine), engine.now)
             log.info("resumed from %s: %d entries, clock %.3f", path, len(journal), engine.now)
         return broker
 

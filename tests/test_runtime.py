@@ -53,11 +53,17 @@ def test_restart_resumes_with_every_lease_intact(tmp_path: Path) -> None:
         b.submit(RequestLease(1.0, "victim", {"gpu": 8}, 600))
         b.submit(RequestLease(2.0, "adaptive-sci", {"gpu": 128}, 600))
         b.submit(Release(3.0, "L1"))
+        b.submit(RequestLease(4.0, "backfill", {"gpu": 64}, 600))  # boots cold nodes
         digest, leases = b.engine.state_digest(), sorted(b.engine.leases)
+        nodes, placed = dict(b.backend.node_states()), dict(b.backend.placements())
     with Broker.open(tmp_path, config) as again:
         assert again.engine.state_digest() == digest
-        assert sorted(again.engine.leases) == leases == ["L2"]
-        # It carries on where it stopped: the lease still expires on time.
+        # The backend adopts the pool the journal describes, boots still under way.
+        assert dict(again.backend.node_states()) == nodes
+        assert dict(again.backend.placements()) == placed
+        assert again.backend.next_event_time() == 64.0
+        assert sorted(again.engine.leases) == leases == ["L2", "L3"]
+        # It carries on where it stopped: the boots finish, the leases expire on time.
         again.submit(Tick(700.0))
         assert not again.engine.leases
 

@@ -9,10 +9,10 @@ import grpc
 import pytest
 from service_support import config, fails, run, serve
 
+from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.decisions import Grant
 from bursar.broker.events import RequestLease
-from bursar.broker.runtime import Broker
-from bursar.broker.service.core import resume_backend
+from bursar.broker.runtime import Broker, pool_view
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
 
@@ -26,7 +26,8 @@ def test_resume_backend_rebuilds_the_node_states_the_live_pool_had(tmp_path: Pat
         b.catch_up(102.3)
         live = dict(b.backend.node_states())
         assert {s.value for s in live.values()} == {"leased", "down", "booting"}
-        rebuilt = resume_backend(b.engine)
+        rebuilt = SimulatedPool(b.engine.pool_spec)
+        rebuilt.adopt(*pool_view(b.engine), b.engine.now)
         assert dict(rebuilt.node_states()) == live
         assert rebuilt.next_event_time() == pytest.approx(cold.starts_at)
         # It reports the boot at the time the engine planned for, and not before.

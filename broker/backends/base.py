@@ -79,6 +79,18 @@ class PoolBackend(Protocol):
         """Make an active lease's resources usable on ``nodes`` (workers, allocations)."""
         ...
 
+    def adopt(
+        self,
+        nodes: Mapping[str, tuple[NodeState, float | None]],
+        placements: Mapping[str, tuple[str, ...]],
+        now: float,
+    ) -> None:
+        """After a restart, take on the state the journal says the pool is in: each node's
+        state (with, for a booting node, when it is due ready) and the nodes of every
+        active lease. A simulated pool simply becomes that; a real one reconciles it with
+        what is actually running."""
+        ...
+
     def unplace(self, lease_id: str, now: float) -> None:
         """Take a lease off its nodes; a lease that is not placed is ignored."""
         ...

@@ -110,6 +110,31 @@ class SimulatedPool:
         # Clamped to the pool's clock so that due_events(next_event_time()) is always legal.
         return max(self._now, min(times)) if times else None
 
+    def adopt(
+        self,
+        nodes: Mapping[str, tuple[NodeState, float | None]],
+        placements: Mapping[str, tuple[str, ...]],
+        now: float,
+    ) -> None:
+        names = self._known(nodes)
+        if set(names) != set(self._state):
+            raise BackendError("adopt needs the state of every node in the pool")
+        self._known([n for ns in placements.values() for n in ns])
+        self._now = float(now)
+        self._due = []
+        self._repair_at = {}
+        self._ready_at = {}
+        for name, (state, ready_at) in nodes.items():
+            self._state[name] = state
+            if state is NodeState.BOOTING:
+                # A boot the journal expects to finish reports then, never in the past.
+                self._ready_at[name] = max(now, ready_at if ready_at is not None else now)
+        self._lease_nodes = {lid: tuple(ns) for lid, ns in placements.items()}
+        self._node_leases = {name: set() for name in self._state}
+        for lid, ns in placements.items():
+            for n in ns:
+                self._node_leases[n].add(lid)
+
     # -- simulation extras (not part of PoolBackend) ------------------------------------
 
     @property

@@ -33,7 +33,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activate,
@@ -63,7 +62,6 @@ from bursar.broker.events import (
 )
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.lease import LeaseState
-from bursar.broker.pool import Power
 from bursar.broker.runtime import Broker
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal, TokenStore, load_admin_token
@@ -205,46 +203,6 @@ class Subscription:
         return item
 
 
-def resume_backend(engine: Engine) -> SimulatedPool:
-    """A simulated pool in the state a replayed engine expects (powered, booting, down
-    nodes; active leases placed), rebuilt through the pool's own calls.
-
-    ``Broker.open`` replays the journal into the engine but starts a fresh backend; the
-    fresh pool would think every booted node cold, refuse to place leases on them, and
-    never report the booting ones ready. The set-up calls are made at times before the
-    engine's clock, and the events they produce are dropped: the journal already holds
-    what happened.
-    """
-    pool = SimulatedPool(engine.pool_spec)
-    latency = pool.boot_latency_s
-    now = engine.now
-    nodes = engine.pool.nodes
-    states = pool.node_states()
-    # Powered nodes: booted long enough ago to be warm by the engine's clock.
-    on = [n.name for n in nodes if n.power is Power.ON and states[n.name].value == "cold"]
-    if on:
-        pool.start(on, now - latency - 1.0)
-    # Booting nodes: started so that they report ready when the engine expects, and never
-    # before its clock (the engine refuses events from its past).
-    booting = sorted(
-        (max(n.ready_at if n.ready_at is not None else now, now + 1e-3), n.name)
-        for n in nodes
-        if n.power is Power.BOOTING
-    )
-    t_set = now
-    for ready_at, name in booting:
-        pool.start([name], ready_at - latency)
-        t_set = max(t_set, ready_at - latency)
-    for n in nodes:
-        if n.power is Power.DOWN:
-            pool.fail(n.name, t_set)
-    pool.due_events(t_set)  # the set-up's own NodeReady / NodeLost: already journaled
-    for ls in sorted(engine.leases.values(), key=lambda x: int(x.id[1:])):
-        if ls.state in (LeaseState.ACTIVE, LeaseState.PREEMPTING) and ls.pieces:
-            pool.place(ls.id, [nodes[i].name for i in sorted(ls.pieces)], t_set)
-    return pool
-
-
 class ServiceCore:
     def __init__(
         self,
@@ -333,7 +291,6 @@ class ServiceCore:
         broker = Broker.open(state, config, at=clock(), durability=durability)
         try:
             if resumed:
-                broker.backend = resume_backend(broker.engine)
                 _withdraw_orphans(broker, clock())
             admin_token, admin_path, _ = load_admin_token(state, admin_token_file)
             tokens = TokenStore(state, admin_token)
