@@ -402,3 +402,27 @@ def test_a_held_lease_and_a_watch_survive_a_broker_restart(
             await other.close()
 
     run(scenario(), timeout_s=40)
+
+
+def test_many_held_leases_share_one_watch_stream(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        limits = LimitSettings(rate=10_000, burst=10_000, max_streams=2)
+        async with serve(tmp_path, limits=limits) as c, client(c) as sci:
+            handles = [sci.held_lease({"gpu": 2}, 30) for _ in range(6)]
+            for h in handles:
+                await h.start()
+            assert (await sci.status()).open_streams == 1
+            assert all(h.active.is_set() and h.error is None for h in handles)
+            # Events reach the right handle: release two behind their handles' backs.
+            for h in handles[:2]:
+                await sci.release(h.id)
+            for h in handles[:2]:
+                await asyncio.wait_for(h.ended.wait(), 5)
+                assert h.end_event is not None and h.end_event.lease.id == h.id
+            assert not any(h.ended.is_set() for h in handles[2:])
+            for h in handles:
+                await h.__aexit__(None, None, None)
+            assert await sci.list_leases() == []
+            assert (await sci.status()).open_streams == 0  # closed with the last handle
+
+    run(scenario())

@@ -34,6 +34,7 @@ from bursar.providers.client._types import (
     MeterResult,
     Supply,
 )
+from bursar.providers.client._watcher import LeaseWatcher
 
 __all__ = ["MAX_WAIT_S", "AsyncAdminClient", "AsyncBrokerClient"]
 
@@ -120,6 +121,7 @@ class AsyncBrokerClient:
         channel_options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self.campaign = campaign
+        self._watcher: LeaseWatcher | None = None
         self._conn = Connection(
             target,
             token,
@@ -144,10 +146,18 @@ class AsyncBrokerClient:
     async def close(self) -> None:
         """Close the channel; open streams end. Leases are not released (they are the
         broker's: release them, or let them expire)."""
+        if self._watcher is not None:
+            await self._watcher.aclose()
         await self._conn.close()
 
     async def _call(self, method: str, request: Any, **kw: Any) -> Any:
         return await self._conn.unary("broker", method, request, **kw)
+
+    def _lease_watcher(self) -> LeaseWatcher:
+        """The Watch stream shared by this client's held leases."""
+        if self._watcher is None:
+            self._watcher = LeaseWatcher(self)
+        return self._watcher
 
     # ---------------------------------------------------------------- leases
 

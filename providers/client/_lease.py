@@ -27,6 +27,7 @@ from bursar.providers.client._errors import (
     Unavailable,
 )
 from bursar.providers.client._types import Lease, LeaseClass, LeaseEvent, LeaseEventKind, LeaseState
+from bursar.providers.client._watcher import LeaseWatcher
 
 if TYPE_CHECKING:
     from bursar.providers.client._aio import AsyncBrokerClient
@@ -62,6 +63,10 @@ class LeaseHandle:
     * ``preempt_event``, ``end_event``: the Watch events behind those, if any;
     * ``renewals``: successful renewals so far; ``error``: an unexpected failure of the
       background work (raised again when the block exits).
+
+    Events come from the client's one shared Watch stream (opened before the Acquire is
+    sent, so none is missed), however many leases the client holds: the broker limits
+    the streams a client may keep open.
 
     Renewal failures are handled: a refusal (BUCKET_EMPTY, ...) is retried after its
     ``retry_after`` while time is left; an unreachable broker is retried with backoff
@@ -109,6 +114,7 @@ class LeaseHandle:
         self._callbacks: set[asyncio.Task[Any]] = set()
         self._listeners: list[Callable[[LeaseHandle], None]] = []
         self._releasing: asyncio.Future[Lease] | None = None
+        self._watcher: LeaseWatcher | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -198,31 +204,26 @@ class LeaseHandle:
         if self._lease is not None:
             raise RuntimeError("a LeaseHandle is entered once")
         size, duration_s, blocking, timeout, lease_class, labels = self._request
+        # The client's shared Watch stream is open before the Acquire is sent: no event
+        # about the new lease can be missed.
+        watcher = self._client._lease_watcher()
+        await watcher.hold(self._client._conn.call_timeout_s)
         t_send = time.monotonic()
-        lease, resp = await self._client._acquire(
-            size, duration_s, blocking, timeout, lease_class, labels
-        )
+        try:
+            lease, resp = await self._client._acquire(
+                size, duration_s, blocking, timeout, lease_class, labels
+            )
+        except BaseException:
+            watcher.unhold()
+            raise
         self._update(lease)
         self._expires_mono = t_send + resp.waited_s + (lease.expires_at - lease.granted_at)
         self._renew_at = self._expires_mono - self.renew_margin_s
-        watching = asyncio.Event()
+        self._watcher = watcher
+        watcher.subscribe(lease.id, self._on_event, self._on_error)
         self._tasks = [
-            asyncio.create_task(self._guard(self._renew_loop()), name=f"renew {lease.id}"),
-            asyncio.create_task(
-                self._guard(self._watch_loop(watching.set)), name=f"watch {lease.id}"
-            ),
+            asyncio.create_task(self._guard(self._renew_loop()), name=f"renew {lease.id}")
         ]
-        # Return once the lease is watched, so that no warning decided after this
-        # returns is seen only as a snapshot (or not at all, should the watch fail).
-        opened = asyncio.ensure_future(watching.wait())
-        try:
-            await asyncio.wait(
-                [opened, self._tasks[1]],
-                timeout=self._client._conn.call_timeout_s,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            opened.cancel()
         self._changed()
         return lease
 
@@ -242,6 +243,8 @@ class LeaseHandle:
                 self._update(await self._client.release(self.lease.id))
                 final = self.lease
         finally:
+            if self._watcher is not None:
+                self._watcher.unsubscribe(self.lease.id)
             for t in self._tasks:
                 t.cancel()
             for t in self._tasks:
@@ -318,16 +321,20 @@ class LeaseHandle:
 
     # ------------------------------------------------------------------ watch
 
-    async def _watch_loop(self, opened: Callable[[], None]) -> None:
-        async for ev in self._client._watch([self.lease.id], True, None, opened):
-            self._update(ev.lease)
-            if ev.kind is LeaseEventKind.PREEMPT_WARNING and not self.preempted.is_set():
-                self._preempted(ev)
-            if ev.kind.ends_lease:
-                self.end_event = ev
-                self.ended.set()
-                self._stop_renewing.set()
-            self._changed()
+    def _on_event(self, ev: LeaseEvent) -> None:
+        self._update(ev.lease)
+        if ev.kind is LeaseEventKind.PREEMPT_WARNING and not self.preempted.is_set():
+            self._preempted(ev)
+        if ev.kind.ends_lease:
+            self.end_event = ev
+            self.ended.set()
+            self._stop_renewing.set()
+        self._changed()
+
+    def _on_error(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+        self._changed()
 
     def _preempted(self, ev: LeaseEvent) -> None:
         self.preempt_event = ev

@@ -15,13 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import TracebackType
 from typing import Any, TypeVar
 
 from bursar.providers.client._aio import AsyncAdminClient, AsyncBrokerClient
-from bursar.providers.client._channel import DEFAULT_TARGET
+from bursar.providers.client._backoff import Backoff
+from bursar.providers.client._channel import DEFAULT_TARGET, Tls
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._types import (
     BrokerStatus,
@@ -125,9 +135,31 @@ class BrokerClient(_SyncClient):
                 run_on(h.lease.nodes)
     """
 
-    def __init__(self, target: str = DEFAULT_TARGET, token: str | None = None, **options: Any):
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        token: str | None = None,
+        *,
+        tls: Tls = None,
+        campaign: str | None = None,
+        backoff: Backoff | None = None,
+        rng: random.Random | int | None = None,
+        retry_timeout_s: float | None = 30.0,
+        call_timeout_s: float = 30.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
         super().__init__(f"bursar-client {target}")
-        self._aio = AsyncBrokerClient(target, token, **options)
+        self._aio = AsyncBrokerClient(
+            target,
+            token,
+            tls=tls,
+            campaign=campaign,
+            backoff=backoff,
+            rng=rng,
+            retry_timeout_s=retry_timeout_s,
+            call_timeout_s=call_timeout_s,
+            channel_options=channel_options,
+        )
 
     @property
     def target(self) -> str:
@@ -195,9 +227,25 @@ class BrokerClient(_SyncClient):
     def supply(self, units: float = 0.0, dim: str = "gpu") -> Supply:
         return self._run(self._aio.supply(units, dim))
 
-    def watch_supply(self, **kw: Any) -> Iterator[Supply]:
+    def watch_supply(
+        self,
+        *,
+        min_interval_s: float = 1.0,
+        max_interval_s: float = 30.0,
+        units: float = 0.0,
+        dim: str = "gpu",
+        reconnect: bool = True,
+    ) -> Iterator[Supply]:
         """See :meth:`AsyncBrokerClient.watch_supply`."""
-        return self._iterate(self._aio.watch_supply(**kw))
+        return self._iterate(
+            self._aio.watch_supply(
+                min_interval_s=min_interval_s,
+                max_interval_s=max_interval_s,
+                units=units,
+                dim=dim,
+                reconnect=reconnect,
+            )
+        )
 
     def meter(self, dim: str, amount: float) -> MeterResult:
         return self._run(self._aio.meter(dim, amount))
@@ -323,10 +371,28 @@ class AdminClient(_SyncClient):
     """The synchronous twin of :class:`AsyncAdminClient`."""
 
     def __init__(
-        self, target: str = DEFAULT_TARGET, admin_token: str | None = None, **options: Any
-    ):
+        self,
+        target: str = DEFAULT_TARGET,
+        admin_token: str | None = None,
+        *,
+        tls: Tls = None,
+        backoff: Backoff | None = None,
+        rng: random.Random | int | None = None,
+        retry_timeout_s: float | None = 30.0,
+        call_timeout_s: float = 30.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
         super().__init__(f"bursar-admin {target}")
-        self._aio = AsyncAdminClient(target, admin_token, **options)
+        self._aio = AsyncAdminClient(
+            target,
+            admin_token,
+            tls=tls,
+            backoff=backoff,
+            rng=rng,
+            retry_timeout_s=retry_timeout_s,
+            call_timeout_s=call_timeout_s,
+            channel_options=channel_options,
+        )
 
     @property
     def target(self) -> str:
