@@ -8,7 +8,9 @@ import asyncio
 import logging
 import math
 import random
+import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -424,5 +426,43 @@ def test_many_held_leases_share_one_watch_stream(tmp_path: Path) -> None:
                 await h.__aexit__(None, None, None)
             assert await sci.list_leases() == []
             assert (await sci.status()).open_streams == 0  # closed with the last handle
+
+    run(scenario())
+
+
+def test_a_cold_path_held_lease_becomes_active_when_its_node_is_up(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as c, client(c) as sci:
+            await sci.acquire({"gpu": 16}, 30, blocking=False)  # every warm GPU
+            async with sci.held_lease({"gpu": 8}, 30) as h:
+                assert h.lease.path is LeasePath.COLD and h.lease.state is LeaseState.STARTING
+                assert not h.active.is_set() and h.lease.nodes == ()
+                await asyncio.wait_for(h.active.wait(), 5)
+                assert h.lease.state is LeaseState.ACTIVE and h.lease.nodes == ("c000",)
+
+    run(scenario())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_with_the_servers_certificate_as_root(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+
+    async def scenario() -> None:
+        async with serve(tmp_path / "state", tls_cert=cert, tls_key=key) as c:
+            for tls in (cert, str(cert), cert.read_bytes()):
+                async with client(c, tls=tls) as sci:
+                    assert (await sci.status()).caller == "campaign:sci"
+            async with client(c, retry_timeout_s=0.2) as plaintext:
+                with pytest.raises(Unavailable):
+                    await plaintext.status()
 
     run(scenario())

@@ -4,6 +4,8 @@ against a broker running in another thread: tables, --json, and errors with hint
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,3 +229,24 @@ def test_help_explains_every_command() -> None:
         assert res.exit_code == 0
         assert "--target" in res.stdout and "BURSAR_TARGET" in res.stdout
     assert "--envelope" in bursar("campaigns", "create", "--help").stdout
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_ca_option(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    with server_thread(tmp_path / "state", tls_cert=cert, tls_key=key) as s:
+        args = ["--target", s.address, "--token", s.tokens["sci"], "--json"]
+        res = bursar("supply", *args, "--tls-ca", str(cert))
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.stdout)["dims"]["gpu"]["capacity"] == 24
+        res = bursar("supply", *args, "--retry-timeout", "0.2")  # plaintext: refused
+        assert res.exit_code == 1 and json.loads(res.stderr)["error"]["code"] == "UNAVAILABLE"
