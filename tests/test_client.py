@@ -466,3 +466,27 @@ def test_tls_with_the_servers_certificate_as_root(tmp_path: Path) -> None:
                     await plaintext.status()
 
     run(scenario())
+
+
+def test_a_blocking_acquire_waits_across_a_restart_without_leaking_a_lease(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        port = _free_port()
+        async with serve(tmp_path, port=port) as c:
+            sci, other = client(c), client(c, "other", retry_timeout_s=20)
+            await sci.acquire({"gpu": 16}, 60, blocking=False)  # every warm GPU
+            cold = await sci.acquire({"gpu": 8}, 60, blocking=False)  # and the cold one
+            waiting = asyncio.ensure_future(other.acquire({"gpu": 8}, 30, timeout=8))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()  # queued: the pool is full
+        async with serve(tmp_path, port=port):
+            await asyncio.sleep(0.3)
+            await sci.release(cold.id)
+            lease = await asyncio.wait_for(waiting, 10)
+            assert lease.state in (LeaseState.STARTING, LeaseState.ACTIVE)
+            assert [x.id for x in await other.list_leases()] == [lease.id]  # one, not two
+        await sci.close()
+        await other.close()
+
+    run(scenario())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -202,10 +203,18 @@ class AsyncBrokerClient:
             lease_class=LeaseClass.parse(lease_class).to_proto(pb.LeaseClass),
             labels=dict(labels or {}),
         )
+        t0 = time.monotonic()
+
+        def attempt() -> tuple[pb.AcquireRequest, float]:
+            # A retry waits only for what is left of the timeout (0: answer at once).
+            request.timeout_s = max(0.0, wait - (time.monotonic() - t0)) if wait else 0.0
+            return request, request.timeout_s + self._conn.call_timeout_s
+
         # Retrying an Acquire that failed UNAVAILABLE is safe: the broker withdraws a
         # request whose call is cancelled or cut (and releases a grant that raced with
-        # that), and refuses new ones while it shuts down.
-        resp = await self._call("Acquire", request, timeout_s=wait + self._conn.call_timeout_s)
+        # that), refuses new ones while it shuts down, and withdraws, on restart, the
+        # requests that were queued when it stopped.
+        resp = await self._call("Acquire", attempt)
         return Lease.from_proto(resp.lease), resp
 
     async def renew(self, lease_id: str, duration_s: float) -> Lease:

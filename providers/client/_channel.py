@@ -180,16 +180,20 @@ class Connection:
         retry: bool = True,
         give_up_at: float | None = None,
     ) -> Any:
-        """Call ``stub.method(request)``; retry while :func:`retryable`; raise typed."""
+        """Call ``stub.method(request)``; retry while :func:`retryable`; raise typed.
+
+        ``request`` may be a function returning ``(request, timeout_s)`` for each
+        attempt (a blocking Acquire waits only for what is left of its timeout)."""
         deadline = self.deadline(self.retry_timeout_s) if give_up_at is None else give_up_at
         delays = self.backoff.delays(self.rng)
         while True:
             fn = getattr(self.broker if stub == "broker" else self.admin, method)
+            message, timeout = request() if callable(request) else (request, timeout_s)
             try:
                 return await fn(
-                    request,
+                    message,
                     metadata=self._metadata,
-                    timeout=self.call_timeout_s if timeout_s is None else timeout_s,
+                    timeout=self.call_timeout_s if timeout is None else timeout,
                 )
             except grpc.aio.AioRpcError as err:
                 exc = from_rpc_error(err)
