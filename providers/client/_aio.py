@@ -296,8 +296,8 @@ class AsyncBrokerClient:
         ``lease_id`` (one id or several): those leases; the iterator ends once all of
         them have ended. None: every lease of the caller's campaign (the admin's: every
         campaign's, or ``campaign``'s), including later ones; it runs until closed
-        (``break``, or ``aclose()``). It opens with one snapshot event per matching
-        lease (``snapshot=True``). If the stream drops (UNAVAILABLE: the broker
+        (``break``, or ``aclose()``). The stream opens when iteration starts, with one
+        snapshot event per matching lease (``snapshot=True``). If the stream drops (UNAVAILABLE: the broker
         restarted, the network failed) and ``reconnect`` is true, it is reopened with
         backoff and resumes: only what changed meanwhile is reported (as snapshot
         events), including the ends of leases that ended while it was away.
@@ -322,6 +322,7 @@ class AsyncBrokerClient:
                 # The server sends the headers once the stream is registered: from here
                 # on, no decision is missed.
                 await call.initial_metadata()
+                delays = None  # (re)connected: a later drop starts a fresh backoff
                 if on_open is not None:
                     on_open()
                 if reopened and not ids and seen.live:
@@ -332,7 +333,6 @@ class AsyncBrokerClient:
                         if seen.fresh(ev):
                             yield ev
                 async for msg in call:
-                    delays = None
                     ev = LeaseEvent.from_proto(msg)
                     if seen.fresh(ev):
                         yield ev
