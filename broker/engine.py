@@ -150,6 +150,7 @@ class Engine:
         self._firm_held: dims.Vec = dims.ZERO
         self._queued_demand: dims.Vec = dims.ZERO
         self._aged: set[str] = set()
+        self._idle_since: dict[int, float] = {}
         # Aged requests by (-class rank, arrival): the head-of-line barrier is its top.
         self._aged_heap: list[tuple[int, int, str]] = []
         # Heads of queues blocked for pool reasons, in admission order, and their sizes in
@@ -295,7 +296,6 @@ class Engine:
             for lid in c.leases:
                 held = dims.add(held, self.leases[lid].size)
             assert dims.fits(held, c.held) and dims.fits(c.held, held), (name, held, c.held)
-            assert dims.fits(c.held, c.burst) or not c.leases, (name, c.held, c.burst)
             total = dims.add(total, held)
             for i, d in enumerate(dims.PLACED):
                 b = c.buckets.get(d)
@@ -534,8 +534,13 @@ class Engine:
         if kind == "wake":
             return ref in self.campaigns
         if kind == "idle":
-            n = self.pool.nodes[self.pool.index[ref]]
-            return n.power is Power.ON and n.used == dims.ZERO
+            # Live only for the idle spell it was set for: once the node is used (or powered
+            # off) the spell ends and this timer stays dead, even if the node idles again
+            # later (that spell has its own timer). Liveness must never come back, because
+            # next_timer() drops dead timers and a replay does not call next_timer().
+            i = self.pool.index[ref]
+            since = self._idle_since.get(i)
+            return since is not None and since + (self.policy.power_down_idle_s or 0.0) == t
         return False
 
     def _advance(self, to: float) -> None:
@@ -738,6 +743,7 @@ class Engine:
             if ls.id in self.leases:
                 self._end(ls, LeaseState.REVOKED, f"node {e.node} lost")
         self._node_waiters.pop(i, None)
+        self._idle_since.pop(i, None)
         self.pool.set_power(i, Power.DOWN)
 
     def _on_meter(self, e: Meter) -> None:
@@ -755,7 +761,11 @@ class Engine:
                 float(e.amount),
                 out.granted,
                 out.wait_s,
-                {"level": out.level_before, "sustained": env.sustained, "burst": env.burst},
+                {
+                    "level": None if b.unlimited else out.level_before,
+                    "sustained": env.sustained,
+                    "burst": env.burst,
+                },
             )
         )
 
@@ -822,7 +832,9 @@ class Engine:
         preemptible = c.spec.preemptible
         on_free, boot_free, cold, _ = self.pool.totals()
         limit = isolation.warm_limit(on_free, self._reserve, own, self.headroom, preemptible)
-        cold_avail = dims.add(boot_free, cold)
+        # A negative limit is reserve (or headroom) not yet warm: it is booting, kept warm
+        # by _keep_warm, so the cold path may not hand it out either.
+        cold_avail = dims.vmax0(dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO)))
         plan = paths.plan(size, limit, self._reclaimable, cold_avail, preemptible)
         if plan is None:
             unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
@@ -883,6 +895,8 @@ class Engine:
         )
         if not dims.is_zero(plan.warm):
             ls.pieces = self.pool.place(plan.warm, (Power.ON,))
+            for i in ls.pieces:
+                self._idle_since.pop(i, None)
         starts = self.now
         if not dims.is_zero(plan.reclaim):
             starts = self.now + self.policy.grace_s
@@ -1292,20 +1306,23 @@ class Engine:
         n = self.pool.nodes[i]
         idle_s = self.policy.power_down_idle_s
         if idle_s is not None and n.power is Power.ON and n.used == dims.ZERO:
+            self._idle_since[i] = self.now
             self._push_timer(self.now + idle_s, "idle", n.name)
 
     def _maybe_power_off(self, name: str) -> None:
-        """Power an idle node down if the warm reserve and headroom stay covered without it.
-
-        (A node that was used and freed again since has a later idle timer; this one is
-        stale but harmless: the node is idle now, which is all that matters.)"""
+        """Power an idle node down if the warm reserve and headroom stay covered without it;
+        otherwise start a new idle spell and look again after another ``power_down_idle_s``."""
         i = self.pool.index[name]
         n = self.pool.nodes[i]
+        if n.power is not Power.ON or n.used != dims.ZERO:
+            return
         on_free, boot_free, _, _ = self.pool.totals()
         need = dims.add(self._reserve, self.headroom)
         if not dims.fits(need, dims.sub(dims.add(on_free, boot_free), n.cap)):
+            self._watch_idle(i)
             return
         self.pool.set_power(i, Power.COLD)
+        del self._idle_since[i]
         self._emit(PowerOff(self.now, (name,)))
 
     def _emit(self, d: Decision) -> None:

@@ -1,0 +1,67 @@
+"""Shared builders for the engine tests (kept small: other test modules add their own).
+
+Engine test modules import the builders directly (``from conftest import build_engine``);
+the fixtures hand out the same builders to tests that prefer fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import pytest
+
+from bursar.broker.engine import Engine
+from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.events import CreateCampaign
+from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+
+
+def build_engine(
+    *,
+    nodes: int = 8,
+    warm: int = 4,
+    gpu: float = 8,
+    cpu: float = 64,
+    mem_gb: float = 512,
+    boot_latency_s: float = 60,
+    campaigns: Iterable[CampaignSpec] = (),
+    **policy: object,
+) -> Engine:
+    """An engine over ``nodes`` identical nodes (``warm`` of them powered) with its
+    campaigns created at t=0. Policy defaults: grace 30 s, warm headroom 8 GPUs."""
+    policy.setdefault("grace_s", 30)
+    policy.setdefault("warm_headroom", {"gpu": 8})
+    pool = PoolSpec(
+        groups=(
+            NodeGroup(count=nodes, resources={"gpu": gpu, "cpu": cpu, "mem_gb": mem_gb}, warm=warm),
+        ),
+        boot_latency_s=boot_latency_s,
+    )
+    eng = Engine(pool, PolicySpec(**policy))  # type: ignore[arg-type]
+    for spec in campaigns:
+        eng.apply(CreateCampaign(at=0, spec=spec))
+    return eng
+
+
+def gpu_campaign(
+    name: str,
+    guarantee: float = 0,
+    sustained: float = 0,
+    burst: float = 0,
+    bucket: float | None = None,
+    lease_class: LeaseClass = LeaseClass.BATCH,
+    preemptible: bool = False,
+    extra: Mapping[str, DimEnvelope] | None = None,
+) -> CampaignSpec:
+    """A campaign with a GPU envelope (plus any ``extra`` dimensions' envelopes)."""
+    envelopes = {"gpu": DimEnvelope(guarantee, sustained, burst, bucket), **(extra or {})}
+    return CampaignSpec(name, envelopes, lease_class, preemptible)
+
+
+@pytest.fixture
+def make_engine() -> Callable[..., Engine]:
+    return build_engine
+
+
+@pytest.fixture
+def gpu_spec() -> Callable[..., CampaignSpec]:
+    return gpu_campaign
