@@ -371,6 +371,18 @@ class Engine:
                 ErrorCode.FAILED_PRECONDITION,
             )
 
+    def _v_duration(self, d: object) -> float:
+        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
+            raise self._bad("duration_s", f"must be a finite number of seconds > 0 (got {d!r})")
+        if d > self.policy.max_lease_s:
+            raise self._bad(
+                "duration_s",
+                f"{d} s is longer than the pool's maximum lease of {self.policy.max_lease_s} s; "
+                "ask for less and renew",
+                ErrorCode.OUT_OF_RANGE,
+            )
+        return d
+
     def _v_create(self, e: CreateCampaign) -> None:
         self._validate_spec(e.spec, creating=True)
 
@@ -399,16 +411,7 @@ class Engine:
         size = dims.vec(e.size)
         if dims.is_zero(size):
             raise self._bad("size", "at least one dimension must be greater than zero")
-        d = e.duration_s
-        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
-            raise self._bad("duration_s", f"must be a finite number of seconds > 0 (got {d!r})")
-        if d > self.policy.max_lease_s:
-            raise self._bad(
-                "duration_s",
-                f"{d} s is longer than the pool's maximum lease of {self.policy.max_lease_s} s; "
-                "ask for less and renew",
-                ErrorCode.OUT_OF_RANGE,
-            )
+        d = self._v_duration(e.duration_s)
         for i, dim in enumerate(dims.PLACED):
             if size[i] > self.pool.capacity[i] + _EPS:
                 raise self._bad(
@@ -461,15 +464,7 @@ class Engine:
     def _v_renew(self, e: Renew) -> None:
         if e.lease_id not in self.leases:
             raise self._unknown_lease(e.lease_id)
-        d = e.duration_s
-        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
-            raise self._bad("duration_s", f"must be a finite number of seconds > 0 (got {d!r})")
-        if d > self.policy.max_lease_s:
-            raise self._bad(
-                "duration_s",
-                f"{d} s is longer than the pool's maximum lease of {self.policy.max_lease_s} s",
-                ErrorCode.OUT_OF_RANGE,
-            )
+        self._v_duration(e.duration_s)
         self._v_alive(e.lease_id, e.at)
 
     def _v_release(self, e: Release) -> None:
