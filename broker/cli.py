@@ -229,13 +229,27 @@ def _summary(cfg: Config) -> list[Table]:
     help="Pool, policy and campaigns (TOML or YAML). Default: the packaged 512-GPU demo.",
 )
 @click.option("--show", type=int, default=25, show_default=True, help="Decisions to print.")
-def demo(out: Path, config_path: Path | None, show: int) -> None:
-    """Run the flagship demo: 30 virtual minutes of five campaigns on the 512-GPU pool.
+@click.option(
+    "--no-service",
+    is_flag=True,
+    help="Skip part 2, the agent session against the gRPC broker service.",
+)
+def demo(out: Path, config_path: Path | None, show: int, no_service: bool) -> None:
+    """Run the flagship demo: 30 virtual minutes of five campaigns on the 512-GPU pool,
+    then a short agent session against the real broker service over gRPC.
 
-    Backfill fills idle nodes, a naive science campaign reclaims them, the victim's small
-    interactive requests stay inside its guarantee, a storm hits its burst ceiling and
-    empty bucket, an adaptive campaign follows the price, and a node fails. Prints what
-    the broker decided and why, audits the journal, and writes OUT/report.html.
+    Part 1, in virtual time: backfill fills idle nodes, a naive science campaign reclaims
+    them, the victim's small interactive requests stay inside its guarantee, a storm hits
+    its burst ceiling and empty bucket, an adaptive campaign follows the price, and a node
+    fails. Prints what the broker decided and why, audits the journal, and writes
+    OUT/report.html.
+
+    Part 2, a few seconds of wall time: starts the broker service on loopback (the
+    packaged pool, with a 2 s grace period and a 2.5 s boot; state in OUT/service), and
+    agents use the client library: backfill holds a preemptible lease, a science agent
+    reads the supply signals and takes capacity that backfill must drain (preemption
+    warning, release, activation), renews, and is refused beyond its burst and bucket.
+    Prints each step and why, and audits the service's journal.
     """
     from bursar.broker.audit import audit
     from bursar.broker.demo import run_demo
@@ -274,5 +288,24 @@ def demo(out: Path, config_path: Path | None, show: int) -> None:
     console.print(
         f"report: [bold]{path}[/bold]  (audit again: bursar journal audit --state-dir {out})"
     )
-    if not report.ok:
+    service_ok = True
+    if not no_service:
+        service_ok = _demo_service(out / "service", console)
+    if not (report.ok and service_ok):
         sys.exit(1)
+
+
+def _demo_service(state_dir: Path, console: Console) -> bool:
+    """Part 2 of ``bursar demo``; False if it failed or its audit found a mismatch."""
+    from rich.markup import escape
+
+    from bursar.broker.demo_service import run_service_session
+
+    try:
+        result = run_service_session(state_dir, console)
+    except Exception as exc:  # the broker has stopped: say what went wrong, exit 1
+        logging.getLogger(__name__).debug("the service session failed", exc_info=True)
+        console.print(f"[red]service session failed: {escape(str(exc))}[/red]", highlight=False)
+        return False
+    console.print(f"service session: {result.wall_s:.1f} s of wall time")
+    return result.ok

@@ -39,3 +39,10 @@ def test_bursar_demo_writes_a_report_a_person_can_open(tmp_path: Path) -> None:
     # The state dir is a journal the audit command accepts.
     audited = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(out)])
     assert audited.exit_code == 0, audited.output
+    # Part 2: the agent session against the broker service over gRPC (tests in
+    # test_demo_service.py), with its own state dir and a clean audit.
+    for needle in ("PREEMPT_WARNING", "ACTIVATED", "RENEWED", "ABOVE_BURST", "service audit:"):
+        assert needle in result.output
+    assert result.output.count("0 mismatches") == 2
+    audited = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(out / "service")])
+    assert audited.exit_code == 0, audited.output
