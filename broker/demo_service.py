@@ -362,7 +362,7 @@ async def _agents(address: str, tokens: dict[str, str], config: Config, say: _Na
             say.heading("2. The science agent reads the supply signals")
             unmet = (await sci.supply()).campaigns[SCIENCE].unmet_guarantee.get("gpu", 0.0)
             above = max(0.0, SCIENCE_GPUS - unmet)
-            sup = await sci.supply(units=above)
+            sup = await sci.supply(units=SCIENCE_GPUS)
             _explain_supply(say, sup, above, unmet, envelope.sustained)
 
             # -- 3. reclaim -------------------------------------------------------------
@@ -537,10 +537,11 @@ def _explain_supply(
     if tt is not None:
         say.step(
             SCIENCE,
-            f"time to {_gpus(above)} GPUs above its guarantee: warm {fmt(tt.warm_s)}, "
+            f"time to {_gpus(above + unmet)} GPUs: warm {fmt(tt.warm_s)}, "
             f"reclaim {fmt(tt.reclaim_s)}, cold {fmt(tt.cold_s)}",
-            f"its own {_gpus(unmet)}-GPU unmet guarantee is kept warm for it, so a "
-            f"{_gpus(above + unmet)}-GPU lease needs {_gpus(above)} more: {_soonest(tt)}",
+            f"its own {_gpus(unmet)}-GPU unmet guarantee is kept warm for it and counts as "
+            f"warm; the other {_gpus(above)} must come from warm capacity beyond the reserve, "
+            f"reclaim or cold nodes: {_soonest(tt)}",
             at=sup.at,
         )
     mine = sup.campaigns[SCIENCE]

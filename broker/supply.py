@@ -53,13 +53,19 @@ class Supply:
     grace_s: float
     boot_latency_s: float
 
-    def time_to(self, n: float, dim: str = "gpu") -> dict[str, float | None]:
+    def time_to(
+        self, n: float, dim: str = "gpu", campaign: str | None = None
+    ) -> dict[str, float | None]:
         """Expected seconds until ``n`` units are usable on each path (None: not on that path).
 
-        For a request above its campaign's guarantee; within the guarantee it is 0.
+        Without ``campaign``, for a request entirely above its campaign's guarantee. With
+        it, the campaign's own unmet guarantee (kept warm for it) counts as warm capacity.
         """
         d = self.dims[dim]
         warm = d.available_warm
+        c = self.campaigns.get(campaign) if campaign is not None else None
+        if c is not None:
+            warm += c.unmet_guarantee.get(dim, 0.0)
         return {
             "warm": 0.0 if n <= warm else None,
             "reclaim": self.grace_s if n <= warm + d.reclaimable else None,

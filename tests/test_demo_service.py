@@ -64,7 +64,7 @@ def test_the_agent_session_runs_end_to_end_over_grpc(tmp_path: Path) -> None:
     backfill_active = first(BACKFILL, "watch: ACTIVATED")
     # 2. supply signals, with time to N GPUs per path and the bucket.
     supply = first(SCIENCE, "supply:")
-    time_to = first(SCIENCE, "time to 96 GPUs")
+    time_to = first(SCIENCE, "time to 160 GPUs")
     bucket = first(SCIENCE, "its bucket: 300,000 GPU-s")
     assert "reclaim 2 s" in result.steps[time_to].what
     # 3. reclaim: the warning with its deadline, an early release, the activation.

@@ -68,3 +68,12 @@ def test_price_rises_with_pressure() -> None:
     p0 = supply(eng).price
     eng.apply(RequestLease(0, "g", {"gpu": 32}, 100))
     assert supply(eng).price > p0 == pytest.approx(1.0)
+
+
+def test_time_to_counts_the_askers_own_unmet_guarantee() -> None:
+    eng = _engine()
+    s = supply(eng)
+    # 24 GPUs warm beyond the reserve; g's own 8-GPU unmet guarantee is warm for g only.
+    assert s.time_to(32)["warm"] is None
+    assert s.time_to(32, campaign="g")["warm"] == 0.0
+    assert s.time_to(32, campaign="bf")["warm"] is None

@@ -260,7 +260,9 @@ def supply_to_proto(
         dim = dim or "gpu"
         if dim not in s.dims:
             raise _bad("dim", f"no capacity in {dim!r}; allowed: {', '.join(s.dims)}")
-        tt = s.time_to(units, dim)
+        # A campaign asking for itself gets the figure that counts its own unmet guarantee.
+        own = next(iter(visible)) if visible is not None and len(visible) == 1 else None
+        tt = s.time_to(units, dim, own)
         out.time_to.units = units
         out.time_to.dim = dim
         for path, v in tt.items():
