@@ -31,7 +31,6 @@ from collections.abc import Mapping
 
 from bursar.broker import dims
 from bursar.broker.bucket import Bucket, above_rate
-from bursar.broker.envelope import CampaignSpec
 from bursar.broker.policy import Enforcement
 from bursar.broker.reasons import Reason
 
@@ -59,7 +58,6 @@ def token_need(held: dims.Vec, size: dims.Vec, sustained: dims.Vec) -> dims.Vec:
 
 
 def bucket_short(
-    spec: CampaignSpec,
     buckets: Mapping[str, Bucket],
     held: dims.Vec,
     rate_need: dims.Vec,

@@ -675,7 +675,7 @@ class Engine:
             )
             return
         short = admission.bucket_short(
-            c.spec, c.buckets, c.held, rate, ext, self.now, self.policy.enforcement
+            c.buckets, c.held, rate, ext, self.now, self.policy.enforcement
         )
         if short:
             inputs = {**inputs, "bucket_short": short}
@@ -816,9 +816,7 @@ class Engine:
             return Reason.ABOVE_BURST, {}
         rate = admission.token_need(c.held, size, c.sustained)
         enforcement = self.policy.enforcement
-        short = admission.bucket_short(
-            c.spec, c.buckets, c.held, rate, p.duration_s, self.now, enforcement
-        )
+        short = admission.bucket_short(c.buckets, c.held, rate, p.duration_s, self.now, enforcement)
         if short:
             return Reason.BUCKET_EMPTY, {"bucket_short": short}
         own = c.unmet
@@ -842,7 +840,7 @@ class Engine:
         delay = self._start_delay(plan)
         if delay > 0 and enforcement is Enforcement.PREPAID:
             short = admission.bucket_short(
-                c.spec, c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
+                c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
             )
             if short:
                 return Reason.BUCKET_EMPTY, {"bucket_short": short}
