@@ -1,0 +1,307 @@
+"""The simulator: the kernel drives the real ``Broker`` (engine -> journal -> simulated pool)
+and the agents of ``bursar.workflows`` in virtual time.
+
+``SimBroker`` is the kernel's source of broker timers (the engine's expiries, revocations
+and wake-ups, the simulated pool's boots) and turns decisions into the signals the agents
+wait on. ``SimCtx`` is the agents' ``Ctx`` in virtual time: a call to the broker is one
+``Broker.submit`` at the kernel's clock; ``sleep`` and waits are kernel commands.
+Nothing here decides anything the engine decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bursar.broker.config import Config, default_config
+from bursar.broker.decisions import (
+    Activate,
+    Decision,
+    Expire,
+    Grant,
+    MeterGrant,
+    Queue,
+    Reject,
+    Released,
+    Renewed,
+    Revoke,
+)
+from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.errors import ErrorCode, RequestError
+from bursar.broker.events import CancelRequest, Event, Meter, Release, Renew, RequestLease
+from bursar.broker.journal import JOURNAL_FILENAME
+from bursar.broker.lease import LeaseState
+from bursar.broker.runtime import Broker
+from bursar.sim.kernel import Kernel, Signal, Sleep, Wait
+from bursar.workflows.api import Lease, MeterResult, Refused, SupplyView
+
+__all__ = ["Params", "SimBroker", "SimCtx", "scenario_config"]
+
+
+@dataclass(frozen=True)
+class Params:
+    """The facility knobs the simulator exposes (they go into the broker's Config)."""
+
+    warm_headroom: float = 32.0
+    grace_s: float = 30.0
+    boot_latency_s: float = 60.0
+    backfill: bool = True
+    """Run the preemptible backfill tier."""
+    probe: bool = True
+    """Add the probe campaign (guarantee 0, 128 GPUs every 5 minutes)."""
+    meter_window_s: float = 60.0
+    """Agents meter I/O once per step (minutes), not every second: one meter call may
+    take up to burst x window units."""
+
+
+PROBE = CampaignSpec(
+    name="probe",
+    envelopes={"gpu": DimEnvelope(guarantee=0, sustained=128, burst=128, bucket=None)},
+    lease_class=LeaseClass.BATCH,
+)
+
+
+def scenario_config(params: Params = Params(), base: Config | None = None) -> Config:
+    """The §3 pool and campaigns with the simulator's parameters applied."""
+    cfg = base or default_config()
+    pool = dataclasses.replace(cfg.pool, boot_latency_s=params.boot_latency_s)
+    policy = dataclasses.replace(
+        cfg.policy,
+        grace_s=params.grace_s,
+        warm_headroom={**cfg.policy.warm_headroom, "gpu": params.warm_headroom},
+        meter_window_s=params.meter_window_s,
+    )
+    campaigns = tuple(cfg.campaigns) + ((PROBE,) if params.probe else ())
+    return Config(pool=pool, policy=policy, campaigns=campaigns)
+
+
+class _LeaseSignals:
+    __slots__ = ("active", "end", "granted")
+
+    def __init__(self) -> None:
+        self.granted = Signal()
+        self.active = Signal()
+        self.end = Signal()
+
+
+class SimBroker:
+    """A ``Broker`` on the kernel's clock: the kernel's source of broker timers."""
+
+    def __init__(self, kernel: Kernel, broker: Broker) -> None:
+        self.kernel = kernel
+        self.broker = broker
+        self.leases: dict[str, _LeaseSignals] = {}
+        self.listeners: list[Callable[[Event, Sequence[Decision]], None]] = []
+        broker.listen(self._on_decisions)
+        kernel.add_source(self)
+
+    # -- Source --------------------------------------------------------------------------
+
+    def next_time(self) -> float | None:
+        ts = [
+            t
+            for t in (self.broker.engine.next_timer(), self.broker.backend.next_event_time())
+            if t is not None
+        ]
+        return min(ts) if ts else None
+
+    def fire(self, t: float) -> None:
+        self.broker.catch_up(t)
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def submit(self, event: Event) -> list[Decision]:
+        return self.broker.submit(event)
+
+    def signals(self, lease_id: str) -> _LeaseSignals:
+        s = self.leases.get(lease_id)
+        if s is None:
+            s = self.leases[lease_id] = _LeaseSignals()
+        return s
+
+    def _on_decisions(self, event: Event, decisions: Sequence[Decision]) -> None:
+        k = self.kernel
+        for d in decisions:
+            if isinstance(d, Grant):
+                s = self.signals(d.lease_id)
+                s.granted.succeed(k, d)
+                if d.starts_at <= d.at:
+                    s.active.succeed(k, True)
+            elif isinstance(d, Activate):
+                sig = self.signals(d.lease_id).active
+                if not sig.fired:
+                    sig.succeed(k, True)
+            elif isinstance(d, Revoke | Expire | Released):
+                s = self.signals(d.lease_id)
+                cause = d.cause if isinstance(d, Revoke) else d.kind
+                if not s.active.fired:
+                    s.active.succeed(k, False)
+                if not s.end.fired:
+                    s.end.succeed(k, cause)
+                del self.leases[d.lease_id]
+        for fn in self.listeners:
+            fn(event, decisions)
+
+
+def _lease(g: Grant, requested_at: float) -> Lease:
+    return Lease(
+        id=g.lease_id,
+        gpus=float(g.size.get("gpu", 0.0)),
+        requested_at=requested_at,
+        starts_at=g.starts_at,
+        expires_at=g.expires_at,
+        path=g.path.value,
+    )
+
+
+@dataclass
+class SimCtx:
+    """``bursar.workflows.api.Ctx`` in virtual time."""
+
+    sim: SimBroker
+    campaign: str
+    rng: random.Random
+    records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def kernel(self) -> Kernel:
+        return self.sim.kernel
+
+    def now(self) -> float:
+        return self.kernel.now
+
+    async def sleep(self, seconds: float) -> None:
+        await Sleep(seconds)
+
+    async def acquire(
+        self,
+        gpus: float,
+        duration_s: float,
+        *,
+        blocking: bool = False,
+        timeout: float | None = None,
+    ) -> Lease:
+        t0 = self.now()
+        decisions = self.sim.submit(
+            RequestLease(
+                at=t0,
+                campaign=self.campaign,
+                size={"gpu": gpus},
+                duration_s=duration_s,
+                blocking=blocking,
+            )
+        )
+        mine = next(
+            d
+            for d in decisions
+            if isinstance(d, Grant | Queue | Reject) and d.campaign == self.campaign
+        )
+        if isinstance(mine, Grant):
+            return _lease(mine, t0)
+        if isinstance(mine, Reject):
+            raise Refused(mine.reason.value, mine.retry_after_s)
+        rid = mine.request_id
+        got = await Wait(self.sim.signals(rid).granted, timeout)
+        if got is None:
+            try:
+                self.sim.submit(CancelRequest(at=self.now(), request_id=rid))
+            except RequestError:
+                pass
+            else:
+                self.sim.leases.pop(rid, None)
+                eng = self.sim.broker.engine
+                p = eng.pending.get(rid)
+                reason = p.reason.value if p is not None and p.reason else mine.reason.value
+                raise Refused(reason, mine.estimated_wait_s)
+            got = self.sim.signals(rid).granted.value
+        return _lease(got, t0)
+
+    async def wait_active(self, lease: Lease) -> bool:
+        if lease.id not in self.sim.broker.engine.leases:
+            return False
+        return bool(await Wait(self.sim.signals(lease.id).active))
+
+    async def wait_end(self, lease: Lease, timeout: float | None = None) -> str | None:
+        if lease.id not in self.sim.broker.engine.leases:
+            return "ended"
+        return await Wait(self.sim.signals(lease.id).end, timeout)
+
+    async def renew(self, lease: Lease, duration_s: float) -> Lease:
+        try:
+            decisions = self.sim.submit(
+                Renew(at=self.now(), lease_id=lease.id, duration_s=duration_s)
+            )
+        except RequestError as exc:
+            if exc.code is ErrorCode.FAILED_PRECONDITION:
+                raise Refused("ENDED", math.inf) from None
+            raise
+        for d in decisions:
+            if isinstance(d, Renewed) and d.lease_id == lease.id:
+                return dataclasses.replace(lease, expires_at=d.expires_at)
+            if isinstance(d, Reject) and d.request_id == lease.id:
+                raise Refused(d.reason.value, d.retry_after_s)
+        raise Refused("ENDED", math.inf)
+
+    async def release(self, lease: Lease) -> None:
+        if lease.id not in self.sim.broker.engine.leases:
+            return
+        try:
+            self.sim.submit(Release(at=self.now(), lease_id=lease.id))
+        except RequestError as exc:
+            if exc.code is not ErrorCode.FAILED_PRECONDITION:
+                raise
+
+    async def supply(self) -> SupplyView:
+        b = self.sim.broker
+        b.catch_up(self.now())
+        s = b.supply()
+        g = s.dims["gpu"]
+        c = s.campaigns[self.campaign]
+        lvl = c.bucket.get("gpu")
+        fs = c.bucket.get("fs_bw")
+        return SupplyView(
+            at=self.now(),
+            price=s.price,
+            capacity=g.capacity,
+            available_warm=g.available_warm,
+            reclaimable=g.reclaimable,
+            cold=g.cold,
+            held=c.held.get("gpu", 0.0),
+            bucket=math.inf if lvl is None else lvl,
+            fs_bw_bucket=math.inf if fs is None else fs,
+        )
+
+    async def meter(self, dim: str, amount: float) -> MeterResult:
+        decisions = self.sim.submit(
+            Meter(at=self.now(), campaign=self.campaign, dim=dim, amount=amount)
+        )
+        m = next(d for d in decisions if isinstance(d, MeterGrant) and d.campaign == self.campaign)
+        return MeterResult(m.requested, m.granted, m.wait_s)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "") -> None:
+        self.kernel.spawn(coro, name or f"{self.campaign}-task")
+
+    def record(self, kind: str, **data: Any) -> None:
+        self.records.append((kind, {"campaign": self.campaign, "t": self.now(), **data}))
+
+
+def open_broker(state_dir: Path, config: Config) -> Broker:
+    """A fresh broker in ``state_dir`` (an existing journal there is removed first)."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        (state_dir / (JOURNAL_FILENAME + suffix)).unlink(missing_ok=True)
+    return Broker.open(state_dir, config)
+
+
+def in_use(broker: Broker) -> dict[str, float]:
+    """GPUs in use per campaign: active leases (placed), not starting ones."""
+    out: dict[str, float] = dict.fromkeys(broker.engine.campaigns, 0.0)
+    for ls in broker.engine.leases.values():
+        if ls.state is not LeaseState.STARTING:
+            out[ls.campaign] += ls.size[0]
+    return out
