@@ -66,8 +66,9 @@ PROBE = CampaignSpec(
 )
 
 
-def scenario_config(params: Params = Params(), base: Config | None = None) -> Config:
+def scenario_config(params: Params | None = None, base: Config | None = None) -> Config:
     """The §3 pool and campaigns with the simulator's parameters applied."""
+    params = params or Params()
     cfg = base or default_config()
     pool = dataclasses.replace(cfg.pool, boot_latency_s=params.boot_latency_s)
     policy = dataclasses.replace(

@@ -61,11 +61,12 @@ def _agents(seed: int, params: Params, duration: float) -> dict[str, Any]:
 def run_seed(
     seed: int,
     state_dir: Path,
-    params: Params = Params(),
+    params: Params | None = None,
     duration: float = DURATION_S,
     progress: Callable[[float], None] | None = None,
 ) -> SeedRun:
     t_wall = time.perf_counter()
+    params = params or Params()
     cfg = scenario_config(params)
     broker = open_broker(state_dir, cfg)
     kernel = Kernel()

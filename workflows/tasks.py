@@ -115,7 +115,7 @@ async def run_task(ctx: Ctx, task: Task, lease: Lease, *, renew: bool = False) -
             try:
                 lease = await ctx.renew(lease, left)
             except Refused:
-                pass
+                continue
     t1 = ctx.now()
     done = t1 <= lease.expires_at
     ctx.record(
