@@ -21,6 +21,7 @@ from bursar.broker.errors import ConfigError
 from bursar.broker.journal_cli import journal
 from bursar.broker.service.cli import serve_command
 from bursar.providers.client_cli import campaigns, leases, supply
+from bursar.sim.cli import sim
 
 __all__ = ["main"]
 
@@ -86,6 +87,7 @@ main.add_command(serve_command)
 main.add_command(campaigns)
 main.add_command(leases)
 main.add_command(supply)
+main.add_command(sim)
 
 
 @main.group("config")

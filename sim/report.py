@@ -1,0 +1,166 @@
+"""``report.html``: one self-contained page (data and script inline, no network) with an
+animated replay of the run (pool occupancy by campaign, bucket levels, price, probe
+latencies) and the claims table with the measured value beside each."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_report"]
+
+COLORS = {
+    "victim": "#d62728",
+    "adaptive-sci": "#2ca02c",
+    "naive-sci": "#ff7f0e",
+    "storm": "#9467bd",
+    "backfill": "#7f7f7f",
+    "probe": "#1f77b4",
+}
+
+_SCRIPT = r"""
+const D = JSON.parse(document.getElementById('data').textContent);
+const names = Object.keys(D.held);
+const colors = D.colors;
+function sel(id){ return document.getElementById(id); }
+function axes(ctx, w, h, ymax, label, tmax){
+  ctx.clearRect(0,0,w,h); ctx.strokeStyle='#999'; ctx.fillStyle='#333'; ctx.font='11px sans-serif';
+  ctx.beginPath(); ctx.moveTo(50,10); ctx.lineTo(50,h-25); ctx.lineTo(w-10,h-25); ctx.stroke();
+  for (let k=0;k<=4;k++){ const y=h-25-(h-35)*k/4; ctx.fillText((ymax*k/4).toFixed(ymax<10?1:0), 2, y+4); }
+  for (let k=0;k<=8;k++){ const x=50+(w-60)*k/8; ctx.fillText(Math.round(tmax*k/8/60)+'m', x-8, h-8); }
+  ctx.fillText(label, 55, 20);
+}
+function X(t,w,tmax){ return 50+(w-60)*t/tmax; }
+function Y(v,h,ymax){ return h-25-(h-35)*Math.min(v,ymax)/ymax; }
+function draw(upto){
+  const tmax = D.t[D.t.length-1] || 1;
+  const n = D.t.findIndex(t => t > upto); const m = n < 0 ? D.t.length : n;
+  // Occupancy, stacked
+  let c = sel('occ'), ctx = c.getContext('2d'), w=c.width, h=c.height;
+  axes(ctx,w,h,D.capacity,'GPUs in use by campaign (pool '+D.capacity+')',tmax);
+  let base = new Array(m).fill(0);
+  for (const nm of names){
+    ctx.fillStyle = colors[nm] || '#000'; ctx.beginPath();
+    ctx.moveTo(X(D.t[0],w,tmax), Y(base[0],h,D.capacity));
+    const top = [];
+    for (let i=0;i<m;i++){ top.push(base[i]+D.held[nm][i]); ctx.lineTo(X(D.t[i],w,tmax), Y(top[i],h,D.capacity)); }
+    for (let i=m-1;i>=0;i--) ctx.lineTo(X(D.t[i],w,tmax), Y(base[i],h,D.capacity));
+    ctx.closePath(); ctx.globalAlpha=0.8; ctx.fill(); ctx.globalAlpha=1; base = top;
+  }
+  // Buckets
+  c = sel('bkt'); ctx = c.getContext('2d'); w=c.width; h=c.height;
+  let bmax = 1; for (const nm in D.bucket) for (const v of D.bucket[nm]) bmax=Math.max(bmax,v);
+  axes(ctx,w,h,bmax,'GPU bucket levels (GPU-s)',tmax);
+  for (const nm in D.bucket){ ctx.strokeStyle = colors[nm]; ctx.beginPath();
+    for (let i=0;i<m;i++){ const f = i? 'lineTo':'moveTo'; ctx[f](X(D.t[i],w,tmax), Y(D.bucket[nm][i],h,bmax)); } ctx.stroke(); }
+  // Price
+  c = sel('price'); ctx = c.getContext('2d'); w=c.width; h=c.height;
+  let pmax = 1; for (const v of D.price) pmax=Math.max(pmax,v);
+  axes(ctx,w,h,pmax,'congestion price (credits / GPU-h)',tmax);
+  ctx.strokeStyle = '#d62728'; ctx.beginPath();
+  for (let i=0;i<m;i++){ const f = i? 'lineTo':'moveTo'; ctx[f](X(D.t[i],w,tmax), Y(D.price[i],h,pmax)); } ctx.stroke();
+  // Probe latencies
+  c = sel('lat'); ctx = c.getContext('2d'); w=c.width; h=c.height;
+  let lmax = 1; for (const p of D.probe) lmax=Math.max(lmax,p[1]);
+  axes(ctx,w,h,lmax,'time to 128 GPUs, probe (s); victim (red)',tmax);
+  for (const p of D.probe){ if (p[0] > upto) continue; ctx.fillStyle='#1f77b4'; ctx.fillRect(X(p[0],w,tmax)-3, Y(p[1],h,lmax)-3, 6, 6); }
+  for (const p of D.victim){ if (p[0] > upto) continue; ctx.fillStyle='#d62728'; ctx.fillRect(X(p[0],w,tmax)-1, Y(p[1],h,lmax)-1, 3, 3); }
+  sel('clock').textContent = 't = ' + Math.round(Math.min(upto,tmax)/60) + ' min';
+  sel('slider').value = Math.min(upto, tmax);
+}
+let playing = null;
+function play(){
+  const tmax = D.t[D.t.length-1] || 1; let t = 0;
+  if (playing) clearInterval(playing);
+  playing = setInterval(() => { t += tmax/200; draw(t); if (t >= tmax){ clearInterval(playing); playing=null; } }, 40);
+}
+sel('slider').max = D.t[D.t.length-1] || 1;
+sel('slider').oninput = e => { if (playing){ clearInterval(playing); playing=null; } draw(+e.target.value); };
+sel('play').onclick = play;
+const legend = sel('legend');
+for (const nm of names){ const s=document.createElement('span'); s.innerHTML='<b style="color:'+(colors[nm]||'#000')+'">&#9632;</b> '+nm+' &nbsp; '; legend.appendChild(s); }
+draw(Infinity);
+window.reportRendered = true;
+"""
+
+
+def write_report(
+    out: Path,
+    *,
+    series: dict[str, Any],
+    probe: list[tuple[float, float]],
+    victim: list[tuple[float, float]],
+    claims: list[dict[str, Any]],
+    hashes: dict[int, str],
+    audit_lines: list[str],
+    wall: dict[int, float],
+    title_seed: int,
+    capacity: float,
+) -> Path:
+    data = {
+        "t": series["t"],
+        "held": series["held"],
+        "bucket": series["bucket"],
+        "price": series["price"],
+        "probe": probe,
+        "victim": victim,
+        "colors": COLORS,
+        "capacity": capacity,
+    }
+    rows = "".join(
+        "<tr class='{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
+            "ok" if c["holds"] else "miss",
+            html.escape(c["claim"]),
+            html.escape(c["prototype"]),
+            html.escape(c["bound"]),
+            html.escape(c["measured"]),
+            "yes" if c["holds"] else "no",
+        )
+        for c in claims
+    )
+    seeds = "".join(
+        f"<li>seed {s}: journal SHA-256 <code>{h}</code> ({wall[s]:.2f} s wall)</li>"
+        for s, h in sorted(hashes.items())
+    )
+    audits = "".join(f"<li>{html.escape(a)}</li>" for a in audit_lines)
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Bursar simulator report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; font-size: 14px; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
+th {{ background: #f3f3f3; }}
+tr.miss td:last-child {{ color: #b00; font-weight: bold; }}
+tr.ok td:last-child {{ color: #070; }}
+canvas {{ border: 1px solid #eee; margin: 4px 0; }}
+code {{ background: #f6f6f6; padding: 1px 4px; }}
+</style></head><body>
+<h1>Bursar simulator: the agent-burst scenario (DESIGN.md §3)</h1>
+<p>Two simulated hours on the 512-GPU pool. Six agent programs (victim, adaptive-sci,
+naive-sci, storm, backfill, probe) negotiate with the real policy engine through the
+broker shell, journal and simulated pool, in virtual time. Claims are pooled over
+{len(hashes)} seed(s); the replay below shows seed {title_seed}.</p>
+<h2>Claims of the prototype, measured</h2>
+<table><tr><th>claim</th><th>prototype</th><th>bound (issue 4)</th><th>measured</th>
+<th>holds</th></tr>{rows}</table>
+<h2>Replay</h2>
+<p><button id="play">&#9654; play</button> <input id="slider" type="range" min="0" step="10"
+ style="width:60%"> <span id="clock"></span></p>
+<div id="legend"></div>
+<canvas id="occ" width="1000" height="260"></canvas>
+<canvas id="bkt" width="1000" height="170"></canvas>
+<canvas id="price" width="1000" height="140"></canvas>
+<canvas id="lat" width="1000" height="170"></canvas>
+<h2>Journals</h2>
+<ul>{seeds}</ul>
+<ul>{audits}</ul>
+<script id="data" type="application/json">{payload}</script>
+<script>{_SCRIPT}</script>
+</body></html>
+"""
+    path = out / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
