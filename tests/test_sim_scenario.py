@@ -1,0 +1,96 @@
+"""The §3 scenario: determinism, a clean audit, the CLI, and the prototype's claims.
+
+Claims are checked with issue 4's bounds and the measured values are printed (run with
+``-s`` to see them). Claims that the current agents and engine do not reproduce are
+measured in metrics.json and the report, but not asserted here (see the module end).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bursar.broker.audit import audit
+from bursar.broker.cli import main
+from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.sim.scenario import SeedRun, claims, run_seed
+
+SHORT_S = 2400.0  # 40 minutes: the storm starts at 30
+
+
+def test_same_seed_same_journal_hash(tmp_path: Path) -> None:
+    a = run_seed(7, tmp_path / "a", duration=SHORT_S)
+    b = run_seed(7, tmp_path / "b", duration=SHORT_S)
+    c = run_seed(8, tmp_path / "c", duration=SHORT_S)
+    assert a.journal_sha256 == b.journal_sha256
+    assert a.series == b.series and a.metrics["events"] == b.metrics["events"]
+    assert c.journal_sha256 != a.journal_sha256
+
+
+def test_short_scenario_journal_audits_clean(tmp_path: Path) -> None:
+    r = run_seed(3, tmp_path, duration=SHORT_S)
+    with Journal.open(tmp_path / JOURNAL_FILENAME) as j:
+        rep = audit(j)
+    assert rep.ok, rep.mismatches[:3]
+    assert rep.events_checked == r.events
+    assert rep.journal_sha256 == r.journal_sha256
+
+
+def test_sim_run_cli_writes_report_metrics_and_a_state_dir(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    res = CliRunner().invoke(
+        main, ["sim", "run", "--seed", "5", "--out", str(out), "--minutes", "20"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "sha256" in res.output
+    page = (out / "report.html").read_text()
+    assert "<script" in page and "http://" not in page and "https://" not in page
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["seeds"]) == {"5"} and m["claims"]
+    res = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(out)])
+    assert res.exit_code == 0, res.output
+    assert m["journals"]["5"]["sha256"] in res.output
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory: pytest.TempPathFactory) -> list[SeedRun]:
+    base = tmp_path_factory.mktemp("claims")
+    return [run_seed(s, base / f"seed-{s}") for s in (1, 2, 3)]
+
+
+def _claim(pooled: list[SeedRun], prefix: str) -> dict:
+    row = next(c for c in claims(pooled) if c["claim"].startswith(prefix))
+    print(f"\n{row['claim']}: measured {row['measured']} (bound {row['bound']})")
+    return row
+
+
+def test_claim_storm_consumption_within_b_plus_rt(pooled: list[SeedRun]) -> None:
+    row = _claim(pooled, "storm consumption")
+    assert row["holds"]
+    for r in pooled:
+        assert r.metrics["storm"]["max_interval_excess_gpu_s"] <= 150_000
+
+
+def test_claim_storm_reverts_toward_sustained(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "storm reverts")["holds"]
+
+
+def test_claim_isolation_victim_p95_and_no_violations(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "victim grant latency")["holds"]
+    assert _claim(pooled, "guarantee violations")["holds"]
+
+
+def test_claim_adaptive_produces_more_science(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "adaptive / naive science")["holds"]
+
+
+def test_claim_storm_inference_held_to_sustained(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "storm inference")["holds"]
+
+
+# Not asserted (measured, and shown in the report): naive/adaptive credit cost >= 2,
+# mean utilisation >= 85% with backfill, naive losing >= 25% of its science to I/O
+# throttling. See the session report for the measured values and why.
