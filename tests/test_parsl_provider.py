@@ -1,0 +1,202 @@
+"""BursarProvider's contract, block by block, against a real broker over gRPC: what Parsl
+is told (JobState and message) for each lease outcome, with plain shell commands in
+place of Parsl's worker pool."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from unittest.mock import MagicMock
+
+import pytest
+from client_support import ServerThread, server_thread
+from parsl.executors.high_throughput.errors import ManagerLost
+from parsl.jobs.states import JobState, JobStatus
+from parsl.launchers import SimpleLauncher
+from test_parsl_support import alive, parsl_config, until
+
+from bursar.providers.client import Backoff, BrokerClient, LeaseState
+from bursar.providers.parsl import (
+    BursarProvider,
+    lease_error_handler,
+    lease_retry_handler,
+)
+
+FAST = Backoff(initial_s=0.05, max_s=0.3)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerThread]:
+    with server_thread(tmp_path / "state", cfg=parsl_config()) as s:
+        yield s
+
+
+def provider(server: ServerThread, campaign: str, tmp_path: Path, **kw: object) -> BursarProvider:
+    p = BursarProvider(
+        broker=server.address,
+        campaign=campaign,
+        token=server.tokens[campaign],
+        launcher=SimpleLauncher(),
+        backoff=FAST,
+        **kw,  # type: ignore[arg-type]
+    )
+    p.script_dir = str(tmp_path / "scripts")
+    return p
+
+
+def state(p: BursarProvider, job: str) -> JobStatus:
+    return p.status([job])[0]
+
+
+def test_a_block_runs_on_its_lease_and_cancel_releases_it(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    p = provider(server, "wf", tmp_path, resources_per_block={"cpu": 2, "mem_gb": 4, "gpu": 1})
+    env_file = tmp_path / "env"
+    try:
+        job = p.submit(
+            f"env > {env_file}; sleep 60 # --available-accelerators", 1, "parsl.t.block-0"
+        )
+        until(lambda: state(p, job).state is JobState.RUNNING, what="RUNNING")
+        until(env_file.exists)
+        until(lambda: "BURSAR_LEASE_ID" in env_file.read_text())
+        env = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+        lease_id = p.lease_id(job)
+        assert env["BURSAR_LEASE_ID"] == lease_id and lease_id in state(p, job).message
+        assert env["PARSL_CORES"] == "2" and env["PARSL_MEMORY_GB"] == "4"
+        assert env["BURSAR_CAMPAIGN"] == "wf" and env["BURSAR_LEASE_NODES"]
+        # The lease's GPU became the pool's accelerator list.
+        script = next((tmp_path / "scripts").glob("*.sh")).read_text()
+        assert "--available-accelerators 0" in script
+        pid = p.resources[job].proc.pid  # type: ignore[union-attr]
+
+        assert p.cancel([job]) == [True]
+        st = state(p, job)
+        assert st.state is JobState.CANCELLED and "released" in st.message
+        assert not alive(pid)
+        assert p.cancel([job]) == [True]  # idempotent
+        assert p.cancel(["nope"]) == [False]
+        with BrokerClient(server.address, server.tokens["wf"]) as c:
+            assert c.get_lease(lease_id).state is LeaseState.RELEASED
+            assert c.list_leases() == []
+    finally:
+        p.close()
+
+
+def test_a_refused_block_stays_pending_with_the_reason_then_starts(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    p = provider(server, "capped", tmp_path, resources_per_block={"cpu": 2}, max_retry_s=0.3)
+    try:
+        first = p.submit("sleep 60", 1, "parsl.t.block-0")
+        second = p.submit("sleep 60", 1, "parsl.t.block-1")
+        until(lambda: state(p, first).state is JobState.RUNNING)
+        st = state(p, second)
+        assert st.state is JobState.PENDING and "ABOVE_BURST" in st.message, st.message
+        assert p.lease_id(second) == ""
+        until(lambda: p.resources[second].attempts >= 2, what="a retry")
+        assert state(p, second).state is JobState.PENDING
+        p.cancel([first])
+        until(lambda: state(p, second).state is JobState.RUNNING, what="second block RUNNING")
+        assert p.lease_id(second)
+    finally:
+        p.close()
+    with BrokerClient(server.address, server.tokens["capped"]) as c:
+        assert c.list_leases() == []
+
+
+def test_a_preempted_block_drains_and_is_cancelled_never_failed(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    p = provider(server, "wf", tmp_path, resources_per_block={"cpu": 4})
+    try:
+        job = p.submit("sleep 60", 1, "parsl.t.block-0")
+        until(lambda: state(p, job).state is JobState.RUNNING)
+        pid = p.resources[job].proc.pid  # type: ignore[union-attr]
+        lease_id = p.lease_id(job)
+        with BrokerClient(server.address, server.tokens["hi"], backoff=FAST) as hi:
+            hi.acquire({"cpu": 2}, 30, blocking=False)  # reclaim path: wf's lease is warned
+            until(lambda: state(p, job).state is JobState.CANCELLED, 5, "CANCELLED")
+            st = state(p, job)
+            assert "preempted" in st.message and "drained" in st.message, st.message
+            assert not alive(pid)
+            assert p.ended_by_broker(job)
+            with BrokerClient(server.address, server.tokens["wf"]) as c:
+                assert c.get_lease(lease_id).ended
+    finally:
+        p.close()
+
+
+def test_an_expired_lease_is_a_timeout(server: ServerThread, tmp_path: Path) -> None:
+    # Renewals are refused (the bucket holds one lease's worth): the lease expires.
+    p = provider(server, "poor", tmp_path, resources_per_block={"cpu": 1}, walltime=2)
+    try:
+        job = p.submit("sleep 60", 1, "parsl.t.block-0")
+        until(lambda: state(p, job).state is JobState.RUNNING)
+        until(lambda: state(p, job).terminal, 10, "the end of the lease")
+        st = state(p, job)
+        assert st.state is JobState.TIMEOUT and "expired" in st.message, st.message
+        assert p.ended_by_broker(job)
+        assert not alive(p.resources[job].proc.pid)  # type: ignore[union-attr]
+    finally:
+        p.close()
+
+
+def test_workers_exiting_by_themselves_complete_or_fail(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    p = provider(server, "wf", tmp_path, resources_per_block={"cpu": 1})
+    try:
+        ok = p.submit("true", 1, "parsl.t.block-0")
+        bad = p.submit("exit 3", 1, "parsl.t.block-1")
+        until(lambda: state(p, ok).terminal and state(p, bad).terminal)
+        assert state(p, ok).state is JobState.COMPLETED
+        assert state(p, bad).state is JobState.FAILED and state(p, bad).exit_code == 3
+        assert not p.ended_by_broker(bad)
+        with BrokerClient(server.address, server.tokens["wf"]) as c:
+            assert c.list_leases() == []
+    finally:
+        p.close()
+
+
+def test_a_bad_token_fails_the_submission(server: ServerThread, tmp_path: Path) -> None:
+    from parsl.providers.errors import SubmitException
+
+    p = BursarProvider(broker=server.address, token="bogus", backoff=FAST)
+    try:
+        with pytest.raises(SubmitException):
+            p.submit("sleep 1", 1)
+    finally:
+        p.close()
+
+
+def test_the_error_handler_forgives_blocks_the_broker_ended() -> None:
+    p = BursarProvider(broker="127.0.0.1:1")
+    p.resources["j0"] = MagicMock(ended_by_broker=True)
+    p.resources["j1"] = MagicMock(ended_by_broker=False)
+    ex = MagicMock(provider=p, blocks_to_job_id={"0": "j0", "1": "j1"})
+    missing = JobStatus(JobState.MISSING, "lease L1 preempted by the broker")
+    lease_error_handler(ex, {"0": missing})
+    ex.set_bad_state_and_fail_all.assert_not_called()
+    lease_error_handler(ex, {"0": missing, "1": JobStatus(JobState.FAILED, "exit 1")})
+    ex.set_bad_state_and_fail_all.assert_called_once()
+
+
+def test_the_retry_handler_charges_little_for_a_lost_manager() -> None:
+    assert lease_retry_handler(ManagerLost(b"m", "h"), None) == 0.25
+    assert lease_retry_handler(ValueError(), None) == 1.0
+
+
+def test_walltime_and_knobs() -> None:
+    p = BursarProvider(
+        broker="x",
+        resources_per_block={"cpu": 8, "mem_gb": 32},
+        nodes_per_block=2,
+        walltime="01:02:03",
+        max_blocks=3,
+        lease_class="opportunistic",
+    )
+    assert p.duration_s == 3723 and p.cores_per_node == 4 and p.mem_per_node == 16
+    assert p.max_blocks == 3 and p.label == "bursar" and "token" not in repr(p)
+    with pytest.raises(ValueError):
+        BursarProvider(broker="x", resources_per_block={"cpu": 0})
