@@ -40,7 +40,7 @@ class Victim:
         held: list[Lease] = []
         while ctx.now() < self.until:
             await ctx.sleep(self.period_s * ctx.rng.uniform(0.8, 1.2))
-            held = [x for x in held if x.expires_at > ctx.now()]
+            held[:] = [x for x in held if x.expires_at > ctx.now()]
             if len(held) >= self.max_leases:
                 continue
             size = ctx.rng.choice(self.sizes)
@@ -59,11 +59,13 @@ class Victim:
                 gpus=size,
             )
             held.append(lease)
-            ctx.spawn(self._use(ctx, lease), "victim-use")
+            ctx.spawn(self._use(ctx, lease, held), "victim-use")
 
-    async def _use(self, ctx: Ctx, lease: Lease) -> None:
+    async def _use(self, ctx: Ctx, lease: Lease, held: list[Lease]) -> None:
         await ctx.sleep(ctx.rng.uniform(*self.hold_s))
         await ctx.release(lease)
+        if lease in held:
+            held.remove(lease)
 
 
 @dataclass
