@@ -64,14 +64,16 @@ def run_scenario(
             runs.append(run_seed(seed, state, params, duration, progress=tick))
             progress.update(task, completed=duration)
     audit_lines = []
+    reports = []
     for r in runs:
         with Journal.open(r.state_dir / JOURNAL_FILENAME) as j:
             rep = audit(j)
+        reports.append(rep)
         audit_lines.append(
             f"seed {r.seed}: audited {rep.events_checked} events, {rep.decisions_checked} "
             f"decisions: {'clean' if rep.ok else f'{len(rep.mismatches)} MISMATCHES'}"
         )
-    table = claims(runs)
+    table = claims(runs, reports)
     first = runs[0]
     probe = [
         (x["at"], x["latency"])

@@ -50,6 +50,8 @@ def test_sim_run_cli_writes_report_metrics_and_a_state_dir(tmp_path: Path) -> No
     assert "<script" in page and "http://" not in page and "https://" not in page
     m = json.loads((out / "metrics.json").read_text())
     assert set(m["seeds"]) == {"5"} and m["claims"]
+    journaled = next(c for c in m["claims"] if c["claim"] == "every decision is journaled")
+    assert journaled["holds"] and "0 mismatches" in journaled["measured"]
     res = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(out)])
     assert res.exit_code == 0, res.output
     assert m["journals"]["5"]["sha256"] in res.output
