@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bursar.broker.runtime import Broker
 from bursar.sim.kernel import Kernel
 from bursar.sim.runner import Params, SimBroker, SimCtx, in_use, open_broker, scenario_config
 from bursar.workflows.agents import Adaptive, Backfill, Naive, Probe, Storm, Victim
@@ -375,7 +374,3 @@ def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[st
             audits is not None and all(a.ok for a in audits),
         ),
     ]
-
-
-def ensure_broker_closed(b: Broker) -> None:  # pragma: no cover - convenience for notebooks
-    b.close()
