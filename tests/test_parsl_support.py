@@ -85,3 +85,43 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of the process group ``pgid`` (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(entry))
+    return out
+
+
+def group_alive(pgid: int, wait_s: float = 3.0) -> bool:
+    """True if processes of the group ``pgid`` are still there after ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# The workflow's functions, importable by the workers (their PYTHONPATH holds tests/).
+
+
+def square(x: int, sleep_s: float = 0.0) -> int:
+    if sleep_s:
+        time.sleep(sleep_s)
+    return x * x
+
+
+def total(*xs: int) -> int:
+    return sum(xs)

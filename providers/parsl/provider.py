@@ -173,6 +173,8 @@ class _Block:
     lease_id: str = ""
     proc: subprocess.Popen[bytes] | None = None
     attempts: int = 0
+    refusals: list[str] = field(default_factory=list)
+    """The broker's reason for each refused request, oldest first."""
     ended_by_broker: bool = False
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
@@ -360,6 +362,11 @@ class BursarProvider(ExecutionProvider):
         b = self.resources.get(job_id) if job_id is not None else None
         return b is not None and b.ended_by_broker
 
+    def refusals(self, job_id: Any) -> list[str]:
+        """The broker's reasons for refusing the block's requests so far, oldest first."""
+        b = self.resources.get(job_id)
+        return list(b.refusals) if b is not None else []
+
     def lease_id(self, job_id: Any) -> str:
         """The block's lease id ("" while it has none)."""
         b = self.resources.get(job_id)
@@ -418,6 +425,7 @@ class BursarProvider(ExecutionProvider):
         except Refused as exc:
             delay = exc.retry_after if math.isfinite(exc.retry_after) else self.max_retry_s
             delay = min(max(delay, self.min_retry_s), self.max_retry_s)
+            b.refusals.append(exc.reason)
             self._set(
                 b,
                 JobState.PENDING,
