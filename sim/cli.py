@@ -161,4 +161,8 @@ def run_cmd(
             f"seed {r.seed}: {r.events} events in {r.wall_s:.2f} s; "
             f"journal {r.state_dir} sha256 {r.journal_sha256}"
         )
+    m = json.loads((out / "metrics.json").read_text())
+    for line in m["audit"]:
+        console.print(line)
     console.print(f"report: {report}")
+    console.print(f"metrics: {out / 'metrics.json'}")
