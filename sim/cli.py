@@ -134,6 +134,14 @@ def sim() -> None:
 @click.option("--grace", type=float, default=30.0, show_default=True, help="Grace period, s.")
 @click.option("--boot", type=float, default=60.0, show_default=True, help="Boot latency, s.")
 @click.option("--no-backfill", is_flag=True, help="Run without the preemptible backfill tier.")
+@click.option(
+    "--meter-window",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="policy.meter_window_s: one Meter grant is at most burst x this (agents meter "
+    "once per task step, not every second).",
+)
 def run_cmd(
     seed: int | None,
     out: Path,
@@ -142,12 +150,17 @@ def run_cmd(
     grace: float,
     boot: float,
     no_backfill: bool,
+    meter_window: float,
 ) -> None:
     """Run the §3 agent-burst scenario (2 simulated hours) and write its report."""
     console = Console()
     seeds = (seed,) if seed is not None else DEFAULT_SEEDS
     params = Params(
-        warm_headroom=headroom, grace_s=grace, boot_latency_s=boot, backfill=not no_backfill
+        warm_headroom=headroom,
+        grace_s=grace,
+        boot_latency_s=boot,
+        backfill=not no_backfill,
+        meter_window_s=meter_window,
     )
     runs, table, report = run_scenario(out, seeds, params, minutes * 60.0)
     t = Table(title="Claims of the prototype, measured")
