@@ -2,8 +2,9 @@
 
 A client asks to consume N unit-seconds (MB of I/O, inference tokens). It is granted
 at once what its bucket holds, up to ``burst * meter_window_s`` (the burst ceiling on
-the rate), and told how long to wait for the rest at its sustained rate R: the rest
-is not reserved, the client asks again after the wait. A bucket refills at R and is
+the rate), and told how long the rest will take: at most the burst rate, and for what
+the bucket cannot cover, the sustained rate R at which it refills. The rest is not
+reserved; the client asks again (a piece at a time, or after the wait). A bucket refills at R and is
 capped at B, exactly like the placed dimensions' buckets with nothing held.
 """
 
@@ -30,9 +31,13 @@ def meter(bucket: Bucket, env: DimEnvelope, amount: float, window_s: float) -> M
     granted = min(amount, cap, level)
     rest = amount - granted
     if rest <= 1e-12:
-        wait = 0.0
-    elif env.sustained > 0:
-        wait = rest / min(env.sustained, env.burst) if env.burst > 0 else math.inf
-    else:
-        wait = math.inf
-    return MeterOutcome(granted, wait, level)
+        return MeterOutcome(granted, 0.0, level)
+    # The rest flows at most at the burst rate, and beyond what is left in the bucket only
+    # as fast as it refills (R): the wait is the slower of the two.
+    left = level - granted
+    by_burst = rest / env.burst if env.burst > 0 else math.inf
+    short = max(0.0, rest - left)
+    by_bucket = 0.0
+    if short > 1e-12:
+        by_bucket = short / env.sustained if env.sustained > 0 else math.inf
+    return MeterOutcome(granted, max(by_burst, by_bucket), level)
