@@ -4,6 +4,7 @@ place of Parsl's worker pool."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from unittest.mock import MagicMock
@@ -200,3 +201,18 @@ def test_walltime_and_knobs() -> None:
     assert p.max_blocks == 3 and p.label == "bursar" and "token" not in repr(p)
     with pytest.raises(ValueError):
         BursarProvider(broker="x", resources_per_block={"cpu": 0})
+
+
+def test_submit_returns_quickly_when_the_broker_is_unreachable(tmp_path: Path) -> None:
+    p = BursarProvider(
+        broker="127.0.0.1:1", token="t", backoff=FAST, submit_timeout_s=0.3, retry_timeout_s=1
+    )
+    try:
+        t0 = time.monotonic()
+        job = p.submit("sleep 1", 1)
+        assert time.monotonic() - t0 < 2
+        assert p.status([job])[0].state is JobState.PENDING
+        until(lambda: "unreachable" in p.status([job])[0].message, 10, "unreachable")
+    finally:
+        p.close()
+    assert p.status([job])[0].state is JobState.CANCELLED

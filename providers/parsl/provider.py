@@ -91,6 +91,7 @@ from bursar.providers.client import (
     Backoff,
     BrokerClient,
     BursarClientError,
+    DeadlineExceeded,
     LeaseClass,
     LeaseEventKind,
     Refused,
@@ -183,6 +184,10 @@ class _Block:
     stderr_path: str | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
+    answered: threading.Event = field(default_factory=threading.Event)
+    """Set once the first request has an answer (or failed to get one)."""
+    error: BaseException | None = None
+    """An error that retrying cannot fix, from the first request."""
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -210,7 +215,8 @@ class BursarProvider(ExecutionProvider):
     default: half the duration, at most 60 s); ``labels`` for the leases;
     ``min_retry_s``/``max_retry_s`` (bounds on the wait before asking again after a
     refusal); ``drain_timeout_s`` (how long a draining pool gets after SIGTERM before
-    SIGKILL, also bounded by the preemption deadline); ``retry_timeout_s``, ``backoff``
+    SIGKILL, also bounded by the preemption deadline); ``submit_timeout_s`` (the longest
+    ``submit`` waits for the broker's first answer); ``retry_timeout_s``, ``backoff``
     and ``tls`` for the client; ``poll_interval`` (``status_polling_interval``).
     """
 
@@ -235,6 +241,7 @@ class BursarProvider(ExecutionProvider):
         min_retry_s: float = 0.5,
         max_retry_s: float = 10.0,
         drain_timeout_s: float = 2.0,
+        submit_timeout_s: float = 5.0,
         retry_timeout_s: float | None = 60.0,
         backoff: Backoff | None = None,
         tls: Tls = None,
@@ -264,6 +271,7 @@ class BursarProvider(ExecutionProvider):
         self.min_retry_s = min_retry_s
         self.max_retry_s = max_retry_s
         self.drain_timeout_s = drain_timeout_s
+        self.submit_timeout_s = submit_timeout_s
         self.retry_timeout_s = retry_timeout_s
         self.backoff = backoff
         self.tls = tls
@@ -301,25 +309,27 @@ class BursarProvider(ExecutionProvider):
         return self.poll_interval
 
     def submit(self, command: str, tasks_per_node: int, job_name: str = "parsl.auto") -> str:
-        """Ask for a lease (non-blocking) and return the block's id at once: a refused
-        request leaves the block PENDING, with the broker's reason as its message, and
-        is asked again after the broker's retry_after. Errors that retrying cannot fix (a
-        bad token, a size the pool can never hold) raise ``SubmitException``."""
+        """Ask for a lease (non-blocking) and return the block's id: a refused request
+        leaves the block PENDING, with the broker's reason as its message, and is asked
+        again after the broker's retry_after. Waits at most ``submit_timeout_s`` for the
+        broker's first answer (Parsl calls this on its polling thread); an unreachable
+        broker leaves the block PENDING too. Errors that retrying cannot fix (a bad
+        token, a size the pool can never hold) raise ``SubmitException``."""
         with self._lock:
             self._count += 1
             job_id = f"{job_name}.{self._count}"
-        b = _Block(job_id, job_name, command, tasks_per_node)
-        try:
-            delay = self._try_acquire(b)
-        except BursarClientError as exc:
-            raise SubmitException(
-                job_name, f"the broker would not take the request: {exc}"
-            ) from exc
-        with self._lock:
+            b = _Block(job_id, job_name, command, tasks_per_node)
             self.resources[job_id] = b
         threading.Thread(
-            target=self._run, args=(b, delay), name=f"bursar-parsl {job_id}", daemon=True
+            target=self._run, args=(b,), name=f"bursar-parsl {job_id}", daemon=True
         ).start()
+        b.answered.wait(self.submit_timeout_s)
+        if b.error is not None:
+            with self._lock:
+                del self.resources[job_id]
+            raise SubmitException(
+                job_name, f"the broker would not take the request: {b.error}"
+            ) from b.error
         return job_id
 
     def status(self, job_ids: list[Any]) -> list[JobStatus]:
@@ -433,7 +443,7 @@ class BursarProvider(ExecutionProvider):
                 f"(attempt {b.attempts}; again in {delay:.1f} s)",
             )
             return delay
-        except Unavailable as exc:
+        except (Unavailable, DeadlineExceeded) as exc:
             self._set(
                 b,
                 JobState.PENDING,
@@ -453,8 +463,16 @@ class BursarProvider(ExecutionProvider):
             b.wake.wait(_POLL_S)
             b.wake.clear()
 
-    def _run(self, b: _Block, delay: float | None) -> None:
+    def _run(self, b: _Block) -> None:
         try:
+            try:
+                delay = self._try_acquire(b)
+            except BursarClientError as exc:  # not worth retrying: submit() raises it
+                b.error = exc
+                self._set(b, JobState.FAILED, f"the broker would not take the request: {exc}")
+                return
+            finally:
+                b.answered.set()
             self._life(b, delay)
         except Exception as exc:  # a bug or an OS error: the block failed, say why
             log.exception("block %s failed", b.job_id)
