@@ -60,6 +60,11 @@ retried only if the config allows it. Hence the recommended settings above:
 (10 s), ``retries=RETRIES`` (3) and ``retry_handler=lease_retry_handler``, which charges a
 task a quarter of a retry for a lost manager (a revoked lease is not the task's fault)
 and a whole one for anything else.
+
+At shutdown Parsl cancels every block, which releases its lease, except when the
+executor has gone bad (Parsl issue #2961). Call :meth:`BursarProvider.close` after
+``dfk.cleanup()`` to release whatever is left and stop the client; a lease nobody renews
+expires on its own after ``walltime`` anyway.
 """
 
 from __future__ import annotations
