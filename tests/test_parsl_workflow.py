@@ -122,7 +122,7 @@ def test_a_reclaimed_block_is_replaced_and_every_task_completes(
     server: ServerThread, tmp_path: Path
 ) -> None:
     p = make_provider(server, "wf", init_blocks=2, max_blocks=2)
-    with loaded(p, tmp_path / "runinfo"):
+    with loaded(p, tmp_path / "runinfo") as dfk:
         squares, final = workflow(0.15)
         until(lambda: len(blocks(p, JobState.RUNNING)) == 2, 30, "two running blocks")
         until(lambda: sum(f.done() for f in squares) >= 10, 30, "ten results")
@@ -132,12 +132,17 @@ def test_a_reclaimed_block_is_replaced_and_every_task_completes(
             (victim,) = blocks(p, JobState.CANCELLED)
             assert p.ended_by_broker(victim)
             assert "preempted" in p.status([victim])[0].message
+            # Drained: its managers were held and their tasks finished within the grace.
+            drained = p.resources[victim].drained_idle
             # Parsl asks for a replacement; the pool is full while hi holds its cores.
             until(lambda: any(p.refusals(j) for j in p.resources), 10, "a refused replacement")
             pending = blocks(p, JobState.PENDING)
             assert pending and "refused" in p.status(pending)[0].message
             hi.release(grab.id)
         check(squares, final)
+        lost = sum(r["fail_count"] for r in dfk.tasks.values())
+        print(f"drained idle: {drained}; task failures: {lost}")
+        assert drained, "the preempted block's tasks did not finish within the grace period"
         replacements = [j for j in p.resources if p.refusals(j) and p.lease_id(j)]
         assert replacements, "no replacement lease was negotiated"
     assert no_leases_of(server, "wf")

@@ -35,8 +35,9 @@ Life cycle of one block (one block is one lease)::
        └─ Refused(reason, retry_after): PENDING, message = the reason; asked again
           after retry_after (bounded by [min_retry_s, max_retry_s])
                                         │ renewed renew_margin_s before each expiry
-    PREEMPT_WARNING ─► drain: the worker pool is terminated (SIGTERM, then SIGKILL)
-                       within the grace period, the lease released ─► CANCELLED
+    PREEMPT_WARNING ─► drain: the block's managers are put on hold (no new tasks) and
+                       their tasks given most of the grace period to finish; then the
+                       pool is stopped (SIGTERM, SIGKILL), the lease released ─► CANCELLED
     REVOKED ─► workers killed ─► CANCELLED          EXPIRED ─► workers killed ─► TIMEOUT
     cancel() (scale-in, shutdown) ─► workers stopped, lease released ─► CANCELLED
     the worker pool exits by itself: 0 ─► COMPLETED, else FAILED (the lease is released)
@@ -45,7 +46,8 @@ A lease the broker ended is never reported FAILED: Parsl's default block error h
 would then mark the whole executor bad. A lease ended before its block's workers
 connected is still rewritten to MISSING by HTEX, which the default handler counts as a
 failure; :func:`lease_error_handler` leaves out the blocks whose lease the broker ended
-and applies Parsl's ``simple_error_handler`` to the rest.
+and applies Parsl's ``simple_error_handler`` to the rest; it also hands the provider the
+executor, which draining needs.
 
 Workers run as local processes (the simulated pool): the launcher's command runs under
 ``bash`` in its own process group, with ``PARSL_CORES`` and ``PARSL_MEMORY_GB`` taken
@@ -145,6 +147,7 @@ def lease_error_handler(executor: Any, status: dict[str, JobStatus]) -> None:
     one."""
     provider = executor.provider
     if isinstance(provider, BursarProvider):
+        provider.attach(executor)
         to_job = executor.blocks_to_job_id
         status = {b: s for b, s in status.items() if not provider.ended_by_broker(to_job.get(b))}
     if status:
@@ -182,6 +185,8 @@ class _Block:
     refusals: list[str] = field(default_factory=list)
     """The broker's reason for each refused request, oldest first."""
     ended_by_broker: bool = False
+    drained_idle: bool | None = None
+    """After a preemption: whether the block's tasks finished before its workers stopped."""
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
     """Monotonic time the workers were launched."""
@@ -291,6 +296,7 @@ class BursarProvider(ExecutionProvider):
         self.resources: dict[str, _Block] = {}
         self._lock = threading.Lock()
         self._client: BrokerClient | None = None
+        self._executor: Any = None
         self._count = 0
 
     def __repr__(self) -> str:  # no token in Parsl's logs
@@ -370,6 +376,12 @@ class BursarProvider(ExecutionProvider):
         return [b is not None for b in blocks]
 
     # ------------------------------------------------------------------ Bursar's additions
+
+    def attach(self, executor: Any) -> None:
+        """Let the provider drain preempted blocks through ``executor`` (HTEX: hold their
+        managers, wait for their tasks); :func:`lease_error_handler` calls this. Without
+        it, a preempted block's workers are just stopped."""
+        self._executor = executor
 
     def ended_by_broker(self, job_id: Any) -> bool:
         """True when the block's lease was revoked, reclaimed or expired (not a failure
@@ -522,7 +534,13 @@ class BursarProvider(ExecutionProvider):
                 JobState.PENDING if b.proc is None else b.state,
                 f"lease {b.lease_id} preempted by the broker: draining",
             )
-            self._stop_workers(b, max(0.1, min(self.drain_timeout_s, left * 0.8)))
+            # Stop sending it tasks and let those in flight finish, for most of the grace
+            # period; then stop the workers (what is still running fails ManagerLost and
+            # is retried elsewhere).
+            t_end = time.monotonic() + max(0.1, left * 0.8)
+            idle = self._drain(b, t_end - min(0.5, left * 0.2))
+            self._stop_workers(b, max(0.1, min(self.drain_timeout_s, t_end - time.monotonic())))
+            b.drained_idle = idle
             final = self._release(b)
             self._set(
                 b,
@@ -563,6 +581,26 @@ class BursarProvider(ExecutionProvider):
                     f"workers exited with {rc}; lease {b.lease_id} {final}",
                     exit_code=rc,
                 )
+
+    def _drain(self, b: _Block, until: float) -> bool:
+        """Put the block's managers on hold (through the attached executor) and wait,
+        until the monotonic time ``until``, for their tasks to finish. True if they did."""
+        ex = self._executor
+        block_id = ex.job_ids_to_block.get(b.job_id) if ex is not None else None
+        if block_id is None or b.proc is None:
+            return False
+        try:
+            ex._hold_block(block_id)
+            while True:
+                mine = [m for m in ex.connected_managers() if m["block_id"] == block_id]
+                if not any(m["tasks"] for m in mine):
+                    return True
+                if time.monotonic() >= until:
+                    return False
+                time.sleep(_POLL_S)
+        except Exception as exc:  # the executor is shutting down, say
+            log.warning("block %s: could not drain through the executor: %r", b.job_id, exc)
+            return False
 
     def _release(self, b: _Block) -> str:
         """Release the block's lease (idempotent) and stop following it; its final state."""
