@@ -143,6 +143,7 @@ def test_a_reclaimed_block_is_replaced_and_every_task_completes(
         lost = sum(r["fail_count"] for r in dfk.tasks.values())
         print(f"drained idle: {drained}; task failures: {lost}")
         assert drained, "the preempted block's tasks did not finish within the grace period"
+        assert lost == 0
         replacements = [j for j in p.resources if p.refusals(j) and p.lease_id(j)]
         assert replacements, "no replacement lease was negotiated"
     assert no_leases_of(server, "wf")
