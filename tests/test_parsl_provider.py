@@ -139,6 +139,10 @@ def test_an_expired_lease_is_a_timeout(server: ServerThread, tmp_path: Path) -> 
         assert st.state is JobState.TIMEOUT and "expired" in st.message, st.message
         assert p.ended_by_broker(job)
         assert not alive(p.resources[job].proc.pid)  # type: ignore[union-attr]
+        # The bucket is spent: the next block waits, PENDING, with the reason.
+        again = p.submit("sleep 60", 1, "parsl.t.block-1")
+        st = state(p, again)
+        assert st.state is JobState.PENDING and "BUCKET_EMPTY" in st.message, st.message
     finally:
         p.close()
 
@@ -216,3 +220,18 @@ def test_submit_returns_quickly_when_the_broker_is_unreachable(tmp_path: Path) -
     finally:
         p.close()
     assert p.status([job])[0].state is JobState.CANCELLED
+
+
+def test_a_block_the_bucket_can_never_hold_fails_to_submit(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    from parsl.providers.errors import SubmitException
+
+    # 1 core for 10 s needs 10 core-seconds; "poor"'s bucket holds 2.5: OUT_OF_RANGE.
+    p = provider(server, "poor", tmp_path, resources_per_block={"cpu": 1}, walltime=10)
+    try:
+        with pytest.raises(SubmitException, match="OUT_OF_RANGE"):
+            p.submit("sleep 60", 1, "parsl.t.block-0")
+        assert p.resources == {}
+    finally:
+        p.close()
