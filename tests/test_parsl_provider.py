@@ -5,7 +5,7 @@ place of Parsl's worker pool."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from unittest.mock import MagicMock
 
@@ -16,9 +16,10 @@ from parsl.jobs.states import JobState, JobStatus
 from parsl.launchers import SimpleLauncher
 from test_parsl_support import alive, parsl_config, until
 
-from bursar.providers.client import Backoff, BrokerClient, LeaseState
+from bursar.providers.client import Backoff, BrokerClient, LeaseState, Supply
 from bursar.providers.parsl import (
     BursarProvider,
+    fit_to_warm,
     lease_error_handler,
     lease_retry_handler,
 )
@@ -235,3 +236,25 @@ def test_a_block_the_bucket_can_never_hold_fails_to_submit(
         assert p.resources == {}
     finally:
         p.close()
+
+
+def test_a_block_sized_from_supply_signals_takes_what_is_warm(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    seen: list[float] = []
+
+    def size(supply: Supply, wanted: Mapping[str, float]) -> dict[str, float]:
+        seen.append(supply.dims["cpu"].available_warm)
+        return fit_to_warm(supply, wanted)
+
+    with BrokerClient(server.address, server.tokens["hi"], backoff=FAST) as hi:
+        hi.acquire({"cpu": 3}, 30, blocking=False)  # 1 of the node's 4 cores left warm
+        p = provider(server, "wf", tmp_path, resources_per_block={"cpu": 4}, size_from_supply=size)
+        env_file = tmp_path / "env"
+        try:
+            job = p.submit(f"env > {env_file}; sleep 60", 1, "parsl.t.block-0")
+            until(lambda: state(p, job).state is JobState.RUNNING)
+            assert seen == [1.0]
+            until(lambda: "PARSL_CORES=1\n" in (env_file.read_text() if env_file.exists() else ""))
+        finally:
+            p.close()

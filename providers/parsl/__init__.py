@@ -7,6 +7,7 @@ from bursar.providers.parsl.provider import HEARTBEAT_PERIOD as HEARTBEAT_PERIOD
 from bursar.providers.parsl.provider import HEARTBEAT_THRESHOLD as HEARTBEAT_THRESHOLD
 from bursar.providers.parsl.provider import RETRIES as RETRIES
 from bursar.providers.parsl.provider import BursarProvider as BursarProvider
+from bursar.providers.parsl.provider import fit_to_warm as fit_to_warm
 from bursar.providers.parsl.provider import lease_error_handler as lease_error_handler
 from bursar.providers.parsl.provider import lease_retry_handler as lease_retry_handler
 
@@ -15,6 +16,7 @@ __all__ = [
     "HEARTBEAT_THRESHOLD",
     "RETRIES",
     "BursarProvider",
+    "fit_to_warm",
     "lease_error_handler",
     "lease_retry_handler",
 ]

@@ -102,6 +102,7 @@ from bursar.providers.client import (
     LeaseClass,
     LeaseEventKind,
     Refused,
+    Supply,
     SyncLeaseHandle,
     Tls,
     Unavailable,
@@ -113,6 +114,7 @@ __all__ = [
     "MANAGER_LOST_COST",
     "RETRIES",
     "BursarProvider",
+    "fit_to_warm",
     "lease_error_handler",
     "lease_retry_handler",
 ]
@@ -152,6 +154,20 @@ def lease_error_handler(executor: Any, status: dict[str, JobStatus]) -> None:
         status = {b: s for b, s in status.items() if not provider.ended_by_broker(to_job.get(b))}
     if status:
         simple_error_handler(executor, status)
+
+
+def fit_to_warm(supply: Supply, size: Mapping[str, float]) -> dict[str, float]:
+    """``size_from_supply`` that shrinks a block to the warm capacity the caller may take
+    now (``available_warm`` per dimension), so that it starts at once instead of waiting;
+    when nothing is warm in some dimension it asks for the full size (and is told why
+    and when to retry)."""
+    out = {}
+    for d, want in size.items():
+        warm = supply.dims[d].available_warm if d in supply.dims else want
+        if warm < 1e-9:
+            return dict(size)
+        out[d] = min(want, math.floor(warm) if d == "cpu" else warm)
+    return out if all(v > 0 for v in out.values()) else dict(size)
 
 
 def walltime_s(walltime: str | float) -> float:
@@ -220,7 +236,10 @@ class BursarProvider(ExecutionProvider):
 
     Bursar's: ``broker`` (``host:port``), ``campaign`` and its ``token``;
     ``resources_per_block`` (the lease size, e.g. ``{"cpu": 4, "mem_gb": 8, "gpu": 1}``,
-    split evenly over ``nodes_per_block``); ``lease_class`` (may lower the campaign's
+    split evenly over ``nodes_per_block``); ``size_from_supply`` (optional: called before
+    each request with the broker's supply signals and ``resources_per_block``, returns
+    this block's size, e.g. :func:`fit_to_warm`; the workers get ``PARSL_CORES`` from the
+    lease they got); ``lease_class`` (may lower the campaign's
     class, e.g. ``"opportunistic"``); ``renew_margin_s`` (renew this long before expiry;
     default: half the duration, at most 60 s); ``labels`` for the leases;
     ``min_retry_s``/``max_retry_s`` (bounds on the wait before asking again after a
@@ -237,6 +256,8 @@ class BursarProvider(ExecutionProvider):
         campaign: str | None = None,
         token: str | None = None,
         resources_per_block: Mapping[str, float] | None = None,
+        size_from_supply: Callable[[Supply, Mapping[str, float]], Mapping[str, float]]
+        | None = None,
         lease_class: LeaseClass | str | None = None,
         renew_margin_s: float | None = None,
         labels: Mapping[str, str] | None = None,
@@ -266,6 +287,7 @@ class BursarProvider(ExecutionProvider):
         self.campaign = campaign
         self._token = token
         self.resources_per_block = size
+        self.size_from_supply = size_from_supply
         self.lease_class = LeaseClass.parse(lease_class) if lease_class else None
         self.renew_margin_s = renew_margin_s
         self.labels = dict(labels or {})
@@ -437,8 +459,14 @@ class BursarProvider(ExecutionProvider):
     def _try_acquire(self, b: _Block) -> float | None:
         """One non-blocking Acquire. None: granted (``b.handle`` is set); otherwise the
         seconds to wait before asking again."""
+        size: Mapping[str, float] = self.resources_per_block
+        if self.size_from_supply is not None:
+            try:
+                size = dict(self.size_from_supply(self._get_client().supply(), size)) or size
+            except BursarClientError as exc:  # ask for the full size; the answer says why
+                log.warning("block %s: no supply signals (%s)", b.job_id, exc)
         h = self._get_client().held_lease(
-            self.resources_per_block,
+            size,
             self.duration_s,
             renew_margin_s=self.renew_margin_s,
             on_preempt=lambda ev: b.wake.set(),
