@@ -7,7 +7,8 @@
 #   make clean      remove generated output and caches (keeps .venv)
 #   make distclean  clean, and remove .venv too
 
-PYTHON ?= python3.11
+# python3.11 where it exists, else the python3 on PATH (which must then be 3.11 or newer).
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # A file target stands for "dependencies installed": it is older than pyproject.toml
