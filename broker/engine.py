@@ -151,6 +151,7 @@ class Engine:
         self._queued_demand: dims.Vec = dims.ZERO
         self._aged: set[str] = set()
         self._idle_since: dict[int, float] = {}
+        self._wake_at: dict[str, float] = {}
         # Aged requests by (-class rank, arrival): the head-of-line barrier is its top.
         self._aged_heap: list[tuple[int, int, str]] = []
         # Heads of queues blocked for pool reasons, in admission order, and their sizes in
@@ -527,7 +528,9 @@ class Engine:
         if kind == "age":
             return ref in self.pending and ref not in self._aged
         if kind == "wake":
-            return ref in self.campaigns
+            # One wake-up per campaign at a time (the earliest asked for); a later or
+            # superseded one is dead for good, so dropping it in next_timer() is safe.
+            return self._wake_at.get(ref) == t
         if kind == "idle":
             # Live only for the idle spell it was set for: once the node is used (or powered
             # off) the spell ends and this timer stays dead, even if the node idles again
@@ -554,6 +557,7 @@ class Engine:
                 if p.reason in admission.POOL_REASONS:
                     heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
             elif kind == "wake":
+                del self._wake_at[ref]
                 self._dirty.add(ref)
             elif kind == "idle":
                 self._maybe_power_off(ref)
@@ -823,11 +827,8 @@ class Engine:
         if barrier and not isolation.within_own_guarantee(size, own):
             return Reason.HEAD_OF_LINE, {}
         preemptible = c.spec.preemptible
-        on_free, boot_free, cold, _ = self.pool.totals()
-        limit = isolation.warm_limit(on_free, self._reserve, own, self.headroom, preemptible)
-        # A negative limit is reserve (or headroom) not yet warm: it is booting, kept warm
-        # by _keep_warm, so the cold path may not hand it out either.
-        cold_avail = dims.vmax0(dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO)))
+        on_free, _, _, _ = self.pool.totals()
+        limit, cold_avail = self._capacity_for(c)
         plan = paths.plan(size, limit, self._reclaimable, cold_avail, preemptible)
         if plan is None:
             unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
@@ -845,6 +846,17 @@ class Engine:
             if short:
                 return Reason.BUCKET_EMPTY, {"bucket_short": short}
         return self._grant(p, c, plan, rate, own)
+
+    def _capacity_for(self, c: CampaignState) -> tuple[dims.Vec, dims.Vec]:
+        """(warm limit, cold capacity) a request of ``c`` may use under the isolation rule."""
+        on_free, boot_free, cold, _ = self.pool.totals()
+        limit = isolation.warm_limit(
+            on_free, self._reserve, c.unmet, self.headroom, c.spec.preemptible
+        )
+        # A negative limit is reserve (or headroom) not yet warm: it is booting, kept warm
+        # by _keep_warm, so the cold path may not hand it out either.
+        cold_avail = dims.vmax0(dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO)))
+        return limit, cold_avail
 
     def _start_delay(self, plan: paths.Plan) -> float:
         delay = 0.0
@@ -1132,8 +1144,15 @@ class Engine:
     def _schedule_wake(self, p: Pending) -> None:
         c = self.campaigns[p.campaign]
         rate = admission.token_need(c.held, p.size, c.sustained)
-        wait = self._bucket_wait(c, rate, p.duration_s)
-        self._push_timer(self.now + wait, "wake", p.campaign)
+        # The tokens must cover the span the lease would be charged for: its duration plus
+        # the start delay of the path that would serve it now.
+        limit, cold_avail = self._capacity_for(c)
+        plan = paths.plan(p.size, limit, self._reclaimable, cold_avail, c.spec.preemptible)
+        delay = self._start_delay(plan) if plan is not None else 0.0
+        at = self.now + self._bucket_wait(c, rate, p.duration_s + delay)
+        if at < self._wake_at.get(p.campaign, math.inf):
+            self._wake_at[p.campaign] = at
+            self._push_timer(at, "wake", p.campaign)
 
     def _bucket_wait(self, c: CampaignState, rate: dims.Vec, span: float) -> float:
         worst = 0.0
@@ -1309,9 +1328,10 @@ class Engine:
         n = self.pool.nodes[i]
         if n.power is not Power.ON or n.used != dims.ZERO:
             return
-        on_free, boot_free, _, _ = self.pool.totals()
+        on_free, _, _, _ = self.pool.totals()
         need = dims.add(self._reserve, self.headroom)
-        if not dims.fits(need, dims.sub(dims.add(on_free, boot_free), n.cap)):
+        # Only powered capacity counts: the reserve must be warm, not booting.
+        if not dims.fits(need, dims.sub(on_free, n.cap)):
             self._watch_idle(i)
             return
         self.pool.set_power(i, Power.COLD)

@@ -279,14 +279,6 @@ def test_bucket_empty_request_is_granted_when_the_bucket_has_refilled():
     assert out[1].lease_id == "L2" and out[1].tokens == 0.0 and out[1].at == 100
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: every retry of a BUCKET_EMPTY queue head pushes a new 'wake' timer "
-    "(never deduplicated; live while the campaign exists) and every wake retries all of the "
-    "campaign's heads, so two heads (two classes) double the timers at each retry; with a "
-    "cold-path start delay the bucket check uses duration + boot latency but the wake uses "
-    "the duration alone, so the retry comes every min_retry_s: 2^t timers, apply() hangs",
-)
 def test_bucket_wake_ups_do_not_multiply():
     # All nodes cold: the only path is cold, so the prepaid span is 10 s + 60 s of boot:
     # 8 x 70 = 560 tokens, more than B = 100; for the duration alone 80 would do.
@@ -563,13 +555,6 @@ def test_idle_node_needed_for_the_reserve_stays_on():
     assert all(n.power.value == "on" for n in eng.pool.nodes)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: _maybe_power_off counts booting capacity toward the warm reserve "
-    "(reserve + headroom <= warm free + booting free - node), so it powers down a warm "
-    "node the reserve needs while another node boots, and a request within its campaign's "
-    "unmet guarantee is then served on the cold path instead of at once on the warm path",
-)
 def test_power_down_keeps_the_reserve_warm():
     eng = build_engine(
         nodes=4,
