@@ -1,7 +1,8 @@
 # Bursar developer entry points. `make demo` and `make test` work from a fresh clone.
 #
 #   make demo       run the flagship demo into out/demo
-#   make test       lint (ruff check) and run the test suite
+#   make test       lint (ruff check) and run the test suite (installs the Debian packages
+#                   some tests need when run as root: scripts/system-deps.sh)
 #   make lint       ruff check and ruff format --check
 #   make format     apply ruff's fixes and formatting
 #   make clean      remove generated output and caches (keeps .venv)
@@ -16,7 +17,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: demo test lint format clean distclean
+.PHONY: demo test lint format clean distclean system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +29,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/bursar demo --out out/demo
 
-test: $(STAMP)
+# Debian packages some tests need (Chromium, Slurm, munge); see scripts/system-deps.sh.
+system-deps:
+	scripts/system-deps.sh
+
+test: $(STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -1,0 +1,1 @@
+"""Dask: `BursarCluster`, a lease-backed cluster manager."""

@@ -1,0 +1,1 @@
+"""Ray: an autoscaler node provider on Bursar leases."""

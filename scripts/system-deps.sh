@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that parts of the test suite need (headless Chromium for the
+# report-rendering test, Slurm and munge for the Slurm backend tests), if any is missing.
+#
+# Idempotent and quick when everything is present. Needs root and apt-get; without them it
+# says what to install and exits 0, and the tests that need a missing package skip, unless
+# BURSAR_REQUIRE_SYSTEM_TESTS=1 (set by .ci/run), in which case they fail.
+set -euo pipefail
+
+# binary that proves the package is installed -> Debian package
+declare -A wanted=(
+  [/usr/bin/chromium]=chromium
+  [/usr/sbin/slurmctld]=slurmctld
+  [/usr/sbin/slurmd]=slurmd
+  [/usr/bin/squeue]=slurm-client
+  [/usr/sbin/munged]=munge
+)
+
+missing=()
+for bin in "${!wanted[@]}"; do
+  [[ -x "$bin" ]] || missing+=("${wanted[$bin]}")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+
+if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
+  echo "system-deps: missing Debian packages: ${missing[*]}" >&2
+  echo "system-deps: install them as root (apt-get install ${missing[*]}); until then the" >&2
+  echo "system-deps: tests that need them are skipped" >&2
+  if [[ "${BURSAR_REQUIRE_SYSTEM_TESTS:-0}" == 1 ]]; then
+    exit 1
+  fi
+  exit 0
+fi
+
+echo "system-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >&2
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2

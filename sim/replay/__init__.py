@@ -1,0 +1,1 @@
+"""Trace replay: real job traces through the engine under several admission policies."""
