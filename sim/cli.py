@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,11 +15,13 @@ from rich.table import Table
 
 from bursar.broker.audit import audit
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.sim.experiments import FULL, QUICK, SWEEPS, cells, experiment_claims, run_cell
 from bursar.sim.report import write_report
 from bursar.sim.runner import Params
 from bursar.sim.scenario import DURATION_S, SeedRun, claims, run_seed
+from bursar.sim.sweep import SweepError, cores, run_cells
 
-__all__ = ["run_scenario", "sim"]
+__all__ = ["claims_table", "run_experiments", "run_scenario", "sim"]
 
 DEFAULT_SEEDS = (1, 2, 3)
 
@@ -112,6 +115,17 @@ def run_scenario(
     return runs, table, report
 
 
+def claims_table(rows: list[dict[str, Any]], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("claim", "bound", "measured", "pass"):
+        t.add_column(col)
+    for c in rows:
+        t.add_row(
+            c["claim"], c["bound"], c["measured"], "[green]pass" if c["holds"] else "[red]miss"
+        )
+    return t
+
+
 @click.group("sim")
 def sim() -> None:
     """Facility scenarios in virtual time, on the real engine and the simulated pool."""
@@ -163,12 +177,6 @@ def run_cmd(
         meter_window_s=meter_window,
     )
     runs, table, report = run_scenario(out, seeds, params, minutes * 60.0)
-    t = Table(title="Claims of the prototype, measured")
-    for col in ("claim", "bound", "measured", "holds"):
-        t.add_column(col)
-    for c in table:
-        t.add_row(c["claim"], c["bound"], c["measured"], "[green]yes" if c["holds"] else "[red]no")
-    console.print(t)
     for r in runs:
         console.print(
             f"seed {r.seed}: {r.events} events in {r.wall_s:.2f} s; "
@@ -177,5 +185,153 @@ def run_cmd(
     m = json.loads((out / "metrics.json").read_text())
     for line in m["audit"]:
         console.print(line)
-    console.print(f"report: {report}")
     console.print(f"metrics: {out / 'metrics.json'}")
+    # The claims table and where the report is come last: they are what a person reads.
+    console.print(claims_table(table, "Claims of the prototype, measured"))
+    console.print(f"report: {report}  (open it in a browser)")
+
+
+def run_experiments(
+    out: Path,
+    *,
+    seeds: tuple[int, ...] = DEFAULT_SEEDS,
+    quick: bool = False,
+    sweeps: tuple[str, ...] = SWEEPS,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    console: Console | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Path], float]:
+    """Run the sweeps' cells on Dask; write ``experiments.json`` and one PNG per sweep.
+    Returns (cells with results, claims, figure paths, wall seconds)."""
+    import time
+
+    out.mkdir(parents=True, exist_ok=True)
+    grid = QUICK if quick else FULL
+    todo = cells(grid, seeds, sweeps)
+    t0 = time.perf_counter()
+    results = run_cells(
+        run_cell,
+        todo,
+        scheduler=scheduler,
+        workers=workers,
+        console=console,
+        description=f"{len(todo)} cells",
+    )
+    wall = time.perf_counter() - t0
+    table = experiment_claims(results)
+    # matplotlib takes a second to import: only the command that draws pays for it.
+    from bursar.sim.figures import write_figures
+
+    figures = write_figures(results, out)
+    doc = {
+        "grid": {"quick": quick, **dataclasses.asdict(grid)},
+        "seeds": list(seeds),
+        "sweeps": list(sweeps),
+        "scheduler": scheduler or f"LocalCluster({workers or cores()} workers)",
+        "wall_s": round(wall, 3),
+        "cell_wall_s_total": round(sum(r["wall_s"] for r in results), 3),
+        "claims": table,
+        "figures": [p.name for p in figures],
+        "cells": results,
+    }
+    (out / "experiments.json").write_text(
+        json.dumps(_clean(doc), indent=1, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    return results, table, figures, wall
+
+
+def _seeds(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(x) for x in value.replace(",", " ").split())
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: give integers separated by commas, e.g. --seeds 1,2,3"
+        ) from None
+    if not seeds:
+        raise click.BadParameter("give at least one seed, e.g. --seeds 1")
+    return seeds
+
+
+@sim.command("experiments")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out/experiments"),
+    show_default=True,
+    help="Output dir: experiments.json (every cell: parameters, seed, measured values) and "
+    "headroom.png, overbooking.png, enforcement.png.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    default=None,
+    help="A running Dask scheduler (e.g. tcp://host:8786) whose workers have Bursar "
+    "installed. Default: a local cluster, one worker process per core.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes of the local cluster (default: the cores this process may use).",
+)
+@click.option(
+    "--seeds",
+    default=",".join(str(s) for s in DEFAULT_SEEDS),
+    show_default=True,
+    callback=_seeds,
+    help="Seeds per cell, comma-separated; latency percentiles pool them.",
+)
+@click.option(
+    "--sweep",
+    "sweeps",
+    type=click.Choice(SWEEPS),
+    multiple=True,
+    help="Run only this sweep (repeatable). Default: all three.",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="A small grid with short runs (2 values per axis, 30-40 simulated minutes): "
+    "for tests and a first look.",
+)
+def experiments_cmd(
+    out: Path,
+    scheduler: str | None,
+    workers: int | None,
+    seeds: tuple[int, ...],
+    sweeps: tuple[str, ...],
+    quick: bool,
+) -> None:
+    """The three experiments of DESIGN.md §3, each cell a run of the real engine.
+
+    \b
+    headroom     warm headroom 16..256 GPUs x grace period 15..120 s: the probe's time
+                 to 128 GPUs and the mean utilisation (§3 scenario)
+    overbooking  sum of burst ceilings 2..7x the pool, storms all at once: the guaranteed
+                 probe's latency p95 (bound 2 s) and guarantee violations (bound 0)
+    enforcement  prepaid vs grant-instant, by lease length: GPU-s above R an adversary
+                 with B = 25k GPU-s extracts (bounds: prepaid <= 1.1 B, grant-instant >= 3 B)
+
+    Cells run in parallel on Dask: a local cluster by default, or --scheduler ADDRESS.
+    """
+    console = Console()
+    try:
+        results, table, figures, wall = run_experiments(
+            out,
+            seeds=seeds,
+            quick=quick,
+            sweeps=sweeps or SWEEPS,
+            scheduler=scheduler,
+            workers=workers,
+        )
+    except SweepError as exc:
+        raise click.ClickException(str(exc)) from None
+    cpu = sum(r["wall_s"] for r in results)
+    console.print(
+        f"{len(results)} cells in {wall:.1f} s wall ({cpu:.1f} s of cell time, "
+        f"{cpu / wall if wall else 0:.1f}x parallel)"
+    )
+    console.print(claims_table(table, "Experiments of DESIGN.md §3, measured"))
+    for p in figures:
+        console.print(f"figure: {p}")
+    console.print(f"cells: {out / 'experiments.json'}")

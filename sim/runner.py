@@ -188,15 +188,20 @@ class SimCtx:
         timeout: float | None = None,
     ) -> Lease:
         t0 = self.now()
-        decisions = self.sim.submit(
-            RequestLease(
-                at=t0,
-                campaign=self.campaign,
-                size={"gpu": gpus},
-                duration_s=duration_s,
-                blocking=blocking,
+        try:
+            decisions = self.sim.submit(
+                RequestLease(
+                    at=t0,
+                    campaign=self.campaign,
+                    size={"gpu": gpus},
+                    duration_s=duration_s,
+                    blocking=blocking,
+                )
             )
-        )
+        except RequestError as exc:
+            if exc.code is ErrorCode.OUT_OF_RANGE:
+                raise Refused("OUT_OF_RANGE", math.inf) from None
+            raise
         mine = next(
             d
             for d in decisions

@@ -8,6 +8,7 @@ report and the measured metrics. ``claims(runs)`` pools seeds into the claims ta
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
@@ -16,12 +17,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.config import Config
 from bursar.sim.kernel import Kernel
 from bursar.sim.runner import Params, SimBroker, SimCtx, in_use, open_broker, scenario_config
 from bursar.workflows.agents import Adaptive, Backfill, Naive, Probe, Storm, Victim
 from bursar.workflows.tasks import task_set
 
-__all__ = ["DURATION_S", "SeedRun", "claims", "run_seed"]
+__all__ = [
+    "DURATION_S",
+    "SeedRun",
+    "Trace",
+    "claims",
+    "max_excess",
+    "percentile",
+    "run_seed",
+    "simulate",
+]
 
 DURATION_S = 7200.0
 SAMPLE_S = 10.0
@@ -57,31 +68,62 @@ def _agents(seed: int, params: Params, duration: float) -> dict[str, Any]:
     return agents
 
 
-def run_seed(
+@dataclass
+class Trace:
+    """What one simulated run leaves behind, before any metric is computed."""
+
+    series: dict[str, Any]
+    records: list[tuple[str, dict[str, Any]]]
+    credits: dict[str, float]
+    events: int
+    journal_sha256: str
+    wall_s: float
+    steps: dict[str, list[tuple[float, float]]]
+    """Exact holdings of the ``track``ed campaigns: (time, GPUs in use) at every change."""
+
+
+def simulate(
+    cfg: Config,
+    agents: dict[str, Any],
     seed: int,
     state_dir: Path,
-    params: Params | None = None,
-    duration: float = DURATION_S,
+    duration: float,
+    *,
+    buckets: tuple[str, ...] = (),
+    track: tuple[str, ...] = (),
     progress: Callable[[float], None] | None = None,
-) -> SeedRun:
+) -> Trace:
+    """Run ``agents`` (campaign name -> agent program) against a fresh broker built from
+    ``cfg`` in ``state_dir`` for ``duration`` virtual seconds: the one loop every scenario
+    and experiment cell goes through. Samples holdings, price and the ``buckets``' GPU
+    levels every ``SAMPLE_S``."""
     t_wall = time.perf_counter()
-    params = params or Params()
-    cfg = scenario_config(params)
     broker = open_broker(state_dir, cfg)
     kernel = Kernel()
     sim = SimBroker(kernel, broker)
     ctxs: dict[str, SimCtx] = {}
-    for name, agent in _agents(seed, params, duration).items():
+    for name, agent in agents.items():
         ctx = SimCtx(sim, name, random.Random(f"{seed}-{name}"))
         ctxs[name] = ctx
         kernel.spawn(agent.run(ctx), name)
+
+    steps: dict[str, list[tuple[float, float]]] = {n: [(0.0, 0.0)] for n in track}
+    if track:
+
+        def on_decisions(event: Any, decisions: Any) -> None:
+            use = in_use(broker)
+            for n, xs in steps.items():
+                if use.get(n, 0.0) != xs[-1][1]:
+                    xs.append((broker.engine.now, use.get(n, 0.0)))
+
+        sim.listeners.append(on_decisions)
 
     names = [c.name for c in cfg.campaigns]
     series: dict[str, Any] = {
         "t": [],
         "held": {n: [] for n in names},
         "price": [],
-        "bucket": {n: [] for n in BUCKET_CAMPAIGNS},
+        "bucket": {n: [] for n in buckets},
     }
 
     def sample() -> None:
@@ -93,7 +135,7 @@ def run_seed(
             series["held"][n].append(use.get(n, 0.0))
         series["price"].append(round(eng.price(), 4))
         enf = eng.policy.enforcement
-        for n in BUCKET_CAMPAIGNS:
+        for n in buckets:
             c = eng.campaigns[n]
             b = c.buckets["gpu"]
             series["bucket"][n].append(round(b.level_at(max(t, b.at), c.held[0], enf), 1))
@@ -110,17 +152,54 @@ def run_seed(
     events = broker.engine.events_applied
     sha = broker.journal.sha256()
     broker.close()
-    wall = time.perf_counter() - t_wall
-    metrics = _metrics(series, records, credits, cfg.pool, params)
-    metrics.update({"seed": seed, "events": events, "wall_s": round(wall, 3)})
-    return SeedRun(seed, state_dir, sha, wall, events, series, metrics, records)
+    return Trace(series, records, credits, events, sha, time.perf_counter() - t_wall, steps)
+
+
+def run_seed(
+    seed: int,
+    state_dir: Path,
+    params: Params | None = None,
+    duration: float = DURATION_S,
+    progress: Callable[[float], None] | None = None,
+) -> SeedRun:
+    params = params or Params()
+    cfg = scenario_config(params)
+    tr = simulate(
+        cfg,
+        _agents(seed, params, duration),
+        seed,
+        state_dir,
+        duration,
+        buckets=BUCKET_CAMPAIGNS,
+        progress=progress,
+    )
+    metrics = _metrics(tr.series, tr.records, tr.credits, cfg.pool, params)
+    metrics.update({"seed": seed, "events": tr.events, "wall_s": round(tr.wall_s, 3)})
+    return SeedRun(
+        seed, state_dir, tr.journal_sha256, tr.wall_s, tr.events, tr.series, metrics, tr.records
+    )
+
+
+def max_excess(steps: list[tuple[float, float]], rate: float, end: float) -> float:
+    """The most a step function of holdings (``(t, units)`` at each change, from t = 0)
+    consumed above ``rate`` x t over any interval ending by ``end``: max over a < b of
+    (integral of holdings over [a, b]) - rate (b - a). Exact, since the running
+    difference is piecewise linear and its extremes lie on the change points."""
+    best, low, cum = 0.0, 0.0, 0.0
+    pts = [(t, u) for t, u in steps if t < end] + [(end, 0.0)]
+    for (t0, u), (t1, _) in itertools.pairwise(pts):
+        low = min(low, cum - rate * t0)
+        cum += u * (t1 - t0)
+        best = max(best, cum - rate * t1 - low)
+    return best
 
 
 # ---------------------------------------------------------------------------------------
 # Metrics
 
 
-def _pct(xs: list[float], q: float) -> float | None:
+def percentile(xs: list[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile of ``xs`` (a sample that was measured), or None."""
     if not xs:
         return None
     s = sorted(xs)
@@ -206,15 +285,15 @@ def _metrics(
         },
         "victim": {
             "requests_during_storm": len(victim),
-            "p95_latency_during_storm_s": _pct(victim_ok, 0.95),
+            "p95_latency_during_storm_s": percentile(victim_ok, 0.95),
             "refused_during_storm": len(victim) - len(victim_ok),
             "guarantee_violations": violations,
             "requests": len(lat.get("victim", [])),
         },
         "probe": {
             "n": len(probe),
-            "p50_s": _pct(probe, 0.5),
-            "p95_s": _pct(probe, 0.95),
+            "p50_s": percentile(probe, 0.5),
+            "p95_s": percentile(probe, 0.95),
             "refused": len(lat.get("probe", [])) - len(probe),
         },
         "adaptive": ad,
@@ -267,7 +346,7 @@ def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[st
     toks = [m["storm"]["inference_tok_s_after_bucket"] for m in ms]
     tok = mean([t for t in toks if t is not None])
     viol = sum(m["victim"]["guarantee_violations"] for m in ms)
-    p95 = _pct(vict, 0.95)
+    p95 = percentile(vict, 0.95)
     util = mean([m["utilisation"] for m in ms])
     io_loss = mean([m["naive"]["io_loss_fraction"] for m in ms])
     ratio_sci = sci_a / sci_n if sci_n else float("inf")
@@ -360,7 +439,7 @@ def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[st
             "probe time to 128 GPUs (p50 / p95)",
             "p50 about grace + 2 s",
             "(measured only)",
-            f"{_pct(probe, 0.5)} / {_pct(probe, 0.95)} s (n={len(probe)})",
+            f"{percentile(probe, 0.5)} / {percentile(probe, 0.95)} s (n={len(probe)})",
             True,
         ),
         row(

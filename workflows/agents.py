@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from bursar.workflows.api import Ctx, Lease, Refused
 from bursar.workflows.tasks import Task, run_task, task_set
 
-__all__ = ["Adaptive", "Backfill", "Naive", "Probe", "Storm", "Victim"]
+__all__ = ["Adaptive", "Backfill", "Extractor", "Naive", "Probe", "Storm", "Victim"]
 
 
 def _floor8(x: float) -> float:
@@ -166,6 +166,49 @@ class Storm:
             r = await ctx.meter("inference", self.tokens_per_s * self.meter_every_s)
             ctx.record("inference", campaign=ctx.campaign, at=ctx.now(), granted=r.granted)
             await ctx.sleep(self.meter_every_s)
+
+
+@dataclass
+class Extractor:
+    """The enforcement experiment's adversary: gets as many GPU-seconds above its
+    sustained rate as the broker lets it. From ``start_s`` it asks for its burst ceiling
+    (less what it holds) in leases of ``lease_s``; when that is refused for its bucket (or
+    can never be granted: prepaid, more above R than the bucket holds) it asks at once for
+    the largest size its current bucket level pays for, and otherwise retries when the
+    broker says. It knows only its own envelope and what the supply signals show."""
+
+    sustained: float = 32.0
+    burst: float = 384.0
+    lease_s: float = 600.0
+    start_s: float = 0.0
+    retry_s: float = 10.0
+    until: float = math.inf
+
+    async def run(self, ctx: Ctx) -> None:
+        await ctx.sleep(self.start_s)
+        while ctx.now() < self.until:
+            s = await ctx.supply()
+            want = _floor8(self.burst - s.held)
+            if want < 8:
+                await ctx.sleep(self.retry_s)
+                continue
+            try:
+                await ctx.acquire(want, self.lease_s, blocking=False)
+                continue
+            except Refused as exc:
+                refused = exc
+            if refused.reason in ("BUCKET_EMPTY", "OUT_OF_RANGE"):
+                # What the level pays for: the part below R is free, the rest costs
+                # lease_s tokens per GPU.
+                paid = max(0.0, self.sustained - s.held) + s.bucket / self.lease_s
+                size = _floor8(min(want, paid))
+                if 8 <= size < want:
+                    try:
+                        await ctx.acquire(size, self.lease_s, blocking=False)
+                        continue
+                    except Refused as exc:
+                        refused = exc
+            await ctx.sleep(max(self.retry_s, min(refused.retry_after, 60.0)))
 
 
 @dataclass

@@ -20,7 +20,9 @@ __all__ = ["Ctx", "Lease", "MeterResult", "Refused", "SupplyView"]
 
 class Refused(Exception):
     """The broker would not grant (or renew) now: ``reason`` (ABOVE_BURST, BUCKET_EMPTY,
-    POOL_FULL, ...) and ``retry_after`` seconds."""
+    POOL_FULL, ...) and ``retry_after`` seconds. ``OUT_OF_RANGE`` (retry after inf): a
+    request that can never be granted as asked (under prepaid enforcement, more above
+    the sustained rate for its duration than the whole bucket holds)."""
 
     def __init__(self, reason: str, retry_after: float) -> None:
         super().__init__(f"{reason} (retry after {retry_after:.1f}s)")

@@ -14,7 +14,12 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from bursar.providers.client import AsyncBrokerClient, FailedPrecondition, LeaseState
+from bursar.providers.client import (
+    AsyncBrokerClient,
+    FailedPrecondition,
+    LeaseState,
+    OutOfRange,
+)
 from bursar.providers.client import Lease as ClientLease
 from bursar.providers.client import Refused as ClientRefused
 from bursar.workflows.api import Lease, MeterResult, Refused, SupplyView
@@ -67,6 +72,8 @@ class GrpcCtx:
             )
         except ClientRefused as exc:
             raise Refused(str(exc.reason or "REFUSED"), exc.retry_after) from None
+        except OutOfRange:
+            raise Refused("OUT_OF_RANGE", math.inf) from None
         return _lease(x, t0)
 
     async def wait_active(self, lease: Lease) -> bool:
