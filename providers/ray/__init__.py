@@ -1,1 +1,20 @@
-"""Ray: an autoscaler node provider on Bursar leases."""
+"""Ray on Bursar leases: an autoscaler node provider whose worker nodes are leases.
+
+Name it in the cluster YAML (``provider: {type: external, module:
+bursar.providers.ray.BursarNodeProvider, broker: ..., campaign: ...}``); see
+:mod:`bursar.providers.ray.node_provider` for the life cycle and
+``examples/ray-cluster.yaml`` for a complete file."""
+
+from bursar.providers.ray.node_provider import TAG_LEASE_STATE as TAG_LEASE_STATE
+from bursar.providers.ray.node_provider import BursarNodeProvider as BursarNodeProvider
+from bursar.providers.ray.node_provider import LeaseRefused as LeaseRefused
+from bursar.providers.ray.settings import ProviderSettings as ProviderSettings
+from bursar.providers.ray.settings import SettingsError as SettingsError
+
+__all__ = [
+    "TAG_LEASE_STATE",
+    "BursarNodeProvider",
+    "LeaseRefused",
+    "ProviderSettings",
+    "SettingsError",
+]

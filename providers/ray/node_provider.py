@@ -1,0 +1,588 @@
+"""A Ray autoscaler node provider whose worker nodes are Bursar leases.
+
+The cluster YAML names it (see ``examples/ray-cluster.yaml``)::
+
+    provider:
+      type: external
+      module: bursar.providers.ray.BursarNodeProvider
+      broker: 127.0.0.1:50051
+      campaign: sci
+      token_file: ~/.bursar/sci.token
+      lease_duration_s: 600
+      disable_node_updaters: true        # the provider starts the raylets itself
+      disable_launch_config_check: true
+
+and it runs in the head's monitor process, under the v1 autoscaler and, wrapped by
+Ray's ``NodeProviderAdapter``, under v2 (``RAY_enable_autoscaler_v2=1``).
+
+Life cycle of one worker node (one node is one lease; the node id is the lease id)::
+
+    create ──Acquire(size from the node type's resources, non-blocking)──► granted
+       │                                    listed in non_terminated_nodes() from here
+       └─ Refused(reason, retry_after) ──► LeaseRefused (a NodeLaunchException) with
+          the reason and retry-after; the node type's next launches within
+          retry-after (at most max_retry_s) are refused at once, without asking
+    ACTIVE ──► `ray start --address=HEAD --block` on a loopback address of its own,
+               with the node type's resources and labels ──► up-to-date, is_running()
+    renewed renew_margin_s before each expiry while the node lives
+    PREEMPT_WARNING ──► tagged bursar-lease-state=PREEMPTING; runs on until revoked
+    REVOKED / EXPIRED ──► gone from non_terminated_nodes() at once; raylet stopped
+    terminate_node(s) ──► gone at once; raylet stopped (SIGTERM, then SIGKILL after
+                          stop_grace_s); lease released. Idempotent: unknown or
+                          already-terminated nodes are ignored (v2 drains, then
+                          terminates, sometimes twice).
+    the raylet exits by itself ──► lease released, node gone
+
+Sizes: the node type's ``resources`` in Ray's names map to Bursar dimensions through
+``resource_map`` (default ``CPU -> cpu``, ``GPU -> gpu``, ``memory`` bytes ``->
+mem_gb``); custom resources (``bursar_node: 1``) are advertised by the raylet only. A
+node type's ``node_config`` may instead say ``lease_size: {gpu: 8}`` and override
+``lease_duration_s``, ``lease_class``, ``lease_labels`` and add ``ray_start_args``.
+
+Raylets run on this host (the simulated pool): one per node, each on its own loopback
+address from ``node_ip_range`` (Ray keys its v1 load metrics by IP, one node per IP),
+in a session of its own. Each raylet's environment holds ``BURSAR_LEASE_ID``,
+``BURSAR_CAMPAIGN``, ``BURSAR_BROKER``, ``RAY_CLOUD_INSTANCE_ID`` (the node id) and
+``RAY_NODE_TYPE_NAME``; its Ray labels ``bursar.io/lease-id``,
+``bursar.io/lease-duration-s`` and ``bursar.io/campaign``.
+
+A lease shorter than a task burns the task's retries (Ray's default ``max_retries`` is
+3): on preemptible pools use ``max_retries=-1`` or checkpoint, and read the lease
+duration from the node label.
+
+What the provider knows is written to ``state_dir`` on every change; a new provider
+(a restarted monitor) stops the raylets and releases the leases that a dead one left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ray.autoscaler.node_launch_exception import NodeLaunchException
+from ray.autoscaler.node_provider import NodeProvider
+from ray.autoscaler.tags import (
+    NODE_KIND_WORKER,
+    STATUS_UP_TO_DATE,
+    TAG_RAY_NODE_KIND,
+    TAG_RAY_NODE_STATUS,
+    TAG_RAY_USER_NODE_TYPE,
+)
+
+from bursar.providers.client import (
+    BrokerClient,
+    BursarClientError,
+    LeaseEventKind,
+    NotFound,
+    Refused,
+    SyncLeaseHandle,
+)
+from bursar.providers.ray.raylet import Proc, node_processes, proc_start, start_node, stop_processes
+from bursar.providers.ray.settings import (
+    NodeSettings,
+    ProviderSettings,
+    SettingsError,
+    lease_size,
+    node_settings,
+    parse_settings,
+    raylet_labels,
+    raylet_resources,
+)
+from bursar.providers.ray.store import NodeRecord, NodeStore, orphaned_records
+
+__all__ = ["TAG_LEASE_STATE", "BursarNodeProvider", "LeaseRefused"]
+
+log = logging.getLogger("bursar.providers.ray")
+
+TAG_LEASE_STATE = "bursar-lease-state"
+"""Node tag: the lease's state as last seen (``ACTIVE``, ``PREEMPTING``, ...)."""
+
+_POLL_S = 0.05
+_ENDED_KEPT = 1000
+
+
+class LeaseRefused(NodeLaunchException):
+    """The broker refused the lease a node needed: ``reason`` (``POOL_FULL``,
+    ``ABOVE_BURST``, ``BUCKET_EMPTY``, ...) and ``retry_after`` (seconds; ``inf`` when the
+    broker gave none), as Ray's launch exception (its ``category`` is the reason)."""
+
+    def __init__(
+        self,
+        reason: str,
+        description: str,
+        retry_after: float,
+        src_exc_info: Any = None,
+    ) -> None:
+        super().__init__(reason or "REFUSED", description, src_exc_info)
+        self.reason = reason
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> Any:
+        return (self.__class__, (self.reason, self.description, self.retry_after, None))
+
+
+@dataclass(eq=False)
+class _Node:
+    node_id: str
+    node_type: str
+    ip: str
+    tags: dict[str, str]
+    resources: dict[str, float]
+    labels: dict[str, str]
+    settings: NodeSettings
+    handle: SyncLeaseHandle
+    proc: Proc | None = None
+    popen: Any = None
+    started_at: float | None = None
+    """Monotonic time the raylet was started."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    end: str = ""
+    """Why the node ended (for the log and :meth:`BursarNodeProvider.ended_nodes`)."""
+
+    @property
+    def gone(self) -> bool:
+        return self.stopping.is_set() or self.handle.ended.is_set()
+
+    def record(self) -> NodeRecord:
+        return NodeRecord(
+            self.node_id,
+            self.node_type,
+            self.ip,
+            dict(self.tags),
+            self.proc.pid if self.proc else None,
+            self.proc.start if self.proc else None,
+        )
+
+
+class BursarNodeProvider(NodeProvider):
+    """Ray worker nodes as Bursar leases (see the module docstring). Thread-safe: the
+    autoscaler's launcher threads call :meth:`create_node_with_resources_and_labels`
+    concurrently with its update loop."""
+
+    def __init__(self, provider_config: dict[str, Any], cluster_name: str) -> None:
+        super().__init__(provider_config, cluster_name)
+        self.settings: ProviderSettings = parse_settings(
+            provider_config, cluster_name, argv=list(sys.argv)
+        )
+        s = self.settings
+        self._lock = threading.RLock()
+        self._nodes: dict[str, _Node] = {}
+        self._ended: OrderedDict[str, tuple[NodeRecord, str]] = OrderedDict()
+        self._next_ip = 0
+        self._refused: dict[str, tuple[float, LeaseRefused]] = {}
+        self._client = BrokerClient(s.broker, s.token, campaign=s.campaign)
+        self._store = NodeStore(s.state_dir)
+        self._closed = False
+        self._clean_orphans()
+        self._store.write({})
+        log.info("Bursar node provider for %s: %r", cluster_name, s)
+
+    # ------------------------------------------------------------------ queries
+
+    def non_terminated_nodes(self, tag_filters: dict[str, str]) -> list[str]:
+        """Nodes whose lease is live and that were not terminated: a revoked or expired
+        lease's node is left out as soon as the client has heard of the end."""
+        with self._lock:
+            return [
+                n.node_id
+                for n in self._nodes.values()
+                if not n.gone and all(n.tags.get(k) == v for k, v in tag_filters.items())
+            ]
+
+    def is_running(self, node_id: str) -> bool:
+        """True once the node's raylet was started on its active lease."""
+        with self._lock:
+            n = self._nodes.get(node_id)
+            return n is not None and not n.gone and n.proc is not None
+
+    def is_terminated(self, node_id: str) -> bool:
+        with self._lock:
+            n = self._nodes.get(node_id)
+            return n is None or n.gone
+
+    def node_tags(self, node_id: str) -> dict[str, str]:
+        """The node's tags (also for a node that ended lately: the autoscaler may ask
+        about a node it listed a moment ago)."""
+        with self._lock:
+            n = self._nodes.get(node_id)
+            if n is not None:
+                return dict(n.tags)
+            if node_id in self._ended:
+                return dict(self._ended[node_id][0].tags)
+        raise KeyError(f"no Bursar node {node_id!r} in this provider")
+
+    def internal_ip(self, node_id: str) -> str:
+        with self._lock:
+            n = self._nodes.get(node_id)
+            if n is not None:
+                return n.ip
+            if node_id in self._ended:
+                return self._ended[node_id][0].ip
+        raise KeyError(f"no Bursar node {node_id!r} in this provider")
+
+    def external_ip(self, node_id: str) -> str:
+        return self.internal_ip(node_id)
+
+    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
+        with self._lock:
+            n = self._nodes.get(node_id)
+            if n is None:
+                return  # ended meanwhile: nothing to tag
+            n.tags.update(tags)
+            self._persist()
+
+    # ------------------------------------------------------------------ Bursar's additions
+
+    def lease_id(self, node_id: str) -> str:
+        """The node's lease id (the node id itself)."""
+        return node_id
+
+    def ended_nodes(self) -> dict[str, str]:
+        """Nodes that ended lately, with why (``revoked: reclaimed``, ``terminated``,
+        ``expired``, ``raylet exited with 1``), oldest first."""
+        with self._lock:
+            return {k: why for k, (_, why) in self._ended.items()}
+
+    def raylet_pid(self, node_id: str) -> int | None:
+        with self._lock:
+            n = self._nodes.get(node_id)
+            return n.proc.pid if n is not None and n.proc is not None else None
+
+    def close(self) -> None:
+        """Terminate every node (raylets stopped, leases released) and close the
+        client. The monitor never calls this; tests and tools do."""
+        with self._lock:
+            ids = list(self._nodes)
+            self._closed = True
+        self.terminate_nodes(ids)
+        self._client.close()
+        self._store.remove()
+
+    # ------------------------------------------------------------------ create
+
+    def create_node(
+        self, node_config: dict[str, Any], tags: dict[str, str], count: int
+    ) -> dict[str, Any] | None:
+        """Without the node type's resources only ``node_config.lease_size`` can size
+        the lease; Ray's autoscaler calls :meth:`create_node_with_resources_and_labels`."""
+        return self.create_node_with_resources_and_labels(node_config, tags, count, {}, {})
+
+    def create_node_with_resources_and_labels(
+        self,
+        node_config: dict[str, Any],
+        tags: dict[str, str],
+        count: int,
+        resources: dict[str, float],
+        labels: dict[str, str],
+    ) -> dict[str, Any] | None:
+        """Acquire ``count`` leases (non-blocking) and list a node for each; the raylets
+        start when the leases become active. Raises :class:`LeaseRefused` when the broker
+        refuses (the nodes created before the refusal stay), and ``NodeLaunchException``
+        for a bad node type or an unreachable broker."""
+        node_type = tags.get(TAG_RAY_USER_NODE_TYPE, "worker")
+        try:
+            ns = node_settings(node_type, node_config or {})
+            size = dict(
+                ns.lease_size or lease_size(node_type, resources, self.settings.resource_map)
+            )
+        except SettingsError as exc:
+            raise NodeLaunchException("bad node type", str(exc), sys.exc_info()) from exc
+        with self._lock:
+            if self._closed:
+                raise NodeLaunchException("closed", "the provider was closed", None)
+            held = self._refused.get(node_type)
+            if held is not None and time.monotonic() < held[0]:
+                raise LeaseRefused(
+                    held[1].reason,
+                    f"{held[1].description} (not asked again yet)",
+                    max(0.0, held[0] - time.monotonic()),
+                )
+        created: dict[str, Any] = {}
+        for _ in range(count):
+            node = self._acquire(node_type, ns, size, tags, resources, labels)
+            created[node.node_id] = {"ip": node.ip, "lease_id": node.node_id}
+        return created
+
+    def _acquire(
+        self,
+        node_type: str,
+        ns: NodeSettings,
+        size: dict[str, float],
+        tags: Mapping[str, str],
+        resources: Mapping[str, float],
+        labels: Mapping[str, str],
+    ) -> _Node:
+        s = self.settings
+        duration = ns.lease_duration_s or s.lease_duration_s
+        margin = s.renew_margin_s
+        if margin is not None and margin >= duration:
+            margin = None  # a node type's shorter lease: the client's default margin
+        wake = threading.Event()
+        h = self._client.held_lease(
+            size,
+            duration,
+            renew_margin_s=margin,
+            on_preempt=lambda ev: wake.set(),
+            blocking=False,
+            lease_class=ns.lease_class or s.lease_class,
+            labels={
+                "engine": "ray",
+                "ray_cluster": self.cluster_name[:63],
+                "ray_node_type": node_type[:63],
+                **s.lease_labels,
+                **ns.lease_labels,
+            },
+        )
+        try:
+            h.__enter__()
+        except Refused as exc:
+            wait = exc.retry_after if math.isfinite(exc.retry_after) else s.max_retry_s
+            wait = min(max(wait, 0.0), s.max_retry_s)
+            refused = LeaseRefused(
+                exc.reason,
+                f"the broker refused a lease of {size} for a {node_type!r} node: "
+                f"{exc.reason}: {exc.message}; retry after {exc.retry_after:.1f} s",
+                exc.retry_after,
+                sys.exc_info(),
+            )
+            with self._lock:
+                self._refused[node_type] = (time.monotonic() + wait, refused)
+            log.info("%s", refused.description)
+            raise refused from exc
+        except BursarClientError as exc:
+            raise NodeLaunchException(
+                type(exc).__name__[:20],
+                f"the broker would not lease a {node_type!r} node ({size}): {exc}",
+                sys.exc_info(),
+            ) from exc
+        lease = h.lease
+        with self._lock:
+            self._refused.pop(node_type, None)
+            ip = self._allocate_ip()
+            node = _Node(
+                node_id=lease.id,
+                node_type=node_type,
+                ip=ip,
+                tags={
+                    TAG_RAY_NODE_KIND: NODE_KIND_WORKER,
+                    **tags,
+                    TAG_RAY_USER_NODE_TYPE: node_type,
+                    TAG_LEASE_STATE: lease.state.value,
+                },
+                resources=raylet_resources(resources),
+                labels=raylet_labels(
+                    {
+                        **labels,
+                        "bursar.io/lease-id": lease.id,
+                        "bursar.io/lease-duration-s": f"{duration:g}",
+                        "bursar.io/campaign": lease.campaign,
+                    }
+                ),
+                settings=ns,
+                handle=h,
+                wake=wake,
+            )
+            self._nodes[node.node_id] = node
+            self._persist()
+        log.info(
+            "node %s (%s): lease %s granted on the %s path, %s",
+            node.node_id, node_type, lease.id, lease.path.value.lower(), size,
+        )  # fmt: skip
+        threading.Thread(
+            target=self._life, args=(node,), name=f"bursar-ray {node.node_id}", daemon=True
+        ).start()
+        return node
+
+    def _allocate_ip(self) -> str:
+        """The next free loopback address, round robin (so that an address is not
+        reused while Ray may still hold metrics for its last node)."""
+        ips = self.settings.node_ips
+        used = {n.ip for n in self._nodes.values()}
+        for _ in range(len(ips)):
+            ip = ips[self._next_ip % len(ips)]
+            self._next_ip += 1
+            if ip not in used:
+                return ip
+        raise NodeLaunchException(
+            "no address",
+            f"all {len(ips)} addresses of provider.node_ip_range are in use: widen it",
+            None,
+        )
+
+    # ------------------------------------------------------------------ terminate
+
+    def terminate_node(self, node_id: str) -> dict[str, Any] | None:
+        return self.terminate_nodes([node_id])
+
+    def terminate_nodes(self, node_ids: list[str]) -> dict[str, Any] | None:
+        """Stop the nodes' raylets and release their leases; returns once done (at most
+        ``stop_grace_s`` + a few seconds). Unknown or already-ended nodes are ignored."""
+        with self._lock:
+            nodes = [self._nodes[i] for i in node_ids if i in self._nodes]
+        for n in nodes:
+            if not n.end:
+                n.end = "terminated"
+            n.stopping.set()
+            n.wake.set()
+        for n in nodes:
+            n.done.wait(self.settings.stop_grace_s + 15.0)
+        return None
+
+    # ------------------------------------------------------------------ one node
+
+    def _wait(self, n: _Node, cond: Callable[[], bool]) -> None:
+        while not (cond() or n.stopping.is_set()):
+            n.wake.wait(_POLL_S)
+            n.wake.clear()
+
+    def _life(self, n: _Node) -> None:
+        h = n.handle
+        try:
+            self._wait(n, lambda: h.active.is_set() or h.ended.is_set())
+            if not n.gone:
+                self._start_raylet(n)
+
+            def over() -> bool:
+                self._mirror_lease_state(n)
+                return h.ended.is_set() or (n.popen is not None and n.popen.poll() is not None)
+
+            self._wait(n, over)
+            if n.stopping.is_set():
+                self._stop_raylet(n)
+                final = self._release(n)
+                log.info("node %s terminated; lease %s", n.node_id, final)
+            elif h.ended.is_set():
+                ev = h.end_event
+                kind = ev.kind if ev is not None else None
+                cause = (ev.cause or ev.lease.end_cause) if ev is not None else ""
+                what = {
+                    LeaseEventKind.REVOKED: "revoked",
+                    LeaseEventKind.EXPIRED: "expired",
+                }.get(kind, "ended")  # type: ignore[arg-type]
+                n.end = f"{what}: {cause}" if cause else what
+                log.warning("node %s: lease %s; stopping its raylet", n.node_id, n.end)
+                self._stop_raylet(n)
+                self._release(n)
+            else:
+                rc = n.popen.returncode if n.popen is not None else None
+                n.end = f"raylet exited with {rc}"
+                log.warning("node %s: %s; releasing its lease", n.node_id, n.end)
+                self._stop_raylet(n)
+                self._release(n)
+        except Exception as exc:  # a bug or an OS error: end the node, say why
+            log.exception("node %s failed", n.node_id)
+            n.end = f"provider error: {exc!r}"
+            n.stopping.set()
+            with contextlib.suppress(Exception):
+                self._stop_raylet(n)
+            with contextlib.suppress(Exception):
+                self._release(n)
+        finally:
+            with self._lock:
+                self._nodes.pop(n.node_id, None)
+                self._ended[n.node_id] = (n.record(), n.end or "ended")
+                while len(self._ended) > _ENDED_KEPT:
+                    self._ended.popitem(last=False)
+                self._persist()
+            n.done.set()
+
+    def _mirror_lease_state(self, n: _Node) -> None:
+        state = n.handle.lease.state.value
+        if n.tags.get(TAG_LEASE_STATE) != state:
+            with self._lock:
+                n.tags[TAG_LEASE_STATE] = state
+            if state == "PREEMPTING":
+                log.warning(
+                    "node %s: the broker will reclaim its lease at %s",
+                    n.node_id,
+                    n.handle.preempt_deadline,
+                )
+
+    def _head_address(self) -> str:
+        head = self.settings.head_address
+        if head is None:
+            raise SettingsError(
+                "ray cluster config: provider.head_address: not set, and this process "
+                "was not started with --gcs-address (it is not the head's monitor): set "
+                "it to the head's host:port"
+            )
+        return head
+
+    def _start_raylet(self, n: _Node) -> None:
+        s = self.settings
+        lease = n.handle.lease
+        log_path = Path(s.state_dir) / "logs" / f"{n.node_id}.log"
+        popen = start_node(
+            node_id=n.node_id,
+            node_type=n.node_type,
+            head_address=self._head_address(),
+            ip=n.ip,
+            resources=n.resources,
+            labels=n.labels,
+            env={
+                "BURSAR_LEASE_ID": lease.id,
+                "BURSAR_LEASE_NODES": ",".join(lease.nodes),
+                "BURSAR_CAMPAIGN": lease.campaign,
+                "BURSAR_BROKER": s.broker,
+            },
+            object_store_memory=s.object_store_memory,
+            extra_args=[*s.ray_start_args, *n.settings.ray_start_args],
+            log_path=log_path,
+            command=s.node_command,
+        )
+        with self._lock:
+            n.popen = popen
+            n.proc = Proc(popen.pid, proc_start(popen.pid) or 0)
+            n.started_at = time.monotonic()
+            n.tags[TAG_RAY_NODE_STATUS] = STATUS_UP_TO_DATE
+            self._persist()
+        log.info("node %s: raylet started on %s (pid %d)", n.node_id, n.ip, popen.pid)
+
+    def _stop_raylet(self, n: _Node) -> None:
+        procs = node_processes(n.proc, n.node_id)
+        if procs:
+            stop_processes(procs, self.settings.stop_grace_s, rescan=n.proc, node_id=n.node_id)
+        if n.popen is not None:
+            with contextlib.suppress(Exception):
+                n.popen.wait(1.0)
+
+    def _release(self, n: _Node) -> str:
+        try:
+            final = n.handle.release().state.value.lower()
+        except BursarClientError as exc:
+            log.warning("node %s: could not release lease (%s); it expires", n.node_id, exc)
+            final = "left to expire"
+        with contextlib.suppress(Exception):
+            n.handle.__exit__(None, None, None)
+        return final
+
+    def _persist(self) -> None:
+        self._store.write({k: n.record() for k, n in self._nodes.items()})
+
+    def _clean_orphans(self) -> None:
+        """Stop the raylets and release the leases a dead provider left behind."""
+        for path, records in orphaned_records(self.settings.state_dir):
+            for r in records:
+                procs = node_processes(r.proc, r.node_id)
+                if procs:
+                    log.warning("stopping %d processes left by node %s", len(procs), r.node_id)
+                    stop_processes(procs, self.settings.stop_grace_s, node_id=r.node_id)
+                try:
+                    self._client.release(r.node_id)
+                    log.warning("released lease %s, left by a previous provider", r.node_id)
+                except NotFound:
+                    pass
+                except BursarClientError as exc:
+                    log.warning("could not release lease %s (%s): it expires", r.node_id, exc)
+            path.unlink(missing_ok=True)

@@ -1,0 +1,355 @@
+"""BursarNodeProvider's contract against a real broker over gRPC, without Ray processes:
+each node runs a small Python process in place of `ray start` (provider.node_command),
+so the tests see what a raylet would be given and that the provider starts and stops
+it with its lease."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from client_support import ServerThread, server_thread
+from ray.autoscaler.node_launch_exception import NodeLaunchException
+from ray.autoscaler.tags import (
+    NODE_KIND_WORKER,
+    STATUS_UNINITIALIZED,
+    STATUS_UP_TO_DATE,
+    TAG_RAY_LAUNCH_REQUEST,
+    TAG_RAY_NODE_KIND,
+    TAG_RAY_NODE_STATUS,
+    TAG_RAY_USER_NODE_TYPE,
+)
+from test_ray_support import ray_config, until
+
+from bursar.providers.client import BrokerClient, LeaseState
+from bursar.providers.ray import TAG_LEASE_STATE, BursarNodeProvider, LeaseRefused
+from bursar.providers.ray.raylet import Proc, alive, proc_start
+from bursar.providers.ray.settings import (
+    SettingsError,
+    lease_size,
+    node_settings,
+    parse_settings,
+    raylet_labels,
+)
+
+GIB = 2**30
+RESOURCES = {"CPU": 1, "memory": GIB, "bursar_node": 1}
+
+# Stands in for `ray start --block`: records its environment, then waits to be stopped.
+FAKE_NODE = (
+    "import json, os, sys, time\n"
+    "out = os.path.join(sys.argv[1], os.environ['BURSAR_RAY_NODE_ID'])\n"
+    "open(out + '.tmp', 'w').write(json.dumps(dict(os.environ)))\n"
+    "os.replace(out + '.tmp', out)\n"
+    "sys.exit(int(sys.argv[2])) if len(sys.argv) > 2 else time.sleep(600)\n"
+)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServerThread]:
+    with server_thread(tmp_path / "state", cfg=ray_config()) as s:
+        yield s
+
+
+def provider_config(
+    server: ServerThread, campaign: str, tmp_path: Path, *exit_code: str, **kw: Any
+) -> dict[str, Any]:
+    (tmp_path / "env").mkdir(exist_ok=True)
+    cfg: dict[str, Any] = {
+        "type": "external",
+        "module": "bursar.providers.ray.BursarNodeProvider",
+        "broker": server.address,
+        "campaign": campaign,
+        "token": server.tokens[campaign],
+        "head_address": "127.0.0.1:6379",
+        "state_dir": str(tmp_path / "ray-state"),
+        "node_command": [sys.executable, "-c", FAKE_NODE, str(tmp_path / "env"), *exit_code],
+        "stop_grace_s": 0.5,
+        "max_retry_s": 0.5,
+        "lease_duration_s": 30,
+        "disable_node_updaters": True,
+    }
+    cfg.update(kw)
+    return cfg
+
+
+def make(server: ServerThread, campaign: str, tmp_path: Path, *a: str, **kw: Any):
+    return BursarNodeProvider(provider_config(server, campaign, tmp_path, *a, **kw), "t")
+
+
+def worker_tags(request: str = "req-1") -> dict[str, str]:
+    return {
+        TAG_RAY_NODE_KIND: NODE_KIND_WORKER,
+        TAG_RAY_USER_NODE_TYPE: "cpu_worker",
+        TAG_RAY_NODE_STATUS: STATUS_UNINITIALIZED,
+        TAG_RAY_LAUNCH_REQUEST: request,
+    }
+
+
+def create(
+    p: BursarNodeProvider, resources: dict[str, float] = RESOURCES, **node_config: Any
+) -> list[str]:
+    before = set(p.non_terminated_nodes({}))
+    p.create_node_with_resources_and_labels(
+        node_config, worker_tags(), 1, dict(resources), {"zone": "a"}
+    )
+    return sorted(set(p.non_terminated_nodes({})) - before)
+
+
+def node_env(tmp_path: Path, node_id: str) -> dict[str, str]:
+    path = tmp_path / "env" / node_id
+    until(path.exists, 10, f"node {node_id}'s process")
+    return json.loads(path.read_text())
+
+
+def node_proc(p: BursarNodeProvider, node_id: str) -> Proc:
+    pid = until(lambda: p.raylet_pid(node_id), 10, "a process")
+    return Proc(pid, proc_start(pid) or 0)
+
+
+def test_nodes_are_leases_listed_with_their_tags_and_terminated_idempotently(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    p = make(server, "ray", tmp_path)
+    try:
+        # Two launcher threads at once, as Ray's autoscaler does.
+        ids: list[str] = []
+        threads = [threading.Thread(target=lambda: ids.extend(create(p))) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        a, b = sorted(p.non_terminated_nodes({}))
+        assert p.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: "cpu_worker"}) == [a, b]
+        assert p.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: "gpu_worker"}) == []
+        with BrokerClient(server.address, server.tokens["ray"]) as c:
+            for node_id in (a, b):
+                lease = c.get_lease(node_id)  # the node id is the lease id
+                assert lease.state is LeaseState.ACTIVE
+                assert dict(lease.size) == {"cpu": 1.0, "mem_gb": 1.0}
+                assert lease.labels["engine"] == "ray"
+                assert lease.labels["ray_node_type"] == "cpu_worker"
+        tags = p.node_tags(a)
+        assert tags[TAG_RAY_LAUNCH_REQUEST] == "req-1"  # v2 matches launches by it
+        assert tags[TAG_RAY_NODE_KIND] == NODE_KIND_WORKER
+        ips = {p.internal_ip(a), p.internal_ip(b)}
+        assert len(ips) == 2 and all(ip.startswith("127.") for ip in ips)
+        assert p.external_ip(a) == p.internal_ip(a)
+
+        # The node's process is what `ray start` would be: the node type's resources
+        # and labels, and the ids the v2 autoscaler matches nodes by.
+        env = node_env(tmp_path, a)
+        assert env["RAY_CLOUD_INSTANCE_ID"] == a and env["RAY_NODE_TYPE_NAME"] == "cpu_worker"
+        assert env["BURSAR_LEASE_ID"] == a and env["BURSAR_CAMPAIGN"] == "ray"
+        assert json.loads(env["RAY_OVERRIDE_RESOURCES"]) == {
+            "CPU": 1.0,
+            "GPU": 0.0,
+            "memory": float(GIB),
+            "bursar_node": 1.0,
+        }
+        labels = json.loads(env["RAY_OVERRIDE_LABELS"])
+        assert (
+            labels["zone"] == "a" and labels["bursar.io/lease-id"] == raylet_labels({"x": a})["x"]
+        )
+        assert labels["bursar.io/lease-duration-s"] == "30"
+        assert env["BURSAR_RAY_NODE_IP"] == p.internal_ip(a)
+        assert env["BURSAR_RAY_HEAD_ADDRESS"] == "127.0.0.1:6379"
+        until(lambda: p.is_running(a), 5, "is_running")
+        assert p.node_tags(a)[TAG_RAY_NODE_STATUS] == STATUS_UP_TO_DATE
+        assert p.node_tags(a)[TAG_LEASE_STATE] == "ACTIVE"
+        p.set_node_tags(a, {"extra": "1"})
+        assert p.node_tags(a)["extra"] == "1"
+
+        proc = node_proc(p, a)
+        p.terminate_node(a)
+        assert p.non_terminated_nodes({}) == [b]
+        assert p.is_terminated(a) and not p.is_running(a)
+        assert not alive(proc)
+        assert p.node_tags(a)[TAG_RAY_LAUNCH_REQUEST] == "req-1"  # still answers
+        assert p.ended_nodes()[a] == "terminated"
+        with BrokerClient(server.address, server.tokens["ray"]) as c:
+            assert c.get_lease(a).state is LeaseState.RELEASED
+        # Again (v2 drains, then terminates), and nodes it never had: nothing happens.
+        p.terminate_node(a)
+        p.terminate_nodes([a, "no-such-node"])
+        assert p.non_terminated_nodes({}) == [b]
+    finally:
+        p.close()
+    with BrokerClient(server.address, server.tokens["ray"]) as c:
+        assert c.list_leases() == []
+
+
+def test_a_revoked_lease_takes_its_node_away_at_once(server: ServerThread, tmp_path: Path) -> None:
+    p = make(server, "ray", tmp_path)
+    try:
+        (node,) = create(p)
+        proc = node_proc(p, node)
+        with BrokerClient(server.address, server.tokens["hi"]) as hi:
+            hi.acquire({"cpu": 2}, 30, blocking=False)  # reclaims the backfill tier's core
+            until(lambda: p.node_tags(node)[TAG_LEASE_STATE] == "PREEMPTING", 5, "PREEMPTING")
+            assert p.non_terminated_nodes({}) == [node]  # runs on through the grace period
+            until(lambda: p.non_terminated_nodes({}) == [], 5, "the node gone")
+            with BrokerClient(server.address, server.tokens["ray"]) as c:
+                assert c.get_lease(node).state is LeaseState.REVOKED
+            assert p.is_terminated(node)
+            until(lambda: not alive(proc), 5, "its process stopped")
+            until(lambda: node in p.ended_nodes(), 5)
+            assert p.ended_nodes()[node].startswith("revoked"), p.ended_nodes()
+            p.terminate_node(node)  # the autoscaler catching up: harmless
+    finally:
+        p.close()
+
+
+def test_a_refusal_raises_ray_launch_exception_with_reason_and_retry_after(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    p = make(server, "capped", tmp_path)
+    cpu = {"CPU": 1}
+    try:
+        (first,) = create(p, cpu)
+        with pytest.raises(LeaseRefused) as info:
+            create(p, cpu)
+        exc = info.value
+        assert isinstance(exc, NodeLaunchException)
+        assert exc.reason == exc.category == "ABOVE_BURST"
+        assert "ABOVE_BURST" in exc.description and "retry after" in exc.description
+        assert exc.retry_after > 0
+        assert p.non_terminated_nodes({}) == [first]
+        # Within max_retry_s the broker is not asked again.
+        with pytest.raises(LeaseRefused, match="not asked again"):
+            create(p, cpu)
+        p.terminate_node(first)
+        time.sleep(0.6)
+        (second,) = create(p, cpu)
+        assert second != first
+    finally:
+        p.close()
+
+
+def test_an_expired_lease_ends_its_node(server: ServerThread, tmp_path: Path) -> None:
+    # poor's bucket holds one 2-second lease and no refill: the renewal is refused.
+    p = make(server, "poor", tmp_path, lease_duration_s=2)
+    try:
+        p.create_node_with_resources_and_labels({}, worker_tags(), 1, {"CPU": 1}, {})
+        (node,) = p.non_terminated_nodes({})
+        proc = node_proc(p, node)
+        until(lambda: p.non_terminated_nodes({}) == [], 8, "the node gone")
+        until(lambda: node in p.ended_nodes(), 5)
+        assert p.ended_nodes()[node].startswith("expired"), p.ended_nodes()
+        until(lambda: not alive(proc), 5, "its process stopped")
+    finally:
+        p.close()
+
+
+def test_a_node_whose_process_exits_gives_its_lease_back(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    p = make(server, "ray", tmp_path, "3")
+    try:
+        (node,) = create(p)
+        until(lambda: node in p.ended_nodes(), 10, "the node ended")
+        assert p.ended_nodes()[node] == "raylet exited with 3"
+        assert p.non_terminated_nodes({}) == []
+        with BrokerClient(server.address, server.tokens["ray"]) as c:
+            assert c.get_lease(node).state is LeaseState.RELEASED
+    finally:
+        p.close()
+
+
+CRASHING_MONITOR = """
+import json, sys, time
+from bursar.providers.ray import BursarNodeProvider
+from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+p = BursarNodeProvider(json.loads(sys.argv[1]), "t")
+p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: "w"}, 1, {"CPU": 1}, {})
+(node,) = p.non_terminated_nodes({})
+while p.raylet_pid(node) is None:
+    time.sleep(0.05)
+print(node, p.raylet_pid(node), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_new_provider_cleans_up_after_a_dead_one(server: ServerThread, tmp_path: Path) -> None:
+    cfg = provider_config(server, "ray", tmp_path)
+    monitor = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_MONITOR, json.dumps(cfg)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert monitor.stdout is not None
+        node, pid = monitor.stdout.readline().split()
+        orphan = Proc(int(pid), proc_start(int(pid)) or 0)
+    finally:
+        os.kill(monitor.pid, signal.SIGKILL)
+        monitor.wait()
+    assert alive(orphan)  # its node process and its lease outlive the monitor
+    with BrokerClient(server.address, server.tokens["ray"]) as c:
+        assert c.get_lease(node).state is LeaseState.ACTIVE
+        p = BursarNodeProvider(cfg, "t")
+        try:
+            assert not alive(orphan)
+            assert c.get_lease(node).state is LeaseState.RELEASED
+            assert p.non_terminated_nodes({}) == []
+        finally:
+            p.close()
+
+
+# ---------------------------------------------------------------------- settings (pure)
+
+
+def test_resources_map_to_lease_dimensions() -> None:
+    rmap = {"CPU": "cpu", "GPU": "gpu", "memory": "mem_gb"}
+    assert lease_size("w", {"CPU": 4, "GPU": 1, "memory": 8 * GIB, "x": 3}, rmap) == {
+        "cpu": 4.0,
+        "gpu": 1.0,
+        "mem_gb": 8.0,
+    }
+    with pytest.raises(SettingsError, match=r"available_node_types\.w\.resources"):
+        lease_size("w", {"bursar_node": 1}, rmap)
+    assert node_settings("w", {"lease_size": {"gpu": 8}}).lease_size == {"gpu": 8.0}
+    with pytest.raises(SettingsError, match=r"node_config.lease_size.tpu: unknown dimension"):
+        node_settings("w", {"lease_size": {"tpu": 8}})
+    with pytest.raises(SettingsError, match=r"w.node_config.instance_type: unknown key"):
+        node_settings("w", {"instance_type": "m5.large"})
+    assert raylet_labels({"k": "lease/7 x"}) == {"k": "lease-7-x"}
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"campain": "x"}, r"provider.campain: unknown key"),
+        ({"broker": None}, r"provider.broker: required"),
+        ({"lease_class": "urgent"}, r"provider.lease_class: unknown value 'urgent'; allowed"),
+        ({"resource_map": {"CPU": "cores"}}, r"provider.resource_map.CPU: unknown dimension"),
+        ({"lease_duration_s": -1}, r"provider.lease_duration_s: must be positive"),
+        ({"node_ip_range": "10.0.0.1-10.0.0.9"}, r"provider.node_ip_range: .* loopback"),
+        ({"token_file": "/nonexistent/t"}, r"provider.token_file: cannot read"),
+        ({"object_store_memory": 1000}, r"provider.object_store_memory: .* at least"),
+    ],
+)
+def test_bad_provider_settings_name_the_key(change: dict[str, Any], match: str) -> None:
+    section = {"type": "external", "broker": "127.0.0.1:1", "campaign": "c", "token": "t"}
+    section.update(change)
+    if "token_file" in change:
+        del section["token"]
+    with pytest.raises(SettingsError, match=match):
+        parse_settings(section, "c", env={})
+
+
+def test_head_address_defaults_to_the_monitors_gcs_address() -> None:
+    section = {"type": "external", "broker": "127.0.0.1:1"}
+    argv = ["monitor.py", "--logs-dir=/x", "--gcs-address=10.0.0.1:6379"]
+    s = parse_settings(section, "c", env={"BURSAR_TOKEN": "tok"}, argv=argv)
+    assert s.head_address == "10.0.0.1:6379" and s.token == "tok"
+    assert "tok" not in repr(s)
