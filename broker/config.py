@@ -36,6 +36,9 @@ from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
 __all__ = [
     "FORMATS",
     "Config",
+    "DiscoveryError",
+    "SlurmSettings",
+    "WarnSignal",
     "config_from_mapping",
     "default_config",
     "default_config_text",
@@ -53,6 +56,49 @@ _FILE_KEY = "(file)"
 _TOP_KEY = "(top level)"
 
 
+class WarnSignal(enum.Enum):
+    """What a Slurm allocation's steps get when its lease is warned of preemption."""
+
+    NONE = "none"
+    TERM = "TERM"
+    INT = "INT"
+    HUP = "HUP"
+    USR1 = "USR1"
+    USR2 = "USR2"
+    CONT = "CONT"
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmSettings:
+    """The ``[slurm]`` table: how ``bursar serve --backend slurm`` uses a Slurm cluster."""
+
+    partition: str | None = None
+    """Where leases are allocated and whose nodes make the pool; None: the default one."""
+    job_prefix: str = "bursar"
+    """Allocations are named ``{job_prefix}-{lease id}``; jobs with the prefix that belong to
+    no lease are cancelled (one broker per prefix and cluster)."""
+    poll_interval_s: float = 2.0
+    """How often the broker compares its leases with Slurm's jobs and nodes."""
+    allocate_timeout_s: int = 10
+    """How long ``salloc --immediate`` may wait for the resources the engine placed."""
+    time_limit_min: int | None = None
+    """Each allocation's Slurm time limit; None: the policy's max_lease_s, rounded up."""
+    warn_signal: WarnSignal = WarnSignal.NONE
+    """Signal sent to an allocation's steps at its preemption warning (none: only the
+    revocation, which cancels it: SIGTERM, then SIGKILL after Slurm's KillWait)."""
+    account: str | None = None
+    qos: str | None = None
+
+
+class DiscoveryError(Exception):
+    """Raised by a pool discovery function; becomes a ConfigError naming ``key``."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """A validated configuration, as the engine's own types."""
@@ -60,6 +106,8 @@ class Config:
     pool: PoolSpec
     policy: PolicySpec
     campaigns: tuple[CampaignSpec, ...] = ()
+    slurm: SlurmSettings | None = None
+    """The ``[slurm]`` table, if the file has one (only the Slurm backend reads it)."""
 
 
 def pool_capacity(pool: PoolSpec) -> dict[str, float]:
@@ -165,18 +213,51 @@ _Campaign = create_model(
 )
 
 
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class _Slurm(_Table):
+    partition: str | None = Field(default=None, pattern=_NAME)
+    job_prefix: str = Field(default="bursar", pattern=_NAME)
+    poll_interval_s: float = Field(default=2.0, gt=0)
+    allocate_timeout_s: int = Field(default=10, gt=0)
+    time_limit_min: int | None = Field(default=None, gt=0)
+    warn_signal: WarnSignal = Field(default=WarnSignal.NONE, strict=False)
+    account: str | None = Field(default=None, pattern=_NAME)
+    qos: str | None = Field(default=None, pattern=_NAME)
+
+
+class _DiscoveredPool(_Table):
+    """``[pool]`` under the Slurm backend: the nodes come from Slurm."""
+
+    boot_latency_s: float = Field(default=0.0, ge=0)
+    rate_capacity: _RateTable = Field(default_factory=_RateTable)  # type: ignore[valid-type]
+
+
 class _File(_Table):
     pool: _Pool
     policy: _Policy = Field(default_factory=_Policy)
     campaigns: dict[str, _Campaign] = Field(default_factory=dict)  # type: ignore[valid-type]
+    slurm: _Slurm | None = None
+
+
+class _SlurmFile(_File):
+    pool: _DiscoveredPool = Field(default_factory=_DiscoveredPool)  # type: ignore[assignment]
+    slurm: _Slurm = Field(default_factory=_Slurm)  # type: ignore[assignment]
+
+
+Discover = typing.Callable[[SlurmSettings], PoolSpec]
 
 
 # ---------------------------------------------------------------------------------------
 # Public entry points
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a config file; the extension (.toml, .yaml, .yml) picks the format."""
+def load_config(path: str | os.PathLike[str], *, discover: Discover | None = None) -> Config:
+    """Read and validate a config file; the extension (.toml, .yaml, .yml) picks the format.
+
+    With ``discover`` (the Slurm backend), the nodes are not read from ``[pool.groups]``
+    but asked of ``discover`` with the file's ``[slurm]`` settings."""
     p = Path(path)
     source = str(p)
     fmt = FORMATS.get(p.suffix.lower())
@@ -194,10 +275,12 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(source, _FILE_KEY, f"not UTF-8 text ({e.reason})") from None
     except OSError as e:
         raise ConfigError(source, _FILE_KEY, f"cannot read: {e.strerror or e}") from None
-    return parse_config(text, fmt, source=source)
+    return parse_config(text, fmt, source=source, discover=discover)
 
 
-def parse_config(text: str, fmt: Format, *, source: str = "<string>") -> Config:
+def parse_config(
+    text: str, fmt: Format, *, source: str = "<string>", discover: Discover | None = None
+) -> Config:
     """Validate config ``text`` in format ``fmt``; ``source`` names it in errors."""
     if fmt == "toml":
         try:
@@ -211,18 +294,71 @@ def parse_config(text: str, fmt: Format, *, source: str = "<string>") -> Config:
             raise ConfigError(source, *_yaml_syntax(e)) from None
     else:
         raise ValueError(f"unknown config format {fmt!r}; allowed: toml, yaml")
-    return config_from_mapping(data, source=source)
+    return config_from_mapping(data, source=source, discover=discover)
 
 
-def config_from_mapping(data: Any, *, source: str = "<mapping>") -> Config:
+def config_from_mapping(
+    data: Any, *, source: str = "<mapping>", discover: Discover | None = None
+) -> Config:
     """Validate an already parsed document (nested dicts/lists/scalars)."""
     if data is None:
         data = {}
+    if discover is not None:
+        return _from_slurm(data, source, discover)
     try:
         model = _File.model_validate(data)
     except ValidationError as e:
         raise _error(source, [(_key(err["loc"]), _message(err)) for err in e.errors()]) from None
     return _build(model, source)
+
+
+def _slurm_settings(s: _Slurm) -> SlurmSettings:
+    return SlurmSettings(
+        partition=s.partition,
+        job_prefix=s.job_prefix,
+        poll_interval_s=s.poll_interval_s,
+        allocate_timeout_s=s.allocate_timeout_s,
+        time_limit_min=s.time_limit_min,
+        warn_signal=s.warn_signal,
+        account=s.account,
+        qos=s.qos,
+    )
+
+
+def _from_slurm(data: Any, source: str, discover: Discover) -> Config:
+    pool_table = data.get("pool") if isinstance(data, dict) else None
+    if isinstance(pool_table, dict) and "groups" in pool_table:
+        raise ConfigError(
+            source,
+            "pool.groups",
+            "the Slurm backend discovers the nodes from Slurm ([slurm] partition); "
+            "allowed: no [pool.groups] (keep it for the simulated backend in another file)",
+        )
+    policy_table = data.get("policy") if isinstance(data, dict) else None
+    if isinstance(policy_table, dict) and policy_table.get("power_down_idle_s") is not None:
+        raise ConfigError(
+            source,
+            "policy.power_down_idle_s",
+            "Slurm powers its own nodes, so the broker never powers them down; "
+            "allowed: leave it out (or null)",
+        )
+    try:
+        model = _SlurmFile.model_validate(data)
+    except ValidationError as e:
+        raise _error(source, [(_key(err["loc"]), _message(err)) for err in e.errors()]) from None
+    settings = _slurm_settings(model.slurm)
+    try:
+        found = discover(settings)
+    except DiscoveryError as e:
+        raise ConfigError(source, e.key, e.message) from None
+    pool = PoolSpec(
+        groups=found.groups,
+        boot_latency_s=model.pool.boot_latency_s,
+        rate_capacity={
+            d: float(v) for d, v in model.pool.rate_capacity.model_dump(exclude_unset=True).items()
+        },
+    )
+    return _build(model, source, pool=pool, slurm=settings, keep_nodes_on=True)
 
 
 def default_config_text() -> str:
@@ -243,9 +379,37 @@ def default_config() -> Config:
 # Second pass: whole-file rules, on the engine's dataclasses.
 
 
-def _build(model: _File, source: str) -> Config:
+def _build(
+    model: _File,
+    source: str,
+    *,
+    pool: PoolSpec | None = None,
+    slurm: SlurmSettings | None = None,
+    keep_nodes_on: bool = False,
+) -> Config:
     problems: list[tuple[str, str]] = []
+    if pool is None:
+        pool = _file_pool(model, problems)
+    if slurm is None and model.slurm is not None:
+        slurm = _slurm_settings(model.slurm)
+    p = model.policy
+    policy = PolicySpec(
+        grace_s=p.grace_s,
+        # Only the dimensions named in the file: an absent dimension has no headroom.
+        warm_headroom=p.warm_headroom.model_dump(exclude_unset=True),
+        enforcement=p.enforcement,
+        hol_patience_s=p.hol_patience_s,
+        max_lease_s=p.max_lease_s,
+        min_retry_s=p.min_retry_s,
+        price_base=p.price_base,
+        price_k=p.price_k,
+        meter_window_s=p.meter_window_s,
+        power_down_idle_s=None if keep_nodes_on else p.power_down_idle_s,
+    )
+    return _check(model, source, pool, policy, slurm, problems)
 
+
+def _file_pool(model: _File, problems: list[tuple[str, str]]) -> PoolSpec:
     groups = []
     for gname, g in model.pool.groups.items():
         if g.warm > g.count:
@@ -289,22 +453,17 @@ def _build(model: _File, source: str) -> Config:
                 )
                 break
             seen[name] = gname
+    return pool
 
-    p = model.policy
-    policy = PolicySpec(
-        grace_s=p.grace_s,
-        # Only the dimensions named in the file: an absent dimension has no headroom.
-        warm_headroom=p.warm_headroom.model_dump(exclude_unset=True),
-        enforcement=p.enforcement,
-        hol_patience_s=p.hol_patience_s,
-        max_lease_s=p.max_lease_s,
-        min_retry_s=p.min_retry_s,
-        price_base=p.price_base,
-        price_k=p.price_k,
-        meter_window_s=p.meter_window_s,
-        power_down_idle_s=p.power_down_idle_s,
-    )
 
+def _check(
+    model: _File,
+    source: str,
+    pool: PoolSpec,
+    policy: PolicySpec,
+    slurm: SlurmSettings | None,
+    problems: list[tuple[str, str]],
+) -> Config:
     campaigns = []
     for cname, c in model.campaigns.items():
         envelopes = {}
@@ -351,7 +510,7 @@ def _build(model: _File, source: str) -> Config:
 
     if problems:
         raise _error(source, problems)
-    return Config(pool=pool, policy=policy, campaigns=tuple(campaigns))
+    return Config(pool=pool, policy=policy, campaigns=tuple(campaigns), slurm=slurm)
 
 
 # ---------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from bursar.broker.events import (
     CancelRequest,
     CreateCampaign,
     Event,
+    LeaseLost,
     Meter,
     NodeLost,
     NodeReady,
@@ -502,6 +503,12 @@ class Engine:
         if isinstance(e, NodeLost) and power is Power.DOWN:
             raise self._bad("node", f"node {e.node} is already down", ErrorCode.FAILED_PRECONDITION)
 
+    def _v_lease_lost(self, e: LeaseLost) -> None:
+        if not isinstance(e.lease_id, str) or not e.lease_id:
+            raise self._bad("lease_id", "must be a lease id such as 'L7'")
+        if not isinstance(e.cause, str) or not e.cause:
+            raise self._bad("cause", "must say why the lease's resources are gone")
+
     def _v_meter(self, e: Meter) -> None:
         c = self._campaign(e.campaign)
         if e.dim not in dims.RATE:
@@ -744,6 +751,13 @@ class Engine:
         self._node_waiters.pop(i, None)
         self._idle_since.pop(i, None)
         self.pool.set_power(i, Power.DOWN)
+
+    def _on_lease_lost(self, e: LeaseLost) -> None:
+        ls = self.leases.get(e.lease_id)
+        # The backend may notice a loss the engine has already acted on (a revoke or expiry
+        # due at the same instant): nothing is left to revoke then.
+        if ls is not None:
+            self._end(ls, LeaseState.REVOKED, e.cause)
 
     def _on_meter(self, e: Meter) -> None:
         c = self.campaigns[e.campaign]
@@ -1362,6 +1376,7 @@ _HANDLERS = {
     Tick: Engine._on_tick,
     NodeReady: Engine._on_node_ready,
     NodeLost: Engine._on_node_lost,
+    LeaseLost: Engine._on_lease_lost,
     Meter: Engine._on_meter,
 }
 
@@ -1374,6 +1389,7 @@ _VALIDATORS = {
     Release: Engine._v_release,
     NodeReady: Engine._v_node,
     NodeLost: Engine._v_node,
+    LeaseLost: Engine._v_lease_lost,
     Meter: Engine._v_meter,
 }
 

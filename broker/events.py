@@ -98,6 +98,17 @@ class NodeLost(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseLost(Event):
+    """The backend reports one lease's resources gone while its nodes stay up (a Slurm
+    allocation cancelled behind the broker's back, or one that could not be made): the
+    lease is revoked with ``cause``. A lease that has already ended is left alone."""
+
+    kind: ClassVar[str] = "lease_lost"
+    lease_id: str
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
 class Meter(Event):
     """Ask to consume ``amount`` unit-seconds of a rate dimension (MB for fs_bw, tokens for
     inference)."""
@@ -120,6 +131,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Tick,
         NodeReady,
         NodeLost,
+        LeaseLost,
         Meter,
     )
 }

@@ -87,6 +87,11 @@ class Broker:
         journal = Journal.open(path, config.pool, config.policy, durability=durability)
         engine = Engine(config.pool, config.policy) if fresh else replay(journal)
         broker = cls(engine, journal, backend or SimulatedPool(config.pool))
+        # A real backend may read the engine's placements (never change them): Slurm needs
+        # each lease's per-node pieces to size its allocation.
+        bind = getattr(broker.backend, "bind_engine", None)
+        if bind is not None:
+            bind(engine)
         if fresh:
             for spec in config.campaigns:
                 broker.submit(CreateCampaign(at=at, spec=spec))

@@ -23,6 +23,7 @@ from bursar.broker.decisions import (
     Grant,
     PowerOff,
     PowerOn,
+    PreemptWarning,
     Released,
     Revoke,
 )
@@ -111,6 +112,8 @@ def apply_decision(backend: PoolBackend, decision: Decision) -> None:
 
     A grant that starts at once (warm path) is placed with its grant; one that waits for a
     grace period or a boot is placed when the engine activates it, on the nodes named then.
+    A backend with a ``warn(lease_id, deadline, now)`` method (Slurm: signal the allocation)
+    hears of preemption warnings too.
     """
     at = decision.at
     if isinstance(decision, PowerOn):
@@ -124,3 +127,7 @@ def apply_decision(backend: PoolBackend, decision: Decision) -> None:
         backend.place(decision.lease_id, decision.nodes, at)
     elif isinstance(decision, Revoke | Expire | Released):
         backend.unplace(decision.lease_id, at)
+    elif isinstance(decision, PreemptWarning):
+        warn = getattr(backend, "warn", None)
+        if warn is not None:
+            warn(decision.lease_id, decision.deadline, at)

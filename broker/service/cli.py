@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -50,10 +51,15 @@ EXIT_BAD_INPUT = 2
 )
 @click.option(
     "--backend",
-    type=click.Choice(["simulated"]),
+    type=click.Choice(["simulated", "slurm"]),
     default="simulated",
     show_default=True,
-    help="Pool backend. Only the simulated pool exists so far (wall-clock time).",
+    help="Pool backend. 'simulated': the config's node groups, in wall-clock time. 'slurm': "
+    "the nodes of a Slurm partition (SLURM_CONF names the cluster); each placed lease is a "
+    "Slurm allocation (salloc), released, expired and revoked leases are cancelled, and "
+    "allocations cancelled outside the broker end their leases. Needs --config with the "
+    "campaigns and a [slurm] table (partition, job_prefix, poll_interval_s, "
+    "allocate_timeout_s, time_limit_min, warn_signal, account, qos) and no [pool.groups].",
 )
 @click.option(
     "--admin-token-file",
@@ -161,9 +167,13 @@ def serve_command(
     from bursar.broker.service.limits import LimitSettings
     from bursar.broker.service.server import Running, Settings, serve
 
+    pool_backend = None
     try:
-        config = load_config(config_path) if config_path else None
-    except ConfigError as exc:
+        if backend == "slurm":
+            config, pool_backend = _slurm_backend(config_path)
+        else:
+            config = load_config(config_path) if config_path else None
+    except (ConfigError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     settings = Settings(
@@ -179,6 +189,7 @@ def serve_command(
         durability=durability,
         limits=LimitSettings(rate=rate_limit, burst=rate_burst, max_streams=max_streams),
         grace_s=grace_s,
+        backend=pool_backend,
     )
 
     def announce(r: Running) -> None:
@@ -203,3 +214,18 @@ def serve_command(
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     click.echo("bursar serve: stopped; journal closed")
+
+
+def _slurm_backend(config_path: Path | None) -> tuple[Any, Any]:
+    """The config (its nodes discovered from Slurm) and the Slurm pool backend."""
+    from bursar.broker.backends.slurm import SlurmPool, discover_pool
+    from bursar.broker.config import load_config
+
+    if config_path is None:
+        raise ValueError(
+            "--backend slurm needs --config FILE: the campaigns and a [slurm] table "
+            '(e.g. partition = "gpu"); the nodes are discovered from Slurm'
+        )
+    config = load_config(config_path, discover=discover_pool)
+    assert config.slurm is not None
+    return config, SlurmPool(config.slurm, max_lease_s=config.policy.max_lease_s)

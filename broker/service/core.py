@@ -33,6 +33,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.backends.base import PoolBackend
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activate,
@@ -61,7 +62,7 @@ from bursar.broker.events import (
     UpdateCampaign,
 )
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
-from bursar.broker.lease import LeaseState
+from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.runtime import Broker
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal, TokenStore, load_admin_token
@@ -250,6 +251,7 @@ class ServiceCore:
         clock: Callable[[], float] = time.time,
         admin_token_file: Path | None = None,
         limits: LimitSettings | None = None,
+        backend: PoolBackend | None = None,
     ) -> ServiceCore:
         """Open (or create) the broker in ``state_dir``.
 
@@ -263,7 +265,7 @@ class ServiceCore:
         lock = _lock_state_dir(state)
         try:
             return cls._open_locked(
-                state, lock, config, durability, clock, admin_token_file, limits
+                state, lock, config, durability, clock, admin_token_file, limits, backend
             )
         except BaseException:
             os.close(lock)
@@ -279,6 +281,7 @@ class ServiceCore:
         clock: Callable[[], float],
         admin_token_file: Path | None,
         limits: LimitSettings | None,
+        backend: PoolBackend | None = None,
     ) -> ServiceCore:
         journal_path = state / JOURNAL_FILENAME
         resumed = journal_path.exists()
@@ -288,7 +291,7 @@ class ServiceCore:
                     config = Config(pool=j.pool, policy=j.policy)
             else:
                 config = default_config()
-        broker = Broker.open(state, config, at=clock(), durability=durability)
+        broker = Broker.open(state, config, backend, at=clock(), durability=durability)
         try:
             if resumed:
                 _withdraw_orphans(broker, clock())
@@ -447,11 +450,19 @@ class ServiceCore:
     def lease_proto(self, lease_id: str) -> pb.Lease:
         ls = self.engine.leases.get(lease_id)
         if ls is not None:
-            return convert.lease_to_proto(self.engine, ls)
+            return self._live_lease_proto(ls)
         ended = self._ended.get(lease_id)
         if ended is not None:
             return ended.to_proto()
         raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
+
+    def _live_lease_proto(self, ls: Lease) -> pb.Lease:
+        out = convert.lease_to_proto(self.engine, ls)
+        # A real backend (Slurm) says how to run inside the lease's resources.
+        allocation = getattr(self.broker.backend, "allocation", None)
+        if allocation is not None:
+            out.allocation.update(allocation(ls.id) or {})
+        return out
 
     def _lease_campaign(self, lease_id: str) -> str | None:
         ls = self.engine.leases.get(lease_id)
@@ -477,11 +488,7 @@ class ServiceCore:
             principal.acting_for(campaign)
         only = principal.campaign or campaign or None
         leases = sorted(self.engine.leases.values(), key=lambda ls: int(ls.id[1:]))
-        return [
-            convert.lease_to_proto(self.engine, ls)
-            for ls in leases
-            if only is None or ls.campaign == only
-        ]
+        return [self._live_lease_proto(ls) for ls in leases if only is None or ls.campaign == only]
 
     async def acquire(
         self,
@@ -628,7 +635,7 @@ class ServiceCore:
         for lid in targets:
             ls = self.engine.leases.get(lid)
             if ls is not None:
-                lease = convert.lease_to_proto(self.engine, ls)
+                lease = self._live_lease_proto(ls)
                 ev = pb.LeaseEvent(kind=_LIVE_KIND[ls.state], at=at, lease=lease, snapshot=True)
                 if ls.preempt_deadline is not None:
                     ev.deadline = ls.preempt_deadline

@@ -32,6 +32,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from bursar.broker.backends.base import PoolBackend
 from bursar.broker.config import Config
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.limits import LimitSettings
@@ -68,6 +69,8 @@ class Settings:
     """Seconds in-flight unary calls get to finish on shutdown."""
     max_message_bytes: int = 1 << 20
     """Largest request accepted (RESOURCE_EXHAUSTED beyond)."""
+    backend: PoolBackend | None = None
+    """The pool backend; None: the simulated pool of the config."""
 
 
 def is_loopback(host: str) -> bool:
@@ -170,6 +173,7 @@ async def running(
         clock=clock,
         admin_token_file=settings.admin_token_file,
         limits=settings.limits,
+        backend=settings.backend,
     )
     try:
         address = _address(settings.host, settings.port)

@@ -178,6 +178,10 @@ class Lease:
     ended_at: float | None = None
     end_cause: str = ""
     """Once ended: why ("released", "expired", "reclaimed", "node node007 lost")."""
+    allocation: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """How to run inside the lease's resources on a real resource manager (on Slurm:
+    ``job_id``, ``nodes``, ``het_groups``, ``gpus.NODE``...); empty on the simulated pool.
+    :func:`bursar.providers.launch.launch_argv` turns it into a command line."""
 
     @property
     def live(self) -> bool:
@@ -205,6 +209,7 @@ class Lease:
             labels=_frozen(m.labels),
             ended_at=m.ended_at if m.HasField("ended_at") else None,
             end_cause=m.end_cause,
+            allocation=_frozen(m.allocation),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -224,6 +229,7 @@ class Lease:
             "labels": dict(self.labels),
             "ended_at": self.ended_at,
             "end_cause": self.end_cause,
+            "allocation": dict(self.allocation),
         }
 
 

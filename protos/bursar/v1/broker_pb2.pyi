@@ -118,7 +118,7 @@ LEASE_EVENT_KIND_EXPIRED: LeaseEventKind
 LEASE_EVENT_KIND_RELEASED: LeaseEventKind
 
 class Lease(_message.Message):
-    __slots__ = ("lease_id", "campaign", "state", "size", "path", "lease_class", "preemptible", "granted_at", "starts_at", "expires_at", "preempt_deadline", "nodes", "labels", "ended_at", "end_cause")
+    __slots__ = ("lease_id", "campaign", "state", "size", "path", "lease_class", "preemptible", "granted_at", "starts_at", "expires_at", "preempt_deadline", "nodes", "labels", "ended_at", "end_cause", "allocation")
     class SizeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +127,13 @@ class Lease(_message.Message):
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class AllocationEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +155,7 @@ class Lease(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     END_CAUSE_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     campaign: str
     state: LeaseState
@@ -163,7 +171,8 @@ class Lease(_message.Message):
     labels: _containers.ScalarMap[str, str]
     ended_at: float
     end_cause: str
-    def __init__(self, lease_id: _Optional[str] = ..., campaign: _Optional[str] = ..., state: _Optional[_Union[LeaseState, str]] = ..., size: _Optional[_Mapping[str, float]] = ..., path: _Optional[_Union[LeasePath, str]] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., preemptible: _Optional[bool] = ..., granted_at: _Optional[float] = ..., starts_at: _Optional[float] = ..., expires_at: _Optional[float] = ..., preempt_deadline: _Optional[float] = ..., nodes: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ended_at: _Optional[float] = ..., end_cause: _Optional[str] = ...) -> None: ...
+    allocation: _containers.ScalarMap[str, str]
+    def __init__(self, lease_id: _Optional[str] = ..., campaign: _Optional[str] = ..., state: _Optional[_Union[LeaseState, str]] = ..., size: _Optional[_Mapping[str, float]] = ..., path: _Optional[_Union[LeasePath, str]] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., preemptible: _Optional[bool] = ..., granted_at: _Optional[float] = ..., starts_at: _Optional[float] = ..., expires_at: _Optional[float] = ..., preempt_deadline: _Optional[float] = ..., nodes: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ended_at: _Optional[float] = ..., end_cause: _Optional[str] = ..., allocation: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DimEnvelope(_message.Message):
     __slots__ = ("guarantee", "sustained", "burst", "bucket")

@@ -1,0 +1,61 @@
+"""Run a worker inside a lease's resources, whatever the pool behind the broker.
+
+On the simulated pool a lease is bookkeeping: its workers run as local processes, so the
+command line is left as it is. On Slurm a lease is an allocation (``Lease.allocation``
+carries its job id), and its workers must run as steps of that allocation, so that Slurm
+places them on the lease's nodes, gives them its GPUs (``CUDA_VISIBLE_DEVICES``) and kills
+them when the lease ends::
+
+    argv = launch_argv(lease, ["process_worker_pool.py", ...])
+    subprocess.Popen(argv, ...)
+
+gives ``srun --jobid=N --overlap ... process_worker_pool.py ...`` for a Slurm lease: one task
+per node of the lease (``--het-group=0-K`` when the lease spans K+1 nodes, each a component
+of a heterogeneous job). ``--overlap`` lets several workers share the allocation's CPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["is_slurm", "launch_argv", "slurm_job_id"]
+
+
+def _allocation(lease: Any) -> Mapping[str, str]:
+    if isinstance(lease, Mapping):
+        return lease
+    return getattr(lease, "allocation", None) or {}
+
+
+def is_slurm(lease: Any) -> bool:
+    """True when the lease (a client ``Lease`` or its ``allocation`` map) is a Slurm one."""
+    return _allocation(lease).get("backend") == "slurm"
+
+
+def slurm_job_id(lease: Any) -> int | None:
+    a = _allocation(lease)
+    return int(a["job_id"]) if is_slurm(a) and a.get("job_id") else None
+
+
+def launch_argv(lease: Any, argv: Sequence[str], *, srun: str = "srun") -> list[str]:
+    """The command line that runs ``argv`` once on each node of ``lease``.
+
+    ``lease`` is a client ``Lease`` (or its ``allocation`` map). Unchanged when the lease has
+    no Slurm allocation (the simulated pool)."""
+    argv = list(argv)
+    if not argv:
+        raise ValueError("argv is empty: give the worker's command line")
+    a = _allocation(lease)
+    if not is_slurm(a):
+        return argv
+    job = a.get("job_id")
+    if not job:
+        raise ValueError(f"the lease's Slurm allocation has no job_id: {dict(a)}")
+    groups = int(a.get("het_groups") or 1)
+    out = [srun, f"--jobid={job}", "--overlap", "--quiet"]
+    if groups > 1:
+        out.append(f"--het-group=0-{groups - 1}")
+    else:
+        out += ["--nodes=1", "--ntasks=1"]
+    return out + argv

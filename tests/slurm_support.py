@@ -1,0 +1,281 @@
+"""A real Slurm cluster for the tests (scripts/slurm-cluster.sh), and helpers around it.
+
+``slurm_cluster`` (session scope) starts 4 nodes x 8 fake GPUs once, on free ports, in a
+temporary directory, sets ``SLURM_CONF`` for the session and stops the cluster at the end
+through the script, which kills only the PIDs it recorded. Without Slurm's packages (or
+without root) the tests skip, unless ``BURSAR_REQUIRE_SYSTEM_TESTS=1`` (CI), where they fail.
+Each test uses its own job prefix, so that one broker's orphan sweep never touches another
+test's jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bursar.broker.backends.slurm import SlurmPool, discover_pool
+from bursar.broker.config import Config, parse_config
+from bursar.broker.service.limits import LimitSettings
+from bursar.broker.service.server import Settings, running
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
+NODES, GPUS, CPUS = 4, 8, 32
+_BINARIES = ("slurmctld", "slurmd", "salloc", "srun", "squeue", "sinfo", "scancel", "munged")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    base: Path
+    slurm_conf: str
+
+
+_CLUSTER: Cluster | None = None
+
+
+def _free_port_block(n: int) -> int:
+    """A port P such that P..P+n-1 are free on 127.0.0.1 now."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p + n >= 65535:
+            continue
+        ok = True
+        for q in range(p, p + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", q))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return p
+    raise RuntimeError("no block of free ports")
+
+
+def _missing() -> str | None:
+    gone = [b for b in _BINARIES if shutil.which(b) is None]
+    if gone:
+        return f"Slurm packages missing ({', '.join(gone)}): run scripts/system-deps.sh"
+    if os.geteuid() != 0:
+        return "the test Slurm cluster needs root (slurmd runs job steps as any user)"
+    return None
+
+
+@pytest.fixture(scope="session", name="slurm_cluster")
+def slurm_cluster_fixture(request: pytest.FixtureRequest) -> Cluster:
+    global _CLUSTER
+    if _CLUSTER is not None:
+        return _CLUSTER
+    why = _missing()
+    if why:
+        if os.environ.get("BURSAR_REQUIRE_SYSTEM_TESTS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="bursar-slurm-test-"))
+    env = {
+        **os.environ,
+        "SLURM_CLUSTER_NODES": str(NODES),
+        "SLURM_CLUSTER_GPUS": str(GPUS),
+        "SLURM_CLUSTER_CPUS": str(CPUS),
+        "SLURM_CLUSTER_PORT": str(_free_port_block(NODES + 1)),
+    }
+
+    def stop() -> None:
+        subprocess.run([str(SCRIPT), "stop", str(base)], env=env, capture_output=True, timeout=60)
+
+    out = subprocess.run(
+        [str(SCRIPT), "start", str(base)], env=env, capture_output=True, text=True, timeout=120
+    )
+    if out.returncode != 0:
+        stop()
+        pytest.fail(f"scripts/slurm-cluster.sh start failed:\n{out.stderr[-3000:]}")
+    request.session.config.add_cleanup(stop)
+    conf = out.stdout.strip().splitlines()[-1]
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf
+    if old is None:
+        request.session.config.add_cleanup(lambda: os.environ.pop("SLURM_CONF", None))
+    else:
+        request.session.config.add_cleanup(lambda: os.environ.__setitem__("SLURM_CONF", old))
+    _CLUSTER = Cluster(base, conf)
+    return _CLUSTER
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+def prefix() -> str:
+    return f"bt{uuid.uuid4().hex[:8]}"
+
+
+def cancel_prefixed(pre: str) -> None:
+    ids = [str(j["job_id"]) for j in squeue() if str(j["name"]).startswith(pre)]
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
+
+
+@pytest.fixture(name="job_prefix")
+def job_prefix_fixture(slurm_cluster: Cluster) -> Iterator[str]:
+    """A job prefix of this test's own; its jobs are cancelled when the test ends."""
+    pre = prefix()
+    try:
+        yield pre
+    finally:
+        cancel_prefixed(pre)
+
+
+def squeue() -> list[dict[str, Any]]:
+    out = subprocess.run(["squeue", "--json"], capture_output=True, text=True, check=True)
+    return list(json.loads(out.stdout)["jobs"])
+
+
+def jobs_named(name: str, live: bool = True) -> list[dict[str, Any]]:
+    return [
+        j
+        for j in squeue()
+        if j["name"] == name and (not live or j["job_state"] in ("RUNNING", "CONFIGURING"))
+    ]
+
+
+def job_state(job_id: int) -> str:
+    for j in squeue():
+        if j["job_id"] == job_id:
+            return str(j["job_state"])
+    return "PURGED"
+
+
+def until(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(step)
+
+
+def salloc(name: str, *args: str) -> int:
+    """A plain allocation made outside the broker; its job id."""
+    subprocess.run(
+        ["salloc", "--no-shell", "--quiet", "--immediate=10", f"--job-name={name}", *args],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    (job,) = jobs_named(name)
+    return int(job["job_id"])
+
+
+CAMPAIGNS = """
+[campaigns.sci]
+class = "batch"
+gpu = { guarantee = 8, sustained = 32, burst = 32, bucket = "unlimited" }
+cpu = { guarantee = 8, sustained = 128, burst = 128, bucket = "unlimited" }
+[campaigns.wf]
+class = "batch"
+cpu = { guarantee = 0, sustained = 128, burst = 128, bucket = "unlimited" }
+[campaigns.fill]
+class = "opportunistic"
+preemptible = true
+gpu = { guarantee = 0, sustained = 32, burst = 32, bucket = "unlimited" }
+cpu = { guarantee = 0, sustained = 128, burst = 128, bucket = "unlimited" }
+"""
+
+
+def slurm_config_text(
+    job_prefix: str, *, grace_s: float = 1.0, allocate_timeout_s: int = 5, extra: str = ""
+) -> str:
+    return f"""
+[slurm]
+partition = "debug"
+job_prefix = "{job_prefix}"
+poll_interval_s = 0.3
+allocate_timeout_s = {allocate_timeout_s}
+{extra}
+[policy]
+grace_s = {grace_s}
+min_retry_s = 0.3
+max_lease_s = 3600
+{CAMPAIGNS}
+"""
+
+
+def slurm_config(job_prefix: str, **kw: Any) -> Config:
+    return parse_config(slurm_config_text(job_prefix, **kw), "toml", discover=discover_pool)
+
+
+def slurm_backend(cfg: Config) -> SlurmPool:
+    assert cfg.slurm is not None
+    return SlurmPool(cfg.slurm, max_lease_s=cfg.policy.max_lease_s)
+
+
+@dataclass(frozen=True)
+class Served:
+    address: str
+    tokens: dict[str, str]
+    admin_token: str
+    backend: SlurmPool
+
+
+@contextmanager
+def slurm_broker(state_dir: Path, job_prefix: str, **kw: Any) -> Iterator[Served]:
+    """``bursar serve --backend slurm`` in this process, on a thread, on a free port."""
+    cfg = slurm_config(job_prefix, **kw)
+    backend = slurm_backend(cfg)
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def serve() -> None:
+        settings = Settings(
+            state_dir=state_dir,
+            config=cfg,
+            port=0,
+            metrics_port=None,
+            limits=LimitSettings(rate=10_000, burst=10_000, max_streams=64),
+            grace_s=1.0,
+            backend=backend,
+        )
+        stop = asyncio.Event()
+        async with running(settings) as r:
+            box["address"] = r.address
+            box["admin"] = r.core.admin_token_path.read_text().strip()
+            box["stop"] = (asyncio.get_running_loop(), stop)
+            ready.set()
+            await stop.wait()
+
+    def main() -> None:
+        try:
+            asyncio.run(serve())
+        except BaseException as exc:
+            box["error"] = exc
+            ready.set()
+
+    thread = threading.Thread(target=main, name="bursar-slurm-broker", daemon=True)
+    thread.start()
+    if not ready.wait(30) or "error" in box:
+        raise RuntimeError(f"the broker did not start: {box.get('error')!r}")
+    tokens = json.loads((state_dir / "tokens.json").read_text())
+    try:
+        yield Served(str(box["address"]), tokens, str(box["admin"]), backend)
+    finally:
+        loop, stop = box["stop"]
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
