@@ -180,15 +180,16 @@ def run_cmd(
     for r in runs:
         console.print(
             f"seed {r.seed}: {r.events} events in {r.wall_s:.2f} s; "
-            f"journal {r.state_dir} sha256 {r.journal_sha256}"
+            f"journal {r.state_dir} sha256 {r.journal_sha256}",
+            soft_wrap=True,
         )
     m = json.loads((out / "metrics.json").read_text())
     for line in m["audit"]:
         console.print(line)
-    console.print(f"metrics: {out / 'metrics.json'}")
+    console.print(f"metrics: {out / 'metrics.json'}", soft_wrap=True)
     # The claims table and where the report is come last: they are what a person reads.
     console.print(claims_table(table, "Claims of the prototype, measured"))
-    console.print(f"report: {report}  (open it in a browser)")
+    console.print(f"report: {report}  (open it in a browser)", soft_wrap=True)
 
 
 def run_experiments(
@@ -333,5 +334,5 @@ def experiments_cmd(
     )
     console.print(claims_table(table, "Experiments of DESIGN.md §3, measured"))
     for p in figures:
-        console.print(f"figure: {p}")
-    console.print(f"cells: {out / 'experiments.json'}")
+        console.print(f"figure: {p}", soft_wrap=True)
+    console.print(f"cells: {out / 'experiments.json'}", soft_wrap=True)

@@ -352,10 +352,20 @@ def experiment_claims(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if head:
         for g in sorted({r["params"]["grace_s"] for r in head}):
             p50s = []
+            refused = asked = 0
             for h in sorted({r["params"]["warm_headroom"] for r in head}):
                 lat = pooled(results, "headroom", "probe_latencies_s", warm_headroom=h, grace_s=g)
                 p50s.append((h, percentile(lat, 0.5)))
+                cell = [
+                    r
+                    for r in head
+                    if r["params"]["warm_headroom"] == h and r["params"]["grace_s"] == g
+                ]
+                refused += sum(r["measured"]["probe_refused"] for r in cell)
+                asked += len(lat) + sum(r["measured"]["probe_refused"] for r in cell)
             meas = ", ".join(f"{h:g}: {'n/a' if v is None else f'{v:.0f}'}" for h, v in p50s)
+            # A probe not served within its 290 s timeout has no latency: say how many.
+            meas += f" ({refused} of {asked} probes not served in 290 s)"
             rows.append(
                 _row(
                     f"probe p50 time to 128 GPUs, grace {g:g} s, by warm headroom (GPUs: s)",

@@ -20,6 +20,20 @@ COLORS = {
     "probe": "#1f77b4",
 }
 
+_ERRORS = r"""
+// Record any script error or console.error on the page, for a headless browser test.
+window.reportErrors = [];
+function reportError(msg){
+  window.reportErrors.push(String(msg));
+  document.body.dataset.jsErrors = String(window.reportErrors.length);
+  document.body.dataset.jsErrorText = window.reportErrors.join(' | ');
+}
+window.addEventListener('error', e => reportError(e.message || e.type));
+window.addEventListener('unhandledrejection', e => reportError(e.reason));
+const consoleError = console.error.bind(console);
+console.error = (...a) => { reportError(a.join(' ')); consoleError(...a); };
+"""
+
 _SCRIPT = r"""
 const D = JSON.parse(document.getElementById('data').textContent);
 const names = Object.keys(D.held);
@@ -74,7 +88,16 @@ let playing = null;
 function play(){
   const tmax = D.t[D.t.length-1] || 1; let t = 0;
   if (playing) clearInterval(playing);
-  playing = setInterval(() => { t += tmax/200; draw(t); if (t >= tmax){ clearInterval(playing); playing=null; } }, 40);
+  playing = setInterval(() => {
+    t += tmax/200; draw(t); document.body.dataset.replayFrames = (+document.body.dataset.replayFrames || 0) + 1;
+    if (t >= tmax){ clearInterval(playing); playing=null; document.body.dataset.replayDone = '1'; }
+  }, 40);
+}
+// Painted pixels per chart: what a headless browser test reads back from the DOM.
+function painted(c){
+  const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+  for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n++;
+  return n;
 }
 sel('slider').max = D.t[D.t.length-1] || 1;
 sel('slider').oninput = e => { if (playing){ clearInterval(playing); playing=null; } draw(+e.target.value); };
@@ -82,7 +105,13 @@ sel('play').onclick = play;
 const legend = sel('legend');
 for (const nm of names){ const s=document.createElement('span'); s.innerHTML='<b style="color:'+(colors[nm]||'#000')+'">&#9632;</b> '+nm+' &nbsp; '; legend.appendChild(s); }
 draw(Infinity);
+const charts = Array.from(document.querySelectorAll('canvas'));
+const pix = charts.map(painted);
+document.body.dataset.charts = charts.length;
+document.body.dataset.chartsRendered = pix.filter(n => n > 2000).length;
+document.body.dataset.paintedPixels = pix.join(',');
 window.reportRendered = true;
+if (location.hash === '#play') play();
 """
 
 
@@ -137,7 +166,8 @@ tr.miss td:last-child {{ color: #b00; font-weight: bold; }}
 tr.ok td:last-child {{ color: #070; }}
 canvas {{ border: 1px solid #eee; margin: 4px 0; }}
 code {{ background: #f6f6f6; padding: 1px 4px; }}
-</style></head><body>
+</style></head><body data-js-errors="0">
+<script>{_ERRORS}</script>
 <h1>Bursar simulator: the agent-burst scenario (DESIGN.md §3)</h1>
 <p>Two simulated hours on the 512-GPU pool. Six agent programs (victim, adaptive-sci,
 naive-sci, storm, backfill, probe) negotiate with the real policy engine through the

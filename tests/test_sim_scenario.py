@@ -2,7 +2,8 @@
 
 Claims are checked with issue 4's bounds and the measured values are printed (run with
 ``-s`` to see them). Claims that the current agents and engine do not reproduce are
-measured in metrics.json and the report, but not asserted here (see the module end).
+strict xfails with the measured value and why (see the module end). The experiments'
+claims (enforcement, overbooking) are in test_sim_experiments.py.
 """
 
 from __future__ import annotations
@@ -93,6 +94,37 @@ def test_claim_storm_inference_held_to_sustained(pooled: list[SeedRun]) -> None:
     assert _claim(pooled, "storm inference")["holds"]
 
 
-# Not asserted (measured, and shown in the report): naive/adaptive credit cost >= 2,
-# mean utilisation >= 85% with backfill, naive losing >= 25% of its science to I/O
-# throttling. See the session report for the measured values and why.
+# Claims the current agents and engine do not reproduce: kept as strict xfails, so a
+# change that makes one hold fails here until the marker is removed. Measured on seeds
+# 1, 2, 3 pooled (`bursar sim run`); the bounds are issue 4's and are not tuned toward.
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 1.98 vs bound 2 (naive 1.28, adaptive 0.64 credits per science unit): "
+    "both pay the same congestion price (mean about 8 credits/GPU-h); the gap is naive's "
+    "lost tasks (paid for, no science), which come to just short of 2x",
+)
+def test_claim_naive_pays_twice_per_unit_of_science(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "naive / adaptive credit cost per unit")["holds"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 79.6% vs bound 85%: the isolation rule keeps the unmet guarantees "
+    "(about 69 GPUs on average: naive-sci's 32 between its leases, the victim's 19, the "
+    "storm's 12 outside its 30 min) "
+    "and the 32-GPU warm headroom idle, about 20% of the pool, which backfill may not take",
+)
+def test_claim_backfill_lifts_utilisation_to_85_percent(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "mean pool utilisation")["holds"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="measured 3.6% vs bound 25%: naive's fs_bw bucket (900 GB above a 500 MB/s "
+    "sustained rate) covers its I/O for most of the run; it loses most of its lost tasks "
+    "to its fixed 1200 s lease, not to throttling",
+)
+def test_claim_naive_loses_a_quarter_of_its_science_to_io(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "naive science lost to I/O")["holds"]
