@@ -197,6 +197,7 @@ class = "opportunistic"
 preemptible = true
 gpu = { guarantee = 0, sustained = 32, burst = 32, bucket = "unlimited" }
 cpu = { guarantee = 0, sustained = 128, burst = 128, bucket = "unlimited" }
+mem_gb = { guarantee = 0, sustained = 500, burst = 500, bucket = "unlimited" }
 """
 
 

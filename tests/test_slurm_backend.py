@@ -186,6 +186,7 @@ def test_revocation_signals_then_cancels_and_the_claimant_gets_the_nodes(
     until(lambda: (poll(b), fill.lease_id in b.engine.ended)[1], 10, "the revocation")
     assert time.time() - t0 >= 1.5
     until(lambda: job_state(int(alloc["job_id"])) != "RUNNING", 10, "the revoked job to end")
+    step.kill()  # srun itself would wait out Slurm's KillWait
     step.wait(15)
     # The claimant is active on the reclaimed GPUs, with an allocation of its own.
     (sci,) = [ls for ls in b.engine.leases.values() if ls.campaign == "sci"]
@@ -211,7 +212,7 @@ def test_what_slurm_does_behind_the_brokers_back_ends_leases(
         10,
         "the lease of the cancelled allocation to end",
     )
-    assert "slurm job" in revoked[0].cause and "CANCELLED" in revoked[0].cause
+    assert revoked[0].cause == f"slurm job {ja} ended outside the broker (CANCELLED)"
     assert c.lease_id in b.engine.leases  # the other one is untouched
     # An admin drains a node: the engine hears NodeLost and revokes what is on it; the node
     # comes back (NodeReady) when it is resumed.

@@ -662,7 +662,9 @@ class SlurmPool:
                 # cancels what is left of the job.
                 continue
             states = sorted({j.state if j is not None else "PURGED" for j in gone} - _HOLDING)
-            cause = f"slurm job {a.job_id} {'/'.join(states)} outside the broker"
+            # COMPLETING hides why (cancelled, failed node...) until the steps are gone;
+            # the lease ends now rather than a KillWait later.
+            cause = f"slurm job {a.job_id} ended outside the broker ({'/'.join(states)})"
             self._due.append(LeaseLost(at=now, lease_id=lid, cause=cause))
             self._forget(lid)
         prefix = self.settings.job_prefix + "-"

@@ -50,6 +50,7 @@ from bursar.providers.client import (
     Unavailable,
 )
 from bursar.providers.dask.config import CONFIG_NAME, ConfigError, bad, setting, walltime_s
+from bursar.providers.launch import launch_argv
 
 if TYPE_CHECKING:
     from bursar.providers.dask.cluster import BursarCluster
@@ -535,7 +536,7 @@ class BursarJob(Job):
         resources. On the simulated pool (and this machine's own), a local ``bash``;
         a backend whose leases live elsewhere (Slurm: ``srun --jobid=N --overlap``)
         wraps it here, and only here."""
-        return ["/bin/bash", str(script)]
+        return launch_argv(lease, ["/bin/bash", str(script)])
 
     async def _start_workers(self, lease: Lease) -> None:
         """Write the job script and start it, in its own process group."""

@@ -49,10 +49,12 @@ failure; :func:`lease_error_handler` leaves out the blocks whose lease the broke
 and applies Parsl's ``simple_error_handler`` to the rest; it also hands the provider the
 executor, which draining needs.
 
-Workers run as local processes (the simulated pool): the launcher's command runs under
-``bash`` in its own process group, with ``PARSL_CORES`` and ``PARSL_MEMORY_GB`` taken
-from the lease's ``cpu`` and ``mem_gb`` (per node), the lease's GPUs as the pool's
-``--available-accelerators`` (when the executor names none), and ``BURSAR_LEASE_ID``,
+Workers run as local processes on the simulated pool, and as steps of the lease's
+allocation (``srun --jobid=N --overlap``, see :mod:`bursar.providers.launch`) when the
+broker runs on Slurm: the launcher's command runs under ``bash`` in its own process
+group, with ``PARSL_CORES`` and ``PARSL_MEMORY_GB`` taken from the lease's ``cpu`` and
+``mem_gb`` (per node), the lease's GPUs as the pool's ``--available-accelerators`` (when
+the executor names none), and ``BURSAR_LEASE_ID``,
 ``BURSAR_LEASE_NODES``, ``BURSAR_CAMPAIGN`` and ``BURSAR_BROKER`` in the environment.
 
 Tasks on a block that is torn down fail only when the interchange misses the manager's
@@ -107,6 +109,11 @@ from bursar.providers.client import (
     Tls,
     Unavailable,
 )
+from bursar.providers.launch import is_slurm, launch_argv
+
+SLURM_SETTLE_S = 10.0
+"""How long a block whose workers exited on Slurm waits for the broker to say whether its
+lease was revoked (the broker polls Slurm every ``[slurm] poll_interval_s``)."""
 
 __all__ = [
     "HEARTBEAT_PERIOD",
@@ -548,6 +555,11 @@ class BursarProvider(ExecutionProvider):
             )
 
         self._wait(b, over)
+        if b.proc is not None and b.proc.poll() not in (None, 0) and is_slurm(h.lease):
+            # On Slurm the workers die with their allocation (cancelled by an admin, a node
+            # lost) a poll before the broker reports the lease revoked: wait for that report
+            # rather than call the block failed.
+            self._wait(b, h.ended.is_set, timeout=SLURM_SETTLE_S)
         if b.cancelled.is_set():
             self._stop_workers(b, self.drain_timeout_s)
             final = self._release(b)
@@ -681,7 +693,8 @@ class BursarProvider(ExecutionProvider):
         b.stdout_path, b.stderr_path = base + ".out", base + ".err"
         with open(b.stdout_path, "wb") as out, open(b.stderr_path, "wb") as err:
             proc = subprocess.Popen(
-                ["/bin/bash", base + ".sh"],
+                # On Slurm: srun --jobid=... --overlap, inside the lease's allocation.
+                launch_argv(h.lease, ["/bin/bash", base + ".sh"]),
                 env=self._environment(b, h),
                 stdout=out,
                 stderr=err,
