@@ -1,6 +1,7 @@
 # Bursar developer entry points. `make demo` and `make test` work from a fresh clone.
 #
-#   make demo       run the flagship demo into out/demo
+#   make demo       run the flagship demo into out/demo, then the §3 scenario into out/sim
+#                   (it ends with the claims table and where report.html is)
 #   make test       lint (ruff check) and run the test suite (installs the Debian packages
 #                   some tests need when run as root: scripts/system-deps.sh)
 #   make lint       ruff check and ruff format --check
@@ -28,6 +29,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 demo: $(STAMP)
 	$(BIN)/bursar demo --out out/demo
+	$(BIN)/bursar sim run --out out/sim
 
 # Debian packages some tests need (Chromium, Slurm, munge); see scripts/system-deps.sh.
 system-deps:

@@ -120,9 +120,11 @@ def claims_table(rows: list[dict[str, Any]], title: str) -> Table:
     for col in ("claim", "bound", "measured", "pass"):
         t.add_column(col)
     for c in rows:
-        t.add_row(
-            c["claim"], c["bound"], c["measured"], "[green]pass" if c["holds"] else "[red]miss"
-        )
+        if c["bound"] == "(measured only)":
+            verdict = "[dim]-"  # no bound to pass or miss
+        else:
+            verdict = "[green]pass" if c["holds"] else "[red]miss"
+        t.add_row(c["claim"], c["bound"], c["measured"], verdict)
     return t
 
 
@@ -206,7 +208,6 @@ def run_experiments(
     Returns (cells with results, claims, figure paths, wall seconds)."""
     import time
 
-    out.mkdir(parents=True, exist_ok=True)
     grid = QUICK if quick else FULL
     todo = cells(grid, seeds, sweeps)
     t0 = time.perf_counter()
@@ -219,6 +220,7 @@ def run_experiments(
         description=f"{len(todo)} cells",
     )
     wall = time.perf_counter() - t0
+    out.mkdir(parents=True, exist_ok=True)  # only once there is something to write
     table = experiment_claims(results)
     # matplotlib takes a second to import: only the command that draws pays for it.
     from bursar.sim.figures import write_figures

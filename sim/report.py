@@ -145,7 +145,7 @@ def write_report(
             html.escape(c["prototype"]),
             html.escape(c["bound"]),
             html.escape(c["measured"]),
-            "yes" if c["holds"] else "no",
+            "-" if c["bound"] == "(measured only)" else ("pass" if c["holds"] else "miss"),
         )
         for c in claims
     )
@@ -175,7 +175,7 @@ broker shell, journal and simulated pool, in virtual time. Claims are pooled ove
 {len(hashes)} seed(s); the replay below shows seed {title_seed}.</p>
 <h2>Claims of the prototype, measured</h2>
 <table><tr><th>claim</th><th>prototype</th><th>bound (issue 4)</th><th>measured</th>
-<th>holds</th></tr>{rows}</table>
+<th>pass</th></tr>{rows}</table>
 <h2>Replay</h2>
 <p><button id="play">&#9654; play</button> <input id="slider" type="range" min="0" step="10"
  style="width:60%"> <span id="clock"></span></p>
