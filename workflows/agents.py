@@ -192,23 +192,28 @@ class Extractor:
             if want < 8:
                 await ctx.sleep(self.retry_s)
                 continue
-            try:
-                await ctx.acquire(want, self.lease_s, blocking=False)
+            refused = await self._ask(ctx, want)
+            if refused is None:
                 continue
-            except Refused as exc:
-                refused = exc
             if refused.reason in ("BUCKET_EMPTY", "OUT_OF_RANGE"):
                 # What the level pays for: the part below R is free, the rest costs
                 # lease_s tokens per GPU.
                 paid = max(0.0, self.sustained - s.held) + s.bucket / self.lease_s
                 size = _floor8(min(want, paid))
                 if 8 <= size < want:
-                    try:
-                        await ctx.acquire(size, self.lease_s, blocking=False)
+                    refused = await self._ask(ctx, size)
+                    if refused is None:
                         continue
-                    except Refused as exc:
-                        refused = exc
             await ctx.sleep(max(self.retry_s, min(refused.retry_after, 60.0)))
+
+    async def _ask(self, ctx: Ctx, gpus: float) -> Refused | None:
+        try:
+            await ctx.acquire(gpus, self.lease_s, blocking=False)
+        except Refused as exc:
+            ctx.record("ask", campaign=ctx.campaign, at=ctx.now(), gpus=gpus, refused=exc.reason)
+            return exc
+        ctx.record("ask", campaign=ctx.campaign, at=ctx.now(), gpus=gpus, refused=None)
+        return None
 
 
 @dataclass
