@@ -60,6 +60,17 @@ def headroom_figure(results: list[dict[str, Any]], path: Path) -> Path:
         ]
         ax2.plot(heads, [100 * (u or 0) for u in util], "o-", color=c, label=f"grace {g:g} s")
     ax1.plot([], [], "k--", lw=1, label="prototype: p50 = grace + 2 s")
+    head = [r for r in results if r["sweep"] == "headroom"]
+    unserved = sum(r["measured"]["probe_refused"] for r in head)
+    served = sum(len(r["measured"]["probe_latencies_s"]) for r in head)
+    ax1.text(
+        0.01,
+        0.99,
+        f"{unserved} of {unserved + served} probes not served within 290 s (not plotted)",
+        transform=ax1.transAxes,
+        va="top",
+        fontsize=7,
+    )
     ax1.set_xscale("log", base=2)
     ax1.set_xticks(heads, [f"{h:g}" for h in heads])
     ax1.set_xlabel("warm headroom (GPUs)")
