@@ -73,7 +73,8 @@ class SlurmSettings:
     """The ``[slurm]`` table: how ``bursar serve --backend slurm`` uses a Slurm cluster."""
 
     partition: str | None = None
-    """Where leases are allocated and whose nodes make the pool; None: the default one."""
+    """Where leases are allocated and whose nodes make the pool; None: the cluster's only
+    partition (required when there are several)."""
     job_prefix: str = "bursar"
     """Allocations are named ``{job_prefix}-{lease id}``; jobs with the prefix that belong to
     no lease are cancelled (one broker per prefix and cluster)."""

@@ -10,8 +10,8 @@ them when the lease ends::
     subprocess.Popen(argv, ...)
 
 gives ``srun --jobid=N --overlap ... process_worker_pool.py ...`` for a Slurm lease: one task
-per node of the lease (``--het-group=0-K`` when the lease spans K+1 nodes, each a component
-of a heterogeneous job). ``--overlap`` lets several workers share the allocation's CPUs.
+per node of the lease (``--het-group=0-K`` when the lease spans K+1 nodes with unequal pieces,
+each a component of a heterogeneous job). ``--overlap`` lets several workers share the allocation's CPUs.
 """
 
 from __future__ import annotations
@@ -53,9 +53,10 @@ def launch_argv(lease: Any, argv: Sequence[str], *, srun: str = "srun") -> list[
     if not job:
         raise ValueError(f"the lease's Slurm allocation has no job_id: {dict(a)}")
     groups = int(a.get("het_groups") or 1)
+    nodes = int(a.get("node_count") or 1)
     out = [srun, f"--jobid={job}", "--overlap", "--quiet"]
     if groups > 1:
         out.append(f"--het-group=0-{groups - 1}")
     else:
-        out += ["--nodes=1", "--ntasks=1"]
+        out += [f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
     return out + argv

@@ -11,6 +11,8 @@
 # Fake GPUs are GRES backed by symlinks to /dev/null. Everything lives under DIR (default
 # ${TMPDIR:-/tmp}/bursar-slurm-cluster): config, state, logs and the PIDs of what it started.
 # start is idempotent (a running cluster is only re-checked); stop kills only recorded PIDs.
+# bf_interval=1: Slurm starts heterogeneous jobs (Bursar's multi-node leases with unequal
+# pieces) from the backfill scheduler only, so its interval is their start latency.
 #
 # Environment (defaults in brackets):
 #   SLURM_CLUSTER_NODES [4]  SLURM_CLUSTER_GPUS [8]  SLURM_CLUSTER_CPUS [32]
@@ -169,7 +171,7 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_interval=5,bf_interval=5
+SchedulerParameters=batch_sched_delay=0,sched_interval=5,bf_interval=1
 ReturnToService=2
 SlurmdParameters=config_overrides
 GresTypes=gpu

@@ -45,10 +45,13 @@ def test_gres_strings_are_read_without_guessing() -> None:
 
 def test_launch_line_is_srun_inside_the_allocation_only_on_slurm() -> None:
     assert launch_argv({}, ["w", "-x"]) == ["w", "-x"]
-    one = {"backend": "slurm", "job_id": "12", "het_groups": "1"}
+    one = {"backend": "slurm", "job_id": "12", "het_groups": "1", "node_count": "1"}
     assert launch_argv(one, ["w"]) == [
-        "srun", "--jobid=12", "--overlap", "--quiet", "--nodes=1", "--ntasks=1", "w",
+        "srun", "--jobid=12", "--overlap", "--quiet",
+        "--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "w",
     ]  # fmt: skip
+    two = {**one, "node_count": "2"}
+    assert launch_argv(two, ["w"])[4:7] == ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
     het = {"backend": "slurm", "job_id": "7", "het_groups": "3"}
     assert launch_argv(het, ["w"])[:5] == [
         "srun", "--jobid=7", "--overlap", "--quiet", "--het-group=0-2",
@@ -171,7 +174,9 @@ def test_revocation_signals_then_cancels_and_the_claimant_gets_the_nodes(
     # Preemptible: every GPU but the 8 kept for sci's unmet guarantee.
     fill = request(b, "fill", {"gpu": 24})
     alloc = pool.allocation(fill.lease_id)
-    assert alloc is not None and alloc["het_groups"] == "3"
+    # Equal pieces (8 GPUs on each of three nodes): one plain job, scheduled inline.
+    assert alloc is not None and (alloc["het_groups"], alloc["node_count"]) == ("1", "3")
+    assert alloc["nodes"] == "node1,node2,node3" and alloc["gpus.node3"] == "0,1,2,3,4,5,6,7"
     started, flag = tmp_path / "started", tmp_path / "warned"
     # A worker on each node that records SIGUSR1 (the warning), then waits to be cancelled.
     script = f"trap 'touch {flag}' USR1; touch {started}; while true; do sleep 0.1; done"

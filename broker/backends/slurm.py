@@ -115,9 +115,11 @@ class SlurmJob:
     state: str
     reason: str
     nodes: str
+    """Slurm's host list, e.g. "node1" or "node[1-2]" (only compared, never expanded)."""
+    node_count: int
     cpus: int
-    gpu_ids: str
-    """GPU indices on its node, e.g. "0-1" (from gres_detail); "" without GPUs."""
+    gres_detail: tuple[str, ...]
+    """Per node, in Slurm's node order, e.g. ("gpu:2(IDX:0-1)",)."""
 
 
 class Runner(Protocol):
@@ -183,13 +185,6 @@ class SlurmCli:
             )
         return out
 
-    def default_partition(self) -> str | None:
-        data = self._json(["sinfo", "--json"])
-        for p in data.get("partitions", []) or []:
-            if "default" in [str(f).lower() for f in p.get("flags", []) or []]:
-                return str(p["name"])
-        return None
-
     def partitions(self) -> list[str]:
         return sorted({p for n in self.nodes() for p in n.partitions})
 
@@ -199,7 +194,6 @@ class SlurmCli:
         for j in data.get("jobs", []):
             jid = int(j["job_id"])
             leader = int(j.get("het_job_id") or 0) or jid
-            detail = j.get("gres_detail") or []
             out.append(
                 SlurmJob(
                     job_id=jid,
@@ -209,8 +203,9 @@ class SlurmCli:
                     state=str(j.get("job_state") or "").upper(),
                     reason=str(j.get("state_reason") or ""),
                     nodes=str(j.get("nodes") or ""),
+                    node_count=int(j.get("node_count") or 1),
                     cpus=int(j.get("cpus") or 0),
-                    gpu_ids=gres_indices(detail[0] if detail else "", "gpu"),
+                    gres_detail=tuple(str(d) for d in j.get("gres_detail") or ()),
                 )
             )
         return out
@@ -318,12 +313,17 @@ def partition_nodes(cli: SlurmCli, settings: SlurmSettings) -> tuple[str, list[S
     """The partition the settings name (or Slurm's default) and its nodes."""
     nodes = cli.nodes()
     known = sorted({p for n in nodes for p in n.partitions})
-    partition = settings.partition or cli.default_partition()
+    partition = settings.partition
     if partition is None:
-        raise DiscoveryError(
-            "slurm.partition",
-            f"Slurm has no default partition; allowed: {', '.join(known) or '(none found)'}",
-        )
+        # Slurm 22.05 shows no partition flags (Default=YES) in any JSON output: without a
+        # choice in the config, only a cluster with a single partition is unambiguous.
+        if len(known) != 1:
+            raise DiscoveryError(
+                "slurm.partition",
+                "required when Slurm has more than one partition; allowed: "
+                f"{', '.join(known) or '(none found: is SLURM_CONF set?)'}",
+            )
+        partition = known[0]
     members = [n for n in nodes if partition in n.partitions]
     if not members:
         raise DiscoveryError(
@@ -347,24 +347,34 @@ def discover_pool(settings: SlurmSettings, cli: SlurmCli | None = None) -> PoolS
 
 @dataclass(slots=True)
 class Allocation:
-    """A lease's Slurm allocation."""
+    """A lease's Slurm allocation: a plain job (one node, or several with equal pieces) or a
+    heterogeneous job with one single-node component per node."""
 
     lease_id: str
     job_id: int
+    nodes: tuple[str, ...]
+    """Slurm's node names: a heterogeneous job's in component order, else in Slurm's order."""
     components: list[SlurmJob] = field(default_factory=list)
 
     def describe(self, partition: str) -> dict[str, str]:
+        het = len(self.components) > 1
         out = {
             "backend": "slurm",
             "job_id": str(self.job_id),
             "partition": partition,
-            "nodes": ",".join(c.nodes for c in self.components),
+            "nodes": ",".join(self.nodes),
+            "node_count": str(len(self.nodes)),
             "het_groups": str(len(self.components)),
         }
-        for c in self.components:
-            out[f"cpus.{c.nodes}"] = str(c.cpus)
-            if c.gpu_ids:
-                out[f"gpus.{c.nodes}"] = c.gpu_ids
+        for i, node in enumerate(self.nodes):
+            c = self.components[i if het else 0]
+            detail = (
+                c.gres_detail[0 if het else i] if len(c.gres_detail) > (0 if het else i) else ""
+            )
+            out[f"cpus.{node}"] = str(c.cpus if het else c.cpus // max(1, c.node_count))
+            gpus = gres_indices(detail, "gpu")
+            if gpus:
+                out[f"gpus.{node}"] = gpus
         return out
 
 
@@ -554,7 +564,7 @@ class SlurmPool:
             if comps:
                 leader = comps[0].leader
                 comps = sorted((c for c in comps if c.leader == leader), key=lambda c: c.offset)
-                self._allocs[lid] = Allocation(lid, leader, comps)
+                self._allocs[lid] = self._allocation(lid, ns, comps)
                 log.info("lease %s: re-adopted Slurm job %d", lid, leader)
             else:
                 self._lost_while_down[lid] = (
@@ -583,26 +593,36 @@ class SlurmPool:
         if s.qos:
             common.append(f"--qos={s.qos}")
         argv = ["salloc", "--no-shell", f"--immediate={s.allocate_timeout_s}", "--quiet"]
-        for k, node in enumerate(names):
-            piece = pieces.get(node, {})
-            cpus = max(1, math.ceil(float(piece.get("cpu", 0.0)) - 1e-9))
-            gpus = math.ceil(float(piece.get("gpu", 0.0)) - 1e-9)
-            mem_mb = math.ceil(float(piece.get("mem_gb", 0.0)) * 1024 - 1e-6)
-            if k:
-                argv.append(":")
-            argv += [*common, f"--nodelist={self._slurm_name[node]}", "--nodes=1", "--ntasks=1"]
-            argv.append(f"--cpus-per-task={cpus}")
-            if gpus > 0:
-                argv.append(f"--gres=gpu:{gpus}")
-            if mem_mb > 0:
-                argv.append(f"--mem={mem_mb}")
+        shapes = [_shape(pieces.get(node, {})) for node in names]
+        if len(set(shapes)) == 1:
+            # One plain job: scheduled inline by salloc, exactly the engine's pieces since
+            # they are equal on every node.
+            slurm_nodes = ",".join(self._slurm_name[n] for n in names)
+            argv += [*common, f"--nodelist={slurm_nodes}", f"--nodes={len(names)}"]
+            argv += [f"--ntasks={len(names)}", "--ntasks-per-node=1", *_shape_args(shapes[0])]
+        else:
+            # Unequal pieces: a heterogeneous job, one component per node. Exact, but Slurm
+            # starts heterogeneous jobs from its backfill scheduler (bf_interval) only.
+            for k, node in enumerate(names):
+                if k:
+                    argv.append(":")
+                argv += [*common, f"--nodelist={self._slurm_name[node]}", "--nodes=1"]
+                argv += ["--ntasks=1", *_shape_args(shapes[k])]
         self._cli.allocate(argv, s.allocate_timeout_s)
         comps = [j for j in self._cli.jobs() if j.name == name and j.state in _HOLDING]
         if not comps:
             raise SlurmError(f"salloc succeeded but no running job {name} is in squeue")
         leader = max(c.leader for c in comps)  # the newest, should an old one linger
         comps = sorted((c for c in comps if c.leader == leader), key=lambda c: c.offset)
-        self._allocs[lease_id] = Allocation(lease_id, leader, comps)
+        self._allocs[lease_id] = self._allocation(lease_id, names, comps)
+
+    def _allocation(
+        self, lease_id: str, engine_nodes: Sequence[str], comps: list[SlurmJob]
+    ) -> Allocation:
+        slurm = [self._slurm_name[n] for n in engine_nodes]
+        if len(comps) == 1:
+            slurm = sorted(slurm, key=natural_key)  # Slurm lists a job's nodes in its order
+        return Allocation(lease_id, comps[0].leader, tuple(slurm), comps)
 
     def _our_jobs(self) -> list[SlurmJob]:
         prefix = self.settings.job_prefix + "-"
@@ -698,6 +718,25 @@ class SlurmPool:
         if now < self._now:
             raise BackendError(f"time went backwards: {now} after {self._now}")
         self._now = float(now)
+
+
+def _shape(piece: Mapping[str, float]) -> tuple[int, int, int]:
+    """(CPUs, GPUs, MB) to ask Slurm for a piece: at least one CPU, since Slurm runs no step
+    on none; whole GPUs; memory only when the piece has some (--mem=0 means all of it)."""
+    cpus = max(1, math.ceil(float(piece.get("cpu", 0.0)) - 1e-9))
+    gpus = math.ceil(float(piece.get("gpu", 0.0)) - 1e-9)
+    mem_mb = math.ceil(float(piece.get("mem_gb", 0.0)) * 1024 - 1e-6)
+    return cpus, gpus, mem_mb
+
+
+def _shape_args(shape: tuple[int, int, int]) -> list[str]:
+    cpus, gpus, mem_mb = shape
+    out = [f"--cpus-per-task={cpus}"]
+    if gpus > 0:
+        out.append(f"--gres=gpu:{gpus}")
+    if mem_mb > 0:
+        out.append(f"--mem={mem_mb}")
+    return out
 
 
 def _lease_order(lease_id: str) -> tuple[int, str]:
