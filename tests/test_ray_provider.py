@@ -353,3 +353,19 @@ def test_head_address_defaults_to_the_monitors_gcs_address() -> None:
     s = parse_settings(section, "c", env={"BURSAR_TOKEN": "tok"}, argv=argv)
     assert s.head_address == "10.0.0.1:6379" and s.token == "tok"
     assert "tok" not in repr(s)
+
+
+def test_the_head_is_listed_but_never_terminated(server: ServerThread, tmp_path: Path) -> None:
+    # In the monitor, head_ip comes from its --monitor-ip; Ray's v1 autoscaler drops the
+    # load metrics of addresses its provider does not list.
+    p = make(server, "ray", tmp_path, head_ip="10.0.0.1", head_node_type="ray.head")
+    try:
+        assert p.non_terminated_nodes({}) == ["head"]
+        assert p.non_terminated_nodes({TAG_RAY_NODE_KIND: NODE_KIND_WORKER}) == []
+        tags = p.node_tags("head")
+        assert tags[TAG_RAY_NODE_KIND] == "head" and tags[TAG_RAY_USER_NODE_TYPE] == "ray.head"
+        assert p.internal_ip("head") == "10.0.0.1" and p.is_running("head")
+        p.terminate_nodes(["head"])
+        assert p.non_terminated_nodes({}) == ["head"] and not p.is_terminated("head")
+    finally:
+        p.close()

@@ -71,9 +71,11 @@ from typing import Any
 from ray.autoscaler.node_launch_exception import NodeLaunchException
 from ray.autoscaler.node_provider import NodeProvider
 from ray.autoscaler.tags import (
+    NODE_KIND_HEAD,
     NODE_KIND_WORKER,
     STATUS_UP_TO_DATE,
     TAG_RAY_NODE_KIND,
+    TAG_RAY_NODE_NAME,
     TAG_RAY_NODE_STATUS,
     TAG_RAY_USER_NODE_TYPE,
 )
@@ -184,6 +186,15 @@ class BursarNodeProvider(NodeProvider):
         self._client = BrokerClient(s.broker, s.token, campaign=s.campaign)
         self._store = NodeStore(s.state_dir)
         self._closed = False
+        # The head is not a lease, but Ray's autoscaler expects its provider to list it
+        # (v1 drops the load metrics of addresses the provider does not list).
+        self._head_id = s.head_node_id if s.head_ip is not None else None
+        self._head_tags = {
+            TAG_RAY_NODE_KIND: NODE_KIND_HEAD,
+            TAG_RAY_USER_NODE_TYPE: s.head_node_type,
+            TAG_RAY_NODE_STATUS: STATUS_UP_TO_DATE,
+            TAG_RAY_NODE_NAME: s.head_node_id,
+        }
         self._clean_orphans()
         self._store.write({})
         log.info("Bursar node provider for %s: %r", cluster_name, s)
@@ -191,22 +202,28 @@ class BursarNodeProvider(NodeProvider):
     # ------------------------------------------------------------------ queries
 
     def non_terminated_nodes(self, tag_filters: dict[str, str]) -> list[str]:
-        """Nodes whose lease is live and that were not terminated: a revoked or expired
-        lease's node is left out as soon as the client has heard of the end."""
+        """The head (when known: in the monitor), then the workers whose lease is live
+        and that were not terminated: a revoked or expired lease's node is left out as
+        soon as the client has heard of the end."""
+
+        def match(tags: Mapping[str, str]) -> bool:
+            return all(tags.get(k) == v for k, v in tag_filters.items())
+
         with self._lock:
-            return [
-                n.node_id
-                for n in self._nodes.values()
-                if not n.gone and all(n.tags.get(k) == v for k, v in tag_filters.items())
-            ]
+            head = [self._head_id] if self._head_id and match(self._head_tags) else []
+            return head + [n.node_id for n in self._nodes.values() if not n.gone and match(n.tags)]
 
     def is_running(self, node_id: str) -> bool:
         """True once the node's raylet was started on its active lease."""
+        if node_id == self._head_id:
+            return True
         with self._lock:
             n = self._nodes.get(node_id)
             return n is not None and not n.gone and n.proc is not None
 
     def is_terminated(self, node_id: str) -> bool:
+        if node_id == self._head_id:
+            return False
         with self._lock:
             n = self._nodes.get(node_id)
             return n is None or n.gone
@@ -214,6 +231,8 @@ class BursarNodeProvider(NodeProvider):
     def node_tags(self, node_id: str) -> dict[str, str]:
         """The node's tags (also for a node that ended lately: the autoscaler may ask
         about a node it listed a moment ago)."""
+        if node_id == self._head_id:
+            return dict(self._head_tags)
         with self._lock:
             n = self._nodes.get(node_id)
             if n is not None:
@@ -223,6 +242,8 @@ class BursarNodeProvider(NodeProvider):
         raise KeyError(f"no Bursar node {node_id!r} in this provider")
 
     def internal_ip(self, node_id: str) -> str:
+        if node_id == self._head_id and self.settings.head_ip is not None:
+            return self.settings.head_ip
         with self._lock:
             n = self._nodes.get(node_id)
             if n is not None:
@@ -236,6 +257,9 @@ class BursarNodeProvider(NodeProvider):
 
     def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
         with self._lock:
+            if node_id == self._head_id:
+                self._head_tags.update(tags)
+                return
             n = self._nodes.get(node_id)
             if n is None:
                 return  # ended meanwhile: nothing to tag
@@ -428,6 +452,8 @@ class BursarNodeProvider(NodeProvider):
     def terminate_nodes(self, node_ids: list[str]) -> dict[str, Any] | None:
         """Stop the nodes' raylets and release their leases; returns once done (at most
         ``stop_grace_s`` + a few seconds). Unknown or already-ended nodes are ignored."""
+        if self._head_id in node_ids:
+            log.warning("not terminating the head (%s): it is not a lease", self._head_id)
         with self._lock:
             nodes = [self._nodes[i] for i in node_ids if i in self._nodes]
         for n in nodes:

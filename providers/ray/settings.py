@@ -42,6 +42,7 @@ _GIB = float(2**30)
 RAY_PROVIDER_KEYS = frozenset(
     {
         "type",
+        "head_ip",
         "module",
         "use_node_id_as_ip",
         "disable_node_updaters",
@@ -52,7 +53,6 @@ RAY_PROVIDER_KEYS = frozenset(
         "use_internal_ips",
         "use_external_head_ip",
         "cache_stopped_nodes",
-        "head_ip",
         "worker_ips",
         "external_head_ip",
     }
@@ -65,6 +65,10 @@ _BURSAR_KEYS = {
     "token": "the campaign's token (prefer token_file or $BURSAR_TOKEN)",
     "token_file": "a file holding the campaign's token",
     "head_address": "host:port of the cluster's GCS (default: the monitor's --gcs-address)",
+    "head_node_id": "the head's node id, listed with the workers; under autoscaler v2 start "
+    "the head with RAY_CLOUD_INSTANCE_ID set to it (default: head)",
+    "head_node_type": "the head's node type (default: head_node_type of the monitor's "
+    "--autoscaling-config file, else head)",
     "lease_duration_s": "each lease's duration, renewed while the node lives (default 600)",
     "renew_margin_s": "renew this long before expiry (default: half the duration, <= 60 s)",
     "lease_class": "interactive, batch or opportunistic (default: the campaign's)",
@@ -106,6 +110,10 @@ class ProviderSettings:
     campaign: str | None
     token: str | None
     head_address: str | None
+    head_ip: str | None = None
+    """The head's Ray address (listed as its internal IP); None outside the monitor."""
+    head_node_id: str = "head"
+    head_node_type: str = "head"
     lease_duration_s: float = 600.0
     renew_margin_s: float | None = None
     lease_class: str | None = None
@@ -239,7 +247,7 @@ def parse_settings(
     campaign = provider.get("campaign")
     if campaign is not None and (not isinstance(campaign, str) or not campaign):
         raise SettingsError(f"{_where('campaign')}: must be a campaign name, got {campaign!r}")
-    head = provider.get("head_address") or _gcs_address_from(argv)
+    head = provider.get("head_address") or _arg(argv, "--gcs-address")
     if head is not None and (not isinstance(head, str) or ":" not in head):
         raise SettingsError(f"{_where('head_address')}: must be host:port, got {head!r}")
     duration = _number(provider, "lease_duration_s", 600.0, where=_where("lease_duration_s"))
@@ -270,11 +278,23 @@ def parse_settings(
 
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", cluster_name) or "default"
         state_dir = Path(tempfile.gettempdir()) / f"bursar-ray-{safe}"
+    head_ip = provider.get("head_ip") or _arg(argv, "--monitor-ip")
+    head_node_id = provider.get("head_node_id", "head")
+    if not isinstance(head_node_id, str) or not head_node_id:
+        raise SettingsError(f"{_where('head_node_id')}: must be a non-empty string")
+    head_type = provider.get("head_node_type") or _head_type_from(
+        _arg(argv, "--autoscaling-config")
+    )
+    if not isinstance(head_type, str):
+        raise SettingsError(f"{_where('head_node_type')}: must be a node type's name")
     return ProviderSettings(
         broker=broker,
         campaign=campaign,
         token=_token(provider, env),
         head_address=head,
+        head_ip=head_ip,
+        head_node_id=head_node_id,
+        head_node_type=head_type,
         lease_duration_s=duration,
         renew_margin_s=margin,
         lease_class=_lease_class(provider.get("lease_class"), where=_where("lease_class")),
@@ -299,15 +319,30 @@ def _command(value: Any) -> tuple[str, ...] | None:
     return cmd
 
 
-def _gcs_address_from(argv: list[str] | None) -> str | None:
-    """The ``--gcs-address`` the head's monitor process was started with, if any."""
+def _arg(argv: list[str] | None, name: str) -> str | None:
+    """The value of option ``name`` on the monitor's command line (``--gcs-address``,
+    ``--monitor-ip``, ``--autoscaling-config``), if any."""
     args = list(argv or [])
     for i, a in enumerate(args):
-        if a.startswith("--gcs-address="):
+        if a.startswith(name + "="):
             return a.split("=", 1)[1]
-        if a == "--gcs-address" and i + 1 < len(args):
+        if a == name and i + 1 < len(args):
             return args[i + 1]
     return None
+
+
+def _head_type_from(path: str | None) -> str:
+    """``head_node_type`` of the cluster YAML the monitor reads, else ``head``."""
+    if path is None:
+        return "head"
+    try:
+        import yaml
+
+        with open(path) as f:
+            cfg = yaml.safe_load(f)
+        return str(cfg.get("head_node_type") or "head")
+    except (OSError, ValueError, AttributeError):
+        return "head"
 
 
 def node_settings(node_type: str, node_config: Mapping[str, Any]) -> NodeSettings:

@@ -1,0 +1,105 @@
+"""A real Ray cluster scaled by Ray's own autoscaler (v1, and v2 through Ray's
+NodeProviderAdapter) through BursarNodeProvider, against a real broker over gRPC: a
+task that needs a resource only leased nodes have brings a node up through a lease,
+survives the lease's reclaim (Ray retries it on a replacement node) and the cluster
+scales back to zero leases when idle.
+
+One Ray cluster per host: these run serially; cleanup is by PID (never `ray stop`)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from client_support import server_thread
+from test_ray_support import cluster_yaml, ray_config, ray_head, until
+
+from bursar.providers.client import BrokerClient, LeaseState
+
+pytestmark = pytest.mark.slow
+
+
+def refusals(state_dir: Path, campaign: str, reason: str) -> int:
+    """Refused requests of ``campaign`` with ``reason`` in the broker's journal."""
+    db = sqlite3.connect(f"file:{state_dir / 'journal.sqlite'}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT event, decisions FROM entries").fetchall()
+    finally:
+        db.close()
+    return sum(1 for ev, dec in rows if f'"{campaign}"' in ev and reason in dec)
+
+
+@ray.remote(resources={"bursar_node": 1}, num_cpus=1, max_retries=3)
+def where(marks: str) -> str:
+    """Record the attempt; the first one runs long (it is the one revoked)."""
+    lease = os.environ["BURSAR_LEASE_ID"]
+    first = not os.listdir(marks)
+    Path(marks, lease).write_text("")
+    time.sleep(60 if first else 0.5)
+    return lease
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["autoscaler-v1", "autoscaler-v2"])
+def test_ray_scales_through_bursar_leases_and_survives_a_reclaim(v2: bool, tmp_path: Path) -> None:
+    state = tmp_path / "broker"
+    ray_state = tmp_path / "ray-state"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with server_thread(state, cfg=ray_config()) as server:
+        token = tmp_path / "ray.token"
+        token.write_text(server.tokens["ray"])
+        cfg = cluster_yaml(
+            tmp_path / "cluster.yaml",
+            broker=server.address,
+            token_file=token,
+            state_dir=ray_state,
+        )
+        with (
+            BrokerClient(server.address, server.tokens["ray"]) as leases,
+            ray_head(cfg, v2=v2, state_dir=ray_state, log_dir=tmp_path) as head,
+        ):
+            t0 = time.monotonic()
+            print("head up", flush=True)
+            ray.init(address=head.address, log_to_driver=False)
+            try:
+                ref = where.remote(str(marks))
+                # Scale-up: a lease, then the task on that lease's node.
+                first = until(lambda: os.listdir(marks), 60, "the task started on a node")[0]
+                print("first task started", time.monotonic() - t0, flush=True)
+                lease = leases.get_lease(first)
+                assert lease.state is LeaseState.ACTIVE
+                assert dict(lease.size) == {"cpu": 1.0, "mem_gb": 1.0}
+                assert lease.labels["engine"] == "ray" and lease.labels["purpose"] == "example"
+
+                # A higher class reclaims the node's core; the node goes with its lease,
+                # and until `hi` lets go the pool has no room for a replacement.
+                with BrokerClient(server.address, server.tokens["hi"]) as hi:
+                    held = hi.acquire({"cpu": 2}, 60, blocking=False)
+                    until(lambda: leases.get_lease(first).ended, 10, "the lease revoked")
+                    assert leases.get_lease(first).state is LeaseState.REVOKED
+                    until(
+                        lambda: refusals(state, "ray", "POOL_FULL"),
+                        30,
+                        "a replacement refused while the pool is full",
+                    )
+                    print("revoked, refused", time.monotonic() - t0, flush=True)
+                    hi.release(held.id)
+
+                # The task is retried on a replacement node, on a new lease.
+                second = ray.get(ref, timeout=90)
+                print("second done", time.monotonic() - t0, flush=True)
+                assert second != first
+                assert sorted(os.listdir(marks)) == sorted([first, second])
+
+                # Idle: back to zero leases and the head alone.
+                until(lambda: leases.list_leases() == [], 60, "zero leases")
+                until(lambda: sum(n["Alive"] for n in ray.nodes()) == 1, 30, "the head alone")
+                print("scaled down", time.monotonic() - t0, flush=True)
+                ended = [leases.get_lease(i).state for i in (first, second)]
+                assert ended == [LeaseState.REVOKED, LeaseState.RELEASED]
+            finally:
+                ray.shutdown()
