@@ -22,6 +22,7 @@ from bursar.broker.journal_cli import journal
 from bursar.broker.service.cli import serve_command
 from bursar.providers.client_cli import campaigns, leases, supply
 from bursar.sim.cli import sim
+from bursar.sim.replay.cli import matrix_command, replay_command
 
 __all__ = ["main"]
 
@@ -88,6 +89,8 @@ main.add_command(campaigns)
 main.add_command(leases)
 main.add_command(supply)
 main.add_command(sim)
+main.add_command(replay_command)
+main.add_command(matrix_command)
 
 
 @main.group("config")

@@ -1,0 +1,215 @@
+"""``bursar replay`` and ``bursar matrix``: grade admission policies on real job traces."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bursar.broker.errors import ConfigError
+from bursar.sim.replay.kernel import InvariantViolation
+from bursar.sim.replay.mapping import ReplayConfig, load_replay_config
+from bursar.sim.replay.matrix import run_matrix, write_matrix
+from bursar.sim.replay.metrics import DEFAULT_TAU_S
+from bursar.sim.replay.policies import POLICIES
+from bursar.sim.replay.run import replay_trace, write_run
+from bursar.sim.replay.table import TraceError
+
+__all__ = ["matrix_command", "replay_command"]
+
+LARGE_TRACES = (
+    "pwa-ctc-sp2/CTC-SP2-1996-3.1-cln.swf.gz",
+    "pwa-sdsc-sp2/SDSC-SP2-1998-4.2-cln.swf.gz",
+    "pwa-hpc2n/HPC2N-2002-2.2-cln.swf.gz",
+)
+
+
+def default_traces_dir() -> Path:
+    """BURSAR_TRACES_DIR, else ``shared/traces`` beside the repository."""
+    env = os.environ.get("BURSAR_TRACES_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / "shared" / "traces"
+
+
+def _config(path: Path | None) -> ReplayConfig:
+    if path is None:
+        return ReplayConfig()
+    try:
+        return load_replay_config(path)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+
+
+_policy_choice = click.Choice(list(POLICIES))
+
+
+@click.command(
+    "replay",
+    help=(
+        "Replay a job trace (SWF plain or gzip, the Alibaba GPU pod list, or the Philly "
+        "trace) under one admission policy, checking invariants after every event, and "
+        "write DIR/metrics.json (jobs, waits, bounded slowdown, utilisation, makespan, "
+        "per-campaign shares, starvation, the ingestion quality report and the run "
+        "manifest), DIR/manifest.json and DIR/schedule.csv (start and end of every job). "
+        f"Policies: {', '.join(POLICIES)}."
+    ),
+)
+@click.option("--trace", "trace", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--policy", required=True, type=_policy_choice, help="Admission policy.")
+@click.option(
+    "--capacity",
+    type=click.IntRange(min=1),
+    help="Processors (or GPUs) of the machine; default: the trace header's MaxProcs.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out/replay"),
+    show_default=True,
+)
+@click.option(
+    "--bsld-tau",
+    type=float,
+    default=DEFAULT_TAU_S,
+    show_default=True,
+    help="Bounded-slowdown threshold tau in seconds.",
+)
+@click.option(
+    "--strict/--no-strict",
+    default=True,
+    show_default=True,
+    help="Check the invariants after every event and stop at the first violation.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Replay config (TOML): campaigns per user/group/one and their envelopes.",
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
+def replay_command(
+    trace: Path,
+    policy: str,
+    capacity: int | None,
+    out: Path,
+    bsld_tau: float,
+    strict: bool,
+    config_path: Path | None,
+    limit: int | None,
+) -> None:
+    console = Console(stderr=True)
+    config = _config(config_path)
+    try:
+        with console.status(f"replaying {trace.name} under {policy}"):
+            result = replay_trace(
+                trace,
+                policy,
+                capacity=capacity,
+                config=config,
+                tau_s=bsld_tau,
+                strict=strict,
+                limit=limit,
+            )
+    except (TraceError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    except InvariantViolation as e:
+        raise click.ClickException(f"{trace}: {policy}: {e}") from None
+    path = write_run(result, out)
+    m = result.metrics
+    table = Table(title=f"{trace.name} · {policy}", show_header=False)
+    for key in ("jobs", "mean_wait_s", "p95_wait_s", "mean_bsld", "p95_bsld"):
+        table.add_row(key, f"{m[key]:,.2f}" if isinstance(m[key], float) else str(m[key]))
+    table.add_row("utilization", f"{m['utilization']:.3f}")
+    table.add_row("makespan_s", f"{m['makespan_s']:,.0f}")
+    table.add_row("starved", str(m["starved"]))
+    table.add_row(
+        "wall", f"{result.wall_s:.2f} s ({len(result.workload) / result.wall_s:,.0f} jobs/s)"
+    )
+    Console().print(table)
+    click.echo(f"wrote {path}")
+
+
+@click.command(
+    "matrix",
+    help=(
+        "Run policies x traces and write a Markdown and HTML table, a JSON file with every "
+        "run's metrics and manifest, and a figure. Default: every policy on CTC-SP2, "
+        "SDSC-SP2 and HPC2N from BURSAR_TRACES_DIR (or shared/traces beside the repo)."
+    ),
+)
+@click.option(
+    "--trace",
+    "traces",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A trace (repeat); default: the three large PWA traces.",
+)
+@click.option(
+    "--policy", "policies", multiple=True, type=_policy_choice, help="Repeat; default: all."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("docs"),
+    show_default=True,
+)
+@click.option("--bsld-tau", type=float, default=DEFAULT_TAU_S, show_default=True)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Replay config (TOML) for every run.",
+)
+@click.option(
+    "--bursar-limit",
+    type=click.IntRange(min=1),
+    help="Replay only the first N jobs of each trace under the bursar policy (it runs the "
+    "full broker engine per decision, much slower than the lean policies).",
+)
+def matrix_command(
+    traces: tuple[Path, ...],
+    policies: tuple[str, ...],
+    out: Path,
+    bsld_tau: float,
+    config_path: Path | None,
+    bursar_limit: int | None,
+) -> None:
+    config = _config(config_path)
+    paths = list(traces) or [default_traces_dir() / t for t in LARGE_TRACES]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise click.ClickException(
+            f"no trace at {missing[0]}; set BURSAR_TRACES_DIR or pass --trace FILE"
+        )
+    pols = list(policies) or list(POLICIES)
+    limits = {"bursar": bursar_limit} if bursar_limit else {}
+    command = "bursar matrix " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    ) as progress:
+        task = progress.add_task("policy matrix", total=len(paths) * len(pols))
+
+        def advance(trace: str, policy: str) -> None:
+            progress.update(task, advance=1, description=f"done {trace} · {policy}")
+
+        try:
+            cells = run_matrix(
+                paths, pols, config=config, tau_s=bsld_tau, limits=limits, progress=advance
+            )
+        except (TraceError, ValueError) as e:
+            raise click.ClickException(str(e)) from None
+        except InvariantViolation as e:
+            raise click.ClickException(str(e)) from None
+    for p in write_matrix(cells, out, command.strip()):
+        click.echo(f"wrote {p}")

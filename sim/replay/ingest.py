@@ -1,0 +1,39 @@
+"""One entry point for every trace format: detect it, read it, filter it, report on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bursar.sim.replay.gpu_traces import read_alibaba, read_philly
+from bursar.sim.replay.swf import read_swf
+from bursar.sim.replay.table import Trace, TraceError, default_filter
+
+FORMATS = ("swf", "alibaba", "philly")
+
+
+def detect_format(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith((".swf", ".swf.gz")):
+        return "swf"
+    if "pod_list" in name:
+        return "alibaba"
+    if "philly" in name:
+        return "philly"
+    raise TraceError(
+        f"{path}: cannot tell the trace format from the name; "
+        f"pass the format explicitly (one of {', '.join(FORMATS)})"
+    )
+
+
+def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
+    """Read ``path`` and apply the default filter (wait >= 0, run >= 0, procs > 0)."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"{p}: no such trace file")
+    fmt = fmt or detect_format(p)
+    readers = {"swf": read_swf, "alibaba": read_alibaba, "philly": read_philly}
+    if fmt not in readers:
+        raise TraceError(f"{p}: unknown trace format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    header, table, quality = readers[fmt](p)
+    jobs = default_filter(table, quality)
+    return Trace(path=str(p), header=header, jobs=jobs, quality=quality)

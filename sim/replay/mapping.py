@@ -1,0 +1,214 @@
+"""From a job table to lease requests: size, duration, holding time and campaign.
+
+Each job becomes a lease request at its submit time: size = processors (or GPUs),
+duration = requested time (the runtime when the trace has none), actual holding = its
+runtime, released early when the runtime is shorter than the duration. A job that ran
+longer than it asked for is cut at its duration (the lease expires, as a batch system's
+time limit would): the quality report counts those. Campaigns come from the trace's
+users or groups, or one campaign for everything; their envelopes from a replay config
+(TOML, see ``load_replay_config``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bursar.broker.envelope import LeaseClass
+from bursar.broker.errors import ConfigError
+from bursar.sim.replay.table import QualityReport, Trace
+
+CAMPAIGN_MODES = ("user", "group", "one")
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One campaign's envelope in the replay's single dimension; None = the default."""
+
+    guarantee: float = 0.0
+    sustained: float | None = None
+    """None: the whole capacity (no campaign pays tokens)."""
+    burst: float | None = None
+    """None: the whole capacity."""
+    bucket: float | None = None
+    """Unit-seconds; None = unlimited."""
+    lease_class: str = "batch"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    campaigns: str = "user"
+    default: Envelope = Envelope()
+    overrides: dict[str, Envelope] = field(default_factory=dict)
+    hol_patience_s: float = 300.0
+    """The broker's head-of-line patience (bursar policy only)."""
+    starvation_s: float = 86400.0
+    """A job that waits longer than this counts as starved."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["overrides"] = {k: asdict(v) for k, v in sorted(self.overrides.items())}
+        return d
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+_ENV_KEYS = {"guarantee", "sustained", "burst", "bucket", "class"}
+_TOP_KEYS = {"campaigns", "hol_patience_s", "starvation_s", "envelope", "campaign"}
+
+
+def _number(path: str, key: str, value: object, allow_none: bool = False) -> float | None:
+    if allow_none and value in ("unlimited", "capacity"):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        extra = ' or "unlimited"' if allow_none else ""
+        raise ConfigError(path, key, f"must be a finite number >= 0{extra} (got {value!r})")
+    if value < 0:
+        raise ConfigError(path, key, f"must be >= 0 (got {value!r})")
+    return float(value)
+
+
+def _envelope(path: str, prefix: str, raw: object, base: Envelope) -> Envelope:
+    if not isinstance(raw, dict):
+        raise ConfigError(path, prefix, "must be a table of guarantee/sustained/burst/bucket/class")
+    unknown = sorted(set(raw) - _ENV_KEYS)
+    if unknown:
+        raise ConfigError(
+            path, f"{prefix}.{unknown[0]}", f"unknown key; allowed: {', '.join(sorted(_ENV_KEYS))}"
+        )
+    cls = raw.get("class", base.lease_class)
+    allowed = [c.value for c in LeaseClass]
+    if cls not in allowed:
+        raise ConfigError(path, f"{prefix}.class", f"got {cls!r}; allowed: {', '.join(allowed)}")
+    vals: dict[str, Any] = {}
+    for k in ("guarantee", "sustained", "burst", "bucket"):
+        if k in raw:
+            vals[k] = _number(path, f"{prefix}.{k}", raw[k], allow_none=k != "guarantee")
+        else:
+            vals[k] = getattr(base, k)
+    return Envelope(lease_class=cls, **vals)
+
+
+def load_replay_config(path: str | Path) -> ReplayConfig:
+    """Read a replay config::
+
+    campaigns = "user"          # user | group | one
+    hol_patience_s = 300
+    starvation_s = 86400
+    [envelope]                  # every campaign's default
+    guarantee = 0
+    sustained = "capacity"      # or a number of units
+    burst = "capacity"
+    bucket = "unlimited"        # unit-seconds
+    class = "batch"
+    [campaign."user-3"]         # one campaign's own envelope (same keys)
+    guarantee = 32
+    """
+    p = str(path)
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(p, "(file)", "no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(p, "(file)", f"not valid TOML: {e}") from None
+    unknown = sorted(set(raw) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(p, unknown[0], f"unknown key; allowed: {', '.join(sorted(_TOP_KEYS))}")
+    mode = raw.get("campaigns", "user")
+    if mode not in CAMPAIGN_MODES:
+        raise ConfigError(p, "campaigns", f"got {mode!r}; allowed: {', '.join(CAMPAIGN_MODES)}")
+    default = _envelope(p, "envelope", raw.get("envelope", {}), Envelope())
+    overrides = {}
+    camps = raw.get("campaign", {})
+    if not isinstance(camps, dict):
+        raise ConfigError(p, "campaign", 'must be tables like [campaign."user-3"]')
+    for name, env in camps.items():
+        overrides[name] = _envelope(p, f"campaign.{name}", env, default)
+    return ReplayConfig(
+        campaigns=mode,
+        default=default,
+        overrides=overrides,
+        hol_patience_s=_number(p, "hol_patience_s", raw.get("hol_patience_s", 300.0)) or 0.0,
+        starvation_s=_number(p, "starvation_s", raw.get("starvation_s", 86400.0)) or 0.0,
+    )
+
+
+@dataclass(slots=True)
+class Workload:
+    """Lease requests in submit order: what the replay kernel and every policy read."""
+
+    capacity: int
+    unit: str
+    job_id: list[int]
+    submit: list[float]
+    size: list[int]
+    duration: list[float]
+    """The lease's duration: the requested time, else the runtime."""
+    hold: list[float]
+    """How long the job actually holds its lease: runtime, cut at the duration."""
+    campaign: list[int]
+    campaign_names: list[str]
+
+    def __len__(self) -> int:
+        return len(self.job_id)
+
+
+def campaign_name(mode: str, user: int, group: int) -> str:
+    if mode == "one":
+        return "all"
+    who = user if mode == "user" else group
+    return f"{mode}-{who}" if who >= 0 else f"{mode}-unknown"
+
+
+def to_workload(
+    trace: Trace, capacity: int, mode: str = "user", quality: QualityReport | None = None
+) -> Workload:
+    """Map the kept jobs to lease requests, sorted by (submit, file order).
+
+    Jobs larger than ``capacity`` could never start: they are dropped and counted.
+    """
+    if mode not in CAMPAIGN_MODES:
+        raise ValueError(f"campaign mode {mode!r}; allowed: {', '.join(CAMPAIGN_MODES)}")
+    t = trace.jobs
+    q = quality if quality is not None else trace.quality
+    order = sorted(range(len(t)), key=lambda i: (t.submit[i], i))
+    names: dict[str, int] = {}
+    w = Workload(capacity, t.unit, [], [], [], [], [], [], [])
+    base = min(t.submit) if len(t) else 0.0
+    too_big = cut = 0
+    for i in order:
+        size = math.ceil(t.size(i))
+        if size > capacity:
+            too_big += 1
+            continue
+        run = float(t.run[i])
+        req = float(t.req_time[i])
+        dur = req if req > 0 else run
+        if run > dur:
+            cut += 1
+            run = dur
+        name = campaign_name(mode, t.user[i], t.group[i])
+        c = names.setdefault(name, len(names))
+        w.job_id.append(t.id[i])
+        # Times from the first submit: replays of one trace start at 0 whatever its epoch.
+        w.submit.append(float(t.submit[i]) - base)
+        w.size.append(size)
+        w.duration.append(dur)
+        w.hold.append(run)
+        w.campaign.append(c)
+    w.campaign_names = list(names)
+    if too_big:
+        q.dropped[f"larger than the capacity ({capacity})"] += too_big
+        q.kept -= too_big
+    if cut:
+        q.notes.append(
+            f"{cut} jobs ran longer than their requested time; their leases end at the "
+            "requested time (holding cut to it)"
+        )
+    return w

@@ -1,0 +1,35 @@
+"""Replay policies, one small module each, all behind ``base.Policy``."""
+
+from __future__ import annotations
+
+from bursar.sim.replay.policies.base import Policy, PolicyFactory
+from bursar.sim.replay.policies.conservative import Conservative
+from bursar.sim.replay.policies.easy import Easy
+from bursar.sim.replay.policies.fifo import Fifo
+from bursar.sim.replay.policies.sjf import Sjf
+
+__all__ = ["POLICIES", "Policy", "PolicyFactory", "make_policy"]
+
+
+def _bursar(w, config):  # type: ignore[no-untyped-def]
+    # Imported on use: it pulls in the whole broker engine.
+    from bursar.sim.replay.policies.bursar import BursarPolicy
+
+    return BursarPolicy(w, config)
+
+
+POLICIES: dict[str, PolicyFactory] = {
+    "fifo": Fifo,
+    "easy": Easy,
+    "conservative": Conservative,
+    "sjf": Sjf,
+    "bursar": _bursar,
+}
+
+
+def make_policy(name: str, w, config) -> Policy:  # type: ignore[no-untyped-def]
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}") from None
+    return factory(w, config)

@@ -1,0 +1,32 @@
+"""The one interface every replay policy implements (a new policy is one small module).
+
+The kernel owns time, capacity and the invariants; a policy owns its queue. The kernel
+calls ``submit`` for each arriving job and ``finish`` for each ending one (after it has
+freed the job's processors), then ``schedule(now, free)`` once per instant: the policy
+returns the queued jobs to start now, which must fit in ``free`` together. Jobs are
+workload indices (``Workload`` columns). A policy with timers of its own (the broker's
+bucket wake-ups) sets ``timed`` and returns its next one from ``wakeup``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+from bursar.sim.replay.mapping import ReplayConfig, Workload
+
+
+class Policy(Protocol):
+    name: ClassVar[str]
+    timed: ClassVar[bool]
+
+    def submit(self, j: int, now: float) -> None: ...
+
+    def finish(self, j: int, now: float) -> None: ...
+
+    def schedule(self, now: float, free: int) -> list[int]: ...
+
+    def wakeup(self) -> float | None: ...
+
+
+class PolicyFactory(Protocol):
+    def __call__(self, w: Workload, config: ReplayConfig) -> Policy: ...
