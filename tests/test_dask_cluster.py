@@ -36,14 +36,14 @@ N = 120
 
 
 @asynccontextmanager
-async def cluster_on(srv: Server, **kw: Any) -> AsyncIterator[BursarCluster]:
+async def cluster_on(srv: Server, campaign: str = "wf", **kw: Any) -> AsyncIterator[BursarCluster]:
     kw.setdefault("cores", 1)
     kw.setdefault("memory", "1GB")
+    kw.setdefault("walltime", 30)
     async with BursarCluster(
-        walltime=30,
         broker=srv.address,
-        campaign="wf",
-        token=srv.tokens["wf"],
+        campaign=campaign,
+        token=srv.tokens[campaign],
         asynchronous=True,
         scheduler_options={"dashboard_address": ":0", "host": "127.0.0.1"},
         job_script_prologue=prologue(),
@@ -162,6 +162,26 @@ def test_a_revoked_job_with_two_processes_is_replaced_at_once(tmp_path: Path) ->
 
     with dask.config.set({**FAST_DASK, "distributed.deploy.lost-worker-timeout": "60s"}):
         run(scenario(), 100)
+
+
+def test_a_lease_that_cannot_be_renewed_is_given_back_before_it_expires(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path / "state", dask_config()) as srv:
+            async with cluster_on(srv, "poor", walltime=4, lease_margin=1.0) as cluster:
+                cluster.scale(jobs=1)
+                await until(lambda: cluster.ended_jobs, 20, "the job given back")
+                (job,) = cluster.ended_jobs
+                assert "could not be renewed" in job.end_reason
+                assert job.lease is not None and job.lease.state.value == "RELEASED"
+                # Its replacement asks at once; the empty bucket refuses it.
+                await until(
+                    lambda: any("BUCKET_EMPTY" in j.refusals for j in cluster.jobs.values()),
+                    10,
+                    "the replacement refused",
+                )
+            assert await campaign_leases(srv, "poor") == 0
+
+    run(scenario(), 60)
 
 
 def test_sync_close_releases_every_lease_including_a_refused_jobs(tmp_path: Path) -> None:

@@ -47,6 +47,17 @@ burst = 16
 sustained = 4
 burst = 4
 
+# A tiny bucket and no refill: one 4 s lease of a core, then renewals are refused.
+[campaigns.poor]
+class = "batch"
+[campaigns.poor.cpu]
+sustained = 0
+burst = 1
+bucket = 5
+[campaigns.poor.mem_gb]
+sustained = 1
+burst = 1
+
 # A higher class that reclaims the backfill tier's cores.
 [campaigns.hi]
 class = "interactive"
