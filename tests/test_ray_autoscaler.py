@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import ray
 from client_support import server_thread
+from ray.core.generated.common_pb2 import NodeDeathInfo
 from test_ray_support import cluster_yaml, ray_config, ray_head, until
 
 from bursar.providers.client import BrokerClient, LeaseState
@@ -33,7 +34,9 @@ def refusals(state_dir: Path, campaign: str, reason: str) -> int:
     return sum(1 for ev, dec in rows if f'"{campaign}"' in ev and reason in dec)
 
 
-@ray.remote(resources={"bursar_node": 1}, num_cpus=1, max_retries=3)
+# The node of a reclaimed lease is drained in Ray as preempted first, so Ray retries
+# what its end killed without counting it against max_retries (which must be > 0).
+@ray.remote(resources={"bursar_node": 1}, num_cpus=1, max_retries=1)
 def where(marks: str) -> str:
     """Record the attempt; the first one runs long (it is the one revoked)."""
     lease = os.environ["BURSAR_LEASE_ID"]
@@ -89,11 +92,15 @@ def test_ray_scales_through_bursar_leases_and_survives_a_reclaim(v2: bool, tmp_p
                     print("revoked, refused", time.monotonic() - t0, flush=True)
                     hi.release(held.id)
 
-                # The task is retried on a replacement node, on a new lease.
+                # The task is retried on a replacement node, on a new lease; Ray saw the
+                # first node's death as a preemption.
                 second = ray.get(ref, timeout=90)
                 print("second done", time.monotonic() - t0, flush=True)
                 assert second != first
                 assert sorted(os.listdir(marks)) == sorted([first, second])
+                (dead,) = [n for n in ray.nodes() if not n["Alive"]]
+                assert dead["DeathReason"] == NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED
+                assert f"Bursar lease {first}" in dead["DeathReasonMessage"]
 
                 # Idle: back to zero leases and the head alone.
                 until(lambda: leases.list_leases() == [], 60, "zero leases")

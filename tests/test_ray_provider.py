@@ -77,6 +77,7 @@ def provider_config(
         "max_retry_s": 0.5,
         "lease_duration_s": 30,
         "disable_node_updaters": True,
+        "drain_on_preempt": False,  # no Ray here to drain in
     }
     cfg.update(kw)
     return cfg
@@ -336,6 +337,7 @@ def test_resources_map_to_lease_dimensions() -> None:
         ({"node_ip_range": "10.0.0.1-10.0.0.9"}, r"provider.node_ip_range: .* loopback"),
         ({"token_file": "/nonexistent/t"}, r"provider.token_file: cannot read"),
         ({"object_store_memory": 1000}, r"provider.object_store_memory: .* at least"),
+        ({"drain_on_preempt": "yes"}, r"provider.drain_on_preempt: must be true or false"),
     ],
 )
 def test_bad_provider_settings_name_the_key(change: dict[str, Any], match: str) -> None:

@@ -13,7 +13,18 @@ The cluster YAML names it (see ``examples/ray-cluster.yaml``)::
       disable_launch_config_check: true
 
 and it runs in the head's monitor process, under the v1 autoscaler and, wrapped by
-Ray's ``NodeProviderAdapter``, under v2 (``RAY_enable_autoscaler_v2=1``).
+Ray's ``NodeProviderAdapter``, under v2 (``RAY_enable_autoscaler_v2=1``). The monitor
+reads the YAML as it is, so it must be complete (the example is).
+
+The head is not a lease, but the provider lists it (id ``head_node_id``, default
+``head``; type ``head_node_type``; address the monitor's ``--monitor-ip``) because Ray's
+v1 autoscaler drops the load metrics of addresses its provider does not list; it is
+never terminated. Under v2 start the head with ``RAY_CLOUD_INSTANCE_ID=head`` and
+``RAY_NODE_TYPE_NAME=head`` in its environment, as KubeRay does: v2 matches Ray nodes
+to the provider's by these, and without them it never launches a worker::
+
+    RAY_enable_autoscaler_v2=1 RAY_CLOUD_INSTANCE_ID=head RAY_NODE_TYPE_NAME=head \
+        ray start --head --num-cpus=0 --autoscaling-config=cluster.yaml
 
 Life cycle of one worker node (one node is one lease; the node id is the lease id)::
 
@@ -25,7 +36,9 @@ Life cycle of one worker node (one node is one lease; the node id is the lease i
     ACTIVE ──► `ray start --address=HEAD --block` on a loopback address of its own,
                with the node type's resources and labels ──► up-to-date, is_running()
     renewed renew_margin_s before each expiry while the node lives
-    PREEMPT_WARNING ──► tagged bursar-lease-state=PREEMPTING; runs on until revoked
+    PREEMPT_WARNING ──► tagged bursar-lease-state=PREEMPTING; drained in Ray (GCS
+                        DrainNode, reason PREEMPTION, deadline = the revocation): no
+                        new tasks land there, those running go on until revoked
     REVOKED / EXPIRED ──► gone from non_terminated_nodes() at once; raylet stopped
     terminate_node(s) ──► gone at once; raylet stopped (SIGTERM, then SIGKILL after
                           stop_grace_s); lease released. Idempotent: unknown or
@@ -186,6 +199,7 @@ class BursarNodeProvider(NodeProvider):
         self._client = BrokerClient(s.broker, s.token, campaign=s.campaign)
         self._store = NodeStore(s.state_dir)
         self._closed = False
+        self._gcs: Any = None
         # The head is not a lease, but Ray's autoscaler expects its provider to list it
         # (v1 drops the load metrics of addresses the provider does not list).
         self._head_id = s.head_node_id if s.head_ip is not None else None
@@ -534,6 +548,37 @@ class BursarNodeProvider(NodeProvider):
                     n.node_id,
                     n.handle.preempt_deadline,
                 )
+                if (
+                    n.proc is not None and self.settings.drain_on_preempt
+                ):  # off this thread: the revocation must not wait
+                    threading.Thread(
+                        target=self._drain, args=(n,), name=f"drain {n.node_id}", daemon=True
+                    ).start()
+
+    def _drain(self, n: _Node) -> None:
+        """Tell Ray the node is being preempted (GCS DrainNode, reason PREEMPTION, with
+        the lease's revocation time as the deadline): no new task is placed on it, its
+        running tasks go on, and when it stops Ray reports a preemption. Best effort:
+        the node stops at the revocation whatever Ray answers."""
+        try:
+            from ray._raylet import GcsClient
+            from ray.core.generated import autoscaler_pb2, gcs_pb2
+
+            if self._gcs is None:
+                self._gcs = GcsClient(address=self._head_address())
+            deadline = n.handle.preempt_deadline
+            for ray_id, info in self._gcs.get_all_node_info(timeout=5).items():
+                if info.instance_id != n.node_id or info.state != gcs_pb2.GcsNodeInfo.ALIVE:
+                    continue
+                accepted, why = self._gcs.drain_node(
+                    ray_id.hex(),
+                    autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+                    f"Bursar lease {n.node_id} is being reclaimed by the broker",
+                    int(deadline * 1000) if deadline else 0,
+                )
+                log.info("node %s: drain for preemption accepted=%s %s", n.node_id, accepted, why)
+        except Exception as exc:  # GCS unreachable, an older Ray: the revocation still stops it
+            log.warning("node %s: could not drain it in Ray: %r", n.node_id, exc)
 
     def _head_address(self) -> str:
         head = self.settings.head_address

@@ -83,6 +83,8 @@ _BURSAR_KEYS = {
     "max_retry_s": "the longest a refusal's retry-after keeps new launches of a node type "
     "from asking the broker again (default 10)",
     "ray_start_args": "extra arguments for every node's `ray start` (a list of strings)",
+    "drain_on_preempt": "at a lease's preemption warning, drain its node in Ray as preempted "
+    "(true/false, default true)",
     "node_command": "a command (list of strings) run for each node instead of `ray start "
     "... --block`, with the node's settings in its environment (BURSAR_RAY_HEAD_ADDRESS, "
     "BURSAR_RAY_NODE_IP, RAY_OVERRIDE_RESOURCES, ...): a site's wrapper (srun, ssh)",
@@ -126,6 +128,7 @@ class ProviderSettings:
     max_retry_s: float = 10.0
     ray_start_args: tuple[str, ...] = ()
     node_command: tuple[str, ...] | None = None
+    drain_on_preempt: bool = True
 
     def __repr__(self) -> str:  # never print the token
         return (
@@ -307,7 +310,15 @@ def parse_settings(
         max_retry_s=_number(provider, "max_retry_s", 10.0, where=_where("max_retry_s")),
         ray_start_args=_args(provider.get("ray_start_args", []), where=_where("ray_start_args")),
         node_command=_command(provider.get("node_command")),
+        drain_on_preempt=_bool(provider, "drain_on_preempt", True),
     )
+
+
+def _bool(section: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = section.get(key, default)
+    if not isinstance(value, bool):
+        raise SettingsError(f"{_where(key)}: must be true or false, got {value!r}")
+    return value
 
 
 def _command(value: Any) -> tuple[str, ...] | None:
