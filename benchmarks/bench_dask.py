@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-import dask
 from dask_jobqueue.local import LocalCluster as JobqueueLocalCluster
 from distributed import Client, Nanny, Scheduler, SpecCluster
 from rich.progress import Progress
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=5, help="starts per cluster (default 5)")
     args = p.parse_args(argv)
     logging.getLogger("distributed").setLevel(logging.ERROR)
-    dask.config.set({"logging.distributed": "error"})  # nannies pass it to their workers
+    os.environ["DASK_LOGGING__DISTRIBUTED"] = "error"  # for the worker processes
 
     times: dict[str, list[float]] = {"SpecCluster": [], "jobqueue local": [], "BursarCluster": []}
     lease_s: list[float] = []
