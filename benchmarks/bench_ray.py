@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     b = summary("Bursar", leased)
     print(
         f"Bursar/plain: node alive x{b['alive'] / a['alive']:.2f}, first task "
-        f"x{b['task'] / a['task']:.2f} (+{(b['task'] - a['task']) * 1000:.0f} ms)"
+        f"x{b['task'] / a['task']:.2f} ({(b['task'] - a['task']) * 1000:+.0f} ms)"
     )
 
 
