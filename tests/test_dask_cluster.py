@@ -84,6 +84,7 @@ def test_adaptive_work_survives_a_reclaim_with_no_lost_result(tmp_path: Path) ->
                 async with AsyncBrokerClient(srv.address, srv.tokens["hi"], backoff=FAST) as hi:
                     grab = await hi.acquire({"cpu": 3}, 30, blocking=False)
                     assert grab.path is LeasePath.RECLAIM  # one wf lease is reclaimed
+                    assert sum(f.done() for f in futs) < N, "the reclaim came too late"
                     await until(lambda: cluster.ended_jobs, 10, "the preempted job ended")
                     (victim,) = cluster.ended_jobs
                     assert "preempted" in victim.end_reason
@@ -93,7 +94,6 @@ def test_adaptive_work_survives_a_reclaim_with_no_lost_result(tmp_path: Path) ->
                     await until(
                         lambda: any(j.refusals for j in cluster.jobs.values()), 10, "a refusal"
                     )
-                    assert sum(f.done() for f in futs) < N, "the preemption came too late"
                     await hi.release(grab.id)
 
                 total = await client.compute(arr.sum())
@@ -136,9 +136,9 @@ def test_a_revoked_job_with_two_processes_is_replaced_at_once(tmp_path: Path) ->
                 for node in victim.lease.nodes:
                     srv.core.broker.backend.fail(node, srv.core.now(), repair_after_s=0.5)
                 srv.core._wake.set()
+                assert sum(f.done() for f in futs) < 100, "the loss came too late"
                 await until(lambda: victim in cluster.ended_jobs, 10, "the revoked job closed")
                 assert "revoked" in victim.end_reason
-                assert sum(f.done() for f in futs) < 100, "the loss came too late"
                 # Replaced at once: the new job asks while the node is still down.
                 await until(lambda: len(cluster.jobs) == 1 and victim.name not in cluster.jobs)
                 (replacement,) = cluster.jobs.values()

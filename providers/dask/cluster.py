@@ -135,12 +135,17 @@ class BursarCluster(JobQueueCluster):
             if name not in self.worker_spec and name not in self.workers:
                 return {name: self.new_spec}
 
+    def _processes(self) -> int:
+        if "_worker_processes" not in self.__dict__:
+            self.__dict__["_worker_processes"] = self._dummy_job.worker_processes
+        return int(self.__dict__["_worker_processes"])
+
     def adapt(self, *args: Any, **kwargs: Any) -> Adaptive:
         """Scale with the scheduler's load (``minimum``/``maximum`` workers, or
         ``minimum_jobs``/``maximum_jobs``; ``interval``, ``wait_count``,
         ``target_duration``: see ``distributed.Adaptive``). With ``processes > 1`` the
         workers are grouped by job, so that scale-down retires whole leases."""
-        processes = self._dummy_job.worker_processes
+        processes = self._processes()
         if processes > 1:
             kwargs.setdefault("worker_key", JobOfWorker(processes))
         return super().adapt(*args, **kwargs)
@@ -200,7 +205,7 @@ class BursarCluster(JobQueueCluster):
         # never matches (distributed#9102). Map them to the job, and close and replace
         # the job once none of its workers is left.
         if op == "remove":
-            processes = self._dummy_job.worker_processes
+            processes = self._processes()
             name = str(self.scheduler_info["workers"].get(msg, {}).get("name", ""))
             job_name = worker_job(name, processes)
             if processes > 1 and job_name != name:
@@ -247,8 +252,12 @@ class BursarCluster(JobQueueCluster):
             await self.session.aclose()
 
     def __repr__(self) -> str:
+        try:
+            address = self.scheduler_address
+        except (AttributeError, ValueError):
+            address = "not started"
         return (
-            f"BursarCluster({self._name!r}, {self.scheduler_address!r}, "
+            f"BursarCluster({self._name!r}, {address!r}, "
             f"broker={self.session.broker!r}, campaign={self.session.campaign!r}, "
             f"jobs={len(self.worker_spec)}, workers={len(self.scheduler_info['workers'])})"
         )

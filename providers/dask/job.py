@@ -410,16 +410,22 @@ class BursarJob(Job):
             await asyncio.sleep(delay)
 
     def _renew_margin(self) -> float:
-        # Renew well before the point where the job would retire for want of a renewal.
-        return min(max(self.duration_s / 2, 2 * self.lease_margin, 1.0), self.duration_s * 0.9)
+        # The client's default (half the duration, at most 60 s before expiry), but well
+        # before the point where the job would retire for want of a renewal.
+        d = self.duration_s
+        return min(max(min(d / 2, 60.0), 2 * self.lease_margin, 1.0), d * 0.9)
 
     async def _run(self) -> None:
         try:
             try:
                 h = await self._acquire()
-            except BursarClientError as exc:  # not worth retrying: start() raises it
+            except BursarClientError as exc:  # not worth retrying
                 self._error = exc
-                self._set(JobState.ENDED, f"the broker would not take the request: {exc}")
+                reason = f"the broker would not take the request: {exc}"
+                if self.status is Status.running:  # asked again after a refusal: tell the cluster
+                    self._ended(reason, failed=True)
+                else:  # the first answer: start() raises it
+                    self._set(JobState.ENDED, reason)
                 return
             finally:
                 assert self._answered is not None
@@ -475,7 +481,8 @@ class BursarJob(Job):
             self._ended(f"lease {h.id} could not be renewed: workers retired, lease {final}")
 
     async def _expiry_guard(self, h: LeaseHandle) -> None:
-        """Returns ``lease_margin`` before the lease expires (renewals move that on)."""
+        """Returns ``lease_margin`` before the lease expires (renewals move that on).
+        ``expires_at`` is on the broker's clock: the margin absorbs a small skew."""
         changed = asyncio.Event()
         h.add_listener(lambda _h: changed.set())
         while True:
