@@ -66,13 +66,17 @@ def test_ray_scales_through_bursar_leases_and_survives_a_reclaim(v2: bool, tmp_p
             ray_head(cfg, v2=v2, state_dir=ray_state, log_dir=tmp_path) as head,
         ):
             t0 = time.monotonic()
-            print("head up", flush=True)
+            phases: dict[str, float] = {}  # seconds since submission (shown with -s)
+
+            def mark(phase: str) -> None:
+                phases[phase] = round(time.monotonic() - t0, 1)
+
             ray.init(address=head.address, log_to_driver=False)
             try:
                 ref = where.remote(str(marks))
                 # Scale-up: a lease, then the task on that lease's node.
                 first = until(lambda: os.listdir(marks), 60, "the task started on a node")[0]
-                print("first task started", time.monotonic() - t0, flush=True)
+                mark("task started on a leased node")
                 lease = leases.get_lease(first)
                 assert lease.state is LeaseState.ACTIVE
                 assert dict(lease.size) == {"cpu": 1.0, "mem_gb": 1.0}
@@ -89,13 +93,13 @@ def test_ray_scales_through_bursar_leases_and_survives_a_reclaim(v2: bool, tmp_p
                         30,
                         "a replacement refused while the pool is full",
                     )
-                    print("revoked, refused", time.monotonic() - t0, flush=True)
+                    mark("revoked, replacement refused")
                     hi.release(held.id)
 
                 # The task is retried on a replacement node, on a new lease; Ray saw the
                 # first node's death as a preemption.
                 second = ray.get(ref, timeout=90)
-                print("second done", time.monotonic() - t0, flush=True)
+                mark("done on the replacement")
                 assert second != first
                 assert sorted(os.listdir(marks)) == sorted([first, second])
                 (dead,) = [n for n in ray.nodes() if not n["Alive"]]
@@ -105,7 +109,8 @@ def test_ray_scales_through_bursar_leases_and_survives_a_reclaim(v2: bool, tmp_p
                 # Idle: back to zero leases and the head alone.
                 until(lambda: leases.list_leases() == [], 60, "zero leases")
                 until(lambda: sum(n["Alive"] for n in ray.nodes()) == 1, 30, "the head alone")
-                print("scaled down", time.monotonic() - t0, flush=True)
+                mark("zero leases, head alone")
+                print(f"autoscaler {'v2' if v2 else 'v1'}: {phases}")
                 ended = [leases.get_lease(i).state for i in (first, second)]
                 assert ended == [LeaseState.REVOKED, LeaseState.RELEASED]
             finally:

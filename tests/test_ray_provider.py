@@ -371,3 +371,18 @@ def test_the_head_is_listed_but_never_terminated(server: ServerThread, tmp_path:
         assert p.non_terminated_nodes({}) == ["head"] and not p.is_terminated("head")
     finally:
         p.close()
+
+
+def test_node_config_may_size_the_lease_itself(server: ServerThread, tmp_path: Path) -> None:
+    p = make(server, "ray", tmp_path)
+    try:
+        # create_node (no resources): only node_config.lease_size can size the lease.
+        p.create_node({"lease_size": {"cpu": 2}, "lease_labels": {"k": "v"}}, worker_tags(), 1)
+        (node,) = p.non_terminated_nodes({})
+        with BrokerClient(server.address, server.tokens["ray"]) as c:
+            lease = c.get_lease(node)
+            assert dict(lease.size) == {"cpu": 2.0} and lease.labels["k"] == "v"
+        with pytest.raises(NodeLaunchException, match="bad node type"):
+            p.create_node({}, worker_tags(), 1)
+    finally:
+        p.close()
