@@ -17,6 +17,7 @@ from distributed import Client
 from service_support import Client as Server
 from service_support import run, serve
 from test_dask_support import FAST_DASK, dask_config, prologue, slow_square, until
+from test_parsl_support import group_alive
 
 from bursar.providers.client import (
     AdminClient,
@@ -88,6 +89,7 @@ def test_adaptive_work_survives_a_reclaim_with_no_lost_result(tmp_path: Path) ->
                     await until(lambda: cluster.ended_jobs, 10, "the preempted job ended")
                     (victim,) = cluster.ended_jobs
                     assert "preempted" in victim.end_reason
+                    assert victim.pid is not None and not group_alive(victim.pid, 0.0)
                     # Retired through the scheduler (its results moved), before the revoke.
                     assert victim.retired == [victim.name]
                     # Its replacement asks at once and is refused while hi holds the cores.
@@ -216,7 +218,10 @@ def test_sync_close_releases_every_lease_including_a_refused_jobs(tmp_path: Path
             assert any(k.startswith("Job ") and "stderr" in k for k in logs), list(logs)
             leases = cluster.lease_ids()
             assert len(leases) == 2
+            pids = [j.pid for j in cluster.jobs.values() if j.pid is not None]
+            assert len(pids) == 2
         cluster.close()  # again: nothing left to do
+        assert not any(group_alive(pid) for pid in pids), "worker processes left behind"
         with AdminClient(srv.address, srv.admin_token) as admin:
             assert admin.get_campaign("wf").leases == 0
         with BrokerClient(srv.address, srv.tokens["wf"]) as wf:

@@ -328,6 +328,12 @@ class BursarJob(Job):
         return self._handle.lease if self._handle is not None else None
 
     @property
+    def pid(self) -> int | None:
+        """The process (and process group) id of the job's workers; None before they
+        start."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def worker_names(self) -> list[str]:
         """The names the job's workers register under."""
         if self.worker_processes > 1:
