@@ -18,10 +18,9 @@ class Profile:
         self.capacity = capacity
         self.times: list[float] = [origin]
         self.free: list[int] = [capacity]
-        # The same step function as numpy arrays, kept in step with the lists: long
-        # searches run over them at C speed.
-        self.T = np.array(self.times, dtype=np.float64)
-        self.F = np.array(self.free, dtype=np.int64)
+        # The same step function as numpy arrays for long searches, built when one needs
+        # them and dropped at every change (most changes come with no long search).
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def _split(self, t: float) -> int:
         """Index of the step starting exactly at ``t`` (creating it)."""
@@ -31,8 +30,7 @@ class Profile:
             return k
         times.insert(k, t)
         self.free.insert(k, self.free[k - 1])
-        self.T = np.insert(self.T, k, t)
-        self.F = np.insert(self.F, k, self.free[k])
+        self._arrays = None
         return k
 
     def take(self, start: float, end: float, units: int) -> None:
@@ -44,7 +42,7 @@ class Profile:
         free = self.free
         for k in range(a, b):
             free[k] -= units
-        self.F[a:b] -= units
+        self._arrays = None
 
     def give(self, start: float, end: float, units: int) -> None:
         """Return ``units`` over [start, end) and merge steps left equal to their neighbour."""
@@ -55,14 +53,12 @@ class Profile:
         free, times = self.free, self.times
         for k in range(a, b):
             free[k] += units
-        self.F[a:b] += units
+        self._arrays = None
         # Merge from the right so indices stay valid.
         for k in (b, a):
             if 0 < k < len(times) and free[k] == free[k - 1]:
                 del times[k]
                 del free[k]
-                self.T = np.delete(self.T, k)
-                self.F = np.delete(self.F, k)
 
     def drop_before(self, now: float) -> None:
         """Forget steps that ended before ``now`` (the step containing ``now`` stays)."""
@@ -70,8 +66,7 @@ class Profile:
         if k > 0:
             del self.times[:k]
             del self.free[:k]
-            self.T = self.T[k:]
-            self.F = self.F[k:]
+            self._arrays = None
 
     def earliest(self, now: float, units: int, length: float) -> float:
         """The earliest start >= now with ``units`` free for ``length`` seconds."""
@@ -123,8 +118,10 @@ class Profile:
             k = m
 
     def _earlier_np(self, now: float, units: int, length: float, k0: int, kh: int) -> float | None:
-        T = self.T
-        ok = self.F[k0:kh] >= units
+        if self._arrays is None:
+            self._arrays = (np.array(self.times), np.array(self.free))
+        T, F = self._arrays
+        ok = F[k0:kh] >= units
         if not ok.any():
             return None
         idx = np.arange(k0, kh)

@@ -1,0 +1,290 @@
+"""Replay policies on small synthetic SWF traces whose schedules are worked out by hand,
+the kernel's invariant checks against deliberately broken policies, and the optimised
+conservative backfill against a plain re-placement of every queued job."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bursar.sim.replay.ingest import load_trace
+from bursar.sim.replay.kernel import InvariantViolation, replay
+from bursar.sim.replay.mapping import ReplayConfig, Workload, to_workload
+from bursar.sim.replay.policies import POLICIES, make_policy
+from bursar.sim.replay.policies.conservative import Conservative
+from bursar.sim.replay.run import replay_trace
+
+TRACES = Path(
+    os.environ.get("BURSAR_TRACES_DIR")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+)
+
+
+@pytest.fixture
+def traces() -> Path:
+    if not TRACES.is_dir():
+        pytest.skip(f"no traces at {TRACES} (set BURSAR_TRACES_DIR)")
+    return TRACES
+
+
+def swf(tmp_path: Path, rows: list[tuple[int, ...]], max_procs: int = 10) -> Path:
+    """An SWF file: rows of (submit, run, procs, requested time[, user])."""
+    lines = [f"; MaxProcs: {max_procs}", "; UnixStartTime: 0"]
+    for i, row in enumerate(rows, 1):
+        submit, run, procs, req = row[:4]
+        user = row[4] if len(row) > 4 else i
+        lines.append(f"{i} {submit} 0 {run} {procs} -1 -1 {procs} {req} -1 1 {user} 1 -1 1 1 -1 -1")
+    p = tmp_path / "synthetic.swf"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def starts(path: Path, policy: str, config: ReplayConfig | None = None) -> list[float]:
+    r = replay_trace(path, policy, config=config)
+    return r.schedule.start
+
+
+# EASY protects only the head: job 4 backfills past job 3 (it fits the extra processors
+# at the head's shadow time) and delays job 3 from 20 to 23. Conservative backfill
+# protects job 3's reservation [20, 30) too, so job 4 waits until 30.
+EASY_VS_CONSERVATIVE = [
+    (0, 10, 6, 10),  # job 1: [0, 10)
+    (1, 10, 5, 10),  # job 2: head; shadow 10, extra 10 - 5 = 5
+    (2, 10, 10, 10),  # job 3: needs the whole machine
+    (3, 20, 4, 20),  # job 4: fits now (4 free), ends at 23 > shadow, 4 <= extra
+]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("fifo", [0, 10, 20, 30]),
+        ("easy", [0, 10, 23, 3]),
+        ("conservative", [0, 10, 20, 30]),
+        ("sjf", [0, 10, 23, 3]),
+    ],
+)
+def test_easy_and_conservative_decide_differently(
+    tmp_path: Path, policy: str, expected: list[float]
+) -> None:
+    assert starts(swf(tmp_path, EASY_VS_CONSERVATIVE), policy) == expected
+
+
+def test_fifo_is_strict_and_easy_backfills_a_short_job(tmp_path: Path) -> None:
+    rows = [
+        (0, 100, 6, 100),  # [0, 100)
+        (1, 10, 8, 10),  # head: waits for job 1
+        (2, 50, 4, 50),  # fits now and ends (52) before the shadow time (100)
+    ]
+    path = swf(tmp_path, rows)
+    assert starts(path, "fifo") == [0, 100, 110]
+    assert starts(path, "easy") == [0, 100, 2]
+    assert starts(path, "conservative") == [0, 100, 2]
+
+
+def test_sjf_runs_the_shortest_waiting_job_first(tmp_path: Path) -> None:
+    rows = [(0, 10, 10, 10), (1, 100, 10, 100), (2, 5, 10, 5)]
+    path = swf(tmp_path, rows)
+    assert starts(path, "fifo") == [0, 10, 110]
+    assert starts(path, "easy") == [0, 10, 110]
+    assert starts(path, "sjf") == [0, 15, 10]
+
+
+def test_conservative_compresses_after_an_early_end(tmp_path: Path) -> None:
+    # Job 1 asks for 100 s and ends at 10: job 2's reservation [100, 110) moves to 10,
+    # and job 3's [110, 120) to 20.
+    rows = [(0, 10, 10, 100), (1, 10, 10, 10), (2, 10, 10, 10)]
+    path = swf(tmp_path, rows)
+    assert starts(path, "conservative") == [0, 10, 20]
+
+
+def test_bursar_skips_ahead_until_the_head_ages(tmp_path: Path) -> None:
+    # Job 2 (8 procs) is blocked by job 1. Job 4 (4 procs) fits at 60: with the broker's
+    # default patience (300 s) it skips ahead; with 50 s, job 2 has aged at 51 and holds
+    # the line, so job 4 waits for capacity behind it (job 2 runs [100, 110)).
+    rows = [
+        (0, 100, 6, 100, 1),
+        (1, 10, 8, 10, 2),
+        (2, 10, 4, 10, 3),  # skips ahead at once (job 2 not aged yet)
+        (60, 10, 4, 10, 4),
+    ]
+    path = swf(tmp_path, rows)
+    assert starts(path, "bursar") == [0, 100, 2, 60]
+    assert starts(path, "bursar", ReplayConfig(hol_patience_s=50)) == [0, 100, 2, 110]
+
+
+def test_bursar_envelope_burst_caps_a_campaign(tmp_path: Path) -> None:
+    # One user, burst ceiling 6: the second 4-proc job waits for the first even though
+    # the machine has room.
+    from bursar.sim.replay.mapping import Envelope
+
+    rows = [(0, 10, 4, 10, 7), (1, 10, 4, 10, 7)]
+    path = swf(tmp_path, rows)
+    assert starts(path, "bursar") == [0, 1]
+    capped = ReplayConfig(default=Envelope(burst=6))
+    assert starts(path, "bursar", capped) == [0, 10]
+
+
+class _Greedy:
+    """Starts every job the moment it arrives, whatever is free: breaks capacity."""
+
+    name = "greedy"
+    timed = False
+
+    def __init__(self, w: Workload, config: object = None) -> None:
+        self.new: list[int] = []
+
+    def submit(self, j: int, now: float) -> None:
+        self.new.append(j)
+
+    def finish(self, j: int, now: float) -> None:
+        pass
+
+    def schedule(self, now: float, free: int) -> list[int]:
+        out, self.new = self.new, []
+        return out
+
+    def wakeup(self) -> None:
+        return None
+
+
+class _Twice(_Greedy):
+    """Starts the first job again when the second arrives."""
+
+    def schedule(self, now: float, free: int) -> list[int]:
+        out = super().schedule(now, free)
+        return [*out, 0] if now > 0 else out
+
+
+class _Lazy(_Greedy):
+    """Never starts the last job."""
+
+    def schedule(self, now: float, free: int) -> list[int]:
+        return [j for j in super().schedule(now, free) if j != 2]
+
+
+def _workload(size: int = 6) -> Workload:
+    return Workload(10, "processors", [1, 2, 3], [0, 1, 2], [size, size, 1], [10, 10, 10],
+                    [10, 10, 10], [0, 0, 0], ["all"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("policy", "rule"),
+    [
+        (_Greedy, "capacity never exceeded"),
+        (_Twice, "every job starts exactly once"),
+        (_Lazy, "every job starts and ends exactly once"),
+    ],
+)
+def test_strict_mode_stops_a_broken_policy(policy: type, rule: str) -> None:
+    w = _workload(6 if policy is _Greedy else 2)
+    with pytest.raises(InvariantViolation) as e:
+        replay(w, policy(w), strict=True)
+    assert rule in str(e.value)
+    assert "event:" in str(e.value) and "free=" in str(e.value)
+
+
+def test_no_lease_beyond_its_duration() -> None:
+    w = _workload()
+    w.hold[0] = 11  # held longer than its 10 s lease
+    with pytest.raises(InvariantViolation, match="no lease beyond its duration"):
+        replay(w, make_policy("fifo", w, ReplayConfig()), strict=True)
+
+
+def test_strict_off_lets_a_broken_policy_finish() -> None:
+    w = _workload()
+    s = replay(w, _Greedy(w), strict=False)
+    assert s.start == [0, 1, 2]
+
+
+class _Reference(Conservative):
+    """Conservative backfill without the optimisations: every queued job gives back its
+    reservation and takes the earliest slot again, in order."""
+
+    def _compress(self, now: float) -> None:
+        p = self.profile
+        for j, old in list(self.reserved.items()):
+            if old == now:
+                del self.reserved[j]
+                self.due.append(j)
+                continue
+            d, s = self.dur[j], self.size[j]
+            p.give(old, old + d, s)
+            new = p.earliest(now, s, d)
+            p.take(new, new + d, s)
+            if new == now:
+                del self.reserved[j]
+                self.due.append(j)
+            elif new != old:
+                self._reserve(j, new)
+
+
+jobs = st.lists(
+    st.tuples(
+        st.integers(0, 50),  # submit gap
+        st.integers(1, 8),  # size
+        st.integers(1, 60),  # requested duration
+        st.floats(0.0, 1.0),  # fraction of the duration actually held
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _random_workload(rows: list[tuple[int, int, int, float]]) -> Workload:
+    t = 0.0
+    w = Workload(8, "processors", [], [], [], [], [], [], ["all"])
+    for i, (gap, size, dur, frac) in enumerate(rows):
+        t += gap
+        w.job_id.append(i + 1)
+        w.submit.append(t)
+        w.size.append(size)
+        w.duration.append(float(dur))
+        w.hold.append(float(round(dur * frac)))
+        w.campaign.append(0)
+    return w
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs)
+def test_every_policy_keeps_the_invariants_on_random_workloads(
+    rows: list[tuple[int, int, int, float]],
+) -> None:
+    w = _random_workload(rows)
+    for name in POLICIES:
+        s = replay(w, make_policy(name, w, ReplayConfig()), strict=True)
+        assert all(s.start[j] >= w.submit[j] for j in range(len(w)))
+    fifo = replay(w, make_policy("fifo", w, ReplayConfig())).start
+    assert fifo == sorted(fifo), "FIFO starts jobs in submit order"
+
+
+@settings(max_examples=150, deadline=None)
+@given(jobs)
+def test_conservative_equals_plain_replacement(rows: list[tuple[int, int, int, float]]) -> None:
+    w = _random_workload(rows)
+    assert replay(w, Conservative(w)).start == replay(w, _Reference(w)).start
+
+
+def test_conservative_equals_plain_replacement_on_a_long_queue(traces: Path) -> None:
+    # HPC2N's busiest stretch: queues of thousands of jobs, where the numpy search runs.
+    trace = load_trace(traces / "pwa-hpc2n" / "HPC2N-2002-2.2-cln.swf.gz")
+    w = to_workload(trace, 240)
+    for col in ("job_id", "submit", "size", "duration", "hold", "campaign"):
+        setattr(w, col, getattr(w, col)[190000:190600])
+    assert replay(w, Conservative(w)).start == replay(w, _Reference(w)).start
+
+
+def test_synthetic_file_format(tmp_path: Path) -> None:
+    text = swf(tmp_path, [(0, 1, 1, 1)]).read_text()
+    assert text == textwrap.dedent(
+        """\
+        ; MaxProcs: 10
+        ; UnixStartTime: 0
+        1 0 0 1 1 -1 -1 1 1 -1 1 1 1 -1 1 1 -1 -1
+        """
+    )
