@@ -34,16 +34,26 @@ def refusals(state_dir: Path, campaign: str, reason: str) -> int:
     return sum(1 for ev, dec in rows if f'"{campaign}"' in ev and reason in dec)
 
 
-# The node of a reclaimed lease is drained in Ray as preempted first, so Ray retries
-# what its end killed without counting it against max_retries (which must be > 0).
+# One retry: the node of a reclaimed lease is drained in Ray as preempted before it
+# stops, so Ray retries what the revocation killed without counting it; the crash of
+# the second attempt takes the one retry, and the third attempt succeeds.
 @ray.remote(resources={"bursar_node": 1}, num_cpus=1, max_retries=1)
 def where(marks: str) -> str:
-    """Record the attempt; the first one runs long (it is the one revoked)."""
+    """Record the attempt (``N-LEASE``); the first runs until its node is revoked, the
+    second crashes its worker."""
     lease = os.environ["BURSAR_LEASE_ID"]
-    first = not os.listdir(marks)
-    Path(marks, lease).write_text("")
-    time.sleep(60 if first else 0.5)
+    attempt = len(os.listdir(marks))
+    Path(marks, f"{attempt}-{lease}").write_text("")
+    if attempt == 0:
+        time.sleep(60)
+    elif attempt == 1:
+        os._exit(1)
     return lease
+
+
+def attempts(marks: Path) -> list[str]:
+    """The lease of each attempt, in order."""
+    return [name.split("-", 1)[1] for name in sorted(os.listdir(marks))]
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["autoscaler-v1", "autoscaler-v2"])
@@ -75,7 +85,7 @@ def test_ray_scales_through_bursar_leases_and_survives_a_reclaim(v2: bool, tmp_p
             try:
                 ref = where.remote(str(marks))
                 # Scale-up: a lease, then the task on that lease's node.
-                first = until(lambda: os.listdir(marks), 60, "the task started on a node")[0]
+                (first,) = until(lambda: attempts(marks), 60, "the task started on a node")
                 mark("task started on a leased node")
                 lease = leases.get_lease(first)
                 assert lease.state is LeaseState.ACTIVE
@@ -97,11 +107,11 @@ def test_ray_scales_through_bursar_leases_and_survives_a_reclaim(v2: bool, tmp_p
                     hi.release(held.id)
 
                 # The task is retried on a replacement node, on a new lease; Ray saw the
-                # first node's death as a preemption.
+                # first node's death as a preemption, which took none of its retries.
                 second = ray.get(ref, timeout=90)
                 mark("done on the replacement")
                 assert second != first
-                assert sorted(os.listdir(marks)) == sorted([first, second])
+                assert attempts(marks) == [first, second, second]
                 (dead,) = [n for n in ray.nodes() if not n["Alive"]]
                 assert dead["DeathReason"] == NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED
                 assert f"Bursar lease {first}" in dead["DeathReasonMessage"]

@@ -101,7 +101,14 @@ from bursar.providers.client import (
     Refused,
     SyncLeaseHandle,
 )
-from bursar.providers.ray.raylet import Proc, node_processes, proc_start, start_node, stop_processes
+from bursar.providers.ray.raylet import (
+    Proc,
+    node_processes,
+    proc_start,
+    start_node,
+    stop_node,
+    stop_processes,
+)
 from bursar.providers.ray.settings import (
     NodeSettings,
     ProviderSettings,
@@ -621,9 +628,7 @@ class BursarNodeProvider(NodeProvider):
         log.info("node %s: raylet started on %s (pid %d)", n.node_id, n.ip, popen.pid)
 
     def _stop_raylet(self, n: _Node) -> None:
-        procs = node_processes(n.proc, n.node_id)
-        if procs:
-            stop_processes(procs, self.settings.stop_grace_s, rescan=n.proc, node_id=n.node_id)
+        stop_node(n.proc, n.node_id, self.settings.stop_grace_s)
         if n.popen is not None:
             with contextlib.suppress(Exception):
                 n.popen.wait(1.0)

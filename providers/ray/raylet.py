@@ -31,6 +31,7 @@ __all__ = [
     "proc_start",
     "ray_executable",
     "start_node",
+    "stop_node",
     "stop_processes",
 ]
 
@@ -126,6 +127,40 @@ def stop_processes(
     while any(alive(p) for p in targets) and time.monotonic() < deadline:
         time.sleep(0.02)
     return targets
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    return raw[raw.index("(") + 1 : raw.rindex(")")]
+
+
+def stop_node(root: Proc | None, node_id: str, grace_s: float) -> set[Proc]:
+    """Stop a node's processes, raylet first: SIGTERM the ``ray start`` process group
+    (raylet, agents) and wait, up to ``grace_s``, for the raylet to leave the cluster;
+    then stop the rest (its workers, which live in groups of their own), SIGKILLing what
+    is left. The order matters to Ray: a task whose worker dies while its node is still
+    alive is a plain failure, one whose node went first (drained as preempted) is a
+    preemption, retried without counting against ``max_retries``."""
+    procs = node_processes(root, node_id)
+    group = {p for p in procs if root is not None and _pgid(p.pid) == root.pid}
+    raylets = {p for p in group if _name(p.pid) == "raylet"}
+    if raylets:
+        _signal(group, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while any(alive(p) for p in raylets) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return stop_processes(
+        procs | node_processes(root, node_id), grace_s / 2, rescan=root, node_id=node_id
+    )
+
+
+def _pgid(pid: int) -> int | None:
+    st = _stat(pid)
+    return None if st is None else st[2]
 
 
 def _signal(procs: Iterable[Proc], sig: signal.Signals) -> None:
