@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from client_support import ServerThread, server_thread
 from ray.autoscaler.node_launch_exception import NodeLaunchException
 from ray.autoscaler.tags import (
@@ -28,10 +29,11 @@ from ray.autoscaler.tags import (
     TAG_RAY_NODE_STATUS,
     TAG_RAY_USER_NODE_TYPE,
 )
-from test_ray_support import ray_config, until
+from test_ray_support import cluster_yaml, ray_config, until
 
 from bursar.providers.client import BrokerClient, LeaseState
 from bursar.providers.ray import TAG_LEASE_STATE, BursarNodeProvider, LeaseRefused
+from bursar.providers.ray.check import check
 from bursar.providers.ray.raylet import Proc, alive, proc_start
 from bursar.providers.ray.settings import (
     SettingsError,
@@ -386,3 +388,33 @@ def test_node_config_may_size_the_lease_itself(server: ServerThread, tmp_path: P
             p.create_node({}, worker_tags(), 1)
     finally:
         p.close()
+
+
+def test_check_reports_what_rays_monitor_would_trip_over(
+    server: ServerThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_text(server.tokens["ray"])
+    good = cluster_yaml(
+        tmp_path / "good.yaml", broker=server.address, token_file=token, state_dir=tmp_path
+    )
+    assert check(good) == []
+    out = capsys.readouterr().out
+    assert "cpu_worker: each node is a lease of {'cpu': 1.0, 'mem_gb': 1.0}" in out
+    assert "you are campaign:ray, holding 0 leases" in out
+
+    cfg = yaml.safe_load(good.read_text())
+    del cfg["file_mounts"]
+    cfg["provider"]["campain"] = "ray"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    problems = check(bad)
+    assert any("file_mounts: missing" in p for p in problems), problems
+    assert any("provider.campain: unknown key" in p for p in problems), problems
+
+    cfg = yaml.safe_load(good.read_text())
+    cfg["provider"]["token_file"] = str(tmp_path / "wrong")
+    (tmp_path / "wrong").write_text("not-a-token")
+    bad.write_text(yaml.safe_dump(cfg))
+    (problem,) = check(bad)
+    assert f"provider.broker {server.address}" in problem and "INVALID_TOKEN" in problem
