@@ -40,6 +40,8 @@ Life cycle of one worker node (one node is one lease; the node id is the lease i
                         DrainNode, reason PREEMPTION, deadline = the revocation): no
                         new tasks land there, those running go on until revoked
     REVOKED / EXPIRED ──► gone from non_terminated_nodes() at once; raylet stopped
+                          (before its workers: Ray then counts what a drained node's
+                          end kills as a preemption, retried without using max_retries)
     terminate_node(s) ──► gone at once; raylet stopped (SIGTERM, then SIGKILL after
                           stop_grace_s); lease released. Idempotent: unknown or
                           already-terminated nodes are ignored (v2 drains, then
@@ -59,9 +61,10 @@ in a session of its own. Each raylet's environment holds ``BURSAR_LEASE_ID``,
 ``RAY_NODE_TYPE_NAME``; its Ray labels ``bursar.io/lease-id``,
 ``bursar.io/lease-duration-s`` and ``bursar.io/campaign``.
 
-A lease shorter than a task burns the task's retries (Ray's default ``max_retries`` is
-3): on preemptible pools use ``max_retries=-1`` or checkpoint, and read the lease
-duration from the node label.
+A reclaimed lease costs its tasks no retry (they must still allow one: Ray retries
+nothing with ``max_retries=0``); an *expired* one (renewal refused, no warning) costs
+one each, so on pools where renewals may be refused use ``max_retries=-1`` or
+checkpoint, and read the lease duration from the node label.
 
 What the provider knows is written to ``state_dir`` on every change; a new provider
 (a restarted monitor) stops the raylets and releases the leases that a dead one left.
