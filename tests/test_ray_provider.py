@@ -29,7 +29,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_NODE_STATUS,
     TAG_RAY_USER_NODE_TYPE,
 )
-from test_ray_support import cluster_yaml, ray_config, until
+from test_ray_support import EXAMPLE, cluster_yaml, ray_config, until
 
 from bursar.providers.client import BrokerClient, LeaseState
 from bursar.providers.ray import TAG_LEASE_STATE, BursarNodeProvider, LeaseRefused
@@ -393,6 +393,7 @@ def test_node_config_may_size_the_lease_itself(server: ServerThread, tmp_path: P
 def test_check_reports_what_rays_monitor_would_trip_over(
     server: ServerThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    assert check(EXAMPLE, broker=False) == []  # the example as shipped
     token = tmp_path / "token"
     token.write_text(server.tokens["ray"])
     good = cluster_yaml(
