@@ -351,12 +351,24 @@ def test_bad_provider_settings_name_the_key(change: dict[str, Any], match: str) 
         parse_settings(section, "c", env={})
 
 
-def test_head_address_defaults_to_the_monitors_gcs_address() -> None:
+def test_the_head_is_found_on_the_monitors_command_line(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("head_node_type: ray.head.default\n")
     section = {"type": "external", "broker": "127.0.0.1:1"}
-    argv = ["monitor.py", "--logs-dir=/x", "--gcs-address=10.0.0.1:6379"]
+    argv = [
+        "monitor.py",
+        "--logs-dir=/x",
+        "--gcs-address=10.0.0.1:6379",
+        "--monitor-ip",
+        "10.0.0.1",
+        f"--autoscaling-config={cluster}",
+    ]
     s = parse_settings(section, "c", env={"BURSAR_TOKEN": "tok"}, argv=argv)
-    assert s.head_address == "10.0.0.1:6379" and s.token == "tok"
-    assert "tok" not in repr(s)
+    assert s.head_address == "10.0.0.1:6379" and s.head_ip == "10.0.0.1"
+    assert s.head_node_type == "ray.head.default" and s.head_node_id == "head"
+    assert s.token == "tok" and "tok" not in repr(s)
+    bare = parse_settings(section, "c", env={}, argv=["python"])
+    assert bare.head_address is None and bare.head_ip is None and bare.token is None
 
 
 def test_the_head_is_listed_but_never_terminated(server: ServerThread, tmp_path: Path) -> None:

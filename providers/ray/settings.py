@@ -11,10 +11,13 @@ import ipaddress
 import math
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 __all__ = [
     "DEFAULT_RESOURCE_MAP",
@@ -277,8 +280,6 @@ def parse_settings(
         )
     state_dir = provider.get("state_dir")
     if state_dir is None:
-        import tempfile
-
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", cluster_name) or "default"
         state_dir = Path(tempfile.gettempdir()) / f"bursar-ray-{safe}"
     head_ip = provider.get("head_ip") or _arg(argv, "--monitor-ip")
@@ -347,12 +348,10 @@ def _head_type_from(path: str | None) -> str:
     if path is None:
         return "head"
     try:
-        import yaml
-
         with open(path) as f:
             cfg = yaml.safe_load(f)
         return str(cfg.get("head_node_type") or "head")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, yaml.YAMLError, AttributeError):
         return "head"
 
 
