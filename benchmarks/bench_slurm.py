@@ -108,7 +108,7 @@ def broker(state_dir: Path) -> Iterator[tuple[str, str]]:
         port=0,
         metrics_port=None,
         limits=LimitSettings(rate=1e6, burst=1e6, max_streams=64),
-        backend=SlurmPool(cfg.slurm, max_lease_s=cfg.policy.max_lease_s),
+        backend=SlurmPool(cfg.slurm),
     )
     box: dict[str, object] = {}
     ready = threading.Event()

@@ -83,7 +83,8 @@ class SlurmSettings:
     allocate_timeout_s: int = 10
     """How long ``salloc --immediate`` may wait for the resources the engine placed."""
     time_limit_min: int | None = None
-    """Each allocation's Slurm time limit; None: the policy's max_lease_s, rounded up."""
+    """Each allocation's Slurm time limit in minutes; None: the partition's default. A lease
+    renewed past it loses its allocation (Slurm ends the job: the lease is revoked)."""
     warn_signal: WarnSignal = WarnSignal.NONE
     """Signal sent to an allocation's steps at its preemption warning (none: only the
     revocation, which cancels it: SIGTERM, then SIGKILL after Slurm's KillWait)."""

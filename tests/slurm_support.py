@@ -225,7 +225,7 @@ def slurm_config(job_prefix: str, **kw: Any) -> Config:
 
 def slurm_backend(cfg: Config) -> SlurmPool:
     assert cfg.slurm is not None
-    return SlurmPool(cfg.slurm, max_lease_s=cfg.policy.max_lease_s)
+    return SlurmPool(cfg.slurm)
 
 
 @dataclass(frozen=True)

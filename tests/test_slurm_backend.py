@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,10 +26,12 @@ from slurm_support import (
 )
 
 from bursar.broker.backends.slurm import SlurmPool, discover_pool, gres_count, gres_indices
+from bursar.broker.codec import decode_event
 from bursar.broker.config import parse_config
-from bursar.broker.decisions import Grant, PreemptWarning, Revoke
-from bursar.broker.errors import ConfigError
-from bursar.broker.events import LeaseLost, NodeLost, Release, RequestLease, Tick
+from bursar.broker.decisions import Decision, Grant, PreemptWarning, Revoke
+from bursar.broker.errors import ConfigError, RequestError
+from bursar.broker.events import Event, LeaseLost, NodeLost, Release, RequestLease
+from bursar.broker.pool import Power
 from bursar.broker.runtime import Broker
 from bursar.providers.launch import launch_argv
 
@@ -68,6 +71,8 @@ def test_engine_revokes_a_lost_lease_with_the_backends_reason() -> None:
     (rev,) = eng.apply(LeaseLost(2, grant.lease_id, "slurm job 9 CANCELLED outside the broker"))
     assert isinstance(rev, Revoke) and rev.cause == "slurm job 9 CANCELLED outside the broker"
     assert eng.apply(LeaseLost(3, grant.lease_id, "again")) == []  # already over: no-op
+    with pytest.raises(RequestError, match="cause"):
+        eng.apply(LeaseLost(4, grant.lease_id, ""))
 
 
 def test_slurm_config_errors_name_file_key_and_allowed_values() -> None:
@@ -90,7 +95,8 @@ def test_slurm_config_errors_name_file_key_and_allowed_values() -> None:
 # ------------------------------------------------------------------------------ real cluster
 
 
-def on_slurm(f):  # type: ignore[no-untyped-def]
+def on_slurm(f: Callable[..., None]) -> Callable[..., None]:
+    """A slow test on the session's Slurm cluster."""
     return pytest.mark.slow(pytest.mark.usefixtures("slurm_cluster")(f))
 
 
@@ -100,7 +106,7 @@ def open_broker(tmp_path: Path, pre: str, **kw: object) -> tuple[Broker, SlurmPo
     return Broker.open(tmp_path / "state", cfg, pool, at=time.time()), pool
 
 
-def grant_of(decisions: list) -> Grant:  # type: ignore[type-arg]
+def grant_of(decisions: list[Decision]) -> Grant:
     (g,) = [d for d in decisions if isinstance(d, Grant)]
     return g
 
@@ -109,7 +115,7 @@ def request(b: Broker, campaign: str, size: dict[str, float], duration_s: float 
     return grant_of(b.submit(RequestLease(time.time(), campaign, size, duration_s)))
 
 
-def poll(b: Broker) -> list:  # type: ignore[type-arg]
+def poll(b: Broker) -> list[Decision]:
     return b.catch_up(time.time())
 
 
@@ -221,18 +227,18 @@ def test_what_slurm_does_behind_the_brokers_back_ends_leases(
     assert c.lease_id in b.engine.leases  # the other one is untouched
     # An admin drains a node: the engine hears NodeLost and revokes what is on it; the node
     # comes back (NodeReady) when it is resumed.
-    node = pool.slurm_node(c.nodes[0])
+    node, i = pool.slurm_node(c.nodes[0]), b.engine.pool.index[c.nodes[0]]
     scontrol = ["scontrol", "update", f"nodename={node}"]
     subprocess.run([*scontrol, "state=drain", "reason=bursar-test"], check=True)
     try:
         until(lambda: (poll(b), c.lease_id in b.engine.ended)[1], 10, "the node loss")
-        lost = [e for _, e, _ in _journal_events(b) if isinstance(e, NodeLost)]
+        lost = [e for e in _journal_events(b) if isinstance(e, NodeLost)]
         assert [e.node for e in lost] == [c.nodes[0]]
-        assert b.engine.pool.nodes[0].power.value == "down"
+        assert b.engine.pool.nodes[i].power is Power.DOWN
         until(lambda: job_state(int(c_job)) != "RUNNING", 10, "the drained node's job to end")
     finally:
         subprocess.run([*scontrol, "state=resume"], check=True)
-    until(lambda: (poll(b), b.engine.pool.nodes[0].power.value == "on")[1], 10, "node back")
+    until(lambda: (poll(b), b.engine.pool.nodes[i].power is Power.ON)[1], 10, "node back")
     # An allocation the broker cannot make ends the lease at once, with Slurm's answer.
     hog = salloc(f"other-{pre}", "-w", "node3,node4", "-N2", "--gres=gpu:8")
     try:
@@ -244,17 +250,15 @@ def test_what_slurm_does_behind_the_brokers_back_ends_leases(
     b.close()
 
 
-def _journal_events(b: Broker) -> list:  # type: ignore[type-arg]
-    from bursar.broker.codec import decode_event
-
-    return [(seq, decode_event(ev), ds) for seq, ev, ds in b.journal.raw_entries()]
+def _journal_events(b: Broker) -> list[Event]:
+    return [decode_event(ev) for _, ev, _ in b.journal.raw_entries()]
 
 
 @on_slurm
 def test_orphans_are_cancelled_and_a_fresh_broker_leaves_other_prefixes_alone(
-    tmp_path: Path,
+    tmp_path: Path, job_prefix: str
 ) -> None:
-    pre, other = prefix(), prefix()
+    pre, other = job_prefix, prefix()
     orphan = salloc(f"{pre}-L41", "-w", "node4", "-c", "1")
     foreign = salloc(f"{other}-L1", "-w", "node4", "-c", "1")
     b, pool = open_broker(tmp_path, pre)
@@ -263,5 +267,4 @@ def test_orphans_are_cancelled_and_a_fresh_broker_leaves_other_prefixes_alone(
     assert job_state(foreign) == "RUNNING"
     subprocess.run(["scancel", str(foreign)], check=True)
     assert not [j for j in squeue() if j["name"].startswith(pre) and j["job_state"] == "RUNNING"]
-    b.submit(Tick(time.time()))
     b.close()

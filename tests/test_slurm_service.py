@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from slurm_support import (
     job_prefix_fixture,  # noqa: F401  (fixtures: job_prefix, slurm_cluster)
     job_state,
@@ -19,6 +20,7 @@ from slurm_support import (
 )
 from test_service_process import Server
 
+from bursar.broker.cli import main
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.providers.client import Backoff, BrokerClient, LeaseState
 from bursar.providers.launch import launch_argv
@@ -86,15 +88,14 @@ def test_kill_9_and_restart_readopts_allocations_and_cancels_orphans(
     with Journal.open(state / JOURNAL_FILENAME) as j:
         kinds = [e for _, e, _ in j.raw_entries() if '"kind":"lease_lost"' in e]
     assert len(kinds) == 1
+    # The journal, backend events included, re-derives every decision.
+    audit = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(state)])
+    assert audit.exit_code == 0, audit.output
 
 
 def test_serve_backend_slurm_needs_a_config_and_names_a_bad_partition(
     tmp_path: Path, job_prefix: str
 ) -> None:
-    from click.testing import CliRunner
-
-    from bursar.broker.cli import main
-
     r = CliRunner().invoke(main, ["serve", "--backend", "slurm", "--state-dir", str(tmp_path)])
     assert r.exit_code == 2 and "--backend slurm needs --config FILE" in r.output
     cfg = tmp_path / "bad.toml"

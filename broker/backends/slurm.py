@@ -402,7 +402,6 @@ class SlurmPool:
         self,
         settings: SlurmSettings,
         *,
-        max_lease_s: float = 86400.0,
         cli: SlurmCli | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -413,7 +412,6 @@ class SlurmPool:
         _, self._slurm_name = layout(members)
         self._engine_name = {s: e for e, s in self._slurm_name.items()}
         self._state: dict[str, NodeState] = {n: NodeState.WARM for n in self._slurm_name}
-        self._time_limit = settings.time_limit_min or max(1, math.ceil(max_lease_s / 60.0))
         self._pieces: PieceSource | None = None
         self._allocs: dict[str, Allocation] = {}
         self._lease_nodes: dict[str, tuple[str, ...]] = {}
@@ -586,8 +584,9 @@ class SlurmPool:
             f"--job-name={name}",
             f"--comment=bursar lease {lease_id}",
             f"--partition={self.partition}",
-            f"--time={self._time_limit}",
         ]
+        if s.time_limit_min:
+            common.append(f"--time={s.time_limit_min}")
         if s.account:
             common.append(f"--account={s.account}")
         if s.qos:

@@ -228,4 +228,4 @@ def _slurm_backend(config_path: Path | None) -> tuple[Any, Any]:
         )
     config = load_config(config_path, discover=discover_pool)
     assert config.slurm is not None
-    return config, SlurmPool(config.slurm, max_lease_s=config.policy.max_lease_s)
+    return config, SlurmPool(config.slurm)
