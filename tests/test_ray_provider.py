@@ -132,7 +132,7 @@ def test_nodes_are_leases_listed_with_their_tags_and_terminated_idempotently(
         for t in threads:
             t.join()
         a, b = sorted(p.non_terminated_nodes({}))
-        assert p.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: "cpu_worker"}) == [a, b]
+        assert sorted(p.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: "cpu_worker"})) == [a, b]
         assert p.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: "gpu_worker"}) == []
         with BrokerClient(server.address, server.tokens["ray"]) as c:
             for node_id in (a, b):
