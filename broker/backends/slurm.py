@@ -8,12 +8,15 @@ shell that makes its decisions real on Slurm, and tells it what Slurm did behind
   names to Slurm's, in Slurm's natural node order, so the same cluster always gives the same
   names (the journal keeps them).
 * ``place`` turns the engine's per-node placement into one allocation made with
-  ``salloc --no-shell --immediate`` (scheduled inline, no batch tick): a plain job when the
-  lease sits on one node, a heterogeneous job with one component per node otherwise, so
-  that each node holds exactly the piece the engine put there (``-w NODE -n1 -c CPUS
-  --gres=gpu:G [--mem=MB]``). A piece always takes at least one CPU, because Slurm cannot
-  run a job step on none. The job is named ``{job_prefix}-{lease id}``; its id, nodes and GPU
-  indices are what :meth:`SlurmPool.allocation` reports for the lease.
+  ``salloc --no-shell --immediate`` (scheduled inline, no batch tick), so that each node
+  holds exactly the piece the engine put there: a plain job when the pieces are equal (one
+  node, or whole nodes: ``-w NODES -N k --ntasks-per-node=1 -c CPUS --gres=gpu:G``), else a
+  heterogeneous job with one single-node component per piece (Slurm starts those from its
+  backfill scheduler, so within ``bf_interval``). A piece always takes at least one CPU,
+  because Slurm cannot run a job step on none; memory is asked for only when the piece has
+  some. The job is named ``{job_prefix}-{lease id}``; its id, nodes and GPU indices are
+  what :meth:`SlurmPool.allocation` reports for the lease. A Slurm refusal revokes the
+  lease at once (``LeaseLost``: the grant is already journaled).
 * ``unplace`` (release, expiry, revocation) cancels the job: Slurm sends its steps SIGTERM,
   then SIGKILL after KillWait. With ``warn_signal`` the steps also get that signal at the
   lease's preemption warning, a grace period before the revocation.
