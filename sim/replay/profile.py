@@ -9,6 +9,7 @@ walk a few neighbouring steps, and inserting a breakpoint is one C-level memmove
 from __future__ import annotations
 
 import bisect
+import math
 
 import numpy as np
 
@@ -21,6 +22,9 @@ class Profile:
         # The same step function as numpy arrays for long searches, built when one needs
         # them and dropped at every change (most changes come with no long search).
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        # Run tables (see earlier_slot) by units, for one ``now``; a change drops the
+        # tables whose runs it alters.
+        self._runs: dict[int, tuple[float, list[float], list[float], list[float]]] = {}
 
     def _split(self, t: float) -> int:
         """Index of the step starting exactly at ``t`` (creating it)."""
@@ -40,9 +44,23 @@ class Profile:
         a = self._split(start)
         b = self._split(end)
         free = self.free
+        lo = hi = free[a]
         for k in range(a, b):
-            free[k] -= units
+            f = free[k]
+            if f < lo:
+                lo = f
+            elif f > hi:
+                hi = f
+            free[k] = f - units
         self._arrays = None
+        # A run table for u changes only where a step's free units cross u.
+        self._invalidate(lo - units, hi)
+
+    def _invalidate(self, above: int, upto: int) -> None:
+        runs = self._runs
+        if runs:
+            for u in [u for u in runs if above < u <= upto]:
+                del runs[u]
 
     def give(self, start: float, end: float, units: int) -> None:
         """Return ``units`` over [start, end) and merge steps left equal to their neighbour."""
@@ -51,9 +69,16 @@ class Profile:
         a = self._split(start)
         b = self._split(end)
         free, times = self.free, self.times
+        lo = hi = free[a]
         for k in range(a, b):
-            free[k] += units
+            f = free[k]
+            if f < lo:
+                lo = f
+            elif f > hi:
+                hi = f
+            free[k] = f + units
         self._arrays = None
+        self._invalidate(lo, hi + units)
         # Merge from the right so indices stay valid.
         for k in (b, a):
             if 0 < k < len(times) and free[k] == free[k - 1]:
@@ -94,28 +119,61 @@ class Profile:
         The same answer ``earliest`` would give after ``give`` of the job's own slot, but
         without changing the profile. A window [t, t + length) with t < held is feasible
         exactly when ``units`` are free on [t, min(t + length, held)): from ``held`` on,
-        the job's own reservation covers it. Short spans are walked in Python; long ones
-        (a long queue, where most jobs are looked at and few move) run in numpy.
+        the job's own reservation covers it. So the answer is the start of the first
+        *run* (maximal stretch of steps with ``units`` free) that begins before ``held``
+        and either lasts ``length`` from its start or reaches ``held`` (only the last run
+        before ``held`` can). The runs for ``units``, with a prefix maximum of their
+        lengths, are kept until a change alters them and answer each job in O(log n):
+        in a long queue most jobs are looked at and few move. A change drops only the
+        tables it alters (where some step's free units cross their threshold).
         """
+        _, starts, ends, longest = self._run_table(now, units)
+        hi = bisect.bisect_left(starts, held)
+        if hi == 0:
+            return None
+        best = bisect.bisect_left(longest, length)
+        if best >= hi:
+            best = hi
+        if ends[hi - 1] >= held and hi - 1 < best:
+            best = hi - 1
+        if best >= hi:
+            return None
+        s = starts[best]
+        return s if s > now else now
+
+    def _run_table(
+        self, now: float, units: int
+    ) -> tuple[float, list[float], list[float], list[float]]:
+        cached = self._runs.get(units)
+        if cached is not None and cached[0] == now:
+            return cached
         times, free = self.times, self.free
         k0 = max(0, bisect.bisect_right(times, now) - 1)
-        kh = bisect.bisect_left(times, held)
-        if kh - k0 > 48:
-            return self._earlier_np(now, units, length, k0, kh)
-        k = k0
-        while True:
-            while k < kh and free[k] < units:
-                k += 1
-            if k >= kh:
-                return None
-            start = times[k] if times[k] > now else now
-            end = start + length
-            m = k + 1
-            while m < kh and times[m] < end and free[m] >= units:
-                m += 1
-            if m >= kh or times[m] >= end:
-                return start
-            k = m
+        starts: list[float] = []
+        ends: list[float] = []
+        longest: list[float] = []
+        best = -1.0
+        inside = False
+        start = 0.0
+        for k in range(k0, len(times)):
+            if free[k] >= units:
+                if not inside:
+                    inside = True
+                    start = times[k] if times[k] > now else now
+            elif inside:
+                inside = False
+                starts.append(start)
+                ends.append(times[k])
+                if times[k] - start > best:
+                    best = times[k] - start
+                longest.append(best)
+        if inside:  # the last step lasts forever
+            starts.append(start)
+            ends.append(math.inf)
+            longest.append(math.inf)
+        table = (now, starts, ends, longest)
+        self._runs[units] = table
+        return table
 
     def _earlier_np(self, now: float, units: int, length: float, k0: int, kh: int) -> float | None:
         if self._arrays is None:
