@@ -5,6 +5,8 @@
 #   make test       lint (ruff check) and run the test suite (installs the Debian packages
 #                   some tests need when run as root: scripts/system-deps.sh)
 #   make lint       ruff check and ruff format --check
+#   make matrix     replay every policy on the CTC-SP2, SDSC-SP2 and HPC2N traces into
+#                   docs/replay-matrix.{md,html,json,png} (TRACES=dir overrides the traces)
 #   make format     apply ruff's fixes and formatting
 #   make clean      remove generated output and caches (keeps .venv)
 #   make distclean  clean, and remove .venv too
@@ -18,7 +20,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: demo test lint format clean distclean system-deps
+.PHONY: demo test lint format clean distclean system-deps matrix
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +40,12 @@ system-deps:
 test: $(STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The traces live beside the repository (../shared/traces), never inside it.
+TRACES ?= ../shared/traces
+
+matrix: $(STAMP)
+	BURSAR_TRACES_DIR=$(TRACES) $(BIN)/bursar matrix --out docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

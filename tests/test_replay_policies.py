@@ -288,3 +288,27 @@ def test_synthetic_file_format(tmp_path: Path) -> None:
         1 0 0 1 1 -1 -1 1 1 -1 1 1 1 -1 1 1 -1 -1
         """
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="broker engine: when the aged head-of-line request is granted in an admission "
+    "pass, the next aged request becomes the barrier but is not tried in that pass; it "
+    "waits (with capacity free for it) until the next release. Found by trace replay.",
+)
+def test_engine_tries_the_next_aged_head_in_the_same_pass() -> None:
+    from bursar.broker.decisions import Grant
+    from bursar.broker.events import CreateCampaign, Release, RequestLease, Tick
+    from bursar.sim.replay.mapping import Envelope
+    from bursar.sim.replay.policies.bursar import campaign_spec, engine_for
+
+    w = Workload(10, "processors", [], [], [], [100.0], [], [], [])
+    e = engine_for(w, ReplayConfig(hol_patience_s=5))
+    for name in "abc":
+        e.apply(CreateCampaign(0, campaign_spec(name, Envelope(), "cpu", 10)))
+    e.apply(RequestLease(0, "a", {"cpu": 10}, 100))  # L1 holds the whole pool
+    e.apply(RequestLease(1, "b", {"cpu": 6}, 100))  # L2, aged at 6
+    e.apply(RequestLease(2, "c", {"cpu": 4}, 100))  # L3, aged at 7
+    e.apply(Tick(10))
+    granted = [d.lease_id for d in e.apply(Release(50, "L1")) if isinstance(d, Grant)]
+    assert granted == ["L2", "L3"]  # both fit in the 10 freed: 6 + 4
