@@ -75,7 +75,7 @@ def test_adaptive_work_survives_a_reclaim_with_no_lost_result(tmp_path: Path) ->
                 cluster.adapt(
                     minimum_jobs=1, maximum_jobs=2, interval="100ms", target_duration="1s"
                 )
-                futs = client.map(slow_square, range(N))
+                futs = client.map(slow_square, range(N), sleep_s=0.1)
                 arr = client.persist(da.arange(40_000, chunks=2_000).reshape(200, 200))
                 await until(lambda: len(cluster.scheduler_info["workers"]) == 2, 40, "2 workers")
                 await until(lambda: sum(f.done() for f in futs) >= 20, 30, "20 results")
@@ -89,24 +89,24 @@ def test_adaptive_work_survives_a_reclaim_with_no_lost_result(tmp_path: Path) ->
                     await until(lambda: cluster.ended_jobs, 10, "the preempted job ended")
                     (victim,) = cluster.ended_jobs
                     assert "preempted" in victim.end_reason
-                    assert victim.pid is not None and not group_alive(victim.pid, 0.0)
+                    assert victim.pid is not None and not group_alive(victim.pid)
                     # Retired through the scheduler (its results moved), before the revoke.
                     assert victim.retired == [victim.name]
                     # Its replacement asks at once and is refused while hi holds the cores.
                     await until(
                         lambda: any(j.refusals for j in cluster.jobs.values()), 10, "a refusal"
                     )
+                    (replacement,) = [j for j in cluster.jobs.values() if j.refusals]
                     await hi.release(grab.id)
+                # Granted once hi lets go (work is left, so Adaptive keeps two jobs).
+                await until(lambda: bool(replacement.lease_id), 10, "the replacement lease")
+                assert sum(f.done() for f in futs) < N, "the work ended before the replacement"
 
                 total = await client.compute(arr.sum())
                 results = await client.gather(futs)
                 assert results == [i * i for i in range(N)]
                 assert total == sum(range(40_000))
                 assert all(f.status == "finished" for f in futs)
-                replacement = [j for j in cluster.jobs.values() if j.refusals]
-                await until(
-                    lambda: any(j.lease_id for j in replacement), 10, "the replacement lease"
-                )
                 leases = cluster.lease_ids()
                 assert leases
             # Every lease the cluster held is released; none of the campaign is left.

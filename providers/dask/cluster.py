@@ -189,6 +189,17 @@ class BursarCluster(JobQueueCluster):
         within ``budget_s``; the names it retired."""
         if self.scheduler_comm is None or self.status is not Status.running:
             return []
+        amm_s = dask.utils.parse_timedelta(
+            dask.config.get("distributed.scheduler.active-memory-manager.interval")
+        )
+        if budget_s < 2 * amm_s:
+            log.warning(
+                "retiring %s within %.2f s, but the scheduler moves data every %.2f s: lower "
+                "distributed.scheduler.active-memory-manager.interval for short grace periods",
+                names,
+                budget_s,
+                amm_s,
+            )
         try:
             out = await asyncio.wait_for(
                 self.scheduler_comm.retire_workers(names=names, close_workers=True, remove=True),
