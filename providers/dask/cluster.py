@@ -14,7 +14,8 @@ Written where one would write ``SLURMCluster(...)``::
 
 What Bursar adds to dask-jobqueue's behaviour:
 
-* **Each job is one lease** of ``{"cpu": cores, "mem_gb": memory, "gpu": gpus}``; its
+* **Each job is one lease** of ``{"cpu": cores, "mem_gb": memory, "gpu": gpus}`` (memory
+  in decimal GB, ``"16GiB"`` is 17.18); its
   workers start when the lease is usable, as a local process group on the simulated pool
   (``BursarJob._worker_argv`` is the one place a remote backend would wrap).
 * **Walltime is the lease's duration, and the lease is renewed** while the job lives
