@@ -233,7 +233,8 @@ class BursarCluster(JobQueueCluster):
                         if worker_job(str(d.get("name")), processes) == job_name
                     ]
                     if isinstance(job, BursarJob) and not left and not job._closed:
-                        self._job_ended(job, "its workers left the scheduler")
+                        job.end_reason = "its workers left the scheduler"
+                        self._job_ended(job, job.end_reason)
 
                 asyncio.get_running_loop().call_later(delay, check)
         super()._update_worker_status(op, msg)
