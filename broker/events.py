@@ -99,9 +99,10 @@ class NodeLost(Event):
 
 @dataclass(frozen=True, slots=True)
 class LeaseLost(Event):
-    """The backend reports one lease's resources gone while its nodes stay up (a Slurm
-    allocation cancelled behind the broker's back, or one that could not be made): the
-    lease is revoked with ``cause``. A lease that has already ended is left alone."""
+    """One lease's resources are gone while its nodes stay up: the backend reports it (a
+    Slurm allocation cancelled behind the broker's back, or one that could not be made), or
+    an operator revokes the lease by hand (Admin.RevokeLease). The lease is revoked with
+    ``cause``. A lease that has already ended is left alone."""
 
     kind: ClassVar[str] = "lease_lost"
     lease_id: str

@@ -818,6 +818,38 @@ def leases_watch(lease_ids: tuple[str, ...], count: int | None, no_reconnect: bo
     _run(go)
 
 
+@leases.command("revoke", context_settings=_CONTEXT)
+@click.argument("lease_id")
+@click.option(
+    "--reason",
+    required=True,
+    help="Why (1-200 characters): journaled, and shown to the lease's holder on its watch.",
+)
+@connection_options
+def leases_revoke(lease_id: str, reason: str) -> None:
+    """End LEASE_ID at once, as a revocation (admin token only; no grace period).
+
+    The lease's holder sees it REVOKED with the cause "revoked by an administrator:
+    REASON"; its resources return to the pool and unused prepaid tokens are refunded.
+
+    \b
+    Example:
+      bursar leases --admin-token-file state/admin.token revoke L42 --reason "drain node003"
+    """
+    o = _opts()
+
+    async def go() -> tuple[Lease, float]:
+        async with _admin(o) as admin:
+            ended = await admin.revoke_lease(lease_id, reason)
+        return ended, ended.ended_at or 0.0
+
+    ended, now = _run(go)
+    if o.json:
+        _print_json(ended.to_json())
+    else:
+        _console().print(_leases_table([ended], now))
+
+
 # ---------------------------------------------------------------------------------------
 # bursar supply
 

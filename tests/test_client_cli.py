@@ -250,3 +250,24 @@ def test_tls_ca_option(tmp_path: Path) -> None:
         assert json.loads(res.stdout)["dims"]["gpu"]["capacity"] == 24
         res = bursar("supply", *args, "--retry-timeout", "0.2")  # plaintext: refused
         assert res.exit_code == 1 and json.loads(res.stderr)["error"]["code"] == "UNAVAILABLE"
+
+
+def test_leases_revoke_ends_a_lease_with_the_operators_reason(server: ServerThread) -> None:
+    with BrokerClient(server.address, server.tokens["sci"]) as sci:
+        lease = sci.acquire({"gpu": 8}, 60)
+        res = bursar(
+            "leases", *admin_args(server), "revoke", lease.id, "--reason", "drain", "--json"
+        )
+        assert res.exit_code == 0, res.output
+        ended = json.loads(res.stdout)
+        assert ended["id"] == lease.id and ended["state"] == "REVOKED"
+        assert sci.get_lease(lease.id).end_cause == "revoked by an administrator: drain"
+
+        again = bursar("leases", *admin_args(server), "revoke", lease.id, "--reason", "drain")
+        assert again.exit_code == 1 and "already ended" in again.output
+        # A campaign token cannot revoke.
+        env = {"BURSAR_TARGET": server.address, "BURSAR_TOKEN": server.tokens["sci"]}
+        other = sci.acquire({"gpu": 8}, 60)
+        denied = bursar("leases", "revoke", other.id, "--reason", "mine", env=env)
+        assert denied.exit_code == 1 and "admin token" in denied.output
+        assert sci.get_lease(other.id).state.value == "ACTIVE"

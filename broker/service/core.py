@@ -55,6 +55,7 @@ from bursar.broker.events import (
     CancelRequest,
     CreateCampaign,
     Event,
+    LeaseLost,
     Meter,
     Release,
     Renew,
@@ -112,6 +113,10 @@ _LIVE_KIND = {
     LeaseState.ACTIVE: pb.LEASE_EVENT_KIND_ACTIVATED,
     LeaseState.PREEMPTING: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
 }
+
+
+MAX_REVOKE_REASON = 200
+"""Longest reason Admin.RevokeLease accepts (it is journaled and sent to the holder)."""
 
 
 def _version() -> str:
@@ -590,6 +595,36 @@ class ServiceCore:
             if isinstance(d, Released) and d.lease_id == lease_id:
                 return self.lease_proto(lease_id), False, d.refund_tokens, d.refund_credits
         return self.lease_proto(lease_id), True, 0.0, 0.0
+
+    def revoke(self, lease_id: str, reason: str) -> pb.Lease:
+        """An operator ends a live lease at once (Admin.RevokeLease). Checked before
+        anything is journaled, so a refused call leaves state and journal as they were."""
+        convert.check_id(lease_id, "lease_id")
+        reason = reason.strip()
+        if not reason:
+            raise RequestError(
+                ErrorCode.INVALID_ARGUMENT,
+                "reason",
+                "required: say why the lease is revoked (it is journaled and sent to its holder)",
+            )
+        if len(reason) > MAX_REVOKE_REASON or not reason.isprintable():
+            raise RequestError(
+                ErrorCode.INVALID_ARGUMENT,
+                "reason",
+                f"at most {MAX_REVOKE_REASON} printable characters (got {len(reason)})",
+            )
+        now = self.now()
+        self._catch_up(now)
+        if lease_id not in self.engine.leases:
+            if self._lease_campaign(lease_id) is None:
+                raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
+            raise self._ended_error(lease_id)
+        # The same event a backend sends when a lease's resources vanish: the engine ends
+        # the lease as REVOKED with this cause, refunds it, and the backend unplaces it.
+        self._submit(
+            LeaseLost(at=now, lease_id=lease_id, cause=f"revoked by an administrator: {reason}")
+        )
+        return self.lease_proto(lease_id)
 
     def _catch_up(self, now: float) -> None:
         try:

@@ -343,6 +343,10 @@ class AdminServicer(_Base):
         token, at = self.core.rotate_token(req.campaign)
         return admin_pb2.RotateTokenResponse(token=token, issued_at=at)
 
+    @_rpc(admin=True)
+    def RevokeLease(self, req: admin_pb2.RevokeLeaseRequest, who: Principal) -> pb.Lease:
+        return self.core.revoke(req.lease_id, req.reason)
+
 
 def generic_handler(servicer: _Base, service: ServiceDescriptor) -> grpc.GenericRpcHandler:
     """Handlers for every method of ``service``, from its descriptor (the .proto)."""

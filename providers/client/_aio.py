@@ -519,3 +519,15 @@ class AsyncAdminClient:
             "RotateToken", admin_pb2.RotateTokenRequest(campaign=campaign), retry=False
         )
         return resp.token
+
+    async def revoke_lease(self, lease_id: str, reason: str) -> Lease:
+        """End a live lease at once, as a revocation with the cause "revoked by an
+        administrator: <reason>" (its holder's watch reports it). :class:`NotFound` for an
+        unknown lease, :class:`FailedPrecondition` if it has already ended. Not retried: a
+        retry after a lost answer would find the lease ended (check with ``get_lease``)."""
+        resp = await self._call(
+            "RevokeLease",
+            admin_pb2.RevokeLeaseRequest(lease_id=lease_id, reason=reason),
+            retry=False,
+        )
+        return Lease.from_proto(resp)

@@ -424,3 +424,6 @@ class AdminClient(_SyncClient):
 
     def rotate_token(self, campaign: str) -> str:
         return self._run(self._aio.rotate_token(campaign))
+
+    def revoke_lease(self, lease_id: str, reason: str) -> Lease:
+        return self._run(self._aio.revoke_lease(lease_id, reason))

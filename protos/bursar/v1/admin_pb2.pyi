@@ -88,3 +88,11 @@ class RotateTokenResponse(_message.Message):
     token: str
     issued_at: float
     def __init__(self, token: _Optional[str] = ..., issued_at: _Optional[float] = ...) -> None: ...
+
+class RevokeLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "reason")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    reason: str
+    def __init__(self, lease_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from bursar.protos.bursar.v1 import admin_pb2 as bursar_dot_v1_dot_admin__pb2
+from bursar.protos.bursar.v1 import broker_pb2 as bursar_dot_v1_dot_broker__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -60,6 +61,11 @@ class AdminStub:
                 request_serializer=bursar_dot_v1_dot_admin__pb2.RotateTokenRequest.SerializeToString,
                 response_deserializer=bursar_dot_v1_dot_admin__pb2.RotateTokenResponse.FromString,
                 _registered_method=True)
+        self.RevokeLease = channel.unary_unary(
+                '/bursar.v1.Admin/RevokeLease',
+                request_serializer=bursar_dot_v1_dot_admin__pb2.RevokeLeaseRequest.SerializeToString,
+                response_deserializer=bursar_dot_v1_dot_broker__pb2.Lease.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -103,6 +109,18 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RevokeLease(self, request, context):
+        """End a lease at once, as a revocation (no grace period: an operator draining a
+        node, or a lease that must go). The decision is journaled with the cause
+        "revoked by an administrator: <reason>", which the holder's Watch stream reports with
+        the REVOKED event; unused prepaid tokens are refunded as for any revocation. Returns
+        the ended lease. NOT_FOUND for an unknown lease; FAILED_PRECONDITION if it has already
+        ended; INVALID_ARGUMENT without a reason.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +148,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RotateToken,
                     request_deserializer=bursar_dot_v1_dot_admin__pb2.RotateTokenRequest.FromString,
                     response_serializer=bursar_dot_v1_dot_admin__pb2.RotateTokenResponse.SerializeToString,
+            ),
+            'RevokeLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeLease,
+                    request_deserializer=bursar_dot_v1_dot_admin__pb2.RevokeLeaseRequest.FromString,
+                    response_serializer=bursar_dot_v1_dot_broker__pb2.Lease.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +291,33 @@ class Admin:
             '/bursar.v1.Admin/RotateToken',
             bursar_dot_v1_dot_admin__pb2.RotateTokenRequest.SerializeToString,
             bursar_dot_v1_dot_admin__pb2.RotateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bursar.v1.Admin/RevokeLease',
+            bursar_dot_v1_dot_admin__pb2.RevokeLeaseRequest.SerializeToString,
+            bursar_dot_v1_dot_broker__pb2.Lease.FromString,
             options,
             channel_credentials,
             insecure,
