@@ -213,3 +213,8 @@ def matrix_command(
             raise click.ClickException(str(e)) from None
     for p in write_matrix(cells, out, command.strip()):
         click.echo(f"wrote {p}")
+    failed = [c for c in cells if c.error is not None]
+    for c in failed:
+        click.echo(f"FAILED {c.trace} · {c.policy}: {c.error}", err=True)
+    if failed:
+        sys.exit(1)

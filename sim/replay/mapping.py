@@ -177,27 +177,35 @@ def to_workload(
         raise ValueError(f"campaign mode {mode!r}; allowed: {', '.join(CAMPAIGN_MODES)}")
     t = trace.jobs
     q = quality if quality is not None else trace.quality
-    order = sorted(range(len(t)), key=lambda i: (t.submit[i], i))
+    # A stable sort by submit time keeps file order among equal submit times.
+    order = sorted(range(len(t)), key=t.submit.__getitem__)
     names: dict[str, int] = {}
+    who: dict[tuple[int, int], int] = {}
     w = Workload(capacity, t.unit, [], [], [], [], [], [], [])
     base = min(t.submit) if len(t) else 0.0
     too_big = cut = 0
+    procs, req_procs, runs, reqs = t.procs, t.req_procs, t.run, t.req_time
+    users, groups, ids, submits = t.user, t.group, t.id, t.submit
     for i in order:
-        size = math.ceil(t.size(i))
+        p = procs[i]
+        size = math.ceil(p if p > 0 else req_procs[i])
         if size > capacity:
             too_big += 1
             continue
-        run = float(t.run[i])
-        req = float(t.req_time[i])
+        run = float(runs[i])
+        req = float(reqs[i])
         dur = req if req > 0 else run
         if run > dur:
             cut += 1
             run = dur
-        name = campaign_name(mode, t.user[i], t.group[i])
-        c = names.setdefault(name, len(names))
-        w.job_id.append(t.id[i])
+        key = (users[i], groups[i])
+        c = who.get(key)
+        if c is None:
+            name = campaign_name(mode, *key)
+            c = who[key] = names.setdefault(name, len(names))
+        w.job_id.append(ids[i])
         # Times from the first submit: replays of one trace start at 0 whatever its epoch.
-        w.submit.append(float(t.submit[i]) - base)
+        w.submit.append(float(submits[i]) - base)
         w.size.append(size)
         w.duration.append(dur)
         w.hold.append(run)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 from bursar.sim.replay.mapping import ReplayConfig
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
 from bursar.sim.replay.run import replay_trace
+from bursar.sim.replay.table import TraceError
 
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     # key, header, format
@@ -37,6 +39,8 @@ class Cell:
     manifest: dict[str, Any]
     wall_s: float
     limit: int | None
+    error: str | None = None
+    """Why the run failed (an invariant violation, an engine error); None if it ran."""
 
 
 def run_matrix(
@@ -48,13 +52,28 @@ def run_matrix(
     limits: dict[str, int] | None = None,
     progress: Callable[[str, str], None] | None = None,
 ) -> list[Cell]:
-    """``limits`` maps a policy to a job prefix (the broker policy on the largest traces)."""
+    """``limits`` maps a policy to a job prefix (the broker policy on the largest traces).
+
+    A run that fails (an invariant violation, an error in the engine) becomes a cell with
+    the error, and the matrix goes on: it is published win or lose. A trace that cannot
+    be read stops it (``TraceError``), since every cell of that trace would fail alike.
+    """
     cells = []
     for trace in traces:
+        label = trace_label(trace)
         for policy in policies:
             limit = (limits or {}).get(policy)
-            r = replay_trace(trace, policy, config=config, tau_s=tau_s, limit=limit)
-            cells.append(Cell(trace_label(trace), policy, r.metrics, r.manifest, r.wall_s, limit))
+            t0 = time.perf_counter()
+            try:
+                r = replay_trace(trace, policy, config=config, tau_s=tau_s, limit=limit)
+            except TraceError:
+                raise
+            except Exception as e:  # recorded in the published matrix, not swallowed
+                wall = time.perf_counter() - t0
+                err = f"{type(e).__name__}: {e}"
+                cells.append(Cell(label, policy, {}, {}, wall, limit, err))
+            else:
+                cells.append(Cell(label, policy, r.metrics, r.manifest, r.wall_s, limit))
             if progress is not None:
                 progress(trace_label(trace), policy)
     return cells
@@ -80,24 +99,30 @@ def _policy_label(c: Cell) -> str:
 
 
 def markdown(cells: Sequence[Cell], command: str) -> str:
+    ok = [c for c in cells if c.error is None]
+    tau = ok[0].metrics["bsld_tau_s"] if ok else DEFAULT_TAU_S
+    starve = ok[0].metrics["starvation_s"] if ok else 86400.0
     out = [
         "# Replay policy matrix",
         "",
         f"Regenerate with `{command}`. Every run is strict (invariants checked after every "
         "event); wall time includes reading the trace. Bounded slowdown uses "
-        f"tau = {cells[0].metrics['bsld_tau_s'] if cells else DEFAULT_TAU_S:g} s; a job "
-        "counts as starved when it waits longer than "
-        f"{cells[0].metrics['starvation_s'] if cells else 86400:g} s.",
+        f"tau = {tau:g} s; a job counts as starved when it waits longer than {starve:g} s.",
         "",
     ]
     for trace in dict.fromkeys(c.trace for c in cells):
         rows = [c for c in cells if c.trace == trace]
-        first = rows[0].metrics
+        ok = [c for c in rows if c.error is None]
+        about = (
+            f"Capacity {ok[0].metrics['capacity']} {ok[0].metrics['unit']}; input sha256 "
+            f"`{ok[0].manifest['input']['sha256'][:16]}`."
+            if ok
+            else "No run finished."
+        )
         out += [
             f"## {trace}",
             "",
-            f"Capacity {first['capacity']} {first['unit']}; input sha256 "
-            f"`{rows[0].manifest['input']['sha256'][:16]}…`.",
+            about,
             "",
             "| policy | " + " | ".join(h for _, h, _ in COLUMNS) + " |",
             "|---|" + "---:|" * len(COLUMNS),
@@ -106,6 +131,9 @@ def markdown(cells: Sequence[Cell], command: str) -> str:
             vals = [_fmt(f, _value(c, k)) for k, _, f in COLUMNS]
             out.append(f"| {_policy_label(c)} | " + " | ".join(vals) + " |")
         out.append("")
+        for c in rows:
+            if c.error is not None:
+                out += [f"**{c.policy} failed**: {c.error}", ""]
     out += [
         "![mean wait, mean bounded slowdown and utilisation per policy and trace]"
         "(replay-matrix.png)",
@@ -133,6 +161,11 @@ def html_table(cells: Sequence[Cell], command: str) -> str:
             parts += [f"<td>{_fmt(f, _value(c, k))}</td>" for k, _, f in COLUMNS]
             parts.append("</tr>")
         parts.append("</table>")
+        for c in rows:
+            if c.error is not None:
+                parts.append(
+                    f"<p><b>{html.escape(c.policy)} failed</b>: {html.escape(c.error)}</p>"
+                )
     parts.append("<img src='replay-matrix.png' alt='policy matrix figure'></body></html>")
     return "\n".join(parts)
 
@@ -183,6 +216,7 @@ def write_matrix(cells: Sequence[Cell], out: Path, command: str) -> list[Path]:
                     "policy": c.policy,
                     "limit": c.limit,
                     "wall_s": round(c.wall_s, 2),
+                    "error": c.error,
                     "metrics": {k: v for k, v in c.metrics.items() if k != "campaigns"},
                     "manifest": c.manifest,
                 }

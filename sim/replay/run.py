@@ -1,14 +1,17 @@
 """One replay end to end: read a trace, map it, run a policy, measure, write the results.
 
 The functional core is ``replay_trace`` (no I/O beyond reading the trace); ``write_run``
-is the shell that writes ``metrics.json``, ``manifest.json`` and ``schedule.csv``.
+is the shell that writes ``metrics.json``, ``manifest.json`` and ``schedule.csv`` (the
+manifest hashes the schedule itself, so a run that writes no CSV has the same manifest).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 import time
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,6 @@ class RunResult:
     schedule: Schedule
     metrics: dict[str, Any]
     manifest: dict[str, Any]
-    schedule_csv: bytes
     wall_s: float
     """Wall time of read + map + replay + metrics (not part of metrics or manifest)."""
 
@@ -45,6 +47,15 @@ def _clean(x: Any) -> Any:
     if isinstance(x, list | tuple):
         return [_clean(v) for v in x]
     return x
+
+
+def schedule_digest(s: Schedule) -> str:
+    """SHA-256 of every job's start and end time (float64, little-endian, in order)."""
+    data = array("d", s.start)
+    data.extend(s.end)
+    if sys.byteorder != "little":
+        data.byteswap()
+    return sha256(data.tobytes())
 
 
 def schedule_csv(w: Workload, s: Schedule) -> bytes:
@@ -94,7 +105,6 @@ def replay_trace(
     metrics["quality"] = trace.quality.to_dict()
     metrics["strict"] = strict
     metrics = _clean(metrics)
-    csv = schedule_csv(w, s)
     run_config = {
         "capacity": int(cap),
         "bsld_tau_s": tau_s,
@@ -110,15 +120,15 @@ def replay_trace(
         seed=SEED,
         outputs={
             "metrics_sha256": sha256(canonical(metrics)),
-            "schedule_sha256": sha256(csv),
+            "schedule_sha256": schedule_digest(s),
         },
     )
-    return RunResult(trace, w, s, metrics, manifest, csv, wall)
+    return RunResult(trace, w, s, metrics, manifest, wall)
 
 
 def write_run(result: RunResult, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "schedule.csv").write_bytes(result.schedule_csv)
+    (out / "schedule.csv").write_bytes(schedule_csv(result.workload, result.schedule))
     (out / "manifest.json").write_text(json.dumps(result.manifest, indent=2, sort_keys=True))
     body = {**result.metrics, "manifest": result.manifest}
     path = out / "metrics.json"
