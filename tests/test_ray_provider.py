@@ -50,7 +50,7 @@ RESOURCES = {"CPU": 1, "memory": GIB, "bursar_node": 1}
 FAKE_NODE = (
     "import json, os, sys, time\n"
     "out = os.path.join(sys.argv[1], os.environ['BURSAR_RAY_NODE_ID'])\n"
-    "open(out + '.tmp', 'w').write(json.dumps(dict(os.environ)))\n"
+    "open(out + '.tmp', 'w').write(json.dumps({**os.environ, 'PID': str(os.getpid())}))\n"
     "os.replace(out + '.tmp', out)\n"
     "sys.exit(int(sys.argv[2])) if len(sys.argv) > 2 else time.sleep(600)\n"
 )

@@ -56,7 +56,10 @@ node type's ``node_config`` may instead say ``lease_size: {gpu: 8}`` and overrid
 
 Raylets run on this host (the simulated pool): one per node, each on its own loopback
 address from ``node_ip_range`` (Ray keys its v1 load metrics by IP, one node per IP),
-in a session of its own. Each raylet's environment holds ``BURSAR_LEASE_ID``,
+in a session of its own. When the broker runs on Slurm (``bursar serve --backend
+slurm``), a lease is an allocation and its raylet runs as a step of it (``srun
+--jobid=N --overlap``), ended by Slurm with the lease; its address is still a loopback
+one, so this works for a cluster whose nodes are this host (the test cluster) only. Each raylet's environment holds ``BURSAR_LEASE_ID``,
 ``BURSAR_CAMPAIGN``, ``BURSAR_BROKER``, ``RAY_CLOUD_INSTANCE_ID`` (the node id) and
 ``RAY_NODE_TYPE_NAME``; its Ray labels ``bursar.io/lease-id``,
 ``bursar.io/lease-duration-s`` and ``bursar.io/campaign``.
@@ -621,6 +624,7 @@ class BursarNodeProvider(NodeProvider):
             extra_args=[*s.ray_start_args, *n.settings.ray_start_args],
             log_path=log_path,
             command=s.node_command,
+            allocation=lease.allocation,
         )
         with self._lock:
             n.popen = popen

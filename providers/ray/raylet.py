@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bursar.providers.launch import launch_argv
+
 __all__ = [
     "NODE_ENV",
     "Proc",
@@ -197,6 +199,7 @@ def start_node(
     extra_args: Sequence[str],
     log_path: Path,
     command: Sequence[str] | None = None,
+    allocation: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a worker node's raylet (``ray start --address=HEAD --block``) in a new
     session, advertising exactly ``resources`` and ``labels``. For the v2 autoscaler
@@ -236,6 +239,7 @@ def start_node(
             "--block",
         ]
     )
+    cmd = launch_argv(allocation or {}, cmd)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
