@@ -312,3 +312,26 @@ def test_engine_tries_the_next_aged_head_in_the_same_pass() -> None:
     e.apply(Tick(10))
     granted = [d.lease_id for d in e.apply(Release(50, "L1")) if isinstance(d, Grant)]
     assert granted == ["L2", "L3"]  # both fit in the 10 freed: 6 + 4
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=OverflowError,
+    reason="broker price: base * exp(k * pressure) overflows a float once queued demand "
+    "passes about 355 pools' worth (k = 2); real traces queue that much (CTC-SP2 did). "
+    "The replay runs the engine with price_k = 0 for this reason. Found by trace replay.",
+)
+def test_engine_price_survives_a_deep_queue() -> None:
+    from bursar.broker.events import CreateCampaign, Release, RequestLease
+    from bursar.broker.policy import PolicySpec
+    from bursar.sim.replay.mapping import Envelope
+    from bursar.sim.replay.policies.bursar import campaign_spec, engine_for
+
+    w = Workload(10, "processors", [], [], [], [100.0], [], [], [])
+    e = engine_for(w, ReplayConfig())
+    e.policy = PolicySpec(power_down_idle_s=None, max_lease_s=1000.0)  # default price_k = 2
+    e.apply(CreateCampaign(0, campaign_spec("a", Envelope(), "cpu", 10)))
+    e.apply(RequestLease(0, "a", {"cpu": 10}, 100))
+    for i in range(400):  # 4,000 units queued on a 10-unit pool: pressure 400
+        e.apply(RequestLease(1 + i * 0.001, "a", {"cpu": 10}, 100))
+    e.apply(Release(10, "L1"))  # the next grant prices the lease
