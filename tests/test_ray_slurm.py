@@ -1,7 +1,8 @@
 """BursarNodeProvider against a broker on a real Slurm cluster (scripts/slurm-cluster.sh):
-each node's lease is an allocation and its process (here a stand-in for `ray start`, as
-in test_ray_provider) runs as a step of it; terminating the node ends the step and the
-allocation, and an allocation cancelled behind the broker's back takes its node away."""
+each node's lease is an allocation and its process runs as a step of it (a stand-in for
+`ray start`, as in test_ray_provider, then a real raylet that joins a Ray head and runs
+a task); terminating the node ends the step and the allocation, and an allocation
+cancelled behind the broker's back takes its node away."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import ray
 from slurm_support import (
     job_prefix_fixture,  # noqa: F401  (fixtures: job_prefix, slurm_cluster)
     job_state,
@@ -23,6 +25,7 @@ from test_ray_provider import FAKE_NODE, worker_tags
 
 from bursar.providers.client import BrokerClient, LeaseState
 from bursar.providers.ray import BursarNodeProvider
+from bursar.providers.ray.local_head import local_head
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -89,4 +92,48 @@ def test_nodes_run_as_steps_of_their_leases_allocations(tmp_path: Path, job_pref
                 assert why.startswith(("revoked", "raylet exited")), why
                 until(lambda: c.get_lease(b).ended, 10, "node b's lease ended")
         finally:
+            p.close()
+
+
+@pytest.mark.slow
+def test_a_real_raylet_joins_the_cluster_from_inside_an_allocation(
+    tmp_path: Path, job_prefix: str
+) -> None:
+    state = tmp_path / "ray-state"
+    with (
+        slurm_broker(tmp_path / "state", job_prefix) as served,
+        local_head(state_dir=state, log_path=tmp_path / "head.log") as head,
+    ):
+        p = BursarNodeProvider(
+            {
+                "type": "external",
+                "broker": served.address,
+                "campaign": "wf",
+                "token": served.tokens["wf"],
+                "head_address": head.address,
+                "state_dir": str(state),
+                "stop_grace_s": 1,
+                "ray_start_args": ["--include-log-monitor=false"],
+            },
+            "t",
+        )
+        ray.init(address=head.address, log_to_driver=False)
+        try:
+            p.create_node_with_resources_and_labels(
+                {}, worker_tags(), 1, {"CPU": 1, "bursar_node": 1}, {}
+            )
+            (node,) = p.non_terminated_nodes({})
+
+            @ray.remote(resources={"bursar_node": 1}, num_cpus=1)
+            def job_id() -> str:
+                return os.environ["SLURM_JOB_ID"]
+
+            with BrokerClient(served.address, served.tokens["wf"]) as c:
+                allocation = c.get_lease(node).allocation["job_id"]
+            assert ray.get(job_id.remote(), timeout=120) == allocation
+            p.terminate_node(node)
+            until(lambda: sum(n["Alive"] for n in ray.nodes()) == 1, 30, "the raylet gone")
+            until(lambda: job_state(int(allocation)) != "RUNNING", 10, "the allocation ended")
+        finally:
+            ray.shutdown()
             p.close()

@@ -149,9 +149,10 @@ def stop_node(root: Proc | None, node_id: str, grace_s: float) -> set[Proc]:
     preemption, retried without counting against ``max_retries``."""
     procs = node_processes(root, node_id)
     group = {p for p in procs if root is not None and _pgid(p.pid) == root.pid}
-    raylets = {p for p in group if _name(p.pid) == "raylet"}
+    # Found by name anywhere in the node: under srun the raylet is not in our group.
+    raylets = {p for p in procs if _name(p.pid) == "raylet"}
     if raylets:
-        _signal(group, signal.SIGTERM)
+        _signal(group | raylets, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while any(alive(p) for p in raylets) and time.monotonic() < deadline:
             time.sleep(0.02)
