@@ -2,13 +2,16 @@
 
     pressure = (units held by non-preemptible leases + units asked for by queued
                 requests) / pool capacity,  in the primary dimension (gpu, else cpu)
-    price    = base * exp(k * pressure)
+    price    = base * exp(k * min(pressure, MAX_PRESSURE))
 
 At zero pressure the price is ``base``; with the whole pool held it is ``base * e^k``
 (7.4x for the default k = 2), and queued demand pushes it further. Preemptible use does
 not raise the price: it yields on demand, so it is not scarcity. A lease is charged
 price x units x hours at grant, for its whole span, and the unused part is refunded on
-early release or revocation. Multi-dimensional leases are charged on their dominant
+early release or revocation. The pressure saturates at ``MAX_PRESSURE`` (16 pools'
+worth of firm demand): beyond it the signal says nothing more, and the exponential would
+overflow a float once queued demand passes ~355 pools' worth at k = 2, which replayed
+real traces reach. Multi-dimensional leases are charged on their dominant
 share: units = max over dimensions of (size / capacity) x primary capacity.
 """
 
@@ -30,8 +33,12 @@ def pressure(held_firm: dims.Vec, queued: dims.Vec, capacity: dims.Vec) -> float
     return (held_firm[i] + queued[i]) / capacity[i]
 
 
+MAX_PRESSURE = 16.0
+"""Pressure above which the price stops rising (see the module docstring)."""
+
+
 def price(base: float, k: float, rho: float) -> float:
-    return base * math.exp(k * rho)
+    return base * math.exp(k * min(rho, MAX_PRESSURE))
 
 
 def charged_units(size: dims.Vec, capacity: dims.Vec) -> float:

@@ -314,14 +314,10 @@ def test_engine_tries_the_next_aged_head_in_the_same_pass() -> None:
     assert granted == ["L2", "L3"]  # both fit in the 10 freed: 6 + 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OverflowError,
-    reason="broker price: base * exp(k * pressure) overflows a float once queued demand "
-    "passes about 355 pools' worth (k = 2); real traces queue that much (CTC-SP2 did). "
-    "The replay runs the engine with price_k = 0 for this reason. Found by trace replay.",
-)
 def test_engine_price_survives_a_deep_queue() -> None:
+    """Found by trace replay (CTC-SP2 queued that much): base * exp(k * pressure)
+    overflowed a float once queued demand passed ~355 pools' worth at k = 2. The pressure
+    now saturates at broker.price.MAX_PRESSURE."""
     from bursar.broker.events import CreateCampaign, Release, RequestLease
     from bursar.broker.policy import PolicySpec
     from bursar.sim.replay.mapping import Envelope
@@ -334,4 +330,10 @@ def test_engine_price_survives_a_deep_queue() -> None:
     e.apply(RequestLease(0, "a", {"cpu": 10}, 100))
     for i in range(400):  # 4,000 units queued on a 10-unit pool: pressure 400
         e.apply(RequestLease(1 + i * 0.001, "a", {"cpu": 10}, 100))
-    e.apply(Release(10, "L1"))  # the next grant prices the lease
+    decisions = e.apply(Release(10, "L1"))  # the next grant prices the lease
+    from bursar.broker.decisions import Grant
+    from bursar.broker.price import MAX_PRESSURE, price
+
+    (grant,) = [d for d in decisions if isinstance(d, Grant)]
+    assert grant.lease_id == "L2"
+    assert price(1.0, 2.0, 400.0) == price(1.0, 2.0, MAX_PRESSURE) < float("inf")
