@@ -44,22 +44,25 @@ class Profile:
         a = self._split(start)
         b = self._split(end)
         free = self.free
-        lo = hi = free[a]
-        for k in range(a, b):
-            f = free[k]
-            if f < lo:
-                lo = f
-            elif f > hi:
-                hi = f
-            free[k] = f - units
+        before = free[a:b]
+        free[a:b] = [f - units for f in before]
         self._arrays = None
-        # A run table for u changes only where a step's free units cross u.
-        self._invalidate(lo - units, hi)
+        # A run table for u changes only where a step's free units cross u: from at
+        # least u to below it (u <= f < u + units).
+        self._drop_crossed(before, units, 0)
 
-    def _invalidate(self, above: int, upto: int) -> None:
+    def _drop_crossed(self, before: list[int], units: int, shift: int) -> None:
+        """Drop the run tables for the sizes u that some step crossed, its free units
+        going from f (in ``before``) to f - units (a take, ``shift`` 0: u <= f < u +
+        units) or to f + units (a give, ``shift`` = units: u - units <= f < u)."""
         runs = self._runs
-        if runs:
-            for u in [u for u in runs if above < u <= upto]:
+        if not runs:
+            return
+        vals = sorted(set(before))
+        n = len(vals)
+        for u in list(runs):
+            i = bisect.bisect_left(vals, u - shift)
+            if i < n and vals[i] < u + units - shift:
                 del runs[u]
 
     def give(self, start: float, end: float, units: int) -> None:
@@ -69,16 +72,10 @@ class Profile:
         a = self._split(start)
         b = self._split(end)
         free, times = self.free, self.times
-        lo = hi = free[a]
-        for k in range(a, b):
-            f = free[k]
-            if f < lo:
-                lo = f
-            elif f > hi:
-                hi = f
-            free[k] = f + units
+        before = free[a:b]
+        free[a:b] = [f + units for f in before]
         self._arrays = None
-        self._invalidate(lo, hi + units)
+        self._drop_crossed(before, units, units)
         # Merge from the right so indices stay valid.
         for k in (b, a):
             if 0 < k < len(times) and free[k] == free[k - 1]:
