@@ -9,10 +9,9 @@ first time they submit. The pool is one always-warm node of the trace's capacity
 dimension (``cpu`` for processors, ``gpu`` for GPUs), so every grant is on the warm path
 and the kernel's capacity is the engine's.
 
-Two engine settings differ from a service's defaults: nodes never power down (the trace's
-machine is always on) and the congestion price is flat (``price_k = 0``: it is charged,
-never decided on, and its exponential overflows under a real trace's queues). The engine
-keeps its own timers (head-of-line ageing, bucket wake-ups): the policy is
+One engine setting differs from a service's defaults: nodes never power down (the trace's
+machine is always on); the longest lease allowed is the trace's longest duration. The
+engine keeps its own timers (head-of-line ageing, bucket wake-ups): the policy is
 ``timed`` and the kernel wakes it at the engine's next timer, where it sends a ``Tick``.
 """
 
@@ -58,10 +57,6 @@ def engine_for(w: Workload, config: ReplayConfig) -> Engine:
         power_down_idle_s=None,
         max_lease_s=max(longest, MIN_LEASE_S) + 1.0,
         hol_patience_s=config.hol_patience_s,
-        # The congestion price exp(k * pressure) overflows a float once queued demand
-        # passes ~350 pools' worth (real traces get there); it is charged, never decided
-        # on, so a flat price (k = 0) leaves every admission decision as it is.
-        price_k=0.0,
     )
     return Engine(pool, policy)
 
