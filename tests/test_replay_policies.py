@@ -338,3 +338,12 @@ def test_engine_price_survives_a_deep_queue() -> None:
     (grant,) = [d for d in decisions if isinstance(d, Grant)]
     assert grant.lease_id == "L2"
     assert price(1.0, 2.0, 400.0) == price(1.0, 2.0, MAX_PRESSURE) < float("inf")
+
+
+def test_fractional_times_keep_the_duration_invariant() -> None:
+    # 0.1 + 0.2 - 0.1 > 0.2 in floating point: the check compares the end with
+    # start + duration, rounded the same way as the end itself.
+    w = Workload(4, "GPUs", [1, 2], [0.1, 0.3], [1, 4], [0.2, 0.7], [0.2, 0.7], [0, 0], ["all"])
+    for name in POLICIES:
+        s = replay(w, make_policy(name, w, ReplayConfig()), strict=True)
+        assert s.start[0] == 0.1 and s.end[0] == 0.1 + 0.2

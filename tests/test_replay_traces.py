@@ -203,3 +203,14 @@ def test_cli_matrix(traces: Path, tmp_path: Path) -> None:
     assert (tmp_path / "replay-matrix.png").stat().st_size > 1000
     cells = json.loads((tmp_path / "replay-matrix.json").read_text())
     assert len(cells) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["easy", "bursar"])
+def test_gpu_traces_replay(traces: Path, policy: str) -> None:
+    ali = replay_trace(traces / "alibaba-gpu-v2023" / "openb_pod_list_default.csv", policy)
+    assert ali.metrics["unit"] == "GPUs" and ali.metrics["capacity"] == 6212
+    _check(ali.metrics, ali.metrics["quality"]["kept"])
+    philly = traces / "philly-derived-rfold" / "philly_trace.csv"
+    r = replay_trace(philly, policy, capacity=2490, limit=None if policy == "easy" else 5000)
+    _check(r.metrics, 111549 if policy == "easy" else 5000)

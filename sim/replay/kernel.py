@@ -97,7 +97,7 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
             if strict:
                 if state[j] != _RUNNING:
                     raise fail("every job ends exactly once", f"end of job {w.job_id[j]}")
-                if now - start[j] > dur[j]:
+                if now > start[j] + dur[j]:  # the same rounding as the end pushed
                     raise fail("no lease beyond its duration", f"end of job {w.job_id[j]}")
             state[j] = _DONE
             end[j] = now
