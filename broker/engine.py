@@ -1300,6 +1300,11 @@ class Engine:
                     heapq.heappush(heap, (self._key(self.pending[q[0]]), q[0]))
                 if barrier is not None and barrier[1] == p.seq:
                     barrier = self._barrier()
+                    if scan_pool and barrier is not None:
+                        # The next aged head is the new barrier: try it in this pass too,
+                        # or it waits with capacity free until the next release.
+                        head = self._aged_heap[0][2]
+                        heapq.heappush(heap, (self._key(self.pending[head]), head))
                 bound = self._pool_bound()
                 continue
             reason = result[0]

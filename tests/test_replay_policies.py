@@ -291,13 +291,10 @@ def test_synthetic_file_format(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker engine: when the aged head-of-line request is granted in an admission "
-    "pass, the next aged request becomes the barrier but is not tried in that pass; it "
-    "waits (with capacity free for it) until the next release. Found by trace replay.",
-)
 def test_engine_tries_the_next_aged_head_in_the_same_pass() -> None:
+    """Found by trace replay: when the aged head-of-line request was granted in an
+    admission pass, the next aged request became the barrier but was not tried in that
+    pass, and waited with capacity free for it until the next release."""
     from bursar.broker.decisions import Grant
     from bursar.broker.events import CreateCampaign, Release, RequestLease, Tick
     from bursar.sim.replay.mapping import Envelope
