@@ -31,8 +31,8 @@ from dask_jobqueue.local import LocalCluster as JobqueueLocalCluster
 from distributed import Client, Nanny, Scheduler, SpecCluster
 from rich.progress import Progress
 
+from bursar.broker.service.local import local_broker
 from bursar.providers.dask import BursarCluster
-from bursar.providers.parsl.local_broker import local_broker
 
 SCHEDULER = {"dashboard_address": ":0", "host": "127.0.0.1"}
 

@@ -26,8 +26,8 @@ from parsl.config import Config
 from parsl.executors import HighThroughputExecutor
 from parsl.providers import LocalProvider
 
+from bursar.broker.service.local import local_broker
 from bursar.providers.parsl import BursarProvider
-from bursar.providers.parsl.local_broker import local_broker
 
 
 def timed_submit(provider: Any, into: list[float]) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import ray
 from rich.progress import Progress
 
-from bursar.providers.parsl.local_broker import local_broker
+from bursar.broker.service.local import local_broker
 from bursar.providers.ray import BursarNodeProvider
 from bursar.providers.ray.local_head import local_head
 from bursar.providers.ray.raylet import Proc, node_processes, proc_start, start_node, stop_processes

@@ -72,7 +72,7 @@ def broker_for(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
         yield args.broker, args.campaign, token
         return
     # A broker in this process, for trying the example without `bursar serve`.
-    from bursar.providers.parsl.local_broker import local_broker
+    from bursar.broker.service.local import local_broker
 
     with local_broker() as b:
         yield b.address, "sci", b.tokens["sci"]

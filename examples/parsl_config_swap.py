@@ -147,7 +147,7 @@ def main() -> None:
             )
             run(bursar_config(f"{tmp}/bursar", args.broker, args.campaign, token))
             return
-        from bursar.providers.parsl.local_broker import local_broker
+        from bursar.broker.service.local import local_broker
 
         with local_broker() as b:
             print(f"  (a broker in-process on {b.address})")

@@ -1,6 +1,6 @@
 """A broker served on a background thread of this process, on a loopback port: for the
-Parsl example and benchmark, which need one and should not ask the reader to start
-``bursar serve`` first. Production use runs ``bursar serve``."""
+examples and benchmarks (Parsl, Dask, Ray), which need one and should not ask the reader
+to start ``bursar serve`` first. Production use runs ``bursar serve``."""
 
 from __future__ import annotations
 
