@@ -149,25 +149,28 @@ class Profile:
         starts: list[float] = []
         ends: list[float] = []
         longest: list[float] = []
+        add_start, add_end, add_longest = starts.append, ends.append, longest.append
         best = -1.0
-        inside = False
-        start = 0.0
-        for k in range(k0, len(times)):
-            if free[k] >= units:
+        inside = free[k0] >= units
+        start = times[k0] if times[k0] > now else now
+        # This loop is most of a long queue's cost: zip over slices and only steps where
+        # a run begins or ends do any work. Steps after k0 all start after ``now``.
+        for t, f in zip(times[k0 + 1 :], free[k0 + 1 :], strict=True):
+            if f >= units:
                 if not inside:
                     inside = True
-                    start = times[k] if times[k] > now else now
+                    start = t
             elif inside:
                 inside = False
-                starts.append(start)
-                ends.append(times[k])
-                if times[k] - start > best:
-                    best = times[k] - start
-                longest.append(best)
+                add_start(start)
+                add_end(t)
+                if t - start > best:
+                    best = t - start
+                add_longest(best)
         if inside:  # the last step lasts forever
-            starts.append(start)
-            ends.append(math.inf)
-            longest.append(math.inf)
+            add_start(start)
+            add_end(math.inf)
+            add_longest(math.inf)
         table = (now, starts, ends, longest)
         self._runs[units] = table
         return table
