@@ -149,28 +149,25 @@ class Profile:
         starts: list[float] = []
         ends: list[float] = []
         longest: list[float] = []
-        add_start, add_end, add_longest = starts.append, ends.append, longest.append
         best = -1.0
-        inside = free[k0] >= units
-        start = times[k0] if times[k0] > now else now
-        # This loop is most of a long queue's cost: zip over slices and only steps where
-        # a run begins or ends do any work. Steps after k0 all start after ``now``.
-        for t, f in zip(times[k0 + 1 :], free[k0 + 1 :], strict=True):
-            if f >= units:
+        inside = False
+        start = 0.0
+        for k in range(k0, len(times)):
+            if free[k] >= units:
                 if not inside:
                     inside = True
-                    start = t
+                    start = times[k] if times[k] > now else now
             elif inside:
                 inside = False
-                add_start(start)
-                add_end(t)
-                if t - start > best:
-                    best = t - start
-                add_longest(best)
+                starts.append(start)
+                ends.append(times[k])
+                if times[k] - start > best:
+                    best = times[k] - start
+                longest.append(best)
         if inside:  # the last step lasts forever
-            add_start(start)
-            add_end(math.inf)
-            add_longest(math.inf)
+            starts.append(start)
+            ends.append(math.inf)
+            longest.append(math.inf)
         table = (now, starts, ends, longest)
         self._runs[units] = table
         return table
