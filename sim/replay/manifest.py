@@ -46,7 +46,6 @@ def versions() -> dict[str, str]:
         "bursar": _version("bursar"),
         "python": platform.python_version(),
         "sortedcontainers": _version("sortedcontainers"),
-        "numpy": _version("numpy"),
     }
 
 

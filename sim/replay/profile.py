@@ -11,17 +11,12 @@ from __future__ import annotations
 import bisect
 import math
 
-import numpy as np
-
 
 class Profile:
     def __init__(self, capacity: int, origin: float = 0.0) -> None:
         self.capacity = capacity
         self.times: list[float] = [origin]
         self.free: list[int] = [capacity]
-        # The same step function as numpy arrays for long searches, built when one needs
-        # them and dropped at every change (most changes come with no long search).
-        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
         # Run tables (see earlier_slot) by units, for one ``now``; a change drops the
         # tables whose runs it alters.
         self._runs: dict[int, tuple[float, list[float], list[float], list[float]]] = {}
@@ -34,7 +29,6 @@ class Profile:
             return k
         times.insert(k, t)
         self.free.insert(k, self.free[k - 1])
-        self._arrays = None
         return k
 
     def take(self, start: float, end: float, units: int) -> None:
@@ -46,7 +40,6 @@ class Profile:
         free = self.free
         before = free[a:b]
         free[a:b] = [f - units for f in before]
-        self._arrays = None
         # A run table for u changes only where a step's free units cross u: from at
         # least u to below it (u <= f < u + units).
         self._drop_crossed(before, units, 0)
@@ -74,7 +67,6 @@ class Profile:
         free, times = self.free, self.times
         before = free[a:b]
         free[a:b] = [f + units for f in before]
-        self._arrays = None
         self._drop_crossed(before, units, units)
         # Merge from the right so indices stay valid.
         for k in (b, a):
@@ -88,7 +80,6 @@ class Profile:
         if k > 0:
             del self.times[:k]
             del self.free[:k]
-            self._arrays = None
 
     def earliest(self, now: float, units: int, length: float) -> float:
         """The earliest start >= now with ``units`` free for ``length`` seconds."""
@@ -171,26 +162,6 @@ class Profile:
         table = (now, starts, ends, longest)
         self._runs[units] = table
         return table
-
-    def _earlier_np(self, now: float, units: int, length: float, k0: int, kh: int) -> float | None:
-        if self._arrays is None:
-            self._arrays = (np.array(self.times), np.array(self.free))
-        T, F = self._arrays
-        ok = F[k0:kh] >= units
-        if not ok.any():
-            return None
-        idx = np.arange(k0, kh)
-        # bad[i]: the first step at or after i (up to kh) without ``units`` free.
-        bad = np.minimum.accumulate(np.where(ok, kh, idx)[::-1])[::-1]
-        begin = T[k0:kh].copy()
-        begin[0] = max(begin[0], now)
-        # The window from step i must stay free up to its end (or up to held, step kh).
-        need = np.minimum(np.searchsorted(T, begin + length, "left"), kh)
-        good = ok & (bad >= need)
-        first = int(np.argmax(good))
-        if not good[first]:
-            return None
-        return float(begin[first])
 
     def max_free(self, start: float, end: float) -> int:
         """The most units free at any instant of [start, end)."""
