@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,17 @@ def server_thread(state_dir: Path, **settings: Any) -> Iterator[ServerThread]:
         yield s
     finally:
         s.stop()
+
+
+def until(
+    check: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition", step: float = 0.05
+) -> Any:
+    """Poll ``check`` from a blocking test until it returns something true; return it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached in {timeout_s} s")
+        time.sleep(step)

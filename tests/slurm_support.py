@@ -18,9 +18,8 @@ import socket
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,17 +158,6 @@ def job_state(job_id: int) -> str:
         if j["job_id"] == job_id:
             return str(j["job_state"])
     return "PURGED"
-
-
-def until(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(step)
 
 
 def salloc(name: str, *args: str) -> int:

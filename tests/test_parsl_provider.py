@@ -10,11 +10,11 @@ from pathlib import Path
 from unittest.mock import MagicMock
 
 import pytest
-from client_support import ServerThread, server_thread
+from client_support import ServerThread, server_thread, until
 from parsl.executors.high_throughput.errors import ManagerLost
 from parsl.jobs.states import JobState, JobStatus
 from parsl.launchers import SimpleLauncher
-from test_parsl_support import alive, parsl_config, until
+from test_parsl_support import alive, parsl_config
 
 from bursar.providers.client import Backoff, BrokerClient, LeaseState, Supply
 from bursar.providers.parsl import (

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 
 from service_support import config
 
@@ -69,14 +68,6 @@ bucket = 2.5
 
 def parsl_config() -> Config:
     return config(PARSL_POOL)
-
-
-def until(check: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout_s} s")
-        time.sleep(0.02)
 
 
 def alive(pid: int) -> bool:

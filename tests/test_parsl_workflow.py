@@ -15,12 +15,12 @@ from typing import Any
 
 import parsl
 import pytest
-from client_support import ServerThread, server_thread
+from client_support import ServerThread, server_thread, until
 from parsl.app.app import python_app
 from parsl.config import Config
 from parsl.executors import HighThroughputExecutor
 from parsl.jobs.states import JobState
-from test_parsl_support import group_alive, parsl_config, square, total, until
+from test_parsl_support import group_alive, parsl_config, square, total
 
 from bursar.providers.client import AdminClient, Backoff, BrokerClient
 from bursar.providers.parsl import BursarProvider, lease_error_handler, lease_retry_handler

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import ray
-from client_support import server_thread
+from client_support import server_thread, until
 from ray.core.generated.common_pb2 import NodeDeathInfo
-from test_ray_support import cluster_yaml, ray_config, ray_head, until
+from test_ray_support import cluster_yaml, ray_config, ray_head
 
 from bursar.providers.client import BrokerClient, LeaseState
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from client_support import ServerThread, server_thread
+from client_support import ServerThread, server_thread, until
 from ray.autoscaler.node_launch_exception import NodeLaunchException
 from ray.autoscaler.tags import (
     NODE_KIND_WORKER,
@@ -29,7 +29,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_NODE_STATUS,
     TAG_RAY_USER_NODE_TYPE,
 )
-from test_ray_support import EXAMPLE, cluster_yaml, ray_config, until
+from test_ray_support import EXAMPLE, cluster_yaml, ray_config
 
 from bursar.providers.client import BrokerClient, LeaseState
 from bursar.providers.ray import TAG_LEASE_STATE, BursarNodeProvider, LeaseRefused

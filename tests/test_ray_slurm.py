@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 import ray
+from client_support import until
 from slurm_support import (
     job_prefix_fixture,  # noqa: F401  (fixtures: job_prefix, slurm_cluster)
     job_state,
     slurm_broker,
     slurm_cluster_fixture,  # noqa: F401
-    until,
 )
 from test_ray_provider import FAKE_NODE, worker_tags
 

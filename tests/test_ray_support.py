@@ -8,9 +8,8 @@ is never used: `bursar.providers.ray.local_head` stops a head's processes by PID
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -78,17 +77,6 @@ bucket = 2.5
 
 def ray_config() -> Config:
     return config(RAY_POOL)
-
-
-def until(check: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout_s} s")
-        time.sleep(0.05)
 
 
 def cluster_yaml(

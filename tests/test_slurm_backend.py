@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from client_support import until
 from slurm_support import (
     CAMPAIGNS,
     job_prefix_fixture,  # noqa: F401  (fixtures: job_prefix, slurm_cluster)
@@ -22,7 +23,6 @@ from slurm_support import (
     slurm_cluster_fixture,  # noqa: F401
     slurm_config,
     squeue,
-    until,
 )
 
 from bursar.broker.backends.slurm import SlurmPool, discover_pool, gres_count, gres_indices

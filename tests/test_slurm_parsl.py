@@ -11,6 +11,7 @@ from pathlib import Path
 
 import parsl
 import pytest
+from client_support import until
 from parsl.app.app import python_app
 from parsl.config import Config
 from parsl.executors import HighThroughputExecutor
@@ -22,7 +23,6 @@ from slurm_support import (
     slurm_broker,
     slurm_cluster_fixture,  # noqa: F401
     squeue,
-    until,
 )
 from test_parsl_support import square, total
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from client_support import until
 from slurm_support import (
     job_prefix_fixture,  # noqa: F401  (fixtures: job_prefix, slurm_cluster)
     job_state,
     salloc,
     slurm_cluster_fixture,  # noqa: F401
     slurm_config_text,
-    until,
 )
 from test_service_process import Server
 
