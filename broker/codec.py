@@ -64,6 +64,18 @@ def to_dict(obj: Event | Decision) -> dict[str, Any]:
     return d
 
 
+def json_safe(x: Any) -> Any:
+    """``x`` with every infinite or NaN float (nested in dicts, lists, tuples) as None:
+    JSON has no infinity or NaN, and reports write e.g. an unmeasured latency as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [json_safe(v) for v in x]
+    return x
+
+
 def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 

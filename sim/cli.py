@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from bursar.broker.audit import audit
+from bursar.broker.codec import json_safe
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.sim.experiments import FULL, QUICK, SWEEPS, cells, experiment_claims, run_cell
 from bursar.sim.report import write_report
@@ -24,17 +24,6 @@ from bursar.sim.sweep import SweepError, cores, run_cells
 __all__ = ["claims_table", "run_experiments", "run_scenario", "sim"]
 
 DEFAULT_SEEDS = (1, 2, 3)
-
-
-def _clean(x: Any) -> Any:
-    """JSON has no infinity or NaN: write them as null."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
 
 
 def run_scenario(
@@ -110,7 +99,7 @@ def run_scenario(
         "claims": table,
     }
     (out / "metrics.json").write_text(
-        json.dumps(_clean(metrics), indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        json.dumps(json_safe(metrics), indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
     return runs, table, report
 
@@ -238,7 +227,7 @@ def run_experiments(
         "cells": results,
     }
     (out / "experiments.json").write_text(
-        json.dumps(_clean(doc), indent=1, sort_keys=True) + "\n", encoding="utf-8"
+        json.dumps(json_safe(doc), indent=1, sort_keys=True) + "\n", encoding="utf-8"
     )
     return results, table, figures, wall
 

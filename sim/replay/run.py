@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.codec import json_safe
 from bursar.sim.replay.ingest import load_trace
 from bursar.sim.replay.kernel import Schedule, replay
 from bursar.sim.replay.manifest import build_manifest, canonical, file_sha256, sha256
@@ -37,16 +38,6 @@ class RunResult:
     manifest: dict[str, Any]
     wall_s: float
     """Wall time of read + map + replay + metrics (not part of metrics or manifest)."""
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
 
 
 def schedule_digest(s: Schedule) -> str:
@@ -104,7 +95,7 @@ def replay_trace(
     wall = time.perf_counter() - t0
     metrics["quality"] = trace.quality.to_dict()
     metrics["strict"] = strict
-    metrics = _clean(metrics)
+    metrics = json_safe(metrics)
     run_config = {
         "capacity": int(cap),
         "bsld_tau_s": tau_s,
