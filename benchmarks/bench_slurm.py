@@ -19,7 +19,6 @@ Uses the cluster ``SLURM_CONF`` names, or starts the project's test cluster
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import socket
@@ -27,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,7 +36,8 @@ from rich.progress import Progress
 from bursar.broker.backends.slurm import SlurmPool, discover_pool
 from bursar.broker.config import parse_config
 from bursar.broker.service.limits import LimitSettings
-from bursar.broker.service.server import Settings, running
+from bursar.broker.service.local import local_broker
+from bursar.broker.service.server import Settings
 from bursar.providers.client import BrokerClient
 from bursar.providers.launch import launch_argv
 
@@ -102,43 +101,14 @@ def broker(state_dir: Path) -> Iterator[tuple[str, str]]:
     """``bursar serve --backend slurm`` on a thread of this process: (address, token)."""
     cfg = parse_config(CONFIG, "toml", source="<bench>", discover=discover_pool)
     assert cfg.slurm is not None
-    settings = Settings(
+    with local_broker(
         state_dir=state_dir,
         config=cfg,
-        port=0,
-        metrics_port=None,
         limits=LimitSettings(rate=1e6, burst=1e6, max_streams=64),
+        grace_s=Settings.grace_s,
         backend=SlurmPool(cfg.slurm),
-    )
-    box: dict[str, object] = {}
-    ready = threading.Event()
-
-    async def serve() -> None:
-        stop = asyncio.Event()
-        async with running(settings) as r:
-            box.update(address=r.address, stop=(asyncio.get_running_loop(), stop))
-            ready.set()
-            await stop.wait()
-
-    def main() -> None:
-        try:
-            asyncio.run(serve())
-        except BaseException as exc:
-            box["error"] = exc
-            ready.set()
-
-    t = threading.Thread(target=main, daemon=True)
-    t.start()
-    ready.wait(60)
-    if "error" in box:
-        raise SystemExit(f"the broker did not start: {box['error']}")
-    token = json.loads((state_dir / "tokens.json").read_text())["bench"]
-    try:
-        yield str(box["address"]), token
-    finally:
-        loop, stop = box["stop"]  # type: ignore[misc]
-        loop.call_soon_threadsafe(stop.set)  # type: ignore[attr-defined]
-        t.join(30)
+    ) as b:
+        yield b.address, b.tokens["bench"]
 
 
 def run(argv: list[str]) -> str:

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from bursar.broker.config import parse_config
+from bursar.broker.config import Config, parse_config
 from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.server import Settings, running
 
@@ -56,27 +57,37 @@ class LocalBroker:
 
 @contextmanager
 def local_broker(
-    config_text: str = SMALL_POOL, state_dir: Path | None = None
+    config_text: str = SMALL_POOL,
+    state_dir: Path | None = None,
+    *,
+    config: Config | None = None,
+    **settings: Any,
 ) -> Iterator[LocalBroker]:
-    """Serve a broker with ``config_text`` (TOML) on 127.0.0.1, any free port."""
+    """Serve a broker with ``config_text`` (TOML), or an already parsed ``config``, on
+    127.0.0.1, any free port. ``settings`` override the server's :class:`Settings` (e.g.
+    ``backend=SlurmPool(...)``, ``grace_s``, ``limits``)."""
     tmp = None
     if state_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="bursar-state-")
         state_dir = Path(tmp.name)
+    fields: dict[str, Any] = {
+        "limits": LimitSettings(rate=10_000, burst=10_000, max_streams=64),
+        "grace_s": 1.0,
+        **settings,
+    }
+    server = Settings(
+        state_dir=state_dir,
+        config=config or parse_config(config_text, "toml", source="<local_broker>"),
+        port=0,
+        metrics_port=None,
+        **fields,
+    )
     ready = threading.Event()
     box: dict[str, object] = {}
 
     async def serve() -> None:
-        settings = Settings(
-            state_dir=state_dir,
-            config=parse_config(config_text, "toml", source="<local_broker>"),
-            port=0,
-            metrics_port=None,
-            limits=LimitSettings(rate=10_000, burst=10_000, max_streams=64),
-            grace_s=1.0,
-        )
         stop = asyncio.Event()
-        async with running(settings) as r:
+        async with running(server) as r:
             box["address"] = r.address
             box["admin"] = r.core.admin_token_path.read_text().strip()
             box["stop"] = (asyncio.get_running_loop(), stop)
