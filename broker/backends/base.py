@@ -13,6 +13,7 @@ simulator and the service cannot drift apart on when a lease is placed.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
@@ -30,7 +31,14 @@ from bursar.broker.decisions import (
 from bursar.broker.errors import BursarError
 from bursar.broker.events import Event
 
-__all__ = ["BackendError", "NodeState", "PoolBackend", "apply_decision"]
+__all__ = [
+    "BackendError",
+    "NodeState",
+    "PoolBackend",
+    "apply_decision",
+    "check_clock",
+    "check_nodes",
+]
 
 
 class NodeState(enum.Enum):
@@ -131,3 +139,24 @@ def apply_decision(backend: PoolBackend, decision: Decision) -> None:
         warn = getattr(backend, "warn", None)
         if warn is not None:
             warn(decision.lease_id, decision.deadline, at)
+
+
+def check_nodes(nodes: Iterable[str], known: Mapping[str, object]) -> tuple[str, ...]:
+    """``nodes`` without repeats, in order; BackendError if one is not in ``known``."""
+    # A plain str would otherwise be read as a sequence of one-letter node names.
+    if isinstance(nodes, str):
+        raise BackendError(f"nodes must be a collection of names, got the string {nodes!r}")
+    names = tuple(dict.fromkeys(nodes))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise BackendError(f"unknown node(s): {', '.join(map(repr, unknown))}")
+    return names
+
+
+def check_clock(now: float, last: float) -> float:
+    """``now`` as a float; BackendError if it is not a number or is before ``last``."""
+    if not isinstance(now, int | float) or math.isnan(now):
+        raise BackendError(f"now must be a number, got {now!r}")
+    if now < last:
+        raise BackendError(f"time went backwards: {now} after {last}")
+    return float(now)

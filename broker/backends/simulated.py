@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from bursar.broker.backends.base import BackendError, NodeState
+from bursar.broker.backends.base import BackendError, NodeState, check_clock, check_nodes
 from bursar.broker.events import Event, NodeLost, NodeReady
 from bursar.broker.policy import PoolSpec
 
@@ -170,21 +170,10 @@ class SimulatedPool:
     # -- internals ----------------------------------------------------------------------
 
     def _known(self, nodes: Iterable[str]) -> tuple[str, ...]:
-        # A plain str would otherwise be read as a sequence of one-letter node names.
-        if isinstance(nodes, str):
-            raise BackendError(f"nodes must be a collection of names, got the string {nodes!r}")
-        names = tuple(dict.fromkeys(nodes))
-        unknown = [n for n in names if n not in self._state]
-        if unknown:
-            raise BackendError(f"unknown node(s): {', '.join(map(repr, unknown))}")
-        return names
+        return check_nodes(nodes, self._state)
 
     def _advance(self, now: float) -> None:
-        if not isinstance(now, int | float) or math.isnan(now):
-            raise BackendError(f"now must be a number, got {now!r}")
-        if now < self._now:
-            raise BackendError(f"time went backwards: {now} after {self._now}")
-        self._now = float(now)
+        self._now = check_clock(now, self._now)
         fired = [(t, n, "boot") for n, t in self._ready_at.items() if t <= now]
         fired += [(t, n, "repair") for n, t in self._repair_at.items() if t <= now]
         # Sorted by (time, name) so that the event order never depends on call history.

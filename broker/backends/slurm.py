@@ -48,7 +48,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from bursar.broker import dims
-from bursar.broker.backends.base import BackendError, NodeState
+from bursar.broker.backends.base import BackendError, NodeState, check_clock, check_nodes
 from bursar.broker.config import DiscoveryError, SlurmSettings, WarnSignal
 from bursar.broker.events import Event, LeaseLost, NodeLost, NodeReady
 from bursar.broker.policy import NodeGroup, PoolSpec
@@ -706,20 +706,10 @@ class SlurmPool:
     # -- checks -------------------------------------------------------------------------
 
     def _known(self, nodes: Iterable[str]) -> tuple[str, ...]:
-        if isinstance(nodes, str):
-            raise BackendError(f"nodes must be a collection of names, got the string {nodes!r}")
-        names = tuple(dict.fromkeys(nodes))
-        unknown = [n for n in names if n not in self._state]
-        if unknown:
-            raise BackendError(f"unknown node(s): {', '.join(map(repr, unknown))}")
-        return names
+        return check_nodes(nodes, self._state)
 
     def _advance(self, now: float) -> None:
-        if not isinstance(now, int | float) or math.isnan(now):
-            raise BackendError(f"now must be a number, got {now!r}")
-        if now < self._now:
-            raise BackendError(f"time went backwards: {now} after {self._now}")
-        self._now = float(now)
+        self._now = check_clock(now, self._now)
 
 
 def _shape(piece: Mapping[str, float]) -> tuple[int, int, int]:
