@@ -4,7 +4,8 @@ Everything here runs on one asyncio event loop: the engine is single-threaded, a
 ``Broker.submit`` (engine, then journal commit, then backend) is called only from
 coroutines on that loop, never from a thread. The core owns
 
-* the wall clock: ``now()`` is ``max(clock(), engine.now)``, so time never goes back,
+* the clock (a ``bursar.broker.clock.Clock``, the wall clock unless a test gives a
+  manual one): ``now()`` is ``max(clock.now(), engine.now)``, so time never goes back,
   also across a restart whose journal ends later than the clock reads;
 * a background timer task that sleeps until the engine's next timer (expiry, revocation,
   wake-up) or the backend's next event (a node ready) and then catches up;
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bursar.broker.backends.base import PoolBackend
+from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activate,
@@ -216,20 +218,20 @@ class ServiceCore:
         tokens: TokenStore,
         *,
         limits: LimitSettings,
-        clock: Callable[[], float],
+        clock: Clock | Callable[[], float],
         state_dir: Path,
         admin_token_path: Path,
         issued_at_start: Sequence[str] = (),
     ) -> None:
         self.broker = broker
         self.tokens = tokens
-        self.limits = ClientLimits(limits)
+        self._clock = as_clock(clock)
+        self.limits = ClientLimits(limits, self._clock)
         self.metrics = Metrics()
         self.state_dir = state_dir
         self.admin_token_path = admin_token_path
         self.issued_at_start = tuple(issued_at_start)
         self.version = _version()
-        self._clock = clock
         self._last = broker.engine.now
         self.started_at = self.now()
         self._waiters: dict[str, _Waiter] = {}
@@ -253,7 +255,7 @@ class ServiceCore:
         config: Config | None = None,
         *,
         durability: str = "normal",
-        clock: Callable[[], float] = time.time,
+        clock: Clock | Callable[[], float] = SYSTEM,
         admin_token_file: Path | None = None,
         limits: LimitSettings | None = None,
         backend: PoolBackend | None = None,
@@ -270,7 +272,7 @@ class ServiceCore:
         lock = _lock_state_dir(state)
         try:
             return cls._open_locked(
-                state, lock, config, durability, clock, admin_token_file, limits, backend
+                state, lock, config, durability, as_clock(clock), admin_token_file, limits, backend
             )
         except BaseException:
             os.close(lock)
@@ -283,7 +285,7 @@ class ServiceCore:
         lock: int,
         config: Config | None,
         durability: str,
-        clock: Callable[[], float],
+        clock: Clock,
         admin_token_file: Path | None,
         limits: LimitSettings | None,
         backend: PoolBackend | None = None,
@@ -296,13 +298,13 @@ class ServiceCore:
                     config = Config(pool=j.pool, policy=j.policy)
             else:
                 config = default_config()
-        broker = Broker.open(state, config, backend, at=clock(), durability=durability)
+        broker = Broker.open(state, config, backend, at=clock.now(), durability=durability)
         try:
             if resumed:
-                _withdraw_orphans(broker, clock())
+                _withdraw_orphans(broker, clock.now())
             admin_token, admin_path, _ = load_admin_token(state, admin_token_file)
             tokens = TokenStore(state, admin_token)
-            issued = tokens.issue_missing(sorted(broker.engine.campaigns), clock())
+            issued = tokens.issue_missing(sorted(broker.engine.campaigns), clock.now())
         except BaseException:
             broker.close()
             raise
@@ -341,7 +343,7 @@ class ServiceCore:
 
     def now(self) -> float:
         """Wall-clock seconds since the epoch, never earlier than any time used before."""
-        t = max(self._clock(), self.broker.engine.now, self._last)
+        t = max(self._clock.now(), self.broker.engine.now, self._last)
         self._last = t
         return t
 
@@ -354,13 +356,14 @@ class ServiceCore:
                 raise self._fatal
             self._wake.clear()
             due = self._next_due()
-            wall = self._clock()
+            wall = self._clock.now()
             if due is not None and due <= wall:
                 self._submit_catch_up()
                 continue
-            timeout = 60.0 if due is None else min(60.0, due - wall)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+            # Until the next timer on the clock or a decision's wake-up; a minute at most, as
+            # a backend's next event may move without one.
+            until = wall + 60.0 if due is None else min(wall + 60.0, due)
+            await wait_event_until(self._clock, self._wake, until)
         if self._fatal is not None:
             raise self._fatal
 

@@ -2,15 +2,15 @@
 
 A client is its token (by SHA-256 prefix) when it sends one, else its peer host; so
 every campaign's processes share one budget, and an unauthenticated flood is limited by
-address. Both limits run on the event loop only (no locks).
+address. Both limits run on the event loop only (no locks). The buckets refill on the
+service's clock, so a test with a manual clock sees exact refill times.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from bursar.broker.clock import SYSTEM, Clock
 from bursar.broker.service.auth import digest
 from bursar.broker.service.errors import RateLimited, TooManyStreams
 
@@ -39,9 +39,7 @@ def client_key(token: str | None, peer: str) -> str:
 
 
 class ClientLimits:
-    def __init__(
-        self, settings: LimitSettings, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, settings: LimitSettings, clock: Clock = SYSTEM) -> None:
         self.settings = settings
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
@@ -51,9 +49,10 @@ class ClientLimits:
     def admit(self, key: str) -> None:
         """Take one request from ``key``'s bucket, or raise RateLimited with a retry-after."""
         s = self.settings
-        now = self._clock()
+        now = self._clock.now()
         level, at = self._buckets.get(key, (s.burst, now))
-        level = min(s.burst, level + (now - at) * s.rate)
+        # max(0, ...): the wall clock may step back; that must not drain a bucket.
+        level = min(s.burst, level + max(0.0, now - at) * s.rate)
         if level < 1.0:
             self._buckets[key] = (level, now)
             raise RateLimited((1.0 - level) / s.rate, key, s.rate, s.burst)

@@ -65,7 +65,7 @@ def local_broker(
 ) -> Iterator[LocalBroker]:
     """Serve a broker with ``config_text`` (TOML), or an already parsed ``config``, on
     127.0.0.1, any free port. ``settings`` override the server's :class:`Settings` (e.g.
-    ``backend=SlurmPool(...)``, ``grace_s``, ``limits``)."""
+    ``backend=SlurmPool(...)``, ``grace_s``, ``limits``, ``clock=ManualClock(...)``)."""
     tmp = None
     if state_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="bursar-state-")

@@ -22,7 +22,6 @@ import asyncio
 import ipaddress
 import logging
 import signal
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from bursar.broker.backends.base import PoolBackend
+from bursar.broker.clock import SYSTEM, Clock
 from bursar.broker.config import Config
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.limits import LimitSettings
@@ -71,6 +71,8 @@ class Settings:
     """Largest request accepted (RESOURCE_EXHAUSTED beyond)."""
     backend: PoolBackend | None = None
     """The pool backend; None: the simulated pool of the config."""
+    clock: Clock = SYSTEM
+    """The service's clock (timers, lease times, rate limits); tests pass a ManualClock."""
 
 
 def is_loopback(host: str) -> bool:
@@ -153,9 +155,12 @@ def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
 
 @asynccontextmanager
 async def running(
-    settings: Settings, *, clock: Callable[[], float] = time.time
+    settings: Settings, *, clock: Clock | Callable[[], float] | None = None
 ) -> AsyncIterator[Running]:
-    """Start everything ``settings`` describes; stop it all, in order, on exit."""
+    """Start everything ``settings`` describes; stop it all, in order, on exit.
+
+    ``clock`` overrides ``settings.clock`` (a bare ``() -> float`` is still accepted).
+    """
     if not settings.allow_remote and not is_loopback(settings.host):
         raise ValueError(
             f"--host {settings.host} is not a loopback address; pass --allow-remote to serve "
@@ -170,7 +175,7 @@ async def running(
         settings.state_dir,
         settings.config,
         durability=settings.durability,
-        clock=clock,
+        clock=settings.clock if clock is None else clock,
         admin_token_file=settings.admin_token_file,
         limits=settings.limits,
         backend=settings.backend,
