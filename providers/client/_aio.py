@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from bursar.broker.clock import SYSTEM, Clock
 from bursar.protos.bursar.v1 import admin_pb2
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 from bursar.providers.client._backoff import Backoff
@@ -98,7 +99,9 @@ class AsyncBrokerClient:
     retried with ``backoff`` for up to ``retry_timeout_s`` (None: forever) while the
     broker is unreachable or restarting; the jitter comes from ``rng`` (a
     ``random.Random``, or a seed). Each unary call has a deadline of
-    ``call_timeout_s`` (a blocking acquire: its wait plus that).
+    ``call_timeout_s`` (a blocking acquire: its wait plus that). ``clock`` (default: the
+    wall clock) times retries and held leases' renewals; a test may pass a
+    ``ManualClock`` to drive them.
 
     The client is bound to the event loop it is first used on. Use it as ``async with``,
     or call :meth:`close`::
@@ -120,8 +123,10 @@ class AsyncBrokerClient:
         retry_timeout_s: float | None = 30.0,
         call_timeout_s: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
+        clock: Clock = SYSTEM,
     ) -> None:
         self.campaign = campaign
+        self.clock = clock
         self._watcher: LeaseWatcher | None = None
         self._conn = Connection(
             target,
@@ -132,6 +137,7 @@ class AsyncBrokerClient:
             retry_timeout_s=retry_timeout_s,
             call_timeout_s=call_timeout_s,
             channel_options=channel_options,
+            clock=clock,
         )
 
     @property
@@ -456,6 +462,7 @@ class AsyncAdminClient:
         retry_timeout_s: float | None = 30.0,
         call_timeout_s: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
+        clock: Clock = SYSTEM,
     ) -> None:
         self._conn = Connection(
             target,
@@ -466,6 +473,7 @@ class AsyncAdminClient:
             retry_timeout_s=retry_timeout_s,
             call_timeout_s=call_timeout_s,
             channel_options=channel_options,
+            clock=clock,
         )
 
     @property

@@ -19,13 +19,13 @@ import logging
 import math
 import os
 import random
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
 import grpc
 
+from bursar.broker.clock import SYSTEM, Clock
 from bursar.protos.bursar.v1 import admin_pb2_grpc
 from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 from bursar.providers.client._backoff import Backoff
@@ -68,7 +68,12 @@ def _rng(rng: random.Random | int | None) -> random.Random:
 
 
 class Connection:
-    """The channel, credentials and retry policy shared by one client's calls."""
+    """The channel, credentials and retry policy shared by one client's calls.
+
+    Retry deadlines and the pauses between attempts are on ``clock``: with a manual clock
+    a test decides when the next attempt is made. A call's own gRPC deadline stays in
+    real seconds (it bounds the network, not the protocol).
+    """
 
     def __init__(
         self,
@@ -81,8 +86,10 @@ class Connection:
         retry_timeout_s: float | None = 30.0,
         call_timeout_s: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
+        clock: Clock = SYSTEM,
     ) -> None:
         self.target = target
+        self.clock = clock
         self.backoff = backoff or Backoff()
         self.rng = _rng(rng)
         self.retry_timeout_s = retry_timeout_s
@@ -152,10 +159,9 @@ class Connection:
 
     # -------------------------------------------------------------------- calls
 
-    @staticmethod
-    def deadline(timeout_s: float | None) -> float:
-        """The monotonic time ``timeout_s`` from now (None: never)."""
-        return math.inf if timeout_s is None else time.monotonic() + timeout_s
+    def deadline(self, timeout_s: float | None) -> float:
+        """The clock's time ``timeout_s`` from now (None: never)."""
+        return math.inf if timeout_s is None else self.clock.now() + timeout_s
 
     async def pause(
         self, exc: BursarClientError, delays: Any, give_up_at: float, what: str
@@ -165,10 +171,11 @@ class Connection:
         delay = next(delays)
         if exc.retry_after is not None and math.isfinite(exc.retry_after):
             delay = max(delay, min(exc.retry_after, self.backoff.max_s))
-        if time.monotonic() + delay > give_up_at:
+        now = self.clock.now()
+        if now + delay > give_up_at:
             raise exc
         log.info("%s: %s; retrying in %.2f s", what, exc, delay)
-        await asyncio.sleep(delay)
+        await self.clock.sleep_until(now + delay)
 
     async def unary(
         self,

@@ -1,9 +1,10 @@
 """A lease held for the life of a block: acquired, renewed before it expires, watched for
 preemption, released on exit.
 
-Times to renew are measured on the client's monotonic clock, never by comparing the
-server's timestamps with the client's (the two clocks may disagree): a lease granted or
-renewed by a call sent at monotonic time ``t`` lasts at least until
+Times to renew are measured on the client's clock (``AsyncBrokerClient(clock=...)``,
+the wall clock by default), never by comparing the server's timestamps with the
+client's (the two clocks may disagree): a lease granted or renewed by a call sent at
+client time ``t`` lasts at least until
 ``t + (expires_at - granted_at)`` (for a renewal: ``t + duration_s``), because the
 server decided after ``t``. Renewal happens ``renew_margin_s`` before that lower bound.
 """
@@ -15,11 +16,11 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from bursar.broker.clock import wait_event_until
 from bursar.providers.client._errors import (
     FailedPrecondition,
     NotFound,
@@ -107,7 +108,7 @@ class LeaseHandle:
         self.renewals = 0
         self.error: BaseException | None = None
         self._lease: Lease | None = None
-        self._expires_mono = 0.0
+        self._expires_local = 0.0
         self._renew_at = 0.0
         self._stop_renewing = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -208,7 +209,7 @@ class LeaseHandle:
         # about the new lease can be missed.
         watcher = self._client._lease_watcher()
         await watcher.hold(self._client._conn.call_timeout_s)
-        t_send = time.monotonic()
+        t_send = self._client.clock.now()
         try:
             lease, resp = await self._client._acquire(
                 size, duration_s, blocking, timeout, lease_class, labels
@@ -217,8 +218,8 @@ class LeaseHandle:
             watcher.unhold()
             raise
         self._update(lease)
-        self._expires_mono = t_send + resp.waited_s + (lease.expires_at - lease.granted_at)
-        self._renew_at = self._expires_mono - self.renew_margin_s
+        self._expires_local = t_send + resp.waited_s + (lease.expires_at - lease.granted_at)
+        self._renew_at = self._expires_local - self.renew_margin_s
         self._watcher = watcher
         watcher.subscribe(lease.id, self._on_event, self._on_error)
         self._tasks = [
@@ -268,36 +269,35 @@ class LeaseHandle:
 
     async def _renew_loop(self) -> None:
         lease_id, duration = self.lease.id, self.duration_s
+        clock = self._client.clock
         while True:
-            delay = self._renew_at - time.monotonic()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_renewing.wait(), delay)
+            if self._renew_at > clock.now():
+                await wait_event_until(clock, self._stop_renewing, self._renew_at)
             if self._stop_renewing.is_set():
                 return
-            t_send = time.monotonic()
+            t_send = clock.now()
             # Retry an unreachable broker until the lease would have expired; after that,
             # keep trying without a bound: the answer says whether the lease survived.
-            give_up_at = self._expires_mono if t_send < self._expires_mono else None
+            give_up_at = self._expires_local if t_send < self._expires_local else None
             try:
                 lease = await self._client._renew(lease_id, duration, give_up_at=give_up_at)
             except Refused as exc:
-                left = self._expires_mono - time.monotonic()
+                left = self._expires_local - clock.now()
                 wait = max(0.05, min(exc.retry_after, left / 2.0))
                 log.warning("lease %s: renewal refused (%s); again in %.2f s", lease_id, exc, wait)
-                self._renew_at = time.monotonic() + wait
+                self._renew_at = clock.now() + wait
                 continue
             except (FailedPrecondition, NotFound) as exc:
                 log.info("lease %s: not renewable: %s", lease_id, exc)
                 await self._refresh()
                 return
             except Unavailable:
-                self._renew_at = time.monotonic()
+                self._renew_at = clock.now()
                 continue
             self.renewals += 1
             self._update(lease)
-            self._expires_mono = max(self._expires_mono, t_send + duration)
-            self._renew_at = self._expires_mono - self.renew_margin_s
+            self._expires_local = max(self._expires_local, t_send + duration)
+            self._renew_at = self._expires_local - self.renew_margin_s
             self._changed()
 
     async def _refresh(self) -> None:
@@ -311,7 +311,7 @@ class LeaseHandle:
             self._preempted(
                 LeaseEvent(
                     LeaseEventKind.PREEMPT_WARNING,
-                    at=time.time(),
+                    at=self._client.clock.now(),
                     lease=lease,
                     deadline=lease.preempt_deadline,
                     snapshot=True,

@@ -29,6 +29,7 @@ from collections.abc import (
 from types import TracebackType
 from typing import Any, TypeVar
 
+from bursar.broker.clock import SYSTEM, Clock
 from bursar.providers.client._aio import AsyncAdminClient, AsyncBrokerClient
 from bursar.providers.client._backoff import Backoff
 from bursar.providers.client._channel import DEFAULT_TARGET, Tls
@@ -147,6 +148,7 @@ class BrokerClient(_SyncClient):
         retry_timeout_s: float | None = 30.0,
         call_timeout_s: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
+        clock: Clock = SYSTEM,
     ) -> None:
         super().__init__(f"bursar-client {target}")
         self._aio = AsyncBrokerClient(
@@ -159,6 +161,7 @@ class BrokerClient(_SyncClient):
             retry_timeout_s=retry_timeout_s,
             call_timeout_s=call_timeout_s,
             channel_options=channel_options,
+            clock=clock,
         )
 
     @property
@@ -381,6 +384,7 @@ class AdminClient(_SyncClient):
         retry_timeout_s: float | None = 30.0,
         call_timeout_s: float = 30.0,
         channel_options: Sequence[tuple[str, Any]] = (),
+        clock: Clock = SYSTEM,
     ) -> None:
         super().__init__(f"bursar-admin {target}")
         self._aio = AsyncAdminClient(
@@ -392,6 +396,7 @@ class AdminClient(_SyncClient):
             retry_timeout_s=retry_timeout_s,
             call_timeout_s=call_timeout_s,
             channel_options=channel_options,
+            clock=clock,
         )
 
     @property

@@ -124,7 +124,8 @@ class LeaseWatcher:
             while True:  # an open-ended stream ends only by failing; if it ever ends, reopen
                 async for ev in self._client._watch([], True, None, self._opened.set):
                     self._dispatch(ev)
-                await asyncio.sleep(self._client._conn.backoff.initial_s)
+                clock = self._client.clock
+                await clock.sleep_until(clock.now() + self._client._conn.backoff.initial_s)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # reported to every handle, raised again at their exit
