@@ -19,8 +19,8 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "SYSTEM",
@@ -30,7 +30,10 @@ __all__ = [
     "SystemClock",
     "as_clock",
     "wait_event_until",
+    "wait_for",
 ]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -139,6 +142,27 @@ async def wait_event_until(clock: Clock, event: asyncio.Event, t: float) -> bool
         for task in tasks:
             task.cancel()
     return event.is_set()
+
+
+async def wait_for(clock: Clock, aw: Awaitable[T], t: float) -> T:
+    """``asyncio.wait_for`` with a deadline on ``clock``: ``aw``'s result, or TimeoutError
+    (``aw`` cancelled) if ``clock`` reaches ``t`` first. ``t`` may be ``math.inf``."""
+    task = asyncio.ensure_future(aw)
+    if not math.isfinite(t):
+        return await task
+    sleeper = asyncio.ensure_future(clock.sleep_until(t))
+    try:
+        await asyncio.wait({task, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        sleeper.cancel()
+    if task.done():  # also when both finished together: the result wins
+        return task.result()
+    task.cancel()
+    await asyncio.wait({task})  # let it finish cancelling (its own error is not ours)
+    raise TimeoutError
 
 
 class _ThreadWaiter:

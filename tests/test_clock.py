@@ -17,6 +17,7 @@ from bursar.broker.clock import (
     SystemClock,
     as_clock,
     wait_event_until,
+    wait_for,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -216,6 +217,47 @@ def test_wait_event_until_returns_on_the_event_or_the_clock() -> None:
         assert clock.sleepers() == 0  # an infinite deadline never sleeps on the clock
         event.set()
         assert await task is True
+
+    asyncio.run(main())
+
+
+def test_wait_for_returns_the_result_or_times_out_on_the_clock() -> None:
+    clock = ManualClock(10.0)
+
+    async def main() -> None:
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(wait_for(clock, asyncio.shield(fut), 12.0))
+        await until_async(lambda: clock.sleepers() == 1)
+        clock.advance(1.0)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not task.done()
+        fut.set_result("granted")
+        assert await task == "granted"
+        assert clock.sleepers() == 0
+
+        never: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(wait_for(clock, asyncio.shield(never), 12.0))
+        await until_async(lambda: clock.sleepers() == 1)
+        clock.set(12.0)
+        with pytest.raises(TimeoutError):
+            await task
+        assert not never.done()  # shielded: only the wrapper was cancelled
+
+        inner = asyncio.create_task(asyncio.Event().wait())
+        task = asyncio.create_task(wait_for(clock, inner, 20.0))
+        await until_async(lambda: clock.sleepers() == 1)
+        task.cancel()  # cancelling the caller cancels what it waited for
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait({inner})
+        assert inner.cancelled() and clock.sleepers() == 0
+
+        async def boom() -> None:
+            raise KeyError("x")
+
+        with pytest.raises(KeyError):
+            await wait_for(clock, boom(), math.inf)
 
     asyncio.run(main())
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from bursar.broker.backends.base import PoolBackend
 from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
+from bursar.broker.clock import wait_for as wait_for_clock
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activate,
@@ -533,7 +534,10 @@ class ServiceCore:
         waiter = _Waiter(asyncio.get_running_loop().create_future(), own.at, own.estimated_wait_s)
         self._waiters[rid] = waiter
         try:
-            grant = await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+            # The wait is on the service's clock (a test's manual clock decides when it ends).
+            grant = await wait_for_clock(
+                self._clock, asyncio.shield(waiter.future), self.now() + timeout_s
+            )
         except (TimeoutError, ShuttingDown, asyncio.CancelledError) as exc:
             grant = self._withdraw(rid, waiter)
             if isinstance(exc, asyncio.CancelledError):
