@@ -22,10 +22,22 @@ _SCALARS = (str, int, bool, type(None))
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+_OMITTED: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+OMIT_DEFAULT = {"omit_default": True}
+"""Field metadata: leave the field out of the canonical form while it holds its default.
+A field added to an event later is marked so, and journals written before it existed keep
+their bytes (and hashes); decoding a missing field gives the default."""
+
+
 def _field_names(cls: type) -> tuple[str, ...]:
     names = _FIELDS.get(cls)
     if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        fields = dataclasses.fields(cls)
+        names = _FIELDS[cls] = tuple(f.name for f in fields)
+        _OMITTED[cls] = tuple(
+            (f.name, f.default) for f in fields if f.metadata.get("omit_default")
+        )
     return names
 
 
@@ -52,7 +64,12 @@ def plain(x: Any) -> Any:
             "envelopes": {d: plain(e) for d, e in sorted(x.envelopes.items())},
         }
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {name: plain(getattr(x, name)) for name in _field_names(type(x))}
+        cls = type(x)
+        out = {name: plain(getattr(x, name)) for name in _field_names(cls)}
+        for name, default in _OMITTED[cls]:
+            if out[name] == default:
+                del out[name]
+        return out
     if isinstance(x, Mapping):
         return {str(k): plain(v) for k, v in x.items()}
     return x

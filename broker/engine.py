@@ -20,7 +20,7 @@ import math
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sortedcontainers import SortedList
 
@@ -61,13 +61,25 @@ from bursar.broker.events import (
     Tick,
     UpdateCampaign,
 )
-from bursar.broker.lease import Lease, LeaseState, Segment
+from bursar.broker.lease import EndedLease, Lease, LeaseState, Segment
 from bursar.broker.metering import meter
+from bursar.broker.outcome import Outcome
 from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState, Power
 from bursar.broker.reasons import Reason
 
 _EPS = 1e-9
+
+D = TypeVar("D", bound=Decision)
+
+ENDED_KEPT = 100_000
+"""Ended leases the engine remembers (the newest): enough to answer "already ended" and to
+open a Watch on a lease that ended a while ago, bounded so that a long-running broker's
+state does not grow with every lease it ever granted."""
+
+KEY_WINDOW_S = 86_400.0
+"""How long an Acquire's idempotency key is remembered (seconds): a retry within this
+window returns the first call's answer instead of a second lease."""
 
 
 @dataclass(slots=True)
@@ -111,6 +123,34 @@ class CampaignState:
 
 
 @dataclass(slots=True)
+class KeyRecord:
+    """What one idempotency key answered: the request it named and how it was answered."""
+
+    campaign: str
+    key: str
+    fingerprint: str
+    request_id: str
+    at: float
+    answer: Decision | None = None
+    """The Grant or Reject the request got (None while it waits in the queue)."""
+
+
+def request_fingerprint(e: RequestLease) -> str:
+    """What makes two Acquires the same request: size, duration, class and labels (not the
+    wait, which a retry after a lost reply shortens)."""
+    return dumps(
+        plain(
+            {
+                "size": {d: float(x) for d, x in sorted(e.size.items()) if x},
+                "duration_s": float(e.duration_s),
+                "lease_class": e.lease_class.value if e.lease_class is not None else None,
+                "labels": dict(sorted(e.labels.items())),
+            }
+        )
+    )
+
+
+@dataclass(slots=True)
 class Pending:
     id: str
     campaign: str
@@ -121,6 +161,8 @@ class Pending:
     seq: int
     queued_at: float
     labels: dict[str, str]
+    key: str = ""
+    """The client's idempotency key ("" for none)."""
     reason: Reason | None = None
     aging: bool = False
     """An age timer (head-of-line patience) is set for it."""
@@ -142,7 +184,11 @@ class Engine:
         self._timer_seq = 0
         self.campaigns: dict[str, CampaignState] = {}
         self.leases: dict[str, Lease] = {}
-        self.ended: dict[str, LeaseState] = {}
+        self.ended: dict[str, EndedLease] = {}
+        """The newest ``ENDED_KEPT`` ended leases, oldest first."""
+        self.keys: dict[tuple[str, str], KeyRecord] = {}
+        """Idempotency keys seen in the last ``KEY_WINDOW_S``, by (campaign, key), oldest first."""
+        self._key_of: dict[str, KeyRecord] = {}
         self.pending: dict[str, Pending] = {}
         self._queues: dict[tuple[str, LeaseClass], deque[str]] = {}
         self._timers: list[tuple[float, int, str, str]] = []
@@ -174,17 +220,29 @@ class Engine:
 
     # ------------------------------------------------------------------ public API
 
-    def apply(self, event: Event) -> list[Decision]:
-        """Apply one event; return the decisions it caused. Bad input raises, changing nothing."""
+    def apply(self, event: Event) -> Outcome:
+        """Apply one event; return its outcome: every decision it caused, and apart the one
+        answering its own request. Bad input raises, changing nothing."""
         self._validate(event)
         self._out = []
         self._advance(event.at)
         handler = _HANDLERS[type(event)]
-        handler(self, event)
+        own = handler(self, event)
         self._settle()
         self.events_applied += 1
+        self._forget_keys()
         out, self._out = self._out, []
-        return out
+        if isinstance(own, Queue):
+            # Queued, then granted by the admission pass of the same event: the grant is the
+            # answer (the caller must not wait for what it already has).
+            for d in out:
+                if isinstance(d, Grant) and d.lease_id == own.request_id:
+                    own = d
+        return Outcome(tuple(out), own)
+
+    def key_record(self, campaign: str, key: str) -> KeyRecord | None:
+        """What an Acquire with this idempotency key got, if one came within the window."""
+        return self.keys.get((campaign, key)) if key else None
 
     def next_timer(self) -> float | None:
         """When the shell should send the next ``Tick`` (an expiry, revocation or wake-up)."""
@@ -256,7 +314,11 @@ class Engine:
                 }
                 for lid, ls in sorted(self.leases.items())
             },
-            "ended": {k: v.value for k, v in sorted(self.ended.items())},
+            "ended": {k: [v.state.value, v.at, v.cause] for k, v in sorted(self.ended.items())},
+            "keys": sorted(
+                [c, k, r.request_id, r.at, r.answer.kind if r.answer else None]
+                for (c, k), r in self.keys.items()
+            ),
             "pending": [
                 [p.id, p.campaign, list(p.size), p.duration_s, p.queued_at]
                 for p in sorted(self.pending.values(), key=lambda p: p.seq)
@@ -320,7 +382,7 @@ class Engine:
         if lease_id in self.ended:
             return self._bad(
                 "lease_id",
-                f"lease {lease_id} already ended ({self.ended[lease_id].value}); "
+                f"lease {lease_id} already ended ({self.ended[lease_id].state.value}); "
                 "request a new lease",
                 ErrorCode.FAILED_PRECONDITION,
             )
@@ -440,6 +502,7 @@ class Engine:
                         f"{b.capacity:.0f}; ask for less or shorter",
                         ErrorCode.OUT_OF_RANGE,
                     )
+        self._v_key(e)
         if e.lease_class is not None:
             if not isinstance(e.lease_class, LeaseClass):
                 raise self._bad("lease_class", "allowed: interactive, batch, opportunistic")
@@ -450,6 +513,30 @@ class Engine:
                     f"ask for a higher class ({e.lease_class.value})",
                     ErrorCode.FAILED_PRECONDITION,
                 )
+
+    def _v_key(self, e: RequestLease) -> None:
+        key = e.idempotency_key
+        if not isinstance(key, str):
+            raise self._bad("idempotency_key", "must be a string")
+        if not key:
+            return
+        if len(key) > 128 or not key.isprintable():
+            raise self._bad("idempotency_key", f"at most 128 printable characters (got {len(key)})")
+        rec = self.keys.get((e.campaign, key))
+        if rec is None:
+            return
+        if rec.fingerprint != request_fingerprint(e):
+            raise self._bad(
+                "idempotency_key",
+                f"key {key!r} was used for another request ({rec.request_id}) of campaign "
+                f"{e.campaign!r} with a different size, duration, class or labels; use a new "
+                "key for a new request",
+            )
+        raise self._bad(
+            "idempotency_key",
+            f"request {rec.request_id} already carries key {key!r}: this is a retry of it",
+            ErrorCode.ALREADY_EXISTS,
+        )
 
     def _v_cancel(self, e: CancelRequest) -> None:
         if e.request_id not in self.pending:
@@ -590,15 +677,15 @@ class Engine:
 
     # ------------------------------------------------------------------ handlers
 
-    def _on_create(self, e: CreateCampaign) -> None:
+    def _on_create(self, e: CreateCampaign) -> Decision:
         c = CampaignState(e.spec)
         c.set_spec(e.spec, self.now)
         self.campaigns[e.spec.name] = c
         self._reserve = dims.add(self._reserve, c.unmet)
         self._max_guarantee = max(self._max_guarantee, c.guarantee[self._primary])
-        self._emit(CampaignSet(self.now, e.spec.name, True))
+        return self._emit(CampaignSet(self.now, e.spec.name, True))
 
-    def _on_update(self, e: UpdateCampaign) -> None:
+    def _on_update(self, e: UpdateCampaign) -> Decision:
         c = self.campaigns[e.spec.name]
         self._set_held(c, c.held)  # bring buckets to now under the old rates
         before = c.unmet
@@ -612,9 +699,9 @@ class Engine:
         self._rekey(c.spec.name)
         self._dirty.add(c.spec.name)
         self._pool_dirty = True
-        self._emit(CampaignSet(self.now, e.spec.name, False))
+        return self._emit(CampaignSet(self.now, e.spec.name, False))
 
-    def _on_request(self, e: RequestLease) -> None:
+    def _on_request(self, e: RequestLease) -> Decision:
         c = self.campaigns[e.campaign]
         self._seq += 1
         rid = f"L{self._seq}"
@@ -628,37 +715,46 @@ class Engine:
             seq=self._seq,
             queued_at=self.now,
             labels=dict(e.labels),
+            key=e.idempotency_key,
         )
+        if p.key:
+            rec = KeyRecord(p.campaign, p.key, request_fingerprint(e), rid, self.now)
+            self.keys[(p.campaign, p.key)] = rec
+            self._key_of[rid] = rec
         q = self._queues.get((p.campaign, p.lease_class))
         if q:
             # First come, first served within a campaign and class: wait behind the head.
             head = self.pending[q[0]]
-            self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
-            return
+            return self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
         result = self._try(p, self._barrier_before(p))
         if isinstance(result, tuple):
-            self._refuse(p, *result)
+            return self._refuse(p, *result)
+        return result
 
-    def _on_cancel(self, e: CancelRequest) -> None:
+    def _on_cancel(self, e: CancelRequest) -> Decision | None:
         p = self.pending.get(e.request_id)
         if p is None:
             # Granted while the clock advanced to this event: the holder no longer wants it.
             ls = self.leases.get(e.request_id)
             if ls is not None:
-                self._end(ls, LeaseState.RELEASED, "cancelled")
-            return
+                return self._end(ls, LeaseState.RELEASED, "cancelled")
+            return None
         self._unqueue(p)
-        self._emit(Cancelled(self.now, p.id, p.campaign))
+        rec = self._key_of.pop(p.id, None)
+        if rec is not None:
+            # A withdrawn request answered nothing: its key is free for the caller's next try.
+            self.keys.pop((rec.campaign, rec.key), None)
         self._pool_dirty = True
+        return self._emit(Cancelled(self.now, p.id, p.campaign))
 
-    def _on_renew(self, e: Renew) -> None:
+    def _on_renew(self, e: Renew) -> Decision | None:
         ls = self.leases.get(e.lease_id)
         if ls is None:
-            return  # revoked while the clock advanced to this event; see _on_release
+            return None  # revoked while the clock advanced to this event; see _on_release
 
         c = self.campaigns[ls.campaign]
         if ls.state is LeaseState.PREEMPTING:
-            self._emit(
+            return self._emit(
                 Reject(
                     self.now,
                     ls.id,
@@ -667,14 +763,13 @@ class Engine:
                     max(self.policy.min_retry_s, (ls.preempt_deadline or self.now) - self.now),
                 )
             )
-            return
         new_end = max(ls.expires_at, self.now + e.duration_s)
         ext = new_end - ls.expires_at
         others = dims.sub(c.held, ls.size)
         rate = admission.token_need(others, ls.size, c.sustained)
         inputs = self._inputs(c, ls.size)
         if admission.over_burst(others, ls.size, c.burst):
-            self._emit(
+            return self._emit(
                 Reject(
                     self.now,
                     ls.id,
@@ -684,15 +779,15 @@ class Engine:
                     inputs,
                 )
             )
-            return
         short = admission.bucket_short(
             c.buckets, c.held, rate, ext, self.now, self.policy.enforcement
         )
         if short:
             inputs = {**inputs, "bucket_short": short}
             wait = self._bucket_wait(c, rate, ext)
-            self._emit(Reject(self.now, ls.id, ls.campaign, Reason.BUCKET_EMPTY, wait, inputs))
-            return
+            return self._emit(
+                Reject(self.now, ls.id, ls.campaign, Reason.BUCKET_EMPTY, wait, inputs)
+            )
         price = self.price()
         credit_rate = price * pricing.charged_units(ls.size, self.pool.capacity) / 3600.0
         tokens = self._charge(c, rate, ext)
@@ -705,21 +800,22 @@ class Engine:
             self._firm_ends.add((new_end, _id_order(ls.id), ls.size))
         ls.expires_at = new_end
         self._push_timer(new_end, "expire", ls.id)
-        self._emit(
+        return self._emit(
             Renewed(
                 self.now, ls.id, ls.campaign, new_end, tokens, credits, {**inputs, "price": price}
             )
         )
 
-    def _on_release(self, e: Release) -> None:
+    def _on_release(self, e: Release) -> Decision | None:
         ls = self.leases.get(e.lease_id)
         # A lease reclaimed while the clock advanced to this event has already ended
         # (its Revoke is among this event's decisions): nothing is left to release.
         if ls is not None:
-            self._end(ls, LeaseState.RELEASED, "released")
+            return self._end(ls, LeaseState.RELEASED, "released")
+        return None
 
     def _on_tick(self, e: Tick) -> None:
-        pass
+        return None
 
     def _on_node_ready(self, e: NodeReady) -> None:
         i = self.pool.index[e.node]
@@ -752,21 +848,22 @@ class Engine:
         self._idle_since.pop(i, None)
         self.pool.set_power(i, Power.DOWN)
 
-    def _on_lease_lost(self, e: LeaseLost) -> None:
+    def _on_lease_lost(self, e: LeaseLost) -> Decision | None:
         ls = self.leases.get(e.lease_id)
         # The backend may notice a loss the engine has already acted on (a revoke or expiry
         # due at the same instant): nothing is left to revoke then.
         if ls is not None:
-            self._end(ls, LeaseState.REVOKED, e.cause)
+            return self._end(ls, LeaseState.REVOKED, e.cause)
+        return None
 
-    def _on_meter(self, e: Meter) -> None:
+    def _on_meter(self, e: Meter) -> Decision:
         c = self.campaigns[e.campaign]
         b = c.rate_buckets[e.dim]
         b.advance(self.now, 0.0, Enforcement.PREPAID)
         env = c.spec.envelopes[e.dim]
         out = meter(b, env, float(e.amount), self.policy.meter_window_s)
         b.take(out.granted)
-        self._emit(
+        return self._emit(
             MeterGrant(
                 self.now,
                 e.campaign,
@@ -967,9 +1064,13 @@ class Engine:
             price=price,
             credits=credits,
             nodes=tuple(self.pool.nodes[i].name for i in sorted(ls.pieces)),
+            pieces={self.pool.nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())},
             inputs={**inputs, "price": price},
         )
         self._emit(grant)
+        rec = self._key_of.pop(p.id, None)
+        if rec is not None:
+            rec.answer = grant
         return grant
 
     def _charge(self, c: CampaignState, rate: dims.Vec, span: float) -> float:
@@ -1012,21 +1113,24 @@ class Engine:
         if ls.state is LeaseState.STARTING and ls.ready:
             self._activate(ls)
             nodes = tuple(self.pool.nodes[i].name for i in sorted(ls.pieces))
-            self._emit(Activate(self.now, ls.id, ls.campaign, nodes))
+            pieces = {self.pool.nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())}
+            self._emit(Activate(self.now, ls.id, ls.campaign, nodes, pieces))
 
-    def _end(self, ls: Lease, state: LeaseState, cause: str) -> None:
+    def _end(self, ls: Lease, state: LeaseState, cause: str) -> Decision:
         c = self.campaigns[ls.campaign]
         refund_tokens, refund_credits = ls.refund(self.now)
         was = ls.state
         ls.move(state)
         ls.truncate(self.now)
         total_refund = sum(refund_tokens)
+        decision: Decision
         if state is LeaseState.RELEASED:
-            self._emit(Released(self.now, ls.id, ls.campaign, total_refund, refund_credits))
+            decision = Released(self.now, ls.id, ls.campaign, total_refund, refund_credits)
         elif state is LeaseState.EXPIRED:
-            self._emit(Expire(self.now, ls.id, ls.campaign))
+            decision = Expire(self.now, ls.id, ls.campaign)
         else:
-            self._emit(Revoke(self.now, ls.id, ls.campaign, cause, total_refund, refund_credits))
+            decision = Revoke(self.now, ls.id, ls.campaign, cause, total_refund, refund_credits)
+        self._emit(decision)
         # A STARTING claimant that goes away gives up its claims; victims still end at their
         # deadline (they were warned and are draining).
         for victim_id in ls.claims:
@@ -1069,19 +1173,38 @@ class Engine:
         if not ls.preemptible:
             self._firm_ends.remove((ls.expires_at, _id_order(ls.id), ls.size))
         del self.leases[ls.id]
-        self.ended[ls.id] = state
+        self.ended[ls.id] = EndedLease(
+            ls.id,
+            ls.campaign,
+            state,
+            self.now,
+            cause,
+            ls.size,
+            ls.path,
+            ls.granted_at,
+            ls.starts_at,
+            ls.lease_class,
+            ls.preemptible,
+            ls.labels,
+        )
+        if len(self.ended) > ENDED_KEPT:
+            del self.ended[next(iter(self.ended))]
         self._dirty.add(ls.campaign)
         self._pool_dirty = True
+        return decision
 
     # ------------------------------------------------------------------ queue
 
-    def _refuse(self, p: Pending, reason: Reason, details: dict[str, Any]) -> None:
+    def _refuse(self, p: Pending, reason: Reason, details: dict[str, Any]) -> Decision:
         inputs = {**self._inputs(self.campaigns[p.campaign], p.size), **details}
         wait = self._estimate_wait(p, reason)
         if not p.blocking:
             retry = max(self.policy.min_retry_s, wait)
-            self._emit(Reject(self.now, p.id, p.campaign, reason, retry, inputs))
-            return
+            reject = self._emit(Reject(self.now, p.id, p.campaign, reason, retry, inputs))
+            rec = self._key_of.pop(p.id, None)
+            if rec is not None:
+                rec.answer = reject
+            return reject
         self.pending[p.id] = p
         qk = (p.campaign, p.lease_class)
         self._queues.setdefault(qk, deque()).append(p.id)
@@ -1090,7 +1213,7 @@ class Engine:
         self._set_reason(p, reason)
         if reason is Reason.BUCKET_EMPTY:
             self._schedule_wake(p)
-        self._emit(Queue(self.now, p.id, p.campaign, reason, wait, inputs))
+        return self._emit(Queue(self.now, p.id, p.campaign, reason, wait, inputs))
 
     def _index_head(self, p: Pending, on: bool) -> None:
         if p.head_entry is not None:
@@ -1357,8 +1480,20 @@ class Engine:
         del self._idle_since[i]
         self._emit(PowerOff(self.now, (name,)))
 
-    def _emit(self, d: Decision) -> None:
+    def _emit(self, d: D) -> D:
         self._out.append(d)
+        return d
+
+    def _forget_keys(self) -> None:
+        """Drop idempotency keys older than the window (the oldest come first)."""
+        horizon = self.now - KEY_WINDOW_S
+        while self.keys:
+            k, rec = next(iter(self.keys.items()))
+            if rec.at > horizon:
+                return
+            del self.keys[k]
+            if self._key_of.get(rec.request_id) is rec:
+                del self._key_of[rec.request_id]
 
     # ------------------------------------------------------------------ views
 
@@ -1398,4 +1533,4 @@ _VALIDATORS = {
     Meter: Engine._v_meter,
 }
 
-__all__ = ["CampaignState", "Engine", "Pending"]
+__all__ = ["ENDED_KEPT", "KEY_WINDOW_S", "CampaignState", "Engine", "KeyRecord", "Pending"]

@@ -38,7 +38,8 @@ class RequestLease(Event):
     """Ask for ``size`` (placed dimensions) for ``duration_s`` seconds.
 
     ``blocking`` requests that cannot be granted now are queued; non-blocking ones are
-    rejected with a reason and a retry-after. ``lease_class`` defaults to the campaign's
+    rejected with a reason and a retry-after. The engine numbers every request (``L1``,
+    ``L2``, ...); a grant keeps its request's id as the lease id. ``lease_class`` defaults to the campaign's
     class and may not be higher than it.
     """
 
@@ -49,6 +50,10 @@ class RequestLease(Event):
     blocking: bool = True
     lease_class: LeaseClass | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    idempotency_key: str = field(default="", metadata={"omit_default": True})
+    """The client's key for this request ("" for none): a second request of the campaign
+    with the same key is refused, since it is a retry of the first (the service answers
+    such a retry with the first one's outcome without applying anything)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,38 @@ _SCHEMA = (
     "CREATE TABLE entries (seq INTEGER PRIMARY KEY, event TEXT NOT NULL, decisions TEXT NOT NULL)",
 )
 
+# The decision index: one row per decision, with the columns queries filter on, kept by a
+# trigger inside the INSERT's own transaction (so the append stays one autocommit statement
+# and the index can never disagree with the entries). It is derived data: the canonical
+# form and the hashes read only ``entries``, and an index lost or missing is rebuilt.
+_INDEX_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS decision_index (seq INTEGER NOT NULL, idx INTEGER NOT NULL, "
+    "kind TEXT NOT NULL, campaign TEXT, ref TEXT, at REAL, PRIMARY KEY (seq, idx)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS decision_index_campaign ON decision_index (campaign, seq)",
+    "CREATE INDEX IF NOT EXISTS decision_index_ref ON decision_index (ref, seq)",
+    "CREATE INDEX IF NOT EXISTS decision_index_kind ON decision_index (kind, seq)",
+)
+_INDEX_ROWS = (
+    "SELECT {seq}, d.key, json_extract(d.value, '$.kind'), json_extract(d.value, '$.campaign'), "
+    "coalesce(json_extract(d.value, '$.lease_id'), json_extract(d.value, '$.request_id')), "
+    "json_extract(d.value, '$.at') FROM json_each({decisions}) AS d"
+)
+_INDEX_TRIGGER = (
+    "CREATE TRIGGER IF NOT EXISTS decision_index_fill AFTER INSERT ON entries BEGIN "
+    "INSERT INTO decision_index (seq, idx, kind, campaign, ref, at) "
+    + _INDEX_ROWS.format(seq="NEW.seq", decisions="NEW.decisions")
+    + "; END"
+)
+_INDEX_BACKFILL = (
+    "INSERT OR IGNORE INTO decision_index (seq, idx, kind, campaign, ref, at) "
+    + _INDEX_ROWS.format(seq="e.seq", decisions="e.decisions").replace(
+        "FROM json_each(e.decisions) AS d", "FROM entries AS e, json_each(e.decisions) AS d"
+    )
+)
+
+DecisionRow = tuple[int, int, dict[str, Any]]
+"""(seq, index within the entry, the decision as canonical data)."""
+
 
 # --- specs <-> canonical dicts -------------------------------------------------------
 
@@ -228,7 +260,7 @@ def _create(
 ) -> dict[str, str]:
     if pool is None:
         raise JournalError(f"{path} is empty; to create a journal there, pass the pool spec")
-    for statement in _SCHEMA:
+    for statement in (*_SCHEMA, *_INDEX_SCHEMA, _INDEX_TRIGGER):
         conn.execute(statement)
     meta = {
         "format": FORMAT,
@@ -501,6 +533,94 @@ class Journal:
         out = out[:n]
         out.reverse()
         return out
+
+    # ----- the decision index
+
+    def ensure_index(self) -> None:
+        """Create the decision index if this journal predates it, filling it from the entries.
+
+        Called by the writer when it opens the journal (readers never write)."""
+        with self._lock:
+            tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master")}
+            if "decision_index_fill" in tables:
+                return
+            with self._write_errors(self._last_seq):
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in (*_INDEX_SCHEMA, _INDEX_TRIGGER, _INDEX_BACKFILL):
+                        self._conn.execute(statement)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+
+    def find_decisions(
+        self,
+        *,
+        start_seq: int = 1,
+        campaign: str = "",
+        kinds: Iterable[str] = (),
+        ref: str = "",
+        since: float = 0.0,
+        limit: int = 100,
+    ) -> tuple[list[DecisionRow], int]:
+        """Decisions matching every filter given, oldest first, from the decision index.
+
+        ``ref`` matches a lease or request id. A page holds at most ``limit`` decisions and
+        never splits an entry (unless one entry alone has more); the second value is the seq
+        to start the next page from, 0 when there is no more.
+        """
+        where = ["seq >= ?"]
+        args: list[Any] = [max(1, start_seq)]
+        if campaign:
+            where.append("campaign = ?")
+            args.append(campaign)
+        kinds = sorted(set(kinds))
+        if kinds:
+            where.append(f"kind IN ({','.join('?' * len(kinds))})")
+            args.extend(kinds)
+        if ref:
+            where.append("ref = ?")
+            args.append(ref)
+        if since:
+            where.append("at >= ?")
+            args.append(since)
+        sql = f"SELECT seq, idx FROM decision_index WHERE {' AND '.join(where)} ORDER BY seq, idx"
+        with self._lock:
+            hits = self._conn.execute(f"{sql} LIMIT ?", (*args, limit + 1)).fetchall()
+            next_seq = 0
+            if len(hits) > limit:
+                last = hits[limit][0]
+                page = [h for h in hits[:limit] if h[0] != last]
+                if page:
+                    hits, next_seq = page, last
+                else:
+                    # One entry holds more than a page: return it whole.
+                    rest = self._conn.execute(
+                        f"{sql.replace('seq >= ?', 'seq = ?', 1)}", (last, *args[1:])
+                    ).fetchall()
+                    hits = rest
+                    more = self._conn.execute(f"{sql} LIMIT 1", (last + 1, *args[1:])).fetchone()
+                    next_seq = more[0] if more else 0
+            seqs = sorted({h[0] for h in hits})
+            texts: dict[int, list[dict[str, Any]]] = {}
+            for i in range(0, len(seqs), 500):
+                chunk = seqs[i : i + 500]
+                rows = self._conn.execute(
+                    f"SELECT seq, decisions FROM entries WHERE seq IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+                texts.update((seq, json.loads(text)) for seq, text in rows)
+        return [(seq, idx, texts[seq][idx]) for seq, idx in hits], next_seq
+
+    def decisions_from(self, start_seq: int, limit: int) -> list[tuple[int, list[dict[str, Any]]]]:
+        """The entries from ``start_seq`` on (at most ``limit``), each as its decisions."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT seq, decisions FROM entries WHERE seq >= ? ORDER BY seq LIMIT ?",
+                (max(1, start_seq), limit),
+            ).fetchall()
+        return [(seq, json.loads(text)) for seq, text in rows]
 
     # ----- canonical form
 

@@ -118,3 +118,24 @@ class Lease:
         """Drop prepaid time after ``t`` (after a refund)."""
         for s in self.segments:
             s.end = min(s.end, max(s.start, t))
+
+
+@dataclass(frozen=True, slots=True)
+class EndedLease:
+    """What is kept of a lease once it has ended: who held what, how and when it ended. The
+    engine keeps the newest of these (bounded); nothing else keeps a copy."""
+
+    id: str
+    campaign: str
+    state: LeaseState
+    at: float
+    """When it ended."""
+    cause: str
+    """Why: released, expired, cancelled, reclaimed, node n3 lost, or an operator's reason."""
+    size: dims.Vec
+    path: Path
+    granted_at: float
+    starts_at: float
+    lease_class: LeaseClass
+    preemptible: bool
+    labels: dict[str, str]

@@ -6,9 +6,11 @@
 2. the event and its decisions are appended to the journal and committed;
 3. only then does the backend act on the decisions and do listeners hear of them.
 
-A journal write that fails leaves the in-memory engine ahead of the journal, so the
-broker refuses all further work (``JournalError``); a restart rebuilds the engine from
-what was committed. The clock is whatever the caller passes as ``event.at``: virtual
+Nothing is visible to anyone before the journal holds it. A journal write that fails
+raises ``JournalError`` and leaves the engine as the journal has it: the engine is rebuilt
+from the committed entries (the failed event never happened), so the next request works if
+the journal does. Only if that rebuild fails too does the broker refuse all further work
+until a restart. The clock is whatever the caller passes as ``event.at``: virtual
 time in the simulator and the demo, the wall clock in the service.
 """
 
@@ -26,13 +28,15 @@ from bursar.broker.engine import Engine
 from bursar.broker.errors import JournalError
 from bursar.broker.events import CreateCampaign, Event, Tick
 from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
+from bursar.broker.outcome import Outcome
 from bursar.broker.lease import LeaseState
 from bursar.broker.pool import Power
 from bursar.broker.supply import Supply, supply
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[Event, Sequence[Decision]], None]
+Listener = Callable[[Event, Outcome], None]
+"""Told of every committed event and its outcome (``outcome.seq`` is its journal entry)."""
 
 
 def pool_view(
@@ -85,6 +89,7 @@ class Broker:
         path = state / JOURNAL_FILENAME
         fresh = not path.exists()
         journal = Journal.open(path, config.pool, config.policy, durability=durability)
+        journal.ensure_index()
         engine = Engine(config.pool, config.policy) if fresh else replay(journal)
         broker = cls(engine, journal, backend or SimulatedPool(config.pool))
         # A real backend may read the engine's placements (never change them): Slurm needs
@@ -100,10 +105,15 @@ class Broker:
             log.info("resumed from %s: %d entries, clock %.3f", path, len(journal), engine.now)
         return broker
 
+    @property
+    def broken(self) -> bool:
+        """True once an append failed and the engine could not be rebuilt: restart."""
+        return self._broken is not None
+
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def submit(self, event: Event) -> list[Decision]:
+    def submit(self, event: Event) -> Outcome:
         """Catch up with the backend and the engine's timers, then apply ``event``."""
         self.catch_up(event.at)
         return self._apply(event)
@@ -142,14 +152,25 @@ class Broker:
                 f"the broker stopped after a journal write failed ({self._broken}); "
                 "restart it to resume from the journal"
             )
-        decisions = self.engine.apply(event)
+        outcome = self.engine.apply(event)
         try:
-            self.journal.append(event, decisions)
+            seq = self.journal.append(event, outcome)
         except BaseException as exc:
-            self._broken = exc
+            self._roll_back(exc)
             raise
-        for d in decisions:
+        outcome = outcome.committed(seq)
+        for d in outcome:
             apply_decision(self.backend, d)
         for listener in self._listeners:
-            listener(event, decisions)
-        return decisions
+            listener(event, outcome)
+        return outcome
+
+    def _roll_back(self, cause: BaseException) -> None:
+        """Undo an event the journal did not take: rebuild the engine from what it holds."""
+        try:
+            self.engine = replay(self.journal)
+        except BaseException as exc:
+            log.error("journal append failed and the engine could not be rebuilt: %s", exc)
+            self._broken = cause
+        else:
+            log.error("journal append failed; the event was not applied: %s", cause)

@@ -126,7 +126,7 @@ def test_reclaim_path_warns_then_revokes_and_activates_at_the_deadline():
     assert r.refund_credits == pytest.approx(bf_grant_credits * 960 / 1000, rel=1e-12)
     assert (a.at, a.lease_id) == (40, "L2")
     assert eng.lease("L2").state is LeaseState.ACTIVE
-    assert "L1" not in eng.leases and eng.ended["L1"] is LeaseState.REVOKED
+    assert "L1" not in eng.leases and eng.ended["L1"].state is LeaseState.REVOKED
     assert gpu(eng.campaigns["bf"].held) == 0
     eng.check_invariants()
 
@@ -469,7 +469,7 @@ def test_expiry_at_expires_at():
     out = eng.apply(Tick(at=61))
     assert kinds(out) == ["Expire"]
     assert (out[0].at, out[0].lease_id, out[0].campaign) == (61, "L1", "a")
-    assert eng.leases == {} and eng.ended == {"L1": LeaseState.EXPIRED}
+    assert eng.leases == {} and {k: v.state for k, v in eng.ended.items()} == {"L1": LeaseState.EXPIRED}
     assert gpu(eng.campaigns["a"].held) == 0
     assert eng.next_timer() == 61 + 600  # only the idle node's power-down check is left
 
@@ -488,7 +488,7 @@ def test_release():
     out = eng.apply(Release(at=30, lease_id="L1"))
     assert kinds(out) == ["Released"]
     assert (out[0].at, out[0].lease_id, out[0].refund_tokens) == (30, "L1", 0.0)
-    assert eng.ended["L1"] is LeaseState.RELEASED and "L1" not in eng.leases
+    assert eng.ended["L1"].state is LeaseState.RELEASED and "L1" not in eng.leases
     assert gpu(eng.campaigns["a"].held) == 0
     assert eng.pool.nodes[0].used == dims.ZERO
     assert eng.next_timer() == 30 + 600  # the expiry timer is dead; the idle check is not

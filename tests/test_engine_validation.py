@@ -53,7 +53,7 @@ def engine():
     eng.apply(Release(at=5, lease_id="L2"))
     eng.apply(RequestLease(at=5, campaign="a", size={"gpu": 16}, duration_s=10))  # L3 queued
     assert set(eng.leases) == {"L1"} and set(eng.pending) == {"L3"}
-    assert eng.ended == {"L2": LeaseState.RELEASED}
+    assert {k: v.state for k, v in eng.ended.items()} == {"L2": LeaseState.RELEASED}
     return eng
 
 
@@ -251,7 +251,7 @@ def test_event_for_a_lease_revoked_while_the_clock_advances(event):
         ("Revoke", "L1"),
         ("Activate", "L3"),
     ]
-    assert eng.ended["L1"] is LeaseState.REVOKED
+    assert eng.ended["L1"].state is LeaseState.REVOKED
     eng.check_invariants()
     control = _preempted_during_advance()
     control.apply(Tick(at=200))

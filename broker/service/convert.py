@@ -15,7 +15,7 @@ from bursar.broker.decisions import Path as LeasePath
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
-from bursar.broker.lease import Lease, LeaseState
+from bursar.broker.lease import EndedLease, Lease, LeaseState
 from bursar.broker.policy import Enforcement
 from bursar.broker.reasons import Reason
 from bursar.broker.supply import Supply
@@ -142,6 +142,25 @@ def lease_to_proto(engine: Engine, ls: Lease) -> pb.Lease:
     if ls.preempt_deadline is not None:
         out.preempt_deadline = ls.preempt_deadline
     return out
+
+
+def ended_lease_to_proto(rec: EndedLease) -> pb.Lease:
+    """A lease that has ended, from the engine's bounded record of it."""
+    return pb.Lease(
+        lease_id=rec.id,
+        campaign=rec.campaign,
+        state=_STATE[rec.state],
+        size=dims.as_dict(rec.size),
+        path=_PATH[rec.path],
+        lease_class=_CLASS[rec.lease_class],
+        preemptible=rec.preemptible,
+        granted_at=rec.granted_at,
+        starts_at=rec.starts_at,
+        expires_at=rec.at,
+        labels=rec.labels,
+        ended_at=rec.at,
+        end_cause=rec.cause,
+    )
 
 
 # --------------------------------------------------------------------------- campaigns

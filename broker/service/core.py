@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +35,7 @@ from typing import Any
 from bursar.broker.backends.base import PoolBackend
 from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
 from bursar.broker.clock import wait_for as wait_for_clock
+from bursar.broker.codec import decision_from_dict
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activate,
@@ -51,7 +50,7 @@ from bursar.broker.decisions import (
     Renewed,
     Revoke,
 )
-from bursar.broker.engine import Engine
+from bursar.broker.engine import Engine, request_fingerprint
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, JournalError, RequestError
 from bursar.broker.events import (
@@ -67,6 +66,8 @@ from bursar.broker.events import (
 )
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.lease import Lease, LeaseState
+from bursar.broker.outcome import Outcome
+from bursar.broker.reasons import Reason
 from bursar.broker.runtime import Broker
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal, TokenStore, load_admin_token
@@ -81,7 +82,7 @@ from bursar.broker.service.metrics import Metrics
 from bursar.broker.supply import supply
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
-__all__ = ["EndedLease", "ServiceCore", "Subscription"]
+__all__ = ["ServiceCore", "Subscription"]
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +92,8 @@ MAX_WAIT_S = 3600.0
 STREAM_BACKLOG = 10_000
 """Events a Watch stream may fall behind before it is closed (StreamOverflow)."""
 
-SCAN_LIMIT = 10_000
-"""Journal entries one ListDecisions call reads at most."""
-
-_TERMINAL_KINDS = ('"kind":"revoke"', '"kind":"expire"', '"kind":"release"')
+REPLAY_LIMIT = 10_000
+"""Journal entries a Watch with ``from_seq`` may replay before following live."""
 
 _EVENT_KIND = {
     Grant: pb.LEASE_EVENT_KIND_GRANTED,
@@ -116,6 +115,7 @@ _LIVE_KIND = {
     LeaseState.ACTIVE: pb.LEASE_EVENT_KIND_ACTIVATED,
     LeaseState.PREEMPTING: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
 }
+_LEASE_KINDS = frozenset(cls.kind for cls in _EVENT_KIND)
 
 
 MAX_REVOKE_REASON = 200
@@ -129,39 +129,14 @@ def _version() -> str:
         return "0+unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class EndedLease:
-    """What the service remembers of a lease that has ended (the engine keeps its state)."""
-
-    lease_id: str
-    campaign: str
-    state: LeaseState
-    at: float
-    cause: str
-
-    def to_proto(self) -> pb.Lease:
-        return pb.Lease(
-            lease_id=self.lease_id,
-            campaign=self.campaign,
-            state=convert.state_to_proto(self.state),
-            ended_at=self.at,
-            end_cause=self.cause,
-        )
-
-
-def _ended_from(d: Revoke | Expire | Released) -> EndedLease:
-    if isinstance(d, Revoke):
-        return EndedLease(d.lease_id, d.campaign, LeaseState.REVOKED, d.at, d.cause)
-    if isinstance(d, Expire):
-        return EndedLease(d.lease_id, d.campaign, LeaseState.EXPIRED, d.at, "expired")
-    return EndedLease(d.lease_id, d.campaign, LeaseState.RELEASED, d.at, "released")
-
-
 @dataclass(slots=True)
 class _Waiter:
+    """The calls waiting for one queued request: the first, and any retries with its key."""
+
     future: asyncio.Future[Grant]
     queued_at: float
     estimate_s: float
+    calls: int = 1
 
 
 @dataclass(eq=False)
@@ -237,14 +212,12 @@ class ServiceCore:
         self.started_at = self.now()
         self._waiters: dict[str, _Waiter] = {}
         self._subs: set[Subscription] = set()
-        self._ended: dict[str, EndedLease] = {}
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._supply_changed = asyncio.Event()
         self._closing = False
         self._fatal: BaseException | None = None
         self._lock: int | None = None
-        self._index_ended()
         broker.listen(self._on_decisions)
 
     # ------------------------------------------------------------------ opening
@@ -321,23 +294,6 @@ class ServiceCore:
         core._lock = lock
         return core
 
-    def _index_ended(self) -> None:
-        """Learn, from the journal, which campaign each ended lease belonged to."""
-        engine = self.broker.engine
-        if not engine.ended:
-            return
-        for _seq, _event, decisions_json in self.broker.journal.raw_entries():
-            if not any(k in decisions_json for k in _TERMINAL_KINDS):
-                continue
-            for d in json.loads(decisions_json):
-                if d.get("kind") in ("revoke", "expire", "release"):
-                    state = engine.ended.get(d["lease_id"])
-                    if state is not None:
-                        cause = d.get("cause", "expired" if d["kind"] == "expire" else "released")
-                        self._ended[d["lease_id"]] = EndedLease(
-                            d["lease_id"], d["campaign"], state, d["at"], cause
-                        )
-
     @property
     def engine(self) -> Engine:
         return self.broker.engine
@@ -409,7 +365,7 @@ class ServiceCore:
 
     # ------------------------------------------------------------------ submitting
 
-    def _submit(self, event: Event) -> list[Decision]:
+    def _submit(self, event: Event) -> Outcome:
         try:
             return self.broker.submit(event)
         except JournalError as exc:
@@ -424,24 +380,26 @@ class ServiceCore:
             raise
 
     def _failed(self, exc: BaseException) -> None:
+        # An append the journal refused was rolled back (the engine is as the journal has
+        # it): that call fails, the next may work. Only a broker that could not roll back
+        # stops the service.
+        if not self.broker.broken:
+            return
         if self._fatal is None:
             log.error("journal write failed; the broker stops taking requests: %s", exc)
             self._fatal = exc
             self._wake.set()
 
-    def _on_decisions(self, _event: Event, decisions: Sequence[Decision]) -> None:
+    def _on_decisions(self, _event: Event, outcome: Outcome) -> None:
         """The runtime's listener: called after each applied event's journal commit."""
-        self.metrics.on_decisions(decisions)
-        for d in decisions:
-            if isinstance(d, Revoke | Expire | Released):
-                self._ended[d.lease_id] = _ended_from(d)
+        self.metrics.on_decisions(outcome)
+        for index, d in enumerate(outcome):
             if isinstance(d, Grant):
                 w = self._waiters.get(d.lease_id)
                 if w is not None and not w.future.done():
                     w.future.set_result(d)
-            kind = _EVENT_KIND.get(type(d))
-            if kind is not None and self._subs:
-                self._publish(kind, d)
+            if self._subs and type(d) in _EVENT_KIND:
+                self._publish(d, outcome.seq, index)
         self._wake.set()
         self._notify_supply()
 
@@ -460,9 +418,9 @@ class ServiceCore:
         ls = self.engine.leases.get(lease_id)
         if ls is not None:
             return self._live_lease_proto(ls)
-        ended = self._ended.get(lease_id)
+        ended = self.engine.ended.get(lease_id)
         if ended is not None:
-            return ended.to_proto()
+            return convert.ended_lease_to_proto(ended)
         raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
 
     def _live_lease_proto(self, ls: Lease) -> pb.Lease:
@@ -477,7 +435,7 @@ class ServiceCore:
         ls = self.engine.leases.get(lease_id)
         if ls is not None:
             return ls.campaign
-        ended = self._ended.get(lease_id)
+        ended = self.engine.ended.get(lease_id)
         return ended.campaign if ended is not None else None
 
     def own_lease(self, principal: Principal, lease_id: str) -> str:
@@ -507,8 +465,13 @@ class ServiceCore:
         timeout_s: float,
         lease_class: LeaseClass | None,
         labels: dict[str, str],
+        key: str = "",
     ) -> tuple[Grant, float]:
-        """Request a lease; return the grant and the seconds it waited in the queue."""
+        """Request a lease; return the grant and the seconds it waited in the queue.
+
+        With an idempotency ``key`` already used by this campaign, nothing is submitted: the
+        call gets the first one's answer (its grant or refusal), or waits for the same queued
+        request."""
         if self._closing:
             raise ShuttingDown("the request")
         t0 = time.monotonic()
@@ -520,26 +483,58 @@ class ServiceCore:
             blocking=timeout_s > 0,
             lease_class=lease_class,
             labels=labels,
+            idempotency_key=key,
         )
-        own = _own_decision(self._submit(event))
+        rec = self.engine.key_record(campaign, key)
+        if rec is not None and rec.fingerprint == request_fingerprint(event):
+            own: Decision | None = rec.answer
+            if own is None:
+                waiter = self._waiters.get(rec.request_id)
+                if waiter is None or rec.request_id not in self.engine.pending:
+                    raise AssertionError(f"keyed request {rec.request_id} waits with no call")
+                waiter.calls += 1
+                reason = self.engine.pending[rec.request_id].reason or Reason.POOL_FULL
+                return await self._wait(rec.request_id, waiter, timeout_s, t0, reason, campaign)
+        else:
+            # A key reused for another request is refused by the engine's validation.
+            own = self._submit(event).own
         if isinstance(own, Grant):
-            self._observe_grant(own, t0)
-            return own, 0.0
+            if rec is None:
+                self._observe_grant(own, t0)
+            return own, (own.at - rec.at) if rec is not None else 0.0
         if isinstance(own, Reject):
             raise Refused(
                 own.reason, own.retry_after_s, campaign=campaign, request_id=own.request_id
             )
         assert isinstance(own, Queue), own
-        rid = own.request_id
         waiter = _Waiter(asyncio.get_running_loop().create_future(), own.at, own.estimated_wait_s)
-        self._waiters[rid] = waiter
+        self._waiters[own.request_id] = waiter
+        return await self._wait(own.request_id, waiter, timeout_s, t0, own.reason, campaign)
+
+    async def _wait(
+        self,
+        rid: str,
+        waiter: _Waiter,
+        timeout_s: float,
+        t0: float,
+        queued_for: Reason,
+        campaign: str,
+    ) -> tuple[Grant, float]:
+        """Wait for queued request ``rid``'s grant; withdraw it when the wait ends without
+        one and no other call (a retry with its key) still waits for it."""
         try:
             # The wait is on the service's clock (a test's manual clock decides when it ends).
             grant = await wait_for_clock(
                 self._clock, asyncio.shield(waiter.future), self.now() + timeout_s
             )
         except (TimeoutError, ShuttingDown, asyncio.CancelledError) as exc:
-            grant = self._withdraw(rid, waiter)
+            waiter.calls -= 1
+            if waiter.calls > 0 and not isinstance(exc, ShuttingDown):
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                grant = None
+            else:
+                grant = self._withdraw(rid, waiter)
             if isinstance(exc, asyncio.CancelledError):
                 # The caller is gone: a grant that raced with its leaving is given back.
                 if grant is not None:
@@ -550,7 +545,7 @@ class ServiceCore:
                     raise
                 waited = self.now() - waiter.queued_at
                 pending = self.engine.pending.get(rid)
-                reason = pending.reason if pending is not None and pending.reason else own.reason
+                reason = pending.reason if pending is not None and pending.reason else queued_for
                 raise Refused(
                     reason,
                     max(self.engine.policy.min_retry_s, waiter.estimate_s - waited),
@@ -559,7 +554,8 @@ class ServiceCore:
                     waited_s=waited,
                 ) from None
         finally:
-            self._waiters.pop(rid, None)
+            if waiter.calls <= 1 or waiter.future.done():
+                self._waiters.pop(rid, None)
         self._observe_grant(grant, t0)
         return grant, grant.at - waiter.queued_at
 
@@ -585,11 +581,11 @@ class ServiceCore:
         self.metrics.grant_latency.labels(grant.path.value).observe(time.monotonic() - t0)
 
     def renew(self, lease_id: str, duration_s: float) -> Renewed:
-        for d in self._submit(Renew(at=self.now(), lease_id=lease_id, duration_s=duration_s)):
-            if isinstance(d, Renewed) and d.lease_id == lease_id:
-                return d
-            if isinstance(d, Reject) and d.request_id == lease_id:
-                raise Refused(d.reason, d.retry_after_s, campaign=d.campaign, request_id=lease_id)
+        own = self._submit(Renew(at=self.now(), lease_id=lease_id, duration_s=duration_s)).own
+        if isinstance(own, Renewed):
+            return own
+        if isinstance(own, Reject):
+            raise Refused(own.reason, own.retry_after_s, campaign=own.campaign, request_id=lease_id)
         raise self._ended_error(lease_id)
 
     def release(self, lease_id: str) -> tuple[pb.Lease, bool, float, float]:
@@ -598,9 +594,9 @@ class ServiceCore:
         self._catch_up(now)
         if lease_id in self.engine.ended:
             return self.lease_proto(lease_id), True, 0.0, 0.0
-        for d in self._submit(Release(at=now, lease_id=lease_id)):
-            if isinstance(d, Released) and d.lease_id == lease_id:
-                return self.lease_proto(lease_id), False, d.refund_tokens, d.refund_credits
+        own = self._submit(Release(at=now, lease_id=lease_id)).own
+        if isinstance(own, Released):
+            return self.lease_proto(lease_id), False, own.refund_tokens, own.refund_credits
         return self.lease_proto(lease_id), True, 0.0, 0.0
 
     def revoke(self, lease_id: str, reason: str) -> pb.Lease:
@@ -641,7 +637,7 @@ class ServiceCore:
             raise
 
     def _ended_error(self, lease_id: str) -> RequestError:
-        ended = self._ended.get(lease_id)
+        ended = self.engine.ended.get(lease_id)
         state = ended.state.value if ended is not None else "ended"
         return RequestError(
             ErrorCode.FAILED_PRECONDITION,
@@ -651,8 +647,18 @@ class ServiceCore:
 
     # ------------------------------------------------------------------ watch
 
-    def watch(self, principal: Principal, campaign: str, lease_ids: Iterable[str]) -> Subscription:
-        """Register a Watch stream and compute its opening snapshot, atomically."""
+    def watch(
+        self,
+        principal: Principal,
+        campaign: str,
+        lease_ids: Iterable[str],
+        from_seq: int = 0,
+        from_index: int = 0,
+    ) -> Subscription:
+        """Register a Watch stream and compute what it opens with, atomically: a snapshot of
+        the watched leases' state, or (``from_seq`` > 0) every event the journal holds from
+        entry ``from_seq``, position ``from_index`` on. Events decided after this call are
+        pushed to the subscription, so nothing falls between the two."""
         if self._closing:
             raise ShuttingDown("the stream")
         if campaign and not principal.admin:
@@ -666,7 +672,17 @@ class ServiceCore:
                     "OTHER_CAMPAIGN", f"lease {lid} is not campaign {scope}'s", str(principal)
                 )
         sub = Subscription(scope, set(ids) if ids else None)
+        if from_seq:
+            self._replay_into(sub, from_seq, from_index)
+        else:
+            self._snapshot_into(sub, ids)
+        if not sub.finished:
+            self._subs.add(sub)
+        return sub
+
+    def _snapshot_into(self, sub: Subscription, ids: list[str]) -> None:
         at = self.now()
+        scope = sub.campaign
         if ids:
             targets = ids
         else:
@@ -682,36 +698,99 @@ class ServiceCore:
                 if ls.preempt_deadline is not None:
                     ev.deadline = ls.preempt_deadline
             else:
-                ended = self._ended[lid]
+                ended = self.engine.ended[lid]
                 ev = pb.LeaseEvent(
                     kind=_END_KIND[ended.state],
                     at=ended.at,
-                    lease=ended.to_proto(),
+                    lease=convert.ended_lease_to_proto(ended),
                     cause=ended.cause if ended.state is LeaseState.REVOKED else "",
                     snapshot=True,
                 )
                 assert sub.remaining is not None
                 sub.remaining.discard(lid)
             sub.snapshot.append(ev)
-        if not sub.finished:
-            self._subs.add(sub)
-        return sub
+
+    def _replay_into(self, sub: Subscription, from_seq: int, from_index: int) -> None:
+        last = self.broker.journal.last_seq
+        if from_seq > last + 1:
+            raise RequestError(
+                ErrorCode.OUT_OF_RANGE,
+                "from_seq",
+                f"entry {from_seq} is past the journal's end ({last}); resume from at most "
+                f"{last + 1}",
+            )
+        if last - from_seq >= REPLAY_LIMIT:
+            raise RequestError(
+                ErrorCode.OUT_OF_RANGE,
+                "from_seq",
+                f"entry {from_seq} is more than {REPLAY_LIMIT} entries behind the journal's "
+                f"end ({last}); open the stream without from_seq for a snapshot",
+            )
+        for seq, decisions in self.broker.journal.decisions_from(from_seq, REPLAY_LIMIT):
+            for index, d in enumerate(decisions):
+                if d["kind"] not in _LEASE_KINDS or (seq, index) < (from_seq, from_index):
+                    continue
+                if not sub.wants(d["campaign"], d["lease_id"]):
+                    continue
+                ev = self._event_for(decision_from_dict(d), seq, index)
+                sub.snapshot.append(ev)
+                if sub.remaining is not None and ev.kind in _END_KINDS:
+                    sub.remaining.discard(d["lease_id"])
+        if sub.remaining is not None:
+            # A watched lease that ended before from_seq: its end was delivered before the
+            # position the caller resumes from.
+            sub.remaining.intersection_update(self.engine.leases)
 
     def unwatch(self, sub: Subscription) -> None:
         self._subs.discard(sub)
 
-    def _publish(self, kind: int, d: Decision) -> None:
+    def _event_for(self, d: Decision, seq: int, index: int) -> pb.LeaseEvent:
+        """The Watch event for lease decision ``d``, journal entry ``seq`` position ``index``.
+
+        What happened (kind, time, deadline, cause, new expiry, nodes) comes from the
+        decision; the lease's fixed facts (size, class, labels) from its record."""
+        lease_id: str = d.lease_id  # type: ignore[attr-defined]
+        kind = _EVENT_KIND[type(d)]
+        try:
+            lease = self.lease_proto(lease_id)
+        except RequestError:  # forgotten (ended long ago): the decision is all there is
+            lease = pb.Lease(lease_id=lease_id, campaign=d.campaign)  # type: ignore[attr-defined]
+        ev = pb.LeaseEvent(kind=kind, at=d.at, seq=seq, index=index)
+        if isinstance(d, Grant):
+            lease.state = convert.state_to_proto(
+                LeaseState.ACTIVE if d.starts_at <= d.at else LeaseState.STARTING
+            )
+            lease.starts_at, lease.expires_at = d.starts_at, d.expires_at
+        elif isinstance(d, Activate):
+            lease.state = convert.state_to_proto(LeaseState.ACTIVE)
+            lease.nodes[:] = list(d.nodes)
+        elif isinstance(d, Renewed):
+            lease.expires_at = d.expires_at
+        elif isinstance(d, PreemptWarning):
+            lease.state = convert.state_to_proto(LeaseState.PREEMPTING)
+            lease.preempt_deadline = d.deadline
+            ev.deadline = d.deadline
+            ev.for_request = d.for_request
+        else:
+            state = {
+                pb.LEASE_EVENT_KIND_RELEASED: LeaseState.RELEASED,
+                pb.LEASE_EVENT_KIND_EXPIRED: LeaseState.EXPIRED,
+            }.get(kind, LeaseState.REVOKED)
+            lease.state = convert.state_to_proto(state)
+            lease.ended_at = d.at
+            if isinstance(d, Revoke):
+                ev.cause = d.cause
+                lease.end_cause = d.cause
+        ev.lease.CopyFrom(lease)
+        return ev
+
+    def _publish(self, d: Decision, seq: int, index: int) -> None:
         lease_id: str = d.lease_id  # type: ignore[attr-defined]
         campaign: str = d.campaign  # type: ignore[attr-defined]
         targets = [s for s in self._subs if s.wants(campaign, lease_id)]
         if not targets:
             return
-        ev = pb.LeaseEvent(kind=kind, at=d.at, lease=self.lease_proto(lease_id))
-        if isinstance(d, PreemptWarning):
-            ev.deadline = d.deadline
-            ev.for_request = d.for_request
-        elif isinstance(d, Revoke):
-            ev.cause = d.cause
+        ev = self._event_for(d, seq, index)
         for s in targets:
             s.push(ev)
             if s.finished:
@@ -728,10 +807,9 @@ class ServiceCore:
     def meter(self, campaign: str, dim: str, amount: float) -> MeterGrant:
         if self._closing:
             raise ShuttingDown("the request")
-        for d in self._submit(Meter(at=self.now(), campaign=campaign, dim=dim, amount=amount)):
-            if isinstance(d, MeterGrant) and d.campaign == campaign:
-                return d
-        raise AssertionError("the engine answered a Meter event without a MeterGrant")
+        own = self._submit(Meter(at=self.now(), campaign=campaign, dim=dim, amount=amount)).own
+        assert isinstance(own, MeterGrant), own
+        return own
 
     # ------------------------------------------------------------------ journal, status
 
@@ -745,33 +823,19 @@ class ServiceCore:
         lease_id: str,
         since: float,
         limit: int,
-    ) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+    ) -> tuple[list[tuple[int, int, dict[str, Any]]], int]:
+        """A page of journal decisions matching the filters (from the journal's decision
+        index), and the seq the next page starts at (0: no more)."""
         if not principal.admin:
             campaign = principal.acting_for(campaign)
-        needle = f'"campaign":{json.dumps(campaign)}' if campaign else None
-        out: list[tuple[int, dict[str, Any]]] = []
-        next_seq = 0
-        entries = self.broker.journal.raw_entries(max(1, start_seq))
-        for scanned, (seq, _event, decisions_json) in enumerate(entries, start=1):
-            if needle is None or needle in decisions_json:
-                matches = [
-                    d
-                    for d in json.loads(decisions_json)
-                    if (not campaign or d.get("campaign") == campaign)
-                    and (not kinds or d.get("kind") in kinds)
-                    and (not lease_id or lease_id in (d.get("lease_id"), d.get("request_id")))
-                    and (not since or d.get("at", 0.0) >= since)
-                ]
-                if matches and out and len(out) + len(matches) > limit:
-                    next_seq = seq  # a page never splits an entry
-                    break
-                out.extend((seq, d) for d in matches)
-            if len(out) >= limit or scanned >= SCAN_LIMIT:
-                next_seq = seq + 1
-                break
-        if next_seq and next_seq > self.broker.journal.last_seq:
-            next_seq = 0
-        return out, next_seq
+        return self.broker.journal.find_decisions(
+            start_seq=start_seq,
+            campaign=campaign,
+            kinds=kinds,
+            ref=lease_id,
+            since=since,
+            limit=limit,
+        )
 
     # ------------------------------------------------------------------ admin
 
@@ -828,25 +892,3 @@ def _withdraw_orphans(broker: Broker, now: float) -> None:
             # Granted while the clock caught up to ``at``: give the lease back.
             if rid in broker.engine.leases:
                 broker.submit(Release(at=at, lease_id=rid))
-
-
-def _own_decision(decisions: Sequence[Decision]) -> Grant | Queue | Reject:
-    """The decision about the request just submitted: the newest request id among the
-    Grant, Queue and Reject decisions (grants for older queued requests may come in the
-    same batch; a new request is always numbered after every older one)."""
-    best: Grant | Queue | Reject | None = None
-    best_n = -math.inf
-    for d in decisions:
-        if isinstance(d, Grant):
-            n = int(d.lease_id[1:])
-        elif isinstance(d, Queue | Reject):
-            n = int(d.request_id[1:])
-        else:
-            continue
-        if n > best_n:
-            best, best_n = d, n
-    if best is None:
-        raise AssertionError(
-            f"the engine answered a request with no decision about it: {decisions}"
-        )
-    return best

@@ -161,6 +161,7 @@ class BrokerServicer(_Base):
             convert.check_number(req.timeout_s, "timeout_s", high=MAX_WAIT_S),
             convert.lease_class_from_proto(req.lease_class),
             convert.check_labels(req.labels),
+            req.idempotency_key,
         )
         return pb.AcquireResponse(
             lease=self.core.lease_proto(grant.lease_id),
@@ -201,7 +202,7 @@ class BrokerServicer(_Base):
     async def Watch(self, req: pb.WatchRequest, who: Principal) -> AsyncIterator[pb.LeaseEvent]:
         if len(req.lease_ids) > 1000:
             raise RequestError(ErrorCode.INVALID_ARGUMENT, "lease_ids", "at most 1000 leases")
-        sub = self.core.watch(who, req.campaign, req.lease_ids)
+        sub = self.core.watch(who, req.campaign, req.lease_ids, req.from_seq, req.from_index)
         try:
             for ev in sub.snapshot:
                 yield ev
@@ -266,7 +267,7 @@ class BrokerServicer(_Base):
             limit=limit,
         )
         out = pb.ListDecisionsResponse(next_seq=next_seq)
-        for seq, d in rows:
+        for seq, _index, d in rows:
             reason = d.get("reason")
             out.decisions.append(
                 pb.DecisionRecord(

@@ -341,7 +341,7 @@ class DecisionRecord(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[_Union[DecisionKind, str]] = ..., campaign: _Optional[str] = ..., lease_id: _Optional[str] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., json: _Optional[str] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("campaign", "size", "duration_s", "timeout_s", "lease_class", "labels")
+    __slots__ = ("campaign", "size", "duration_s", "timeout_s", "lease_class", "labels", "idempotency_key")
     class SizeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -362,13 +362,15 @@ class AcquireRequest(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     LEASE_CLASS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     campaign: str
     size: _containers.ScalarMap[str, float]
     duration_s: float
     timeout_s: float
     lease_class: LeaseClass
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, campaign: _Optional[str] = ..., size: _Optional[_Mapping[str, float]] = ..., duration_s: _Optional[float] = ..., timeout_s: _Optional[float] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, campaign: _Optional[str] = ..., size: _Optional[_Mapping[str, float]] = ..., duration_s: _Optional[float] = ..., timeout_s: _Optional[float] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "tokens", "price", "credits", "waited_s")
@@ -439,15 +441,19 @@ class ListLeasesResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
-    __slots__ = ("lease_ids", "campaign")
+    __slots__ = ("lease_ids", "campaign", "from_seq", "from_index")
     LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
     CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    FROM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    FROM_INDEX_FIELD_NUMBER: _ClassVar[int]
     lease_ids: _containers.RepeatedScalarFieldContainer[str]
     campaign: str
-    def __init__(self, lease_ids: _Optional[_Iterable[str]] = ..., campaign: _Optional[str] = ...) -> None: ...
+    from_seq: int
+    from_index: int
+    def __init__(self, lease_ids: _Optional[_Iterable[str]] = ..., campaign: _Optional[str] = ..., from_seq: _Optional[int] = ..., from_index: _Optional[int] = ...) -> None: ...
 
 class LeaseEvent(_message.Message):
-    __slots__ = ("kind", "at", "lease", "deadline", "cause", "snapshot", "for_request")
+    __slots__ = ("kind", "at", "lease", "deadline", "cause", "snapshot", "for_request", "seq", "index")
     KIND_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -455,6 +461,8 @@ class LeaseEvent(_message.Message):
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     FOR_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
     kind: LeaseEventKind
     at: float
     lease: Lease
@@ -462,7 +470,9 @@ class LeaseEvent(_message.Message):
     cause: str
     snapshot: bool
     for_request: str
-    def __init__(self, kind: _Optional[_Union[LeaseEventKind, str]] = ..., at: _Optional[float] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., deadline: _Optional[float] = ..., cause: _Optional[str] = ..., snapshot: _Optional[bool] = ..., for_request: _Optional[str] = ...) -> None: ...
+    seq: int
+    index: int
+    def __init__(self, kind: _Optional[_Union[LeaseEventKind, str]] = ..., at: _Optional[float] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., deadline: _Optional[float] = ..., cause: _Optional[str] = ..., snapshot: _Optional[bool] = ..., for_request: _Optional[str] = ..., seq: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
 
 class SupplyRequest(_message.Message):
     __slots__ = ("units", "dim")
