@@ -215,11 +215,14 @@ class ManualClock:
         with self._lock:
             return len(self._async) + len(self._threads)
 
+    def deadlines(self) -> list[float]:
+        """The times the sleepers wait for, earliest first (one entry per sleeper)."""
+        with self._lock:
+            return sorted([d for d, _, _ in self._async] + [w.deadline for w in self._threads])
+
     def next_deadline(self) -> float | None:
         """The earliest time a sleeper waits for (None: nobody waits)."""
-        with self._lock:
-            times = [d for d, _, _ in self._async] + [w.deadline for w in self._threads]
-        return min(times, default=None)
+        return min(self.deadlines(), default=None)
 
     def _move(self, t: float) -> None:
         # Caller holds the lock.

@@ -19,6 +19,7 @@ import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from bursar.broker.clock import ManualClock
 from bursar.broker.config import Config, parse_config
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.limits import LimitSettings
@@ -84,6 +85,10 @@ burst = 24
 """
 
 LIFECYCLE = POOL + CAMPAIGNS
+
+START = 1_750_000_000.0
+"""Where a test's ManualClock starts: a plausible epoch time. Tests add durations to it
+the way the broker does (``START + 0.6``), so times compare exactly."""
 
 
 def config(text: str = LIFECYCLE) -> Config:
@@ -236,6 +241,12 @@ async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.01)
+
+
+async def asleep_until(clock: ManualClock, t: float, timeout_s: float = 5.0) -> None:
+    """Wait (polling the event loop) until something sleeps on ``clock`` until ``t``: the
+    code under test has scheduled that wake-up, and advancing to ``t`` will run it."""
+    await until(lambda: t in clock.deadlines(), timeout_s)
 
 
 async def next_event(stream: Any, timeout_s: float = 5.0) -> Any:

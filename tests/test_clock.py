@@ -79,7 +79,7 @@ def test_async_sleepers_wake_at_exact_times() -> None:
     async def main() -> None:
         tasks = [asyncio.create_task(sleeper(n, t)) for n, t in (("a", 5), ("b", 10), ("c", 7))]
         await until_async(lambda: clock.sleepers() == 3)
-        assert clock.next_deadline() == 5
+        assert clock.next_deadline() == 5 and clock.deadlines() == [5, 7, 10]
         clock.advance(4.999)
         for _ in range(5):
             await asyncio.sleep(0)

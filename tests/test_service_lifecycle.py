@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.request
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from service_support import config, fails, md, next_event, run, serve
+from service_support import (
+    START,
+    asleep_until,
+    config,
+    fails,
+    md,
+    next_event,
+    run,
+    serve,
+    until,
+)
 
+from bursar.broker.clock import ManualClock
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.server import create_server
 from bursar.protos.bursar.v1 import admin_pb2
@@ -28,15 +38,15 @@ def _kinds(events: list[pb.LeaseEvent]) -> list[str]:
 
 def test_warm_acquire_renew_release_and_release_again(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path) as c:
-            t0 = time.time()
+        async with serve(tmp_path, clock=ManualClock(START)) as c:
             got = await c.acquire("sci", 8, duration_s=60, labels={"job": "a"})
             lease = got.lease
             assert lease.state == pb.LEASE_STATE_ACTIVE
             assert lease.path == pb.LEASE_PATH_WARM
             assert lease.campaign == "sci" and dict(lease.size) == {"gpu": 8.0}
             assert len(lease.nodes) == 1 and dict(lease.labels) == {"job": "a"}
-            assert abs(lease.granted_at - t0) < 5 and lease.expires_at == lease.starts_at + 60
+            assert lease.granted_at == lease.starts_at == START
+            assert lease.expires_at == START + 60
             assert got.price > 0 and got.credits > 0 and got.waited_s == 0
 
             renewed = await c.broker.Renew(
@@ -72,7 +82,8 @@ def test_reclaim_path_warns_the_victim_on_watch_then_activates_the_claimant(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path) as c:
+        clock = ManualClock(START)
+        async with serve(tmp_path, clock=clock) as c:
             victims = c.broker.Watch(pb.WatchRequest(), metadata=c.as_("backfill"))
             claimants = c.broker.Watch(pb.WatchRequest(), metadata=c.as_("sci"))
             # The server sends headers once the stream is registered: from then on, no
@@ -84,11 +95,11 @@ def test_reclaim_path_warns_the_victim_on_watch_then_activates_the_claimant(
             ev = await next_event(victims)
             assert ev.kind == K.LEASE_EVENT_KIND_GRANTED and not ev.snapshot
 
-            t0 = time.time()
             got = await c.acquire("sci", 8)
             lease = got.lease
             assert lease.path == pb.LEASE_PATH_RECLAIM
-            assert lease.state == pb.LEASE_STATE_STARTING and lease.starts_at > t0 + 0.3
+            # The victim gets the pool's grace period (0.6 s) to drain.
+            assert lease.state == pb.LEASE_STATE_STARTING and lease.starts_at == START + 0.6
             assert list(lease.nodes) == []
 
             warn = await next_event(victims)
@@ -97,16 +108,24 @@ def test_reclaim_path_warns_the_victim_on_watch_then_activates_the_claimant(
             assert warn.lease.state == pb.LEASE_STATE_PREEMPTING
             assert abs(warn.deadline - lease.starts_at) < 1e-6
             assert warn.for_request == lease.lease_id
+            # Nothing more happens until the clock reaches the deadline.
+            await asleep_until(clock, lease.starts_at)
+            clock.set(START + 0.5)
+            victim = await c.broker.GetLease(
+                pb.GetLeaseRequest(lease_id=back.lease.lease_id), metadata=c.as_("backfill")
+            )
+            assert victim.state == pb.LEASE_STATE_PREEMPTING
+            clock.set(lease.starts_at)
             revoked = await next_event(victims)
             assert revoked.kind == K.LEASE_EVENT_KIND_REVOKED and revoked.cause == "reclaimed"
-            assert revoked.at >= warn.deadline
+            assert revoked.at == warn.deadline
 
             granted = await next_event(claimants)
             assert granted.kind == K.LEASE_EVENT_KIND_GRANTED
             activated = await next_event(claimants)
             assert activated.kind == K.LEASE_EVENT_KIND_ACTIVATED
             assert activated.lease.state == pb.LEASE_STATE_ACTIVE and activated.lease.nodes
-            assert time.time() >= lease.starts_at
+            assert activated.at == lease.starts_at
             victims.cancel()
             claimants.cancel()
 
@@ -115,18 +134,23 @@ def test_reclaim_path_warns_the_victim_on_watch_then_activates_the_claimant(
 
 def test_cold_path_grant_starts_later_and_watch_reports_activation(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path) as c:
+        clock = ManualClock(START)
+        async with serve(tmp_path, clock=clock) as c:
             await c.acquire("sci", 16)  # every warm GPU
             got = await c.acquire("sci", 8)
             lease = got.lease
             assert lease.path == pb.LEASE_PATH_COLD and lease.state == pb.LEASE_STATE_STARTING
+            assert lease.starts_at == START + 0.6  # the pool's boot latency
             watch = c.broker.Watch(
                 pb.WatchRequest(lease_ids=[lease.lease_id]), metadata=c.as_("sci")
             )
             snap = await next_event(watch)
             assert snap.snapshot and snap.kind == K.LEASE_EVENT_KIND_GRANTED
+            await asleep_until(clock, lease.starts_at)  # the node's boot is the next timer
+            clock.set(lease.starts_at)
             activated = await next_event(watch)
             assert activated.kind == K.LEASE_EVENT_KIND_ACTIVATED
+            assert activated.at == lease.starts_at
             assert list(activated.lease.nodes) == ["c000"]
             await c.broker.Release(
                 pb.ReleaseRequest(lease_id=lease.lease_id), metadata=c.as_("sci")
@@ -142,14 +166,23 @@ def test_cold_path_grant_starts_later_and_watch_reports_activation(tmp_path: Pat
 
 def test_unrenewed_lease_expires_on_the_timer(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path) as c:
-            got = await c.acquire("sci", 8, duration_s=0.4)
+        clock = ManualClock(START)
+        async with serve(tmp_path, clock=clock) as c:
+            got = await c.acquire("sci", 8, duration_s=0.5)
+            assert got.lease.expires_at == START + 0.5
             watch = c.broker.Watch(
                 pb.WatchRequest(lease_ids=[got.lease.lease_id]), metadata=c.as_("sci")
             )
-            events = [await next_event(watch) for _ in range(2)]
-            assert _kinds(events) == ["ACTIVATED", "EXPIRED"]
-            assert events[1].at == got.lease.expires_at
+            assert _kinds([await next_event(watch)]) == ["ACTIVATED"]
+            await asleep_until(clock, got.lease.expires_at)
+            clock.set(START + 0.25)  # short of the expiry: still live
+            live = await c.broker.GetLease(
+                pb.GetLeaseRequest(lease_id=got.lease.lease_id), metadata=c.as_("sci")
+            )
+            assert live.state == pb.LEASE_STATE_ACTIVE
+            clock.set(got.lease.expires_at)
+            expired = await next_event(watch)
+            assert _kinds([expired]) == ["EXPIRED"] and expired.at == got.lease.expires_at
             lease = await c.broker.GetLease(
                 pb.GetLeaseRequest(lease_id=got.lease.lease_id), metadata=c.as_("sci")
             )
@@ -173,32 +206,36 @@ def test_unrenewed_lease_expires_on_the_timer(tmp_path: Path) -> None:
 
 def test_blocking_acquire_waits_for_capacity_and_gets_the_grant(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path) as c:
+        clock = ManualClock(START)
+        async with serve(tmp_path, clock=clock) as c:
             first = await c.acquire("other", 16)
             await c.acquire("sci", 8)  # the cold node: now nothing is free
             waiting = asyncio.ensure_future(c.acquire("sci", 8, timeout_s=10))
-            await asyncio.sleep(0.2)
-            assert not waiting.done()
+            await until(lambda: bool(c.core.engine.pending))  # queued
+            clock.advance(0.25)
             await c.broker.Release(
                 pb.ReleaseRequest(lease_id=first.lease.lease_id), metadata=c.as_("other")
             )
             got = await waiting
-            assert got.lease.state == pb.LEASE_STATE_ACTIVE and got.waited_s > 0.1
+            assert got.lease.state == pb.LEASE_STATE_ACTIVE and got.waited_s == 0.25
+            assert got.lease.granted_at == START + 0.25
 
     run(scenario())
 
 
 def test_blocking_acquire_that_times_out_withdraws_its_request(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path) as c:
+        clock = ManualClock(START)
+        async with serve(tmp_path, clock=clock) as c:
             await c.acquire("other", 16)
             await c.acquire("sci", 8)
-            t0 = time.monotonic()
-            err = await fails(c.acquire("sci", 8, timeout_s=0.3))
-            assert 0.3 <= time.monotonic() - t0 < 2
+            failing = asyncio.ensure_future(fails(c.acquire("sci", 8, timeout_s=0.5)))
+            await asleep_until(clock, START + 0.5)  # the call's deadline, on the clock
+            clock.set(START + 0.5)
+            err = await failing
             assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert err.reason == "POOL_FULL" and err.retry_after_s is not None
-            assert float(err.metadata["waited_s"]) >= 0.3
+            assert float(err.metadata["waited_s"]) == 0.5
             assert not c.core.engine.pending
             kinds = [
                 d.kind
@@ -223,8 +260,7 @@ def test_a_client_that_gives_up_leaves_no_request_or_lease_behind(tmp_path: Path
             )
             err = await fails(with_deadline)
             assert err.code == grpc.StatusCode.DEADLINE_EXCEEDED
-            await asyncio.sleep(0.2)  # the server sees the cancellation
-            assert not c.core.engine.pending
+            await until(lambda: not c.core.engine.pending)  # the server saw the cancellation
             # Capacity freed later goes to nobody: the request was withdrawn.
             await c.broker.Release(
                 pb.ReleaseRequest(lease_id=first.lease.lease_id), metadata=c.as_("other")
