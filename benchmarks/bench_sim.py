@@ -52,7 +52,7 @@ def main() -> None:
             return
         from rich.console import Console
 
-        from bursar.sim.cli import run_experiments
+        from bursar.sim.study import run_experiments
 
         results, table, _, wall = run_experiments(
             args.out or Path(tmp) / "experiments",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bursar.broker.cli import main
 from bursar.broker.config import default_config, default_config_text, load_config
+from bursar.cli.main import main
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 from client_support import ServerThread, server_thread
 
-from bursar.broker.cli import main
+from bursar.cli.main import main
 from bursar.providers.client import BrokerClient
 
 

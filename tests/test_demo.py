@@ -7,9 +7,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from bursar.broker.audit import audit
-from bursar.broker.cli import main
-from bursar.broker.demo import run_demo
 from bursar.broker.journal import Journal
+from bursar.cli.main import main
+from bursar.sim.demo import run_demo
 
 
 def test_demo_is_deterministic_and_audits_clean(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from bursar.broker import demo_service
-from bursar.broker.cli import main
-from bursar.broker.demo_service import (
+from bursar.cli.main import main
+from bursar.sim import demo_service
+from bursar.sim.demo_service import (
     BACKFILL,
     SCIENCE,
     SessionError,

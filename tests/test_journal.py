@@ -33,8 +33,8 @@ from bursar.broker.journal import (
     spec_from_dict,
     spec_to_dict,
 )
-from bursar.broker.journal_cli import journal as journal_cli
 from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
+from bursar.cli.journal import journal as journal_cli
 
 DEMO_POOL = PoolSpec(
     groups=(NodeGroup(count=8, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=8),)

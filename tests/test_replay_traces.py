@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bursar.broker.cli import main
+from bursar.cli.main import main
 from bursar.sim.replay.policies import POLICIES
 from bursar.sim.replay.run import RunResult, replay_trace
 

@@ -17,7 +17,7 @@ import grpc
 from click.testing import CliRunner
 from service_support import LIFECYCLE, details, fails, md, next_event, run
 
-from bursar.broker.cli import main
+from bursar.cli.main import main
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 

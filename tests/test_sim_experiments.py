@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bursar.broker.cli import main
+from bursar.cli.main import main
 from bursar.sim.experiments import (
     ADVERSARY_BUCKET,
     QUICK,

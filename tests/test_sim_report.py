@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bursar.broker.cli import main
-from bursar.sim.cli import run_scenario
+from bursar.cli.main import main
+from bursar.sim.study import run_scenario
 
 _STUB = r"""
 const calls = {n: 0};

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from bursar.broker.audit import audit
-from bursar.broker.cli import main
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.cli.main import main
 from bursar.sim.scenario import SeedRun, claims, run_seed
 
 SHORT_S = 2400.0  # 40 minutes: the storm starts at 30

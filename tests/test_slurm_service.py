@@ -20,8 +20,8 @@ from slurm_support import (
 )
 from test_service_process import Server
 
-from bursar.broker.cli import main
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.cli.main import main
 from bursar.providers.client import Backoff, BrokerClient, LeaseState
 from bursar.providers.launch import launch_argv
 

@@ -21,11 +21,18 @@ import base64
 import html
 import io
 import json
+import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bursar.broker.audit import audit
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activate,
@@ -355,4 +362,64 @@ def run_demo(out: Path, config: Config | None = None) -> tuple[Demo, str]:
     return demo, demo.broker.journal.sha256()
 
 
-__all__ = ["Demo", "run_demo"]
+def play(
+    out: Path,
+    config: Config | None,
+    console: Console,
+    *,
+    show: int = 25,
+    service: bool = True,
+) -> bool:
+    """``bursar demo``: part 1 (the scripted session into ``out``, what the broker decided
+    and why, the audit, ``out/report.html``), then part 2 (the agent session against the
+    broker service, state in ``out/service``) unless ``service`` is False.
+
+    True if every audit is clean and the service session succeeded."""
+    with console.status("running the demo session..."):
+        d, sha = run_demo(out, config)
+    table = Table(title="What the broker decided, by campaign", box=box.SIMPLE_HEAD)
+    rows = d.summary_rows()
+    for k in rows[0]:
+        table.add_column(k, justify="left" if k == "campaign" else "right")
+    for r in rows:
+        table.add_row(*["-" if v is None else str(v) for v in r.values()])
+    console.print(table)
+    notable = Table(title=f"First {show} decisions and why", box=box.SIMPLE_HEAD)
+    for k in ("t (s)", "campaign", "decision", "why"):
+        notable.add_column(k, overflow="fold")
+    for t, c, k, w in d.trace.notable[:show]:
+        notable.add_row(f"{t:.0f}", c, k, w)
+    console.print(notable)
+    with console.status("auditing the journal..."):
+        report = audit(d.broker.journal)
+    audit_line = (
+        f"audit: {report.events_checked} events, {report.decisions_checked} decisions "
+        f"re-derived, {len(report.mismatches)} mismatches"
+    )
+    path = d.write_report(sha, audit_line)
+    d.broker.close()
+    console.print(audit_line)
+    console.print(f"journal SHA-256: {sha}")
+    console.print(
+        f"report: [bold]{path}[/bold]  (audit again: bursar journal audit --state-dir {out})"
+    )
+    service_ok = _service_part(out / "service", console) if service else True
+    return report.ok and service_ok
+
+
+def _service_part(state_dir: Path, console: Console) -> bool:
+    """Part 2 of ``bursar demo``; False if it failed or its audit found a mismatch."""
+    # The gRPC service and client load only when part 2 runs (not for --no-service).
+    from bursar.sim.demo_service import run_service_session
+
+    try:
+        result = run_service_session(state_dir, console)
+    except Exception as exc:  # the broker has stopped: say what went wrong, exit 1
+        logging.getLogger(__name__).debug("the service session failed", exc_info=True)
+        console.print(f"[red]service session failed: {escape(str(exc))}[/red]", highlight=False)
+        return False
+    console.print(f"service session: {result.wall_s:.1f} s of wall time")
+    return result.ok
+
+
+__all__ = ["Demo", "play", "run_demo"]

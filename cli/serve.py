@@ -1,4 +1,5 @@
-"""``bursar serve``: the command. The server itself lives in ``server.py``."""
+"""``bursar serve``: the command. The server itself lives in ``bursar.broker.service.server``;
+``python -m bursar.broker.service`` runs this same command."""
 
 from __future__ import annotations
 

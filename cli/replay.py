@@ -35,7 +35,8 @@ def default_traces_dir() -> Path:
     env = os.environ.get("BURSAR_TRACES_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "traces"
+    # cli/replay.py: parents[1] is the repository, parents[2] the folder beside it.
+    return Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
 def _config(path: Path | None) -> ReplayConfig:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import click
 from rich.console import Console
-from rich.table import Table
 
-from bursar.broker import codec
-from bursar.broker.audit import Mismatch, audit
+from bursar.broker.audit import audit
 from bursar.broker.errors import JournalError
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.broker.journal_view import first_difference, tail_json_lines, tail_table
 
 __all__ = ["journal"]
 
@@ -64,47 +62,6 @@ def journal() -> None:
     """
 
 
-def _short(value: Any, limit: int = 160) -> str:
-    text = codec.dumps(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _first_difference(m: Mismatch) -> str:
-    """Point at the first differing decision and its differing fields, not two long lists."""
-    try:
-        expected, got = json.loads(m.expected), json.loads(m.got)
-    except ValueError:
-        return f"  expected: {_short(m.expected)}\n  recorded: {_short(m.got)}"
-    if not (isinstance(expected, list) and isinstance(got, list)):
-        return f"  expected: {_short(expected)}\n  recorded: {_short(got)}"
-    lines = []
-    if len(expected) != len(got):
-        lines.append(f"  {len(expected)} decision(s) expected, {len(got)} recorded")
-    for i, (e, g) in enumerate(zip(expected, got, strict=False)):
-        if e == g:
-            continue
-        if not (isinstance(e, dict) and isinstance(g, dict)):
-            lines.append(f"  decision #{i}: expected {_short(e)}, recorded {_short(g)}")
-            break
-        label = " ".join(
-            str(x) for x in (e.get("kind"), e.get("lease_id") or e.get("request_id")) if x
-        )
-        lines.append(f"  decision #{i} ({label}):")
-        for key in sorted(set(e) | set(g)):
-            if e.get(key, "<absent>") != g.get(key, "<absent>"):
-                lines.append(
-                    f"    {key}: expected {_short(e.get(key, '<absent>'))}, "
-                    f"recorded {_short(g.get(key, '<absent>'))}"
-                )
-        break
-    else:
-        n = min(len(expected), len(got))
-        extra, label = (expected, "expected") if len(expected) > n else (got, "recorded")
-        for i in range(n, len(extra)):
-            lines.append(f"  decision #{i}: {label} only: {_short(extra[i])}")
-    return "\n".join(lines)
-
-
 @journal.command("audit")
 @click.option(
     "--state-dir",
@@ -147,24 +104,10 @@ def audit_cmd(state_dir: Path, show: int) -> None:
         click.echo(f"journal sha256:     {report.journal_sha256}")
     for m in report.mismatches[:show]:
         click.echo(f"entry {m.seq}:")
-        click.echo(_first_difference(m))
+        click.echo(first_difference(m))
     if n > show:
         click.echo(f"... and {n - show} more mismatching entr{'ies' if n - show != 1 else 'y'}")
     sys.exit(EXIT_MISMATCH if n else EXIT_OK)
-
-
-_ID_FIELDS = ("lease_id", "request_id")
-_HIDDEN = {"at", "kind", "campaign", "inputs", *_ID_FIELDS}
-
-
-def _brief(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, dict):
-        return ",".join(f"{k}={_brief(v)}" for k, v in value.items())
-    if isinstance(value, list):
-        return ",".join(_brief(v) for v in value) if len(value) <= 4 else f"{len(value)} items"
-    return str(value)
 
 
 @journal.command("tail")
@@ -202,31 +145,8 @@ def tail_cmd(state_dir: Path, count: int, as_json: bool) -> None:
         except JournalError as exc:
             _fail(str(exc), EXIT_MISMATCH)
     if as_json:
-        for seq, d in rows:
-            click.echo(codec.dumps({"seq": seq, **codec.to_dict(d)}))
+        for line in tail_json_lines(rows):
+            click.echo(line)
         return
-    table = Table(title=f"last {len(rows)} decisions in {state_dir / JOURNAL_FILENAME}")
-    for name, justify in (
-        ("seq", "right"),
-        ("at", "right"),
-        ("kind", "left"),
-        ("campaign", "left"),
-        ("lease / request", "left"),
-        ("details", "left"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for seq, d in rows:
-        fields = codec.to_dict(d)
-        ident = next((str(fields[k]) for k in _ID_FIELDS if k in fields), "")
-        details = " ".join(
-            f"{k}={_brief(v)}" for k, v in fields.items() if k not in _HIDDEN and v not in ({}, [])
-        )
-        table.add_row(
-            str(seq),
-            _brief(fields["at"]),
-            d.kind,
-            str(fields.get("campaign", "")),
-            ident,
-            details,
-        )
-    Console(soft_wrap=False).print(table)
+    title = f"last {len(rows)} decisions in {state_dir / JOURNAL_FILENAME}"
+    Console(soft_wrap=False).print(tail_table(rows, title))

@@ -1,0 +1,352 @@
+"""What ``bursar campaigns``, ``bursar leases`` and ``bursar supply`` share: a running broker
+from a terminal, through :mod:`bursar.providers.client`.
+
+Every group and command takes the connection options (given on the group or on the
+command; the command's win): ``--target`` (``BURSAR_TARGET``), a token (``--token`` /
+``BURSAR_TOKEN``, ``--token-file`` / ``BURSAR_TOKEN_FILE``), ``--admin-token-file``
+(``BURSAR_ADMIN_TOKEN_FILE``), ``--tls`` / ``--tls-ca`` and ``--json``. Output is rich
+tables for people, JSON with ``--json`` (JSON lines for streams). A failed call prints
+the broker's message and a hint to stderr and exits 1; bad usage exits 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+
+from bursar.providers.client import (
+    DEFAULT_TARGET,
+    AlreadyExists,
+    AsyncAdminClient,
+    AsyncBrokerClient,
+    BursarClientError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Refused,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = [
+    "CONTEXT",
+    "EXIT_CALL_FAILED",
+    "Options",
+    "admin_client",
+    "broker_client",
+    "campaign_option",
+    "connection_options",
+    "options",
+    "print_json",
+    "print_json_line",
+    "run_call",
+    "stdout_console",
+]
+
+T = TypeVar("T")
+
+
+EXIT_CALL_FAILED = 1
+"""Exit status when the broker refused a call or could not be reached."""
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+_CALL_RETRY_S = 3.0
+"""How long a command retries an unreachable broker before it gives up."""
+
+
+# ---------------------------------------------------------------------------------------
+# Connection options
+
+
+@dataclass
+class Options:
+    target: str | None = None
+    token: str | None = None
+    token_file: Path | None = None
+    admin_token_file: Path | None = None
+    campaign: str | None = None
+    tls: bool = False
+    tls_ca: Path | None = None
+    retry_timeout_s: float | None = None
+    json: bool = False
+
+    @property
+    def address(self) -> str:
+        return self.target or DEFAULT_TARGET
+
+    def tls_arg(self) -> Path | bool:
+        return self.tls_ca if self.tls_ca is not None else self.tls
+
+
+def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is not None and value is not False:
+            setattr(ctx.ensure_object(Options), name, value)
+
+    return callback
+
+
+def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every group and command accepts (stored on the context object, so
+    that a command's value overrides its group's)."""
+    file = click.Path(dir_okay=False, exists=True, path_type=Path)
+    specs: list[tuple[str, str, dict[str, Any]]] = [
+        (
+            "--target",
+            "target",
+            {
+                "envvar": "BURSAR_TARGET",
+                "metavar": "HOST:PORT",
+                "help": f"The broker's address [env BURSAR_TARGET; default {DEFAULT_TARGET}].",
+            },
+        ),
+        (
+            "--token",
+            "token",
+            {
+                "envvar": "BURSAR_TOKEN",
+                "help": "A campaign token, or the admin token [env BURSAR_TOKEN].",
+            },
+        ),
+        (
+            "--token-file",
+            "token_file",
+            {
+                "envvar": "BURSAR_TOKEN_FILE",
+                "type": file,
+                "help": "A file holding the token; or the broker's STATE/tokens.json, with "
+                "--campaign naming the entry [env BURSAR_TOKEN_FILE].",
+            },
+        ),
+        (
+            "--admin-token-file",
+            "admin_token_file",
+            {
+                "envvar": "BURSAR_ADMIN_TOKEN_FILE",
+                "type": file,
+                "help": "A file holding the admin token, e.g. STATE/admin.token "
+                "[env BURSAR_ADMIN_TOKEN_FILE].",
+            },
+        ),
+        (
+            "--tls",
+            "tls",
+            {
+                "is_flag": True,
+                "default": None,
+                "help": "Connect with TLS, trusting the system's root certificates.",
+            },
+        ),
+        (
+            "--tls-ca",
+            "tls_ca",
+            {
+                "type": file,
+                "help": "Connect with TLS, trusting the root certificates in this PEM file.",
+            },
+        ),
+        (
+            "--retry-timeout",
+            "retry_timeout_s",
+            {
+                "envvar": "BURSAR_RETRY_TIMEOUT",
+                "type": click.FloatRange(min=0),
+                "metavar": "SECONDS",
+                "help": "How long to retry an unreachable broker before giving up "
+                f"[env BURSAR_RETRY_TIMEOUT; default {_CALL_RETRY_S:g}]. Watches reconnect "
+                "for as long as they run.",
+            },
+        ),
+        (
+            "--json",
+            "json",
+            {"is_flag": True, "default": None, "help": "Print JSON instead of tables."},
+        ),
+    ]
+    for flag, name, kw in reversed(specs):  # decorators apply bottom-up
+        f = click.option(flag, name, expose_value=False, callback=_store(name), **kw)(f)
+    return f
+
+
+def campaign_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--campaign",
+        callback=_store("campaign"),
+        expose_value=False,
+        metavar="NAME",
+        help="With the admin token: only this campaign. With --token-file "
+        "STATE/tokens.json: whose token to use.",
+    )(f)
+
+
+def options() -> Options:
+    return click.get_current_context().ensure_object(Options)
+
+
+def _read_token(path: Path, campaign: str | None) -> str:
+    text = path.read_text(encoding="utf-8").strip()
+    if text.startswith("{"):
+        try:
+            table = json.loads(text)
+        except ValueError as exc:
+            raise click.UsageError(f"{path}: not a token nor a JSON token table: {exc}") from None
+        if not campaign:
+            names = ", ".join(sorted(table)) or "none"
+            raise click.UsageError(
+                f"{path} holds several campaigns' tokens ({names}): name one with --campaign"
+            )
+        if campaign not in table:
+            raise click.UsageError(f"{path} has no token for campaign {campaign!r}")
+        return str(table[campaign])
+    if not text:
+        raise click.UsageError(f"{path} is empty")
+    return text
+
+
+def _campaign_token(o: Options) -> str:
+    if o.token:
+        return o.token
+    if o.token_file:
+        return _read_token(o.token_file, o.campaign)
+    if o.admin_token_file:
+        return _read_token(o.admin_token_file, None)
+    raise click.UsageError(
+        "no token: pass --token or --token-file (or set BURSAR_TOKEN), or "
+        "--admin-token-file for the admin's view of every campaign"
+    )
+
+
+def _admin_token(o: Options) -> str:
+    if o.admin_token_file:
+        return _read_token(o.admin_token_file, None)
+    if o.token:
+        return o.token
+    if o.token_file:
+        return _read_token(o.token_file, None)
+    raise click.UsageError(
+        "campaign commands need the admin token: pass --admin-token-file STATE/admin.token "
+        "(or set BURSAR_ADMIN_TOKEN_FILE)"
+    )
+
+
+def _retry_s(o: Options) -> float:
+    return _CALL_RETRY_S if o.retry_timeout_s is None else o.retry_timeout_s
+
+
+def broker_client(o: Options, *, forever: bool = False) -> AsyncBrokerClient:
+    token = _campaign_token(o)
+    # The admin token acts for every campaign; a campaign token ignores --campaign here
+    # (the server would refuse a different name).
+    admin = o.token_file is None and o.token is None
+    return AsyncBrokerClient(
+        o.address,
+        token,
+        tls=o.tls_arg(),
+        campaign=o.campaign if admin else None,
+        retry_timeout_s=None if forever else _retry_s(o),
+    )
+
+
+def admin_client(o: Options) -> AsyncAdminClient:
+    return AsyncAdminClient(
+        o.address, _admin_token(o), tls=o.tls_arg(), retry_timeout_s=_retry_s(o)
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Running calls, reporting errors, printing
+
+
+def _hint(exc: BursarClientError, o: Options) -> str:
+    if isinstance(exc, Unavailable):
+        return (
+            f"is the broker running at {o.address}? Start one with `bursar serve`, or point "
+            "--target (BURSAR_TARGET) at it"
+        )
+    if isinstance(exc, Unauthenticated):
+        return (
+            "pass a valid token: --token, --token-file or BURSAR_TOKEN (the broker wrote "
+            "campaign tokens to STATE/tokens.json and the admin token to STATE/admin.token)"
+        )
+    if isinstance(exc, PermissionDenied):
+        if exc.reason == "ADMIN_ONLY":
+            return "this needs the admin token: --admin-token-file STATE/admin.token"
+        return "a campaign token acts for its own campaign only; the admin token acts for any"
+    if isinstance(exc, AlreadyExists):
+        return "change an existing campaign with `bursar campaigns update`"
+    if isinstance(exc, NotFound):
+        return "list what exists with `bursar leases list` or `bursar campaigns list`"
+    if isinstance(exc, Refused):
+        if math.isfinite(exc.retry_after):
+            return f"the broker suggests retrying in {exc.retry_after:.1f} s"
+        return "retrying as is will not help"
+    if isinstance(exc, InvalidArgument) and exc.field_violations:
+        return "; ".join(f"{v.field}: {v.description}" for v in exc.field_violations)
+    if isinstance(exc, FailedPrecondition):
+        return "the request does not fit the broker's current state"
+    return ""
+
+
+def _fail(exc: BursarClientError, o: Options) -> NoReturn:
+    hint = _hint(exc, o)
+    if o.json:
+        err = {
+            "error": {
+                "code": exc.code.name,
+                "reason": exc.reason,
+                "message": exc.message,
+                "retry_after": exc.retry_after
+                if exc.retry_after is not None and math.isfinite(exc.retry_after)
+                else None,
+                "hint": hint,
+            }
+        }
+        click.echo(json.dumps(err, sort_keys=True), err=True)
+    else:
+        console = Console(stderr=True, highlight=False)
+        reason = f" [dim]({exc.reason})[/dim]" if exc.reason else ""
+        console.print(f"[red]error[/red]: {_escape(exc.message)}{reason}")
+        if hint:
+            console.print(f"[yellow]hint[/yellow]: {_escape(hint)}")
+    sys.exit(EXIT_CALL_FAILED)
+
+
+def _escape(text: str) -> str:
+    return text.replace("[", r"\[")
+
+
+def run_call(make: Callable[[], Awaitable[T]]) -> T:
+    """Run one command's coroutine; a failed call becomes a message and exit status 1."""
+    o = options()
+    try:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    except BursarClientError as exc:
+        _fail(exc, o)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def print_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True, allow_nan=False))
+
+
+def print_json_line(obj: Any) -> None:
+    click.echo(json.dumps(obj, sort_keys=True, allow_nan=False))
+    sys.stdout.flush()
+
+
+def stdout_console() -> Console:
+    return Console(highlight=False)

@@ -1,0 +1,89 @@
+"""The ``bursar`` command: the top-level group and its logging, with every command group
+registered from its module in this package, so that ``bursar --help`` lists everything in
+one place."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from bursar.cli.campaigns import campaigns
+from bursar.cli.config import config_group
+from bursar.cli.demo import demo
+from bursar.cli.journal import journal
+from bursar.cli.leases import leases
+from bursar.cli.replay import matrix_command, replay_command
+from bursar.cli.serve import serve_command
+from bursar.cli.sim import sim
+from bursar.cli.supply import supply
+
+__all__ = ["main"]
+
+_LOG_LEVELS = (logging.WARNING, logging.INFO, logging.DEBUG)
+
+
+@click.group(
+    help=(
+        "Bursar is an agent resource broker for shared HPC/GPU pools: campaigns negotiate "
+        "short-lived leases under multi-dimensional envelopes instead of submitting jobs. "
+        "It keeps each campaign's guarantee isolated from everyone else's bursts, publishes "
+        "supply signals adaptive agents can read, and journals every decision for audit and "
+        "replay."
+    ),
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(package_name="bursar", prog_name="bursar")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log to stderr: -v for progress, -vv for debug detail. Quiet (warnings only) by default.",
+)
+def main(verbose: int) -> None:
+    _configure_logging(_LOG_LEVELS[min(verbose, len(_LOG_LEVELS) - 1)])
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time (as logging.lastResort does), so a
+    handler installed under a redirected stderr (click's test runner) never writes to a
+    closed stream later."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
+def _configure_logging(level: int) -> None:
+    # Replace only our own handler: the group may run many times in one process (tests,
+    # notebooks), and handlers that others installed on the root logger are theirs.
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(h)
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+for command in (
+    campaigns,
+    config_group,
+    demo,
+    journal,
+    leases,
+    matrix_command,
+    replay_command,
+    serve_command,
+    sim,
+    supply,
+):
+    main.add_command(command)
