@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -177,6 +178,7 @@ class AsyncBrokerClient:
         timeout: float | None = None,
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> Lease:
         """Ask for a lease of ``size`` (e.g. ``{"gpu": 8}``) for ``duration_s`` seconds.
 
@@ -187,8 +189,15 @@ class AsyncBrokerClient:
         reason. A grant on the reclaim or cold path returns at once in state STARTING,
         usable from ``starts_at``. ``lease_class`` may lower the campaign's class for
         this lease ("opportunistic", ...), never raise it.
+
+        Every call carries an idempotency key (a fresh random one unless
+        ``idempotency_key`` is given), and its retries after UNAVAILABLE carry the same
+        key: a reply lost on the way back never leaves a second, orphaned lease. Pass your
+        own key to make a retry of your own (e.g. after this process restarts) safe too.
         """
-        lease, _ = await self._acquire(size, duration_s, blocking, timeout, lease_class, labels)
+        lease, _ = await self._acquire(
+            size, duration_s, blocking, timeout, lease_class, labels, idempotency_key
+        )
         return lease
 
     async def _acquire(
@@ -199,6 +208,7 @@ class AsyncBrokerClient:
         timeout: float | None,
         lease_class: LeaseClass | str | None,
         labels: Mapping[str, str] | None,
+        idempotency_key: str | None = None,
     ) -> tuple[Lease, pb.AcquireResponse]:
         wait = 0.0 if not blocking else MAX_WAIT_S if timeout is None else timeout
         request = pb.AcquireRequest(
@@ -208,6 +218,7 @@ class AsyncBrokerClient:
             timeout_s=wait,
             lease_class=LeaseClass.parse(lease_class).to_proto(pb.LeaseClass),
             labels=dict(labels or {}),
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
         )
         t0 = time.monotonic()
 
@@ -216,10 +227,11 @@ class AsyncBrokerClient:
             request.timeout_s = max(0.0, wait - (time.monotonic() - t0)) if wait else 0.0
             return request, request.timeout_s + self._conn.call_timeout_s
 
-        # Retrying an Acquire that failed UNAVAILABLE is safe: the broker withdraws a
-        # request whose call is cancelled or cut (and releases a grant that raced with
-        # that), refuses new ones while it shuts down, and withdraws, on restart, the
-        # requests that were queued when it stopped.
+        # Retrying an Acquire that failed UNAVAILABLE is safe: every attempt carries the
+        # same idempotency key, so a grant whose reply was lost is returned to the retry
+        # instead of a second lease; the broker withdraws a request whose call is cancelled
+        # or cut (freeing its key), refuses new ones while it shuts down, and withdraws, on
+        # restart, the requests that were queued when it stopped.
         resp = await self._call("Acquire", attempt)
         return Lease.from_proto(resp.lease), resp
 

@@ -195,6 +195,7 @@ class BrokerClient(_SyncClient):
         timeout: float | None = None,
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> Lease:
         """See :meth:`AsyncBrokerClient.acquire`."""
         return self._run(
@@ -205,6 +206,7 @@ class BrokerClient(_SyncClient):
                 timeout=timeout,
                 lease_class=lease_class,
                 labels=labels,
+                idempotency_key=idempotency_key,
             )
         )
 
