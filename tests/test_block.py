@@ -1,0 +1,266 @@
+"""The lease-block life cycle the Parsl, Dask and Ray plugins share (providers/block.py):
+its transition table, and blocks against a real broker over gRPC, with their timers on a
+ManualClock and real worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+import pytest
+from service_support import run, serve, until
+from test_parsl_support import parsl_config
+
+from bursar.broker.clock import ManualClock
+from bursar.providers.block import (
+    TRANSITIONS,
+    Block,
+    Cause,
+    Hooks,
+    IllegalTransition,
+    Input,
+    LeaseSpec,
+    ProcessTree,
+    Retry,
+    State,
+    transition,
+)
+from bursar.providers.client import AsyncBrokerClient, Backoff, Lease, LeaseState
+
+FAST = Backoff(initial_s=0.05, max_s=0.3)
+
+# Ignores SIGTERM (as Ray's agents do), so only the KILL after the grace ends it.
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+
+
+def test_the_transition_table() -> None:
+    assert transition(State.REQUESTED, Input.ASK) is State.ACQUIRING
+    assert transition(State.ACQUIRING, Input.REFUSED) is State.REQUESTED
+    assert transition(State.RUNNING, Input.PREEMPTED) is State.DRAINING
+    assert transition(State.DRAINING, Input.LEASE_ENDED) is State.STOPPING
+    assert transition(State.STOPPING, Input.WORKERS_EXITED) is State.STOPPING
+    for illegal in [
+        (State.REQUESTED, Input.GRANTED),
+        (State.STARTING, Input.WORKERS_EXITED),  # no workers before RUNNING
+        (State.RUNNING, Input.DRAINED),
+        (State.ENDED, Input.ASK),
+        (State.FAILED, Input.CANCEL),
+    ]:
+        with pytest.raises(IllegalTransition):
+            transition(*illegal)
+    # Every state is reachable from REQUESTED; only ENDED and FAILED have no way out, and
+    # every live state can be cancelled and can fail.
+    seen, todo = {State.REQUESTED}, [State.REQUESTED]
+    while todo:
+        s = todo.pop()
+        for (src, _), dst in TRANSITIONS.items():
+            if src is s and dst not in seen:
+                seen.add(dst)
+                todo.append(dst)
+    assert seen == set(State)
+    for s in State:
+        assert s.terminal == (not any(src is s for src, _ in TRANSITIONS))
+        if not s.terminal:
+            assert (s, Input.CANCEL) in TRANSITIONS and (s, Input.ERROR) in TRANSITIONS
+
+
+class Recorder(Hooks):
+    """Starts ``argv`` as the block's workers and records what the block did."""
+
+    def __init__(self, argv: list[str] | None = None, drain_s: float = 0.0) -> None:
+        self.argv = argv
+        self.drain_s = drain_s
+        self.steps: list[tuple[State, Input]] = []
+        self.drained: list[float | None] = []
+        self.graces: list[float] = []
+
+    async def start_workers(self, block: Block, lease: Lease) -> ProcessTree | None:
+        if self.argv is None:
+            return None
+        return ProcessTree(subprocess.Popen(self.argv, start_new_session=True))
+
+    async def drain(self, block: Block, deadline: float | None) -> None:
+        self.drained.append(deadline)
+        await asyncio.sleep(self.drain_s)
+
+    def stop_grace(self, block: Block) -> float:
+        grace = 0.3
+        self.graces.append(grace)
+        return grace
+
+    def changed(self, block: Block, old: State, inp: Input) -> None:
+        if block.state is not old:
+            self.steps.append((block.state, inp))
+
+
+def states(h: Recorder) -> list[State]:
+    return [s for s, _ in h.steps]
+
+
+def spec(size: Mapping[str, float], duration_s: float = 30.0) -> LeaseSpec:
+    return LeaseSpec(size, duration_s, labels={"engine": "test"})
+
+
+def test_a_refused_block_asks_again_when_its_clock_says_so(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = ManualClock(time.time())
+        async with (
+            serve(tmp_path / "state", parsl_config()) as srv,
+            AsyncBrokerClient(srv.address, srv.tokens["capped"], backoff=FAST) as client,
+        ):
+            other = await client.acquire({"cpu": 2}, 30, blocking=False)  # capped's burst
+            h = Recorder(["sleep", "60"])
+            b = Block("b", client, spec({"cpu": 2}), h, retry=Retry(1.0, 5.0), clock=clock)
+            b.start()
+            await b.answered.wait()
+            await until(lambda: b.retry_at is not None)
+            assert b.state is State.REQUESTED and b.refusals == ["ABOVE_BURST"]
+            assert b.retry_at is not None and 1.0 <= b.retry_at - clock.now() <= 5.0
+            await until(lambda: clock.next_deadline() == b.retry_at)
+            await asyncio.sleep(0.3)
+            assert b.attempts == 1  # nothing asks again before the clock says so
+            await client.release(other.id)
+            clock.set(b.retry_at)
+            await until(lambda: b.state is State.RUNNING, 10)
+            assert b.attempts == 2 and b.workers is not None
+            assert states(h) == [
+                State.ACQUIRING,
+                State.REQUESTED,
+                State.ACQUIRING,
+                State.STARTING,
+                State.RUNNING,
+            ]
+            pid = b.workers.pid
+            b.cancel()
+            await asyncio.wait_for(b.done.wait(), 10)
+            assert b.state is State.ENDED and b.cause is Cause.CANCELLED
+            assert b.final_state == "released" and not psutil.pid_exists(pid or 0)
+            assert (await client.get_lease(b.lease_id)).state is LeaseState.RELEASED
+
+    run(scenario(), 30)
+
+
+def test_a_preempted_block_drains_until_the_brokers_deadline_then_stops(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            serve(tmp_path / "state", parsl_config()) as srv,
+            AsyncBrokerClient(srv.address, srv.tokens["wf"], backoff=FAST) as client,
+            AsyncBrokerClient(srv.address, srv.tokens["hi"], backoff=FAST) as hi,
+        ):
+            h = Recorder(["sleep", "60"], drain_s=0.2)
+            b = Block("b", client, spec({"cpu": 4}), h)
+            b.start()
+            await until(lambda: b.state is State.RUNNING, 10)
+            await hi.acquire({"cpu": 2}, 30, blocking=False)  # reclaims wf's lease
+            await asyncio.wait_for(b.done.wait(), 10)
+            assert states(h)[-3:] == [State.DRAINING, State.STOPPING, State.ENDED]
+            assert b.cause is Cause.PREEMPTED and b.ended_by_broker
+            (deadline,) = h.drained
+            assert deadline is not None and deadline > time.time() - 5
+            assert b.workers is not None and not b.workers.alive()
+
+    run(scenario(), 30)
+
+
+def test_an_unrenewable_lease_drains_its_margin_before_it_expires(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = ManualClock(time.time())
+        async with (
+            serve(tmp_path / "state", parsl_config()) as srv,
+            AsyncBrokerClient(srv.address, srv.tokens["wf"], backoff=FAST) as client,
+        ):
+            h = Recorder(["sleep", "60"])
+            b = Block("b", client, spec({"cpu": 1}), h, expiry_margin_s=5.0, clock=clock)
+            b.start()
+            await until(lambda: b.state is State.RUNNING, 10)
+            assert b.lease is not None
+            expires = b.lease.expires_at
+            due = expires - 5.0
+            await until(lambda: clock.next_deadline() == due)
+            clock.set(due - 0.5)
+            await asyncio.sleep(0.2)
+            assert b.state is State.RUNNING
+            clock.set(due)
+            await asyncio.wait_for(b.done.wait(), 10)
+            assert b.cause is Cause.UNRENEWABLE and not b.ended_by_broker
+            assert h.drained == [expires]
+            assert b.final_state == "released"
+
+    run(scenario(), 30)
+
+
+def test_workers_that_exit_end_the_block_and_a_rejected_request_fails_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with (
+            serve(tmp_path / "state", parsl_config()) as srv,
+            AsyncBrokerClient(srv.address, srv.tokens["wf"], backoff=FAST) as client,
+            AsyncBrokerClient(srv.address, srv.tokens["capped"], backoff=FAST) as capped,
+            AsyncBrokerClient(srv.address, "not-a-token", backoff=FAST) as stranger,
+        ):
+            b = Block("b", client, spec({"cpu": 1}), Recorder([sys.executable, "-c", "exit(3)"]))
+            b.start()
+            await asyncio.wait_for(b.done.wait(), 10)
+            assert b.state is State.ENDED and b.cause is Cause.EXITED and b.returncode == 3
+            assert b.final_state == "released"
+
+            bad = Block("bad", stranger, spec({"cpu": 1}), Recorder())
+            bad.start()
+            await asyncio.wait_for(bad.done.wait(), 10)
+            assert bad.state is State.FAILED and bad.cause is Cause.REJECTED
+            assert "INVALID_TOKEN" in str(bad.error) and bad.final_state == "none"
+
+            # Without retries (Ray's autoscaler retries itself) a refusal ends the block.
+            await capped.acquire({"cpu": 2}, 30, blocking=False)  # capped's whole burst
+            more = Block("more", capped, spec({"cpu": 1}), Recorder(), retry=Retry(refusals=False))
+            more.start()
+            await asyncio.wait_for(more.done.wait(), 10)
+            assert more.state is State.ENDED and more.cause is Cause.REFUSED
+            assert more.refusals == ["ABOVE_BURST"] and more.attempts == 1
+
+    run(scenario(), 30)
+
+
+def test_a_process_tree_is_stopped_whole_and_nothing_else(tmp_path: Path) -> None:
+    outsider = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    # A root (bash, then `sleep`) with a stubborn child, and a stubborn process that left
+    # the tree (a double fork into a session of its own) but carries the tree's marker.
+    script = (
+        f"{sys.executable} -c '{STUBBORN}' &\n"
+        f"( setsid {sys.executable} -c '{STUBBORN}' & )\n"
+        "exec sleep 60\n"
+    )
+    marker = uuid.uuid4().hex
+    root = subprocess.Popen(
+        ["bash", "-c", script], start_new_session=True, env={"PATH": "/usr/bin:/bin", "M": marker}
+    )
+    tree = ProcessTree(root, marker=f"M={marker}")
+    try:
+
+        def stubborn() -> set[psutil.Process]:
+            return {p for p in tree.members() if "SIG_IGN" in " ".join(p.cmdline())}
+
+        deadline = time.monotonic() + 10
+        while len(stubborn()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        members = tree.members()
+        assert len(members) == 3, members
+        assert (
+            len({p.pid for p in members} - {p.pid for p in psutil.Process(root.pid).children()})
+            == 2
+        )
+        t0 = time.monotonic()
+        signalled = tree.stop(0.5)
+        assert time.monotonic() - t0 >= 0.5  # the stubborn ones waited out their grace
+        assert {p.pid for p in members} <= {p.pid for p in signalled}
+        assert not tree.alive() and root.returncode == -15
+        assert outsider.poll() is None  # never touched
+    finally:
+        tree.stop(0)
+        outsider.kill()
+        outsider.wait()
