@@ -46,6 +46,9 @@ class Grant(Decision):
     credits: float
     nodes: tuple[str, ...]
     inputs: Mapping[str, Any] = field(default_factory=dict)
+    pieces: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Node name → units per dimension of the lease on that node (what a backend sizes an
+    allocation by). Empty in journals written before it was recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,8 @@ class Activate(Decision):
     lease_id: str
     campaign: str
     nodes: tuple[str, ...]
+    pieces: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Node name → units per dimension of the lease on that node, as on Grant."""
 
 
 @dataclass(frozen=True, slots=True)

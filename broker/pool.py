@@ -13,19 +13,33 @@ from bursar.broker import dims
 from bursar.broker.policy import PoolSpec
 
 
-class Power(enum.Enum):
+class NodeState(enum.Enum):
+    """A node's state, the one enum for the engine's pool and every backend.
+
+    The values are what the engine's state digest writes. Whether an on node holds leases
+    is not a state of its own: the engine reads it from the node's use, a backend from its
+    placements.
+    """
+
     COLD = "cold"
+    """Powered off."""
     BOOTING = "booting"
+    """Powered on, not ready yet; on once the backend reports it ready (NodeReady)."""
     ON = "on"
+    """On and usable, holding leases or not."""
     DOWN = "down"
     """Lost (failure or drain); comes back only when the backend reports it ready."""
+
+
+Power = NodeState
+"""The engine's name for :class:`NodeState` (the same enum)."""
 
 
 @dataclass(slots=True)
 class Node:
     name: str
     cap: dims.Vec
-    power: Power
+    power: NodeState
     used: dims.Vec = dims.ZERO
     ready_at: float | None = None
 
@@ -45,7 +59,7 @@ class PoolState:
     def __init__(self, spec: PoolSpec) -> None:
         self.spec = spec
         self.nodes: list[Node] = [
-            Node(name, cap, Power.ON if warm else Power.COLD)
+            Node(name, cap, NodeState.ON if warm else NodeState.COLD)
             for name, cap, warm in spec.node_names()
         ]
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
@@ -53,41 +67,41 @@ class PoolState:
         for n in self.nodes:
             self.capacity = dims.add(self.capacity, n.cap)
         self.rate_capacity = dict(spec.rate_capacity)
-        self._free = {p: dims.ZERO for p in Power}
+        self._free = {p: dims.ZERO for p in NodeState}
         """Free capacity per power state (for COLD and DOWN nodes: their whole capacity)."""
         self.on_cap = dims.ZERO
         self._free, self.on_cap = self.recount()
 
-    def recount(self) -> tuple[dict[Power, dims.Vec], dims.Vec]:
-        free = {p: dims.ZERO for p in Power}
+    def recount(self) -> tuple[dict[NodeState, dims.Vec], dims.Vec]:
+        free = {p: dims.ZERO for p in NodeState}
         on_cap = dims.ZERO
         for n in self.nodes:
             free[n.power] = dims.add(free[n.power], n.free)
-            if n.power is Power.ON:
+            if n.power is NodeState.ON:
                 on_cap = dims.add(on_cap, n.cap)
         return free, on_cap
 
-    def set_power(self, i: int, power: Power, ready_at: float | None = None) -> None:
+    def set_power(self, i: int, power: NodeState, ready_at: float | None = None) -> None:
         n = self.nodes[i]
         self._free[n.power] = dims.sub(self._free[n.power], n.free)
-        if n.power is Power.ON:
+        if n.power is NodeState.ON:
             self.on_cap = dims.sub(self.on_cap, n.cap)
         n.power = power
         n.ready_at = ready_at
         self._free[power] = dims.add(self._free[power], n.free)
-        if power is Power.ON:
+        if power is NodeState.ON:
             self.on_cap = dims.add(self.on_cap, n.cap)
 
     def totals(self) -> tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec]:
         """(free on powered nodes, free on booting nodes, capacity of cold nodes, on capacity)."""
         f = self._free
-        return f[Power.ON], f[Power.BOOTING], f[Power.COLD], self.on_cap
+        return f[NodeState.ON], f[NodeState.BOOTING], f[NodeState.COLD], self.on_cap
 
     def _use(self, n: Node, delta: dims.Vec) -> None:
         n.used = dims.add(n.used, delta)
         self._free[n.power] = dims.sub(self._free[n.power], delta)
 
-    def place(self, need: dims.Vec, powers: tuple[Power, ...]) -> dict[int, dims.Vec]:
+    def place(self, need: dims.Vec, powers: tuple[NodeState, ...]) -> dict[int, dims.Vec]:
         """Split ``need`` over nodes in the given power states, packing partly used nodes first.
 
         Returns node index → piece. The caller has checked the aggregate fits, so a
@@ -130,8 +144,8 @@ class PoolState:
         for i, n in enumerate(self.nodes):
             if dims.fits(need, got):
                 break
-            if n.power is Power.COLD:
-                self.set_power(i, Power.BOOTING, now + latency)
+            if n.power is NodeState.COLD:
+                self.set_power(i, NodeState.BOOTING, now + latency)
                 got = dims.add(got, n.cap)
                 started.append(i)
         return started
