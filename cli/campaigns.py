@@ -20,15 +20,8 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
-from bursar.providers.client import (
-    Campaign,
-    CampaignSpec,
-    DimEnvelope,
-    LeaseClass,
-)
-from bursar.providers.client_view import (
-    campaigns_tables,
-)
+from bursar.providers.client import Campaign, CampaignSpec, DimEnvelope, LeaseClass
+from bursar.providers.client_view import campaigns_tables
 
 __all__ = ["campaigns"]
 

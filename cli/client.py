@@ -55,13 +55,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-
 EXIT_CALL_FAILED = 1
 """Exit status when the broker refused a call or could not be reached."""
 
-
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
+"""The context settings of every client command: -h, and help text up to 100 columns."""
 
 _CALL_RETRY_S = 3.0
 """How long a command retries an unreachable broker before it gives up."""

@@ -18,13 +18,8 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
-from bursar.providers.client import (
-    Lease,
-)
-from bursar.providers.client_view import (
-    event_line,
-    leases_table,
-)
+from bursar.providers.client import Lease
+from bursar.providers.client_view import event_line, leases_table
 
 __all__ = ["leases"]
 

@@ -15,13 +15,8 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
-from bursar.providers.client import (
-    Supply,
-)
-from bursar.providers.client_view import (
-    clock,
-    supply_tables,
-)
+from bursar.providers.client import Supply
+from bursar.providers.client_view import clock, supply_tables
 
 __all__ = ["supply"]
 
