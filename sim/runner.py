@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.acquisition import AcquireCall
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activate,
@@ -25,7 +26,6 @@ from bursar.broker.decisions import (
     Expire,
     Grant,
     MeterGrant,
-    Queue,
     Reject,
     Released,
     Renewed,
@@ -33,9 +33,10 @@ from bursar.broker.decisions import (
 )
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
-from bursar.broker.events import CancelRequest, Event, Meter, Release, Renew, RequestLease
+from bursar.broker.events import Event, Meter, Release, Renew, RequestLease
 from bursar.broker.journal import JOURNAL_FILENAME
 from bursar.broker.lease import LeaseState
+from bursar.broker.outcome import Outcome
 from bursar.broker.runtime import Broker
 from bursar.sim.kernel import Kernel, Signal, Sleep, Wait
 from bursar.workflows.api import Lease, MeterResult, Refused, SupplyView
@@ -116,7 +117,7 @@ class SimBroker:
 
     # -- calls -----------------------------------------------------------------------------
 
-    def submit(self, event: Event) -> list[Decision]:
+    def submit(self, event: Event) -> Outcome:
         return self.broker.submit(event)
 
     def signals(self, lease_id: str) -> _LeaseSignals:
@@ -188,42 +189,34 @@ class SimCtx:
         timeout: float | None = None,
     ) -> Lease:
         t0 = self.now()
+        call = AcquireCall(
+            self.sim.submit,
+            lambda: self.sim.broker.engine,
+            RequestLease(
+                at=t0,
+                campaign=self.campaign,
+                size={"gpu": gpus},
+                duration_s=duration_s,
+                blocking=blocking,
+            ),
+        )
         try:
-            decisions = self.sim.submit(
-                RequestLease(
-                    at=t0,
-                    campaign=self.campaign,
-                    size={"gpu": gpus},
-                    duration_s=duration_s,
-                    blocking=blocking,
-                )
-            )
+            first = call.start()
         except RequestError as exc:
             if exc.code is ErrorCode.OUT_OF_RANGE:
                 raise Refused("OUT_OF_RANGE", math.inf) from None
             raise
-        mine = next(
-            d
-            for d in decisions
-            if isinstance(d, Grant | Queue | Reject) and d.campaign == self.campaign
-        )
-        if isinstance(mine, Grant):
-            return _lease(mine, t0)
-        if isinstance(mine, Reject):
-            raise Refused(mine.reason.value, mine.retry_after_s)
-        rid = mine.request_id
+        if isinstance(first, Grant):
+            return _lease(first, t0)
+        if isinstance(first, Reject):
+            raise Refused(first.reason.value, first.retry_after_s)
+        rid = first.request_id
         got = await Wait(self.sim.signals(rid).granted, timeout)
         if got is None:
-            try:
-                self.sim.submit(CancelRequest(at=self.now(), request_id=rid))
-            except RequestError:
-                pass
-            else:
+            if call.withdraw(self.now()):
                 self.sim.leases.pop(rid, None)
-                eng = self.sim.broker.engine
-                p = eng.pending.get(rid)
-                reason = p.reason.value if p is not None and p.reason else mine.reason.value
-                raise Refused(reason, mine.estimated_wait_s)
+                reason, _, _ = call.refusal(self.now(), 0.0)
+                raise Refused(reason.value, first.estimated_wait_s)
             got = self.sim.signals(rid).granted.value
         return _lease(got, t0)
 
@@ -246,11 +239,11 @@ class SimCtx:
             if exc.code is ErrorCode.FAILED_PRECONDITION:
                 raise Refused("ENDED", math.inf) from None
             raise
-        for d in decisions:
-            if isinstance(d, Renewed) and d.lease_id == lease.id:
-                return dataclasses.replace(lease, expires_at=d.expires_at)
-            if isinstance(d, Reject) and d.request_id == lease.id:
-                raise Refused(d.reason.value, d.retry_after_s)
+        own = decisions.own
+        if isinstance(own, Renewed):
+            return dataclasses.replace(lease, expires_at=own.expires_at)
+        if isinstance(own, Reject):
+            raise Refused(own.reason.value, own.retry_after_s)
         raise Refused("ENDED", math.inf)
 
     async def release(self, lease: Lease) -> None:
@@ -286,7 +279,8 @@ class SimCtx:
         decisions = self.sim.submit(
             Meter(at=self.now(), campaign=self.campaign, dim=dim, amount=amount)
         )
-        m = next(d for d in decisions if isinstance(d, MeterGrant) and d.campaign == self.campaign)
+        m = decisions.own
+        assert isinstance(m, MeterGrant), m
         return MeterResult(m.requested, m.granted, m.wait_s)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "") -> None:

@@ -134,6 +134,7 @@ def test_watch_events_carry_their_journal_position_and_resume_without_gap(
     async def scenario() -> None:
         async with serve(tmp_path) as c:
             stream = c.broker.Watch(pb.WatchRequest(), metadata=c.as_("sci"))
+            await stream.initial_metadata()  # sent once the stream is registered
             got = await c.acquire("sci", 2)
             await c.broker.Renew(
                 pb.RenewRequest(lease_id=got.lease.lease_id, duration_s=120),

@@ -32,6 +32,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.acquisition import AcquireCall
 from bursar.broker.backends.base import PoolBackend
 from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
 from bursar.broker.clock import wait_for as wait_for_clock
@@ -44,13 +45,12 @@ from bursar.broker.decisions import (
     Grant,
     MeterGrant,
     PreemptWarning,
-    Queue,
     Reject,
     Released,
     Renewed,
     Revoke,
 )
-from bursar.broker.engine import Engine, request_fingerprint
+from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, JournalError, RequestError
 from bursar.broker.events import (
@@ -67,7 +67,6 @@ from bursar.broker.events import (
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.outcome import Outcome
-from bursar.broker.reasons import Reason
 from bursar.broker.runtime import Broker
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal, TokenStore, load_admin_token
@@ -471,57 +470,41 @@ class ServiceCore:
 
         With an idempotency ``key`` already used by this campaign, nothing is submitted: the
         call gets the first one's answer (its grant or refusal), or waits for the same queued
-        request."""
+        request (see ``broker/acquisition.py``)."""
         if self._closing:
             raise ShuttingDown("the request")
         t0 = time.monotonic()
-        event = RequestLease(
-            at=self.now(),
-            campaign=campaign,
-            size=size,
-            duration_s=duration_s,
-            blocking=timeout_s > 0,
-            lease_class=lease_class,
-            labels=labels,
-            idempotency_key=key,
+        call = AcquireCall(
+            self._submit,
+            lambda: self.broker.engine,
+            RequestLease(
+                at=self.now(),
+                campaign=campaign,
+                size=size,
+                duration_s=duration_s,
+                blocking=timeout_s > 0,
+                lease_class=lease_class,
+                labels=labels,
+                idempotency_key=key,
+            ),
         )
-        rec = self.engine.key_record(campaign, key)
-        if rec is not None and rec.fingerprint == request_fingerprint(event):
-            own: Decision | None = rec.answer
-            if own is None:
-                waiter = self._waiters.get(rec.request_id)
-                if waiter is None or rec.request_id not in self.engine.pending:
-                    raise AssertionError(f"keyed request {rec.request_id} waits with no call")
-                waiter.calls += 1
-                reason = self.engine.pending[rec.request_id].reason or Reason.POOL_FULL
-                return await self._wait(rec.request_id, waiter, timeout_s, t0, reason, campaign)
-        else:
-            # A key reused for another request is refused by the engine's validation.
-            own = self._submit(event).own
-        if isinstance(own, Grant):
-            if rec is None:
-                self._observe_grant(own, t0)
-            return own, (own.at - rec.at) if rec is not None else 0.0
-        if isinstance(own, Reject):
+        first = call.start()
+        if isinstance(first, Grant):
+            if not call.replayed:
+                self._observe_grant(first, t0)
+            return first, first.at - call.request.at if not call.replayed else 0.0
+        if isinstance(first, Reject):
             raise Refused(
-                own.reason, own.retry_after_s, campaign=campaign, request_id=own.request_id
+                first.reason, first.retry_after_s, campaign=campaign, request_id=first.request_id
             )
-        assert isinstance(own, Queue), own
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), own.at, own.estimated_wait_s)
-        self._waiters[own.request_id] = waiter
-        return await self._wait(own.request_id, waiter, timeout_s, t0, own.reason, campaign)
-
-    async def _wait(
-        self,
-        rid: str,
-        waiter: _Waiter,
-        timeout_s: float,
-        t0: float,
-        queued_for: Reason,
-        campaign: str,
-    ) -> tuple[Grant, float]:
-        """Wait for queued request ``rid``'s grant; withdraw it when the wait ends without
-        one and no other call (a retry with its key) still waits for it."""
+        rid = first.request_id
+        waiter = self._waiters.get(rid)
+        if waiter is not None:
+            waiter.calls += 1  # a keyed retry joins the call already waiting
+        else:
+            loop = asyncio.get_running_loop()
+            waiter = _Waiter(loop.create_future(), first.queued_at, first.estimated_wait_s)
+            self._waiters[rid] = waiter
         try:
             # The wait is on the service's clock (a test's manual clock decides when it ends).
             grant = await wait_for_clock(
@@ -529,49 +512,29 @@ class ServiceCore:
             )
         except (TimeoutError, ShuttingDown, asyncio.CancelledError) as exc:
             waiter.calls -= 1
+            gone = isinstance(exc, asyncio.CancelledError)
             if waiter.calls > 0 and not isinstance(exc, ShuttingDown):
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                grant = None
+                grant = None  # another call still waits for this request: leave it queued
             else:
-                grant = self._withdraw(rid, waiter)
-            if isinstance(exc, asyncio.CancelledError):
+                call.withdraw(self.now())
+                grant = call.live(_result(waiter.future))
+            if gone:
                 # The caller is gone: a grant that raced with its leaving is given back.
-                if grant is not None:
+                if grant is not None and waiter.calls <= 0:
                     self._release_quietly(grant.lease_id)
                 raise
             if grant is None:
                 if isinstance(exc, ShuttingDown):
                     raise
-                waited = self.now() - waiter.queued_at
-                pending = self.engine.pending.get(rid)
-                reason = pending.reason if pending is not None and pending.reason else queued_for
+                reason, retry, waited = call.refusal(self.now(), self.engine.policy.min_retry_s)
                 raise Refused(
-                    reason,
-                    max(self.engine.policy.min_retry_s, waiter.estimate_s - waited),
-                    campaign=campaign,
-                    request_id=rid,
-                    waited_s=waited,
+                    reason, retry, campaign=campaign, request_id=rid, waited_s=waited
                 ) from None
         finally:
-            if waiter.calls <= 1 or waiter.future.done():
+            if waiter.calls <= 0 or waiter.future.done():
                 self._waiters.pop(rid, None)
         self._observe_grant(grant, t0)
         return grant, grant.at - waiter.queued_at
-
-    def _withdraw(self, rid: str, waiter: _Waiter) -> Grant | None:
-        """Cancel a queued request; the Grant if it was granted first and is still live."""
-        fut = waiter.future
-        if rid in self.engine.pending:
-            # Refused if it was granted while the clock caught up (then the listener has
-            # resolved the future).
-            with contextlib.suppress(RequestError):
-                self._submit(CancelRequest(at=self.now(), request_id=rid))
-        if fut.done() and not fut.cancelled() and fut.exception() is None:
-            grant = fut.result()
-            if grant.lease_id in self.engine.leases:
-                return grant
-        return None
 
     def _release_quietly(self, lease_id: str) -> None:
         with contextlib.suppress(RequestError):  # ended meanwhile
@@ -875,6 +838,13 @@ def _lock_state_dir(state: Path) -> int:
             "or choose another --state-dir"
         ) from None
     return fd
+
+
+def _result(fut: asyncio.Future[Grant]) -> Grant | None:
+    """The future's grant, if it has one."""
+    if fut.done() and not fut.cancelled() and fut.exception() is None:
+        return fut.result()
+    return None
 
 
 def _withdraw_orphans(broker: Broker, now: float) -> None:

@@ -1,0 +1,110 @@
+"""One Acquire call's protocol: submit (or answer a keyed retry), wait, withdraw.
+
+The gRPC service and the simulator both serve Acquire; they differ only in how they wait
+(an asyncio future, a virtual-time signal). Everything else is here, once:
+
+1. :meth:`AcquireCall.start` answers a retry with a known idempotency key from the first
+   call's record (nothing is submitted), else submits the request and returns its own
+   answer: a Grant, a Reject, or :class:`Waiting` for a queued request;
+2. the caller waits for the request's Grant its own way;
+3. when the wait ends without one (timeout, the caller gone), :meth:`AcquireCall.withdraw`
+   cancels the request (or says the grant won the race), and :meth:`AcquireCall.refusal`
+   says why the request was still waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bursar.broker.decisions import Grant, Queue, Reject
+from bursar.broker.engine import Engine, request_fingerprint
+from bursar.broker.errors import RequestError
+from bursar.broker.events import CancelRequest, Event, Release, RequestLease
+from bursar.broker.outcome import Outcome
+from bursar.broker.reasons import Reason
+
+__all__ = ["AcquireCall", "Waiting"]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A request in the queue: the caller waits for its Grant."""
+
+    request_id: str
+    queued_at: float
+    reason: Reason
+    estimated_wait_s: float
+    rejoined: bool = False
+    """True when this call is a keyed retry joining a request that was already waiting."""
+
+
+class AcquireCall:
+    """The protocol of one Acquire against ``submit`` (the shell's way in to the engine)."""
+
+    def __init__(
+        self,
+        submit: Callable[[Event], Outcome],
+        engine: Callable[[], Engine],
+        request: RequestLease,
+    ) -> None:
+        self._submit = submit
+        self._engine = engine
+        self.request = request
+        self.waiting: Waiting | None = None
+        self.replayed = False
+        """True when the answer came from an earlier call with the same key."""
+
+    def start(self) -> Grant | Reject | Waiting:
+        engine = self._engine()
+        req = self.request
+        rec = engine.key_record(req.campaign, req.idempotency_key)
+        if rec is not None and rec.fingerprint == request_fingerprint(req):
+            self.replayed = True
+            if isinstance(rec.answer, Grant | Reject):
+                return rec.answer
+            p = engine.pending[rec.request_id]
+            self.waiting = Waiting(
+                rec.request_id, p.queued_at, p.reason or Reason.POOL_FULL, 0.0, rejoined=True
+            )
+            return self.waiting
+        # A key reused for a different request is refused by the engine's validation.
+        own = self._submit(req).own
+        if isinstance(own, Grant | Reject):
+            return own
+        assert isinstance(own, Queue), own
+        self.waiting = Waiting(own.request_id, own.at, own.reason, own.estimated_wait_s)
+        return self.waiting
+
+    def withdraw(self, at: float) -> bool:
+        """Cancel the waiting request. False if it was granted first (the shell has heard
+        the Grant through its listener, and holds it if the lease is still live)."""
+        assert self.waiting is not None
+        rid = self.waiting.request_id
+        if rid not in self._engine().pending:
+            return False
+        try:
+            self._submit(CancelRequest(at=at, request_id=rid))
+        except RequestError:
+            return False  # granted while the clock caught up to ``at``
+        return rid not in self._engine().leases
+
+    def live(self, grant: Grant | None) -> Grant | None:
+        """``grant`` if its lease is still live (a grant that raced with the withdrawal)."""
+        return grant if grant is not None and grant.lease_id in self._engine().leases else None
+
+    def give_back(self, at: float, grant: Grant) -> None:
+        """Release a grant nobody waits for any more (its caller left as it came)."""
+        if grant.lease_id in self._engine().leases:
+            with contextlib.suppress(RequestError):  # ended meanwhile
+                self._submit(Release(at=at, lease_id=grant.lease_id))
+
+    def refusal(self, at: float, min_retry_s: float) -> tuple[Reason, float, float]:
+        """(why it still waited, retry after, seconds waited) for a withdrawn request."""
+        assert self.waiting is not None
+        w = self.waiting
+        waited = at - w.queued_at
+        p = self._engine().pending.get(w.request_id)
+        reason = p.reason if p is not None and p.reason else w.reason
+        return reason, max(min_retry_s, w.estimated_wait_s - waited), waited
