@@ -11,12 +11,13 @@ import random
 import shutil
 import socket
 import subprocess
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from service_support import run, serve
+from service_support import START, asleep_until, run, serve, until
 
+from bursar.broker.clock import ManualClock
 from bursar.broker.service.limits import LimitSettings
 from bursar.providers.client import (
     AlreadyExists,
@@ -53,6 +54,26 @@ def client(c, who: str = "sci", **kw) -> AsyncBrokerClient:
     kw.setdefault("backoff", FAST)
     kw.setdefault("rng", 1)
     return AsyncBrokerClient(c.address, token, **kw)
+
+
+async def _follow(
+    clock: ManualClock, done: Callable[[], bool], *others: ManualClock, limit: float = 60.0
+) -> int:
+    """Until ``done()``: each time the client sleeps on ``clock``, move it (and ``others``,
+    the broker's clock) to that wake-up, as if that much time had passed. Returns how many
+    times it did; fails if the clock would pass ``START + limit``."""
+    moves = 0
+    while not done():
+        await until(lambda: done() or bool(clock.deadlines()))
+        if done():
+            break
+        t = clock.deadlines()[0]
+        assert t <= START + limit, "the client kept sleeping"
+        for other in others:
+            other.set(max(t, other.now()))
+        clock.set(t)
+        moves += 1
+    return moves
 
 
 def test_acquire_renew_release_return_typed_leases(tmp_path: Path) -> None:
@@ -96,7 +117,12 @@ def test_acquire_renew_release_return_typed_leases(tmp_path: Path) -> None:
 
 def test_each_error_type_comes_from_a_real_server_error(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path) as c, client(c) as sci, client(c, "other") as other:
+        clock = ManualClock(START)
+        async with (
+            serve(tmp_path, clock=clock) as c,
+            client(c) as sci,
+            client(c, "other") as other,
+        ):
             held = await sci.acquire({"gpu": 16}, 60, blocking=False)
 
             with pytest.raises(Refused) as refused:  # 16 + 16 > burst 24
@@ -105,12 +131,13 @@ def test_each_error_type_comes_from_a_real_server_error(tmp_path: Path) -> None:
             assert e.reason == "ABOVE_BURST" and e.retry_after > 0 and math.isfinite(e.retry_after)
             assert "burst ceiling" in e.message and e.metadata["campaign"] == "sci"
 
-            t0 = time.monotonic()
+            blocked = asyncio.ensure_future(sci.acquire({"gpu": 16}, 60, timeout=0.5))
+            await until(lambda: bool(c.core.engine.pending))  # queued
+            clock.advance(0.5)  # the wait runs out on the broker's clock
             with pytest.raises(Refused) as waited:  # blocking, not granted in time
-                await sci.acquire({"gpu": 16}, 60, timeout=0.3)
-            assert time.monotonic() - t0 >= 0.3
+                await blocked
             assert waited.value.reason == "ABOVE_BURST" and "timeout" in waited.value.message
-            assert float(waited.value.metadata["waited_s"]) >= 0.25
+            assert float(waited.value.metadata["waited_s"]) == 0.5
 
             with pytest.raises(NotFound) as nf:
                 await sci.get_lease("L999")
@@ -158,11 +185,25 @@ def _free_port() -> int:
 def test_unreachable_broker_is_retried_with_backoff_then_unavailable() -> None:
     async def scenario() -> None:
         target = f"127.0.0.1:{_free_port()}"
-        async with AsyncBrokerClient(target, "t", backoff=FAST, retry_timeout_s=0.5) as cl:
-            t0 = time.monotonic()
+        clock = ManualClock(START)
+        async with AsyncBrokerClient(
+            target, "t", backoff=FAST, rng=1, retry_timeout_s=0.5, clock=clock
+        ) as cl:
+            call = asyncio.ensure_future(cl.status())
+            # The same seed gives the same delays: the client pauses exactly these, on its
+            # clock, and gives up before a pause would end past the 0.5 s retry timeout.
+            t, pauses = START, 0
+            for delay in FAST.delays(random.Random(1)):
+                if t + delay > START + 0.5:
+                    break
+                t += delay
+                await asleep_until(clock, t)
+                assert not call.done()
+                clock.set(t)
+                pauses += 1
             with pytest.raises(Unavailable) as exc:
-                await cl.status()
-            assert 0.2 <= time.monotonic() - t0 < 3
+                await call
+            assert pauses >= 2 and clock.deadlines() == []
             assert exc.value.message
 
     run(scenario())
@@ -184,26 +225,43 @@ def test_backoff_is_exponential_capped_and_reproducible_from_its_seed() -> None:
 def test_rate_limited_calls_wait_out_the_retry_delay(tmp_path: Path) -> None:
     async def scenario() -> None:
         limits = LimitSettings(rate=20, burst=2, max_streams=8)
-        async with serve(tmp_path, limits=limits) as c, client(c) as sci:
-            t0 = time.monotonic()
-            for _ in range(6):
-                await sci.status()  # 2 at once, then one per 50 ms
-            assert time.monotonic() - t0 >= 0.15
+        clock, client_clock = ManualClock(START), ManualClock(START)
+        async with (
+            serve(tmp_path, limits=limits, clock=clock) as c,
+            client(c, clock=client_clock) as sci,
+        ):
+
+            async def six() -> None:
+                for _ in range(6):
+                    await sci.status()  # 2 at once, then one per 50 ms
+
+            calls = asyncio.ensure_future(six())
+            pauses = await _follow(client_clock, calls.done, clock)
+            await calls
+            # Four calls past the burst, at 20 a second: the client waited out at least
+            # 0.2 s of the limiter's clock, pausing each time it was told to.
+            assert pauses >= 4 and clock.now() >= START + 0.2 - 1e-9
 
     run(scenario())
 
 
 def test_held_lease_renews_a_short_lease_past_its_duration_and_releases(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with serve(tmp_path) as c, client(c) as sci:
-            t0 = time.monotonic()
+        clock = ManualClock(START)
+        async with serve(tmp_path, clock=clock) as c, client(c, clock=clock) as sci:
             async with sci.held_lease({"gpu": 8}, 1.0, renew_margin_s=0.5) as h:
                 assert h.active.is_set() and h.lease.state is LeaseState.ACTIVE
-                await asyncio.sleep(2.6)
-                assert time.monotonic() - t0 > 2.5  # well past the 1 s duration
-                assert h.renewals >= 3
-                live = await sci.get_lease(h.id)
-                assert live.state is LeaseState.ACTIVE
+                assert h.lease.expires_at == START + 1.0
+                # Renewed 0.5 s before each expiry, each time for another second.
+                for k in range(1, 6):
+                    renew_at = START + 0.5 * k
+                    await asleep_until(clock, renew_at)
+                    assert h.renewals == k - 1
+                    clock.set(renew_at)
+                    await until(lambda k=k: h.renewals == k)
+                    assert h.lease.expires_at == renew_at + 1.0
+                live = await sci.get_lease(h.id)  # at START + 2.5: well past the 1 s duration
+                assert live.state is LeaseState.ACTIVE and live.expires_at == START + 3.5
                 assert not h.ended.is_set() and h.error is None
             assert h.ended.is_set() and h.lease.state is LeaseState.RELEASED
             assert h.lease.size == {"gpu": 8.0}  # what it was is kept
@@ -369,34 +427,43 @@ def test_a_held_lease_and_a_watch_survive_a_broker_restart(
 
     async def scenario() -> None:
         port = _free_port()
-        async with serve(tmp_path, port=port) as c:
-            sci = client(c, retry_timeout_s=20)
-            other = client(c, "other", retry_timeout_s=20)
+        # The broker's clock and the clients' clock move together (the test moves both),
+        # but apart: what the clients sleep for is on theirs alone.
+        clock, client_clock = ManualClock(START), ManualClock(START)
+        async with serve(tmp_path, port=port, clock=clock) as c:
+            sci = client(c, retry_timeout_s=20, clock=client_clock)
+            other = client(c, "other", retry_timeout_s=20, clock=client_clock)
             tokens = dict(c.tokens)
             # The first renewal falls due 0.5 s in: while the broker is down.
-            handle = sci.held_lease({"gpu": 8}, 3.0, renew_margin_s=2.5)
+            handle = sci.held_lease({"gpu": 8}, 10.0, renew_margin_s=9.5)
             await handle.start()
             watch = other.watch()
-            short = await other.acquire({"gpu": 8}, 0.8, blocking=False)
+            short = await other.acquire({"gpu": 8}, 0.75, blocking=False)
             granted = await asyncio.wait_for(anext(watch), 5)
             assert granted.lease.id == short.id
             # Read the next event in the background: it arrives after the restart.
             after = asyncio.ensure_future(anext(watch))
-        down_at = time.monotonic()
-        await asyncio.sleep(1.0)  # down past `short`'s expiry
-        async with serve(tmp_path, port=port) as c2:
+        # Down past `short`'s expiry: the renewal and the watch retry meanwhile.
+        await _follow(client_clock, lambda: client_clock.now() >= START + 1.0, clock)
+        assert handle.renewals == 0 and not after.done()
+        async with serve(tmp_path, port=port, clock=clock) as c2:
             assert c2.tokens == tokens  # tokens live on in the state dir
-            ev = await asyncio.wait_for(after, 10)
+            await _follow(client_clock, lambda: after.done() and handle.renewals >= 1, clock)
+            ev = after.result()
             assert ev.lease.id == short.id and ev.kind is LeaseEventKind.EXPIRED
             assert ev.snapshot  # learned on resumption, not seen live
-            await asyncio.sleep(2.0)
-            assert handle.renewals >= 2  # renewing again, against the new server
+            assert ev.at == short.expires_at == START + 0.75  # expired on the broker's clock
             retried = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
             assert any(m.startswith("Renew to") for m in retried), retried
-            assert not handle.ended.is_set() and handle.error is None
+            # Renewing again, against the new server, until well past the lease's duration.
+            await _follow(client_clock, lambda: client_clock.now() > START + 12.0, clock)
+            assert handle.renewals >= 2 and not handle.ended.is_set() and handle.error is None
+            # Each renewal was for 10 s, sent when both clocks read the same: the next one
+            # is due 9.5 s before the expiry the broker gave it.
+            await until(lambda: len(client_clock.deadlines()) == 1)
+            assert client_clock.deadlines() == [handle.lease.expires_at - 9.5]
             live = await sci.get_lease(handle.id)
-            assert live.state is LeaseState.ACTIVE and live.expires_at > time.time()
-            assert time.monotonic() - down_at > 3.0  # outlived its duration across the gap
+            assert live.state is LeaseState.ACTIVE and live.expires_at > clock.now()
             final = await handle.release()
             assert final.state is LeaseState.RELEASED
             await watch.aclose()
@@ -478,10 +545,11 @@ def test_a_blocking_acquire_waits_across_a_restart_without_leaking_a_lease(
             await sci.acquire({"gpu": 16}, 60, blocking=False)  # every warm GPU
             cold = await sci.acquire({"gpu": 8}, 60, blocking=False)  # and the cold one
             waiting = asyncio.ensure_future(other.acquire({"gpu": 8}, 30, timeout=8))
-            await asyncio.sleep(0.3)
-            assert not waiting.done()  # queued: the pool is full
-        async with serve(tmp_path, port=port):
-            await asyncio.sleep(0.3)
+            await until(lambda: bool(c.core.engine.pending))  # queued: the pool is full
+        async with serve(tmp_path, port=port) as c2:
+            # Withdrawn at shutdown, the request is sent again and queued by the new server.
+            await until(lambda: bool(c2.core.engine.pending))
+            assert not waiting.done()
             await sci.release(cold.id)
             lease = await asyncio.wait_for(waiting, 10)
             assert lease.state in (LeaseState.STARTING, LeaseState.ACTIVE)

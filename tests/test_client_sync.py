@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from client_support import ServerThread, server_thread
+from client_support import ServerThread, server_thread, until
+from service_support import START
 
+from bursar.broker.clock import ManualClock
 from bursar.providers.client import (
     AdminClient,
     Backoff,
@@ -64,11 +65,15 @@ def test_one_sync_client_serves_many_plain_threads(server: ServerThread) -> None
 
 
 def test_sync_held_lease_renews_and_sees_a_preemption_from_a_worker_thread(
-    server: ServerThread,
+    tmp_path: Path,
 ) -> None:
+    # One manual clock for the broker and the clients, moved by this (plain) thread; the
+    # sleepers it wakes are on the broker's and the clients' own loop threads.
+    clock = ManualClock(START)
     with (
-        BrokerClient(server.address, server.tokens["backfill"], backoff=FAST) as back,
-        BrokerClient(server.address, server.tokens["sci"], backoff=FAST) as sci,
+        server_thread(tmp_path, clock=clock) as server,
+        BrokerClient(server.address, server.tokens["backfill"], backoff=FAST, clock=clock) as back,
+        BrokerClient(server.address, server.tokens["sci"], backoff=FAST, clock=clock) as sci,
     ):
         called: list[tuple[LeaseEvent, str, str]] = []
 
@@ -78,11 +83,19 @@ def test_sync_held_lease_renews_and_sees_a_preemption_from_a_worker_thread(
 
         with back.held_lease({"gpu": 16}, 1.0, renew_margin_s=0.5, on_preempt=drain) as h:
             assert h.active.is_set() and h.lease.preemptible
-            time.sleep(1.3)
-            assert h.renewals >= 1 and not h.ended.is_set()
+            until(lambda: START + 0.5 in clock.deadlines(), what="renewal scheduled", step=0.005)
+            clock.set(START + 0.5)
+            until(lambda: h.renewals == 1, what="renewed", step=0.005)
+            assert h.lease.expires_at == START + 1.5 and not h.ended.is_set()
             claim = sci.acquire({"gpu": 8}, 30, blocking=False)
             assert h.preempted.wait(5)
-            assert h.preempt_deadline == pytest.approx(claim.starts_at)
+            until(lambda: called, what="on_preempt ran", step=0.005)  # in its worker thread
+            # The pool's grace period (0.6 s) from the claim, on the broker's clock.
+            assert claim.starts_at == START + 0.5 + 0.6
+            assert h.preempt_deadline == claim.starts_at
+            assert not h.ended.is_set()
+            until(lambda: claim.starts_at in clock.deadlines(), what="revocation", step=0.005)
+            clock.set(claim.starts_at)
             assert h.ended.wait(5)
             assert h.end_event is not None and h.end_event.kind is LeaseEventKind.REVOKED
         assert h.lease.state is LeaseState.REVOKED and h.error is None
