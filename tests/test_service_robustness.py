@@ -217,7 +217,7 @@ def test_many_concurrent_clients_lose_and_duplicate_no_grant(tmp_path: Path) -> 
 
             # Each campaign's Watch stream saw each of its grants exactly once.
             for name, w in watches.items():
-                want = {lid for lid in grants if c.core._ended[lid].campaign == name}
+                want = {lid for lid in grants if c.core.engine.ended[lid].campaign == name}
                 seen: Counter[str] = Counter()
                 while sum(seen.values()) < len(want):
                     ev = await asyncio.wait_for(w.read(), 5)

@@ -41,6 +41,19 @@ log = logging.getLogger(__name__)
 _KIND_BY_PROTO = {pb.DecisionKind.Value(f"DECISION_KIND_{k.upper()}"): k for k in DECISION_TYPES}
 
 
+RESUME_METADATA = "bursar-resume-seq"
+"""Initial-metadata key of a Watch stream: the journal entry its live events start after
+(every event before it is in the stream's opening snapshot or replay). A client that loses
+the stream before any live event resumes with from_seq = this."""
+
+
+class _Headers:
+    """Yielded first by a stream that sends its own initial metadata once it is ready."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.metadata = metadata
+
+
 class _Malformed:
     """Stands for a request whose bytes did not parse as its message."""
 
@@ -99,9 +112,11 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                     principal, k = await enter(self, request, context)
                     self.core.limits.open_stream(k)
                     key = k
-                    # Headers now, so a client knows the stream is open before any event.
-                    await context.send_initial_metadata(())
                     async for item in fn(self, request, principal):
+                        if isinstance(item, _Headers):
+                            # The stream is registered: from here on nothing is missed.
+                            await context.send_initial_metadata(item.metadata)
+                            continue
                         yield item
                 except Exception as exc:
                     await self._abort(context, name, exc)
@@ -199,10 +214,14 @@ class BrokerServicer(_Base):
         return pb.ListLeasesResponse(leases=self.core.list_leases(who, req.campaign))
 
     @_rpc(stream=True)
-    async def Watch(self, req: pb.WatchRequest, who: Principal) -> AsyncIterator[pb.LeaseEvent]:
+    async def Watch(
+        self, req: pb.WatchRequest, who: Principal
+    ) -> AsyncIterator[pb.LeaseEvent | _Headers]:
         if len(req.lease_ids) > 1000:
             raise RequestError(ErrorCode.INVALID_ARGUMENT, "lease_ids", "at most 1000 leases")
         sub = self.core.watch(who, req.campaign, req.lease_ids, req.from_seq, req.from_index)
+        resume = self.core.broker.journal.last_seq + 1
+        yield _Headers(((RESUME_METADATA, str(resume)),))
         try:
             for ev in sub.snapshot:
                 yield ev

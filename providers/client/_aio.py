@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +22,11 @@ from bursar.providers.client._channel import (
     Tls,
     retryable,
 )
-from bursar.providers.client._errors import BursarClientError, NotFound, from_rpc_error
+from bursar.providers.client._errors import (
+    BursarClientError,
+    OutOfRange,
+    from_rpc_error,
+)
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._types import (
     BrokerStatus,
@@ -32,56 +36,20 @@ from bursar.providers.client._types import (
     Lease,
     LeaseClass,
     LeaseEvent,
-    LeaseEventKind,
-    LeaseState,
     MeterResult,
     Supply,
 )
 from bursar.providers.client._watcher import LeaseWatcher
+
+_RESUME_METADATA = "bursar-resume-seq"
+"""Initial metadata of a Watch stream: the journal entry its live events start after."""
 
 __all__ = ["MAX_WAIT_S", "AsyncAdminClient", "AsyncBrokerClient"]
 
 MAX_WAIT_S = 3600.0
 """The longest a blocking acquire waits (the server's limit on AcquireRequest.timeout_s)."""
 
-_END_KIND = {
-    LeaseState.RELEASED: LeaseEventKind.RELEASED,
-    LeaseState.EXPIRED: LeaseEventKind.EXPIRED,
-    LeaseState.REVOKED: LeaseEventKind.REVOKED,
-}
-
-_REMEMBER_ENDED = 4096
-"""Ended leases a watch remembers, so that a reopened stream does not report them twice."""
-
-
-class _Seen:
-    """What one watch has reported, so that a reopened stream reports only changes."""
-
-    def __init__(self) -> None:
-        self.live: dict[str, Lease] = {}
-        self._ended: OrderedDict[str, None] = OrderedDict()
-
-    def fresh(self, ev: LeaseEvent) -> bool:
-        """Record ``ev``; False if it repeats what was already reported."""
-        lid = ev.lease.id
-        if lid in self._ended:
-            return False
-        prev = self.live.get(lid)
-        if (
-            ev.snapshot
-            and prev is not None
-            and prev.state is ev.lease.state
-            and prev.expires_at == ev.lease.expires_at
-        ):
-            return False
-        if ev.kind.ends_lease or ev.lease.ended:
-            self.live.pop(lid, None)
-            self._ended[lid] = None
-            while len(self._ended) > _REMEMBER_ENDED:
-                self._ended.popitem(last=False)
-        else:
-            self.live[lid] = ev.lease
-        return True
+log = logging.getLogger("bursar.providers.client")
 
 
 def _ids(lease_id: str | Iterable[str] | None) -> list[str]:
@@ -331,65 +299,41 @@ class AsyncBrokerClient:
     ) -> AsyncIterator[LeaseEvent]:
         conn = self._conn
         request = pb.WatchRequest(lease_ids=ids, campaign=self.campaign or "")
-        seen = _Seen()
         delays, give_up_at = None, 0.0
-        reopened = False
         while True:
             call = conn.broker.Watch(request, metadata=conn.metadata)
             try:
                 # The server sends the headers once the stream is registered: from here
-                # on, no decision is missed.
-                await call.initial_metadata()
+                # on, no decision is missed. They say where in the journal the stream's
+                # live events begin, so that a stream lost before any event resumes there.
+                headers = await call.initial_metadata()
                 delays = None  # (re)connected: a later drop starts a fresh backoff
+                resume = dict(headers or ()).get(_RESUME_METADATA)
+                if resume is not None and not request.from_seq:
+                    request.from_seq, request.from_index = int(resume), 0
                 if on_open is not None:
                     on_open()
-                if reopened and not ids and seen.live:
-                    # An open-ended stream snapshots live leases only: the ends of leases
-                    # that ended while it was away are looked up (one that ends after
-                    # the look-up is reported by the stream itself).
-                    for ev in await self._ended_while_away(list(seen.live)):
-                        if seen.fresh(ev):
-                            yield ev
                 async for msg in call:
-                    ev = LeaseEvent.from_proto(msg)
-                    if seen.fresh(ev):
-                        yield ev
+                    if msg.seq:
+                        # Resume after this event: the journal replays exactly what follows.
+                        request.from_seq, request.from_index = msg.seq, msg.index + 1
+                    yield LeaseEvent.from_proto(msg)
                 return  # every watched lease has ended
             except grpc.aio.AioRpcError as err:
                 exc: BursarClientError = from_rpc_error(err)
-            except BursarClientError as err:  # from the look-ups
-                exc = err
             finally:
                 call.cancel()
+            if isinstance(exc, OutOfRange) and request.from_seq:
+                # The broker's journal no longer reaches back to where this stream left
+                # off (or it was reset): reopen with a snapshot of the leases' state.
+                log.warning("Watch on %s: cannot resume (%s); reopening", conn.target, exc)
+                request.from_seq, request.from_index = 0, 0
+                continue
             if not (reconnect and retryable(exc)):
                 raise exc
             if delays is None:
                 delays, give_up_at = conn.backoff.delays(conn.rng), conn.deadline(give_up_s)
             await conn.pause(exc, delays, give_up_at, f"Watch on {conn.target}")
-            reopened = True
-
-    async def _ended_while_away(self, lease_ids: list[str]) -> list[LeaseEvent]:
-        """End events for those of ``lease_ids`` that are no longer live."""
-        live = {lease.id for lease in await self.list_leases()}
-        out = []
-        for lid in lease_ids:
-            if lid in live:
-                continue
-            try:
-                lease = await self.get_lease(lid)
-            except NotFound:
-                continue
-            if lease.ended:
-                out.append(
-                    LeaseEvent(
-                        kind=_END_KIND[lease.state],
-                        at=lease.ended_at or 0.0,
-                        lease=lease,
-                        cause=lease.end_cause if lease.state is LeaseState.REVOKED else "",
-                        snapshot=True,
-                    )
-                )
-        return out
 
     # ---------------------------------------------------------------- supply, meter
 

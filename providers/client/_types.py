@@ -249,6 +249,10 @@ class LeaseEvent:
     change decided while it was open."""
     for_request: str = ""
     """For PREEMPT_WARNING: the request the capacity is reclaimed for."""
+    seq: int = 0
+    """The journal entry of the decision behind the event (0 for a snapshot event)."""
+    index: int = 0
+    """The decision's position within that entry."""
 
     @classmethod
     def from_proto(cls, m: pb.LeaseEvent) -> LeaseEvent:
@@ -262,6 +266,8 @@ class LeaseEvent:
             cause=m.cause,
             snapshot=m.snapshot,
             for_request=m.for_request,
+            seq=m.seq,
+            index=m.index,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -273,6 +279,8 @@ class LeaseEvent:
             "cause": self.cause,
             "snapshot": self.snapshot,
             "for_request": self.for_request,
+            "seq": self.seq,
+            "index": self.index,
         }
 
 
