@@ -244,3 +244,82 @@ def test_serve_refuses_a_config_that_disagrees_with_the_journal(tmp_path: Path) 
     )
     assert proc.returncode == 2
     assert "differs from the one the journal was written with" in proc.stderr
+
+
+def test_watch_from_seq_across_a_sigkill_has_no_gap_and_no_duplicate(tmp_path: Path) -> None:
+    """A stream that saw only its first event before the broker was killed resumes, on the
+    restarted broker, with exactly the events it missed, then follows live; a stream from
+    the start replays the campaign's whole history in the same order."""
+    cfg = tmp_path / "pool.toml"
+    cfg.write_text(LIFECYCLE)
+    state = tmp_path / "state"
+
+    def position(ev: pb.LeaseEvent) -> tuple[int, int]:
+        return ev.seq, ev.index
+
+    def brief(ev: pb.LeaseEvent) -> tuple[int, int, int, str]:
+        return ev.seq, ev.index, ev.kind, ev.lease.lease_id
+
+    first = Server(state, "--config", str(cfg))
+    try:
+        tokens = first.tokens()
+        sci = md(tokens["sci"])
+
+        async def before_kill() -> tuple[pb.LeaseEvent, list[str]]:
+            async with grpc.aio.insecure_channel(first.address) as ch:
+                stub = pbg.BrokerStub(ch)
+                stream = stub.Watch(pb.WatchRequest(), metadata=sci)
+                await stream.initial_metadata()
+                one = await stub.Acquire(
+                    pb.AcquireRequest(size={"gpu": 4}, duration_s=600), metadata=sci
+                )
+                seen = await next_event(stream)
+                # More happens after the one event this stream delivered.
+                two = await stub.Acquire(
+                    pb.AcquireRequest(size={"gpu": 4}, duration_s=600), metadata=sci
+                )
+                await stub.Renew(
+                    pb.RenewRequest(lease_id=one.lease.lease_id, duration_s=900), metadata=sci
+                )
+                await stub.Release(pb.ReleaseRequest(lease_id=two.lease.lease_id), metadata=sci)
+                return seen, [one.lease.lease_id, two.lease.lease_id]
+
+        seen, (l1, l2) = run(before_kill())
+        assert (seen.kind, seen.lease.lease_id) == (pb.LEASE_EVENT_KIND_GRANTED, l1)
+        assert first.kill(signal.SIGKILL) == -signal.SIGKILL
+    finally:
+        first.close()
+
+    second = Server(state)
+    try:
+
+        async def after_restart() -> tuple[list[pb.LeaseEvent], list[pb.LeaseEvent]]:
+            async with grpc.aio.insecure_channel(second.address) as ch:
+                stub = pbg.BrokerStub(ch)
+                resumed = stub.Watch(
+                    pb.WatchRequest(from_seq=seen.seq, from_index=seen.index + 1), metadata=sci
+                )
+                missed = [await next_event(resumed) for _ in range(3)]
+                three = await stub.Acquire(
+                    pb.AcquireRequest(size={"gpu": 2}, duration_s=60), metadata=sci
+                )
+                live = await next_event(resumed)
+                assert live.lease.lease_id == three.lease.lease_id and not live.snapshot
+                resumed.cancel()
+                whole = stub.Watch(pb.WatchRequest(from_seq=1), metadata=sci)
+                history = [await next_event(whole) for _ in range(5)]
+                whole.cancel()
+                return [*missed, live], history
+
+        after, history = run(after_restart())
+    finally:
+        second.close()
+    assert [(e.kind, e.lease.lease_id) for e in after[:3]] == [
+        (pb.LEASE_EVENT_KIND_GRANTED, l2),
+        (pb.LEASE_EVENT_KIND_RENEWED, l1),
+        (pb.LEASE_EVENT_KIND_RELEASED, l2),
+    ]
+    positions = [position(seen), *map(position, after)]
+    assert positions == sorted(positions) and len(set(positions)) == len(positions)
+    # What the two streams delivered together is the campaign's history, once each.
+    assert [brief(seen), *map(brief, after)] == list(map(brief, history))
