@@ -88,7 +88,8 @@ LIFECYCLE = POOL + CAMPAIGNS
 
 START = 1_750_000_000.0
 """Where a test's ManualClock starts: a plausible epoch time. Tests add durations to it
-the way the broker does (``START + 0.6``), so times compare exactly."""
+the way the broker does (``START + 0.6``), so times compare exactly; a duration the broker
+measures back from a time (a wait, a refill) is exact for binary fractions (0.25, 0.125)."""
 
 
 def config(text: str = LIFECYCLE) -> Config:

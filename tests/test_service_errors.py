@@ -12,8 +12,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from service_support import POOL, config, fails, run, serve, until
+from service_support import POOL, START, config, fails, run, serve, until
 
+from bursar.broker.clock import ManualClock
 from bursar.broker.errors import ErrorCode, JournalError, RequestError
 from bursar.broker.reasons import Reason
 from bursar.broker.service import errors as E
@@ -278,13 +279,24 @@ def test_bucket_empty_and_lease_preempting(tmp_path: Path) -> None:
 
 def test_rate_limit_and_stream_limit(tmp_path: Path) -> None:
     async def scenario() -> None:
-        limits = LimitSettings(rate=5, burst=5, max_streams=2)
-        async with serve(tmp_path, limits=limits) as c:
-            for _ in range(5):
-                await c.broker.GetStatus(pb.GetStatusRequest(), metadata=c.as_("sci"))
-            d = await fails(c.broker.GetStatus(pb.GetStatusRequest(), metadata=c.as_("sci")))
+        limits = LimitSettings(rate=4, burst=4, max_streams=2)
+        clock = ManualClock(START)
+        async with serve(tmp_path, limits=limits, clock=clock) as c:
+
+            async def status() -> pb.GetStatusResponse:
+                return await c.broker.GetStatus(pb.GetStatusRequest(), metadata=c.as_("sci"))
+
+            for _ in range(4):
+                await status()
+            d = await fails(status())
             assert d.code == grpc.StatusCode.RESOURCE_EXHAUSTED and d.reason == "RATE_LIMITED"
-            assert 0 < d.retry_after_s <= 0.2 + 1e-9
+            assert d.retry_after_s == 0.25  # one request's worth at 4 a second
+            # The bucket refills on the service's clock: 0.25 s later, one more call.
+            clock.advance(0.25)
+            await status()
+            clock.advance(0.125)  # half a request's worth
+            d = await fails(status())
+            assert d.reason == "RATE_LIMITED" and d.retry_after_s == 0.125
             # Another client (token) has its own budget.
             await c.broker.GetStatus(pb.GetStatusRequest(), metadata=c.as_("other"))
 
