@@ -274,14 +274,24 @@ class Engine:
     def reclaimable(self) -> dims.Vec:
         return self._reclaimable
 
-    def bucket_level(self, campaign: str, dim: str) -> float | None:
+    def bucket_level(self, campaign: str, dim: str, at: float | None = None) -> float | None:
+        """The campaign's bucket level for ``dim`` at ``at`` (default: the engine's clock;
+        never earlier), +Inf if unlimited, None if it has no bucket there. A pure read: a
+        quiet broker still reports how far a bucket has refilled by ``at``."""
         c = self.campaigns[campaign]
+        t = self.now if at is None else max(at, self.now)
         if dim in c.buckets:
             i = dims.PLACED.index(dim)
-            return c.buckets[dim].level_at(self.now, c.held[i], self.policy.enforcement)
+            return c.buckets[dim].level_at(t, c.held[i], self.policy.enforcement)
         if dim in c.rate_buckets:
-            return c.rate_buckets[dim].level_at(self.now, 0.0, Enforcement.PREPAID)
+            return c.rate_buckets[dim].level_at(t, 0.0, Enforcement.PREPAID)
         return None
+
+    def bucket_levels(self, campaign: str, at: float | None = None) -> dict[str, float]:
+        """Every bucket of the campaign: placed dimensions first, then metered ones."""
+        c = self.campaigns[campaign]
+        names = [d for d in dims.PLACED if d in c.buckets] + list(c.rate_buckets)
+        return {d: self.bucket_level(campaign, d, at) for d in names}  # type: ignore[misc]
 
     def state_dict(self) -> dict[str, Any]:
         """The whole state as canonical JSON-able data (for replay checks and digests)."""

@@ -16,7 +16,6 @@ from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.lease import EndedLease, Lease, LeaseState
-from bursar.broker.policy import Enforcement
 from bursar.broker.reasons import Reason
 from bursar.broker.supply import Supply
 from bursar.protos.bursar.v1 import admin_pb2
@@ -200,22 +199,9 @@ def spec_to_proto(spec: CampaignSpec) -> pb.CampaignSpec:
 
 
 def bucket_levels(engine: Engine, campaign: str, at: float) -> dict[str, float]:
-    """Bucket level per dimension at time ``at`` (>= the engine's clock), +Inf if unlimited.
-
-    A pure read: the engine's buckets are brought forward in a copy of the arithmetic,
-    so that a quiet broker still reports how far a bucket has refilled by now.
-    """
-    c = engine.campaigns[campaign]
-    enforcement = engine.policy.enforcement
-    at = max(at, engine.now)
-    out: dict[str, float] = {}
-    for i, d in enumerate(dims.PLACED):
-        b = c.buckets.get(d)
-        if b is not None:
-            out[d] = b.level_at(at, c.held[i], enforcement)
-    for d, b in c.rate_buckets.items():
-        out[d] = b.level_at(at, 0.0, Enforcement.PREPAID)
-    return out
+    """Bucket level per dimension at time ``at`` (>= the engine's clock), +Inf if unlimited
+    (the engine computes them: one rule for a bucket's level)."""
+    return engine.bucket_levels(campaign, at)
 
 
 def campaign_to_proto(
