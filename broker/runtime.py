@@ -4,7 +4,11 @@
 
 1. the engine validates and decides (a bad event raises ``RequestError``: nothing changed);
 2. the event and its decisions are appended to the journal and committed;
-3. only then does the backend act on the decisions and do listeners hear of them.
+3. only then does the actuator take the decisions to the backend (inline, or on worker
+   threads for a slow backend: the request does not wait for it) and do listeners hear of
+   them. What the backend reports back (a node ready or lost, a lease's allocation failed)
+   comes in as events through ``catch_up``, like any other; a placement done is told to the
+   placement listeners.
 
 Nothing is visible to anyone before the journal holds it. A journal write that fails
 raises ``JournalError`` and leaves the engine as the journal has it: the engine is rebuilt
@@ -16,11 +20,13 @@ time in the simulator and the demo, the wall clock in the service.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
-from bursar.broker.backends.base import NodeState, PoolBackend, apply_decision
+from bursar.broker.actuator import Actuator, InlineActuator, Placed
+from bursar.broker.backends.base import NodeState, PoolBackend
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.config import Config
 from bursar.broker.decisions import Decision
@@ -28,9 +34,8 @@ from bursar.broker.engine import Engine
 from bursar.broker.errors import JournalError
 from bursar.broker.events import CreateCampaign, Event, Tick
 from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
-from bursar.broker.outcome import Outcome
 from bursar.broker.lease import LeaseState
-from bursar.broker.pool import Power
+from bursar.broker.outcome import Outcome
 from bursar.broker.supply import Supply, supply
 
 log = logging.getLogger(__name__)
@@ -38,38 +43,44 @@ log = logging.getLogger(__name__)
 Listener = Callable[[Event, Outcome], None]
 """Told of every committed event and its outcome (``outcome.seq`` is its journal entry)."""
 
+PlacedListener = Callable[[Placed], None]
+"""Told when a lease's placement is done (an asynchronous actuator's ``Placed`` report)."""
+
 
 def pool_view(
     engine: Engine,
 ) -> tuple[dict[str, tuple[NodeState, float | None]], dict[str, tuple[str, ...]]]:
-    """The pool as the engine sees it, in the backend's terms (for ``PoolBackend.adopt``)."""
+    """The pool as the engine sees it, for ``PoolBackend.adopt``: each node's state (the
+    engine and the backends share one enum) with a booting node's ready time, and the nodes
+    of every placed lease."""
     placements = {
         ls.id: tuple(engine.pool.nodes[i].name for i in sorted(ls.pieces))
         for ls in sorted(engine.leases.values(), key=lambda x: int(x.id[1:]))
         if ls.state in (LeaseState.ACTIVE, LeaseState.PREEMPTING) and ls.pieces
     }
-    used = {n for ns in placements.values() for n in ns}
-    states = {
-        Power.COLD: NodeState.COLD,
-        Power.BOOTING: NodeState.BOOTING,
-        Power.DOWN: NodeState.DOWN,
-    }
     nodes = {
-        n.name: (
-            states.get(n.power, NodeState.LEASED if n.name in used else NodeState.WARM),
-            n.ready_at if n.power is Power.BOOTING else None,
-        )
+        n.name: (n.power, n.ready_at if n.power is NodeState.BOOTING else None)
         for n in engine.pool.nodes
     }
     return nodes, placements
 
 
 class Broker:
-    def __init__(self, engine: Engine, journal: Journal, backend: PoolBackend) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        journal: Journal,
+        backend: PoolBackend,
+        actuator: Actuator | None = None,
+    ) -> None:
         self.engine = engine
         self.journal = journal
         self.backend = backend
+        self.actuator = actuator if actuator is not None else InlineActuator(backend)
+        if self.actuator.backend is not backend:
+            raise ValueError("the actuator drives another backend than the broker's")
         self._listeners: list[Listener] = []
+        self._placed_listeners: list[PlacedListener] = []
         self._broken: BaseException | None = None
 
     @classmethod
@@ -81,9 +92,13 @@ class Broker:
         *,
         at: float = 0.0,
         durability: str = "normal",
+        actuator: Callable[[PoolBackend], Actuator] = InlineActuator,
     ) -> Broker:
         """Open the broker whose journal is in ``state_dir``: replay it if it exists,
-        otherwise start a new one and create the config's campaigns at time ``at``."""
+        otherwise start a new one and create the config's campaigns at time ``at``.
+
+        ``actuator`` builds what drives the backend (default: inline, in the caller's
+        thread); it is built once the backend has taken on the journal's state."""
         state = Path(state_dir)
         state.mkdir(parents=True, exist_ok=True)
         path = state / JOURNAL_FILENAME
@@ -91,17 +106,15 @@ class Broker:
         journal = Journal.open(path, config.pool, config.policy, durability=durability)
         journal.ensure_index()
         engine = Engine(config.pool, config.policy) if fresh else replay(journal)
-        broker = cls(engine, journal, backend or SimulatedPool(config.pool))
-        # A real backend may read the engine's placements (never change them): Slurm needs
-        # each lease's per-node pieces to size its allocation.
-        bind = getattr(broker.backend, "bind_engine", None)
-        if bind is not None:
-            bind(engine)
+        pool = backend if backend is not None else SimulatedPool(config.pool)
+        # Also for a new journal: it has no leases, so a real backend cancels what it finds
+        # left of earlier ones (Slurm jobs with its prefix).
+        pool.adopt(*pool_view(engine), engine.now)
+        broker = cls(engine, journal, pool, actuator(pool))
         if fresh:
             for spec in config.campaigns:
                 broker.submit(CreateCampaign(at=at, spec=spec))
         else:
-            broker.backend.adopt(*pool_view(engine), engine.now)
             log.info("resumed from %s: %d entries, clock %.3f", path, len(journal), engine.now)
         return broker
 
@@ -113,24 +126,36 @@ class Broker:
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def listen_placed(self, listener: PlacedListener) -> None:
+        """Hear of placements done by an asynchronous actuator (called from ``catch_up``)."""
+        self._placed_listeners.append(listener)
+
     def submit(self, event: Event) -> Outcome:
         """Catch up with the backend and the engine's timers, then apply ``event``."""
         self.catch_up(event.at)
         return self._apply(event)
 
     def catch_up(self, to: float) -> list[Decision]:
-        """Apply, in time order, the backend's events and the engine's timers due by ``to``."""
+        """Apply, in time order, the actuator's reports (the backend's events) and the
+        engine's timers due by ``to``."""
         out: list[Decision] = []
         while True:
             t_engine = self.engine.next_timer()
-            t_backend = self.backend.next_event_time()
-            due = [t for t in (t_engine, t_backend) if t is not None and t <= to]
+            t_reports = self.actuator.next_report_time()
+            due = [t for t in (t_engine, t_reports) if t is not None and t <= to]
             if not due:
                 return out
             t = min(due)
-            if t_backend is not None and t_backend == t:
-                for e in self.backend.due_events(t):
-                    out += self._apply(e)
+            if t_reports is not None and t_reports == t:
+                for r in self.actuator.due(t):
+                    if isinstance(r, Placed):
+                        for placed in self._placed_listeners:
+                            placed(r)
+                        continue
+                    if r.at < self.engine.now:
+                        # A worker thread's report, stamped before the engine moved on.
+                        r = dataclasses.replace(r, at=self.engine.now)
+                    out += self._apply(r)
             else:
                 out += self._apply(Tick(at=t))
 
@@ -138,6 +163,7 @@ class Broker:
         return supply(self.engine)
 
     def close(self) -> None:
+        self.actuator.close()
         self.journal.close()
 
     def __enter__(self) -> Broker:
@@ -159,8 +185,7 @@ class Broker:
             self._roll_back(exc)
             raise
         outcome = outcome.committed(seq)
-        for d in outcome:
-            apply_decision(self.backend, d)
+        self.actuator.actuate(outcome)
         for listener in self._listeners:
             listener(event, outcome)
         return outcome

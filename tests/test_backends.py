@@ -1,4 +1,5 @@
-"""The simulated pool, through the PoolBackend interface (plus its documented extras)."""
+"""The simulated pool, through the PoolBackend interface (plus its documented extras), and the
+one node-state enum the engine and the backends share."""
 
 from __future__ import annotations
 
@@ -13,13 +14,7 @@ from bursar.broker.decisions import Activate, Expire, Grant, Path, PowerOn, Rele
 from bursar.broker.events import NodeLost, NodeReady
 from bursar.broker.policy import NodeGroup, PoolSpec
 
-COLD, BOOTING, WARM, LEASED, DOWN = (
-    NodeState.COLD,
-    NodeState.BOOTING,
-    NodeState.WARM,
-    NodeState.LEASED,
-    NodeState.DOWN,
-)
+COLD, BOOTING, ON, DOWN = NodeState.COLD, NodeState.BOOTING, NodeState.ON, NodeState.DOWN
 
 
 def _spec(count: int = 4, warm: int = 2, boot: float = 60.0) -> PoolSpec:
@@ -41,6 +36,24 @@ def _states(backend: PoolBackend) -> dict[str, NodeState]:
 def test_is_a_pool_backend(pool: SimulatedPool) -> None:
     assert isinstance(pool, PoolBackend)
     assert pool.boot_latency_s == 60.0
+    assert not pool.slow  # bookkeeping only: driven inline
+    # What the simulated pool has nothing to say about is declared, with its default.
+    pool.place("L1", ["n000"], now=0.0)
+    pool.warn("L1", deadline=30.0, now=1.0)
+    assert pool.allocation("L1") == {}
+
+
+def test_engine_and_backends_share_one_node_state_enum() -> None:
+    from bursar.broker.engine import Engine
+    from bursar.broker.pool import NodeState as PoolNodeState
+    from bursar.broker.pool import Power
+
+    assert NodeState is PoolNodeState is Power
+    # The values the engine's state digest writes.
+    assert [s.value for s in NodeState] == ["cold", "booting", "on", "down"]
+    engine = Engine(_spec())
+    assert [n.power for n in engine.pool.nodes] == [ON, ON, COLD, COLD]
+    assert [n.power for n in engine.pool.nodes] == list(_states(SimulatedPool(_spec())).values())
 
 
 def test_initial_states_follow_the_spec() -> None:
@@ -51,11 +64,11 @@ def test_initial_states_follow_the_spec() -> None:
         )
     )
     assert _states(SimulatedPool(spec)) == {
-        "g000": WARM,
+        "g000": ON,
         "g001": COLD,
         "g002": COLD,
-        "c000": WARM,
-        "c001": WARM,
+        "c000": ON,
+        "c001": ON,
     }
 
 
@@ -72,7 +85,7 @@ def test_started_node_is_ready_after_the_boot_latency(pool: SimulatedPool) -> No
     assert pool.due_events(69.999) == []
     assert pool.node_states()["n002"] is BOOTING
     assert pool.due_events(70.0) == [NodeReady(at=70.0, node="n002")]
-    assert pool.node_states()["n002"] is WARM
+    assert pool.node_states()["n002"] is ON
     assert pool.due_events(80.0) == []  # each event once
     assert pool.next_event_time() is None
 
@@ -93,8 +106,8 @@ def test_same_ready_time_is_ordered_by_name(pool: SimulatedPool) -> None:
 
 def test_start_is_idempotent_and_never_delays_a_boot(pool: SimulatedPool) -> None:
     pool.start(["n002"], now=0.0)
-    pool.start(["n002", "n000"], now=30.0)  # booting and warm: no-ops
-    assert pool.node_states()["n000"] is WARM
+    pool.start(["n002", "n000"], now=30.0)  # booting and on: no-ops
+    assert pool.node_states()["n000"] is ON
     assert pool.next_event_time() == 60.0
     assert pool.due_events(60.0) == [NodeReady(at=60.0, node="n002")]
 
@@ -108,8 +121,8 @@ def test_pending_events_make_next_event_time_due(pool: SimulatedPool) -> None:
 
 def test_stop_powers_off_and_abandons_a_boot(pool: SimulatedPool) -> None:
     pool.start(["n002"], now=0.0)
-    pool.stop(["n002", "n001", "n003"], now=10.0)  # booting, warm, cold
-    assert _states(pool) == {"n000": WARM, "n001": COLD, "n002": COLD, "n003": COLD}
+    pool.stop(["n002", "n001", "n003"], now=10.0)  # booting, on, cold
+    assert _states(pool) == {"n000": ON, "n001": COLD, "n002": COLD, "n003": COLD}
     assert pool.next_event_time() is None
     assert pool.due_events(100.0) == []
 
@@ -117,7 +130,7 @@ def test_stop_powers_off_and_abandons_a_boot(pool: SimulatedPool) -> None:
 def test_stop_refuses_leased_nodes_and_changes_nothing(pool: SimulatedPool) -> None:
     pool.place("L1", ["n000"], now=0.0)
     before = _states(pool)
-    with pytest.raises(BackendError, match=r"n000.*leased"):
+    with pytest.raises(BackendError, match=r"n000.*holds lease\(s\) L1"):
         pool.stop(["n001", "n000"], now=1.0)
     assert _states(pool) == before
 
@@ -125,14 +138,15 @@ def test_stop_refuses_leased_nodes_and_changes_nothing(pool: SimulatedPool) -> N
 def test_place_and_unplace_share_nodes(pool: SimulatedPool) -> None:
     pool.place("L1", ["n000", "n001"], now=0.0)
     pool.place("L2", ["n001"], now=1.0)
-    assert _states(pool)["n000"] is LEASED and _states(pool)["n001"] is LEASED
     assert dict(pool.placements()) == {"L1": ("n000", "n001"), "L2": ("n001",)}
     pool.unplace("L1", now=2.0)
-    assert _states(pool)["n000"] is WARM
-    assert _states(pool)["n001"] is LEASED  # L2 still there
+    assert dict(pool.placements()) == {"L2": ("n001",)}  # L2 still there
+    with pytest.raises(BackendError, match="holds lease"):
+        pool.stop(["n001"], now=2.5)
+    pool.stop(["n000"], now=2.5)  # free again: it may be powered off
     pool.unplace("L2", now=3.0)
-    assert _states(pool)["n001"] is WARM
     assert dict(pool.placements()) == {}
+    assert _states(pool) == {"n000": COLD, "n001": ON, "n002": COLD, "n003": COLD}
     pool.unplace("never-placed", now=4.0)  # ignored
 
 
@@ -160,7 +174,7 @@ def test_place_on_a_booting_node_waits_for_ready(pool: SimulatedPool) -> None:
     with pytest.raises(BackendError, match="booting"):
         pool.place("L1", ["n002"], now=59.0)
     pool.place("L1", ["n002"], now=60.0)  # ready at exactly boot latency
-    assert _states(pool)["n002"] is LEASED
+    assert _states(pool)["n002"] is ON and pool.placements()["L1"] == ("n002",)
 
 
 def test_time_may_not_go_backwards(pool: SimulatedPool) -> None:
@@ -183,7 +197,7 @@ def test_fail_reports_node_lost_and_repair_reports_ready(pool: SimulatedPool) ->
     assert pool.next_event_time() == 105.0
     pool.unplace("L1", now=7.0)  # the engine revoked L1
     assert pool.due_events(200.0) == [NodeReady(at=105.0, node="n001")]
-    assert _states(pool) == {"n000": WARM, "n001": WARM, "n002": COLD, "n003": COLD}
+    assert _states(pool) == {"n000": ON, "n001": ON, "n002": COLD, "n003": COLD}
 
 
 def test_same_calls_give_same_events() -> None:
@@ -240,7 +254,7 @@ def test_apply_decision_drives_the_backend(pool: SimulatedPool) -> None:
     apply_decision(pool, Revoke(at=90.0, lease_id="gone", campaign="c", cause="x",
                                 refund_tokens=0.0, refund_credits=0.0))  # fmt: skip
     assert dict(pool.placements()) == {}
-    assert Counter(_states(pool).values()) == {WARM: 3, COLD: 1}
+    assert Counter(_states(pool).values()) == {ON: 3, COLD: 1}
 
 
 ENGINE_POOL = """\
@@ -299,4 +313,8 @@ def test_engine_cold_path_lease_is_placed_when_its_nodes_are_ready() -> None:
     (act,) = [d for d in decisions if isinstance(d, Activate)]
     assert act.at == 61.0 and act.lease_id == grant.lease_id
     assert backend.placements()[grant.lease_id] == act.nodes
-    assert all(backend.node_states()[n] is LEASED for n in act.nodes)
+    assert all(backend.node_states()[n] is ON for n in act.nodes)
+    # Each decision carries the lease's piece of every node it names, as the engine has it.
+    pieces = {n: dict(p) for n, p in act.pieces.items()}
+    assert pieces == {n: {"gpu": 8.0} for n in act.nodes} == dict(grant.pieces)
+    assert sum(p["gpu"] for p in pieces.values()) == grant.size["gpu"] == 48

@@ -25,10 +25,11 @@ def test_resume_backend_rebuilds_the_node_states_the_live_pool_had(tmp_path: Pat
         b.backend.fail("w001", 102.2)  # a node is lost: other's lease is revoked
         b.catch_up(102.3)
         live = dict(b.backend.node_states())
-        assert {s.value for s in live.values()} == {"leased", "down", "booting"}
+        assert {s.value for s in live.values()} == {"on", "down", "booting"}
         rebuilt = SimulatedPool(b.engine.pool_spec)
         rebuilt.adopt(*pool_view(b.engine), b.engine.now)
         assert dict(rebuilt.node_states()) == live
+        assert dict(rebuilt.placements()) == dict(b.backend.placements())
         assert rebuilt.next_event_time() == pytest.approx(cold.starts_at)
         # It reports the boot at the time the engine planned for, and not before.
         assert rebuilt.due_events(cold.starts_at - 0.01) == []

@@ -31,7 +31,7 @@ from bursar.broker.config import parse_config
 from bursar.broker.decisions import Decision, Grant, PreemptWarning, Revoke
 from bursar.broker.errors import ConfigError, RequestError
 from bursar.broker.events import Event, LeaseLost, NodeLost, Release, RequestLease
-from bursar.broker.pool import Power
+from bursar.broker.pool import NodeState
 from bursar.broker.runtime import Broker
 from bursar.providers.launch import launch_argv
 
@@ -159,7 +159,7 @@ def test_lease_life_cycle_maps_to_allocations(tmp_path: Path, job_prefix: str) -
     # Release cancels it.
     job = int(alloc["job_id"])
     b.submit(Release(time.time(), g.lease_id))
-    assert pool.allocation(g.lease_id) is None
+    assert pool.allocation(g.lease_id) == {}
     until(lambda: job_state(job) != "RUNNING", 10, "the released allocation to end")
     # Expiry cancels it too.
     e = request(b, "sci", {"gpu": 2}, duration_s=0.5)
@@ -234,11 +234,11 @@ def test_what_slurm_does_behind_the_brokers_back_ends_leases(
         until(lambda: (poll(b), c.lease_id in b.engine.ended)[1], 10, "the node loss")
         lost = [e for e in _journal_events(b) if isinstance(e, NodeLost)]
         assert [e.node for e in lost] == [c.nodes[0]]
-        assert b.engine.pool.nodes[i].power is Power.DOWN
+        assert b.engine.pool.nodes[i].power is NodeState.DOWN
         until(lambda: job_state(int(c_job)) != "RUNNING", 10, "the drained node's job to end")
     finally:
         subprocess.run([*scontrol, "state=resume"], check=True)
-    until(lambda: (poll(b), b.engine.pool.nodes[i].power is Power.ON)[1], 10, "node back")
+    until(lambda: (poll(b), b.engine.pool.nodes[i].power is NodeState.ON)[1], 10, "node back")
     # An allocation the broker cannot make ends the lease at once, with Slurm's answer.
     hog = salloc(f"other-{pre}", "-w", "node3,node4", "-N2", "--gres=gpu:8")
     try:

@@ -2,20 +2,28 @@
 
 The engine decides (pure, time injected); a backend carries out the few things that touch
 the pool: power nodes on and off, and make an active lease's resources usable on its
-nodes. It reports back what the engine must hear (a node is up, a node is gone) as engine
-events. Every method takes the caller's ``now`` because the same backend code runs under
-the simulator's virtual clock and under the service's wall clock.
+nodes. It reports back what the engine must hear (a node is up, a node is gone, a lease's
+resources vanished) as engine events. Every method takes the caller's ``now`` because the
+same backend code runs under the simulator's virtual clock and under the service's wall
+clock.
+
+:class:`PoolBackend` declares everything a backend offers; what a backend has nothing to
+say about (preemption warnings, allocation details) has a no-op default, so callers call
+it instead of probing for it. Backends never read the engine: what they need to place a
+lease (its per-node pieces) comes with the decision.
 
 ``apply_decision`` is the one translation from engine decisions to backend calls, so the
-simulator and the service cannot drift apart on when a lease is placed.
+simulator and the service cannot drift apart on when a lease is placed. The actuator
+(``broker/actuator.py``) is what calls it, inline or from worker threads.
 """
 
 from __future__ import annotations
 
-import enum
+import abc
 import math
 from collections.abc import Iterable, Mapping
-from typing import Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import ClassVar
 
 from bursar.broker.decisions import (
     Activate,
@@ -30,64 +38,84 @@ from bursar.broker.decisions import (
 )
 from bursar.broker.errors import BursarError
 from bursar.broker.events import Event
+from bursar.broker.pool import NodeState
 
 __all__ = [
+    "NO_PIECES",
     "BackendError",
     "NodeState",
+    "Pieces",
+    "PlaceFailed",
     "PoolBackend",
     "apply_decision",
     "check_clock",
     "check_nodes",
+    "placed_by",
 ]
 
+Pieces = Mapping[str, Mapping[str, float]]
+"""A lease's placement: node name → units per dimension on that node (as on Grant and
+Activate)."""
 
-class NodeState(enum.Enum):
-    """A node as the backend sees it (DESIGN.md §1 "Pool")."""
-
-    COLD = "cold"
-    """Powered off."""
-    BOOTING = "booting"
-    """Powered on, not ready yet; becomes warm after the boot latency."""
-    WARM = "warm"
-    """On and holding no placed lease."""
-    LEASED = "leased"
-    """On and holding at least one placed lease."""
-    DOWN = "down"
-    """Lost (failure, drain); the engine has been told with NodeLost."""
+NO_PIECES: Pieces = MappingProxyType({})
 
 
 class BackendError(BursarError, ValueError):
     """A backend call that does not fit the pool's state; it changed nothing but the clock."""
 
 
-@runtime_checkable
-class PoolBackend(Protocol):
-    """What every pool (simulated, this machine, Slurm) offers the broker's shell.
+class PlaceFailed(BackendError):
+    """The backend could not make a lease's resources usable (Slurm refused the allocation).
+
+    The grant is already journaled, so the lease ends: the actuator reports ``LeaseLost``
+    with ``str(exc)`` as the cause."""
+
+
+class PoolBackend(abc.ABC):
+    """What every pool (simulated, Slurm) offers the broker's shell.
 
     Calls must not move time backwards: ``now`` is non-decreasing across calls.
     """
 
+    slow: ClassVar[bool] = False
+    """True if calls may block for long (subprocesses, a remote scheduler): the service
+    then drives the backend from worker threads (``ThreadedActuator``), never from its
+    event loop. False: calls are bookkeeping and run inline, in the caller's order."""
+
     @property
+    @abc.abstractmethod
     def boot_latency_s(self) -> float:
         """Seconds from ``start`` until a cold node is ready (what the engine plans with)."""
-        ...
 
+    @abc.abstractmethod
     def node_states(self) -> Mapping[str, NodeState]:
         """Every node by name, as of the latest call that took ``now``."""
-        ...
 
+    @abc.abstractmethod
+    def placements(self) -> Mapping[str, tuple[str, ...]]:
+        """Placed leases and the nodes each sits on."""
+
+    @abc.abstractmethod
     def start(self, nodes: Iterable[str], now: float) -> None:
         """Power cold nodes on; each is reported ready (NodeReady) once it is up."""
-        ...
 
+    @abc.abstractmethod
     def stop(self, nodes: Iterable[str], now: float) -> None:
         """Power nodes off (a booting node's boot is abandoned). Nodes holding leases refuse."""
-        ...
 
-    def place(self, lease_id: str, nodes: Iterable[str], now: float) -> None:
-        """Make an active lease's resources usable on ``nodes`` (workers, allocations)."""
-        ...
+    @abc.abstractmethod
+    def place(
+        self, lease_id: str, nodes: Iterable[str], now: float, pieces: Pieces = NO_PIECES
+    ) -> None:
+        """Make an active lease's resources usable on ``nodes`` (workers, allocations);
+        ``pieces`` says how much of each node is the lease's. Raises :class:`PlaceFailed`
+        if the resources cannot be had."""
 
+    @abc.abstractmethod
+    def unplace(self, lease_id: str, now: float) -> None:
+        """Take a lease off its nodes; a lease that is not placed is ignored."""
+
+    @abc.abstractmethod
     def adopt(
         self,
         nodes: Mapping[str, tuple[NodeState, float | None]],
@@ -97,48 +125,63 @@ class PoolBackend(Protocol):
         """After a restart, take on the state the journal says the pool is in: each node's
         state (with, for a booting node, when it is due ready) and the nodes of every
         active lease. A simulated pool simply becomes that; a real one reconciles it with
-        what is actually running."""
-        ...
+        what is actually running (a new journal has no leases: whatever a real backend finds of
+        earlier ones belongs to none). ``Broker.open`` calls it once, before anything else."""
 
-    def unplace(self, lease_id: str, now: float) -> None:
-        """Take a lease off its nodes; a lease that is not placed is ignored."""
-        ...
-
+    @abc.abstractmethod
     def due_events(self, now: float) -> list[Event]:
         """Events for the engine that happened by ``now``, in time order; each once."""
-        ...
 
+    @abc.abstractmethod
     def next_event_time(self) -> float | None:
         """The earliest ``now`` at which ``due_events`` returns something, or None if no event
         is expected. Never earlier than the latest call's ``now``: events already due make it
         that time."""
-        ...
+
+    def warn(self, lease_id: str, deadline: float, now: float) -> None:  # noqa: B027
+        """The engine will reclaim the lease at ``deadline``: tell its workers if the
+        backend can (Slurm: signal the allocation). Default: nothing to do."""
+
+    def allocation(self, lease_id: str) -> Mapping[str, str]:
+        """What a client needs to run inside the lease's resources (Slurm: ``backend``,
+        ``job_id``, ``nodes``... which ``providers.launch.launch_argv`` turns into an srun
+        line), or empty: the simulated pool has nothing to add to the lease's nodes."""
+        return NO_ALLOCATION
 
 
-def apply_decision(backend: PoolBackend, decision: Decision) -> None:
+NO_ALLOCATION: Mapping[str, str] = MappingProxyType({})
+
+
+def placed_by(decision: Decision) -> str | None:
+    """The lease a decision places on its nodes, if it places one: a grant that starts at
+    once (warm path), or the activation of one that waited for a grace period or a boot."""
+    if isinstance(decision, Grant):
+        return decision.lease_id if decision.starts_at <= decision.at else None
+    if isinstance(decision, Activate):
+        return decision.lease_id
+    return None
+
+
+def apply_decision(backend: PoolBackend, decision: Decision, now: float | None = None) -> None:
     """Carry out the backend side of one engine decision (others need nothing from it).
 
     A grant that starts at once (warm path) is placed with its grant; one that waits for a
-    grace period or a boot is placed when the engine activates it, on the nodes named then.
-    A backend with a ``warn(lease_id, deadline, now)`` method (Slurm: signal the allocation)
-    hears of preemption warnings too.
+    grace period or a boot is placed when the engine activates it, on the nodes named then,
+    each with the piece the decision gives it. ``now`` defaults to the decision's time (a
+    worker thread that runs behind passes the time it acts at).
     """
-    at = decision.at
+    at = decision.at if now is None else now
     if isinstance(decision, PowerOn):
         backend.start(decision.nodes, at)
     elif isinstance(decision, PowerOff):
         backend.stop(decision.nodes, at)
-    elif isinstance(decision, Grant):
-        if decision.starts_at <= at:
-            backend.place(decision.lease_id, decision.nodes, at)
-    elif isinstance(decision, Activate):
-        backend.place(decision.lease_id, decision.nodes, at)
+    elif isinstance(decision, Grant | Activate):
+        if placed_by(decision) is not None:
+            backend.place(decision.lease_id, decision.nodes, at, decision.pieces)
     elif isinstance(decision, Revoke | Expire | Released):
         backend.unplace(decision.lease_id, at)
     elif isinstance(decision, PreemptWarning):
-        warn = getattr(backend, "warn", None)
-        if warn is not None:
-            warn(decision.lease_id, decision.deadline, at)
+        backend.warn(decision.lease_id, decision.deadline, at)
 
 
 def check_nodes(nodes: Iterable[str], known: Mapping[str, object]) -> tuple[str, ...]:

@@ -12,16 +12,24 @@ import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from bursar.broker.backends.base import BackendError, NodeState, check_clock, check_nodes
+from bursar.broker.backends.base import (
+    NO_PIECES,
+    BackendError,
+    NodeState,
+    Pieces,
+    PoolBackend,
+    check_clock,
+    check_nodes,
+)
 from bursar.broker.events import Event, NodeLost, NodeReady
 from bursar.broker.policy import PoolSpec
 
 __all__ = ["SimulatedPool"]
 
 
-class SimulatedPool:
-    """Implements ``PoolBackend`` over a ``PoolSpec``; the first ``warm`` nodes of each group
-    start warm, the rest cold."""
+class SimulatedPool(PoolBackend):
+    """A ``PoolBackend`` over a ``PoolSpec``; the first ``warm`` nodes of each group start on,
+    the rest cold. Nothing it does blocks, so it is driven inline (not ``slow``)."""
 
     def __init__(self, pool: PoolSpec) -> None:
         self._boot_latency_s = float(pool.boot_latency_s)
@@ -29,7 +37,7 @@ class SimulatedPool:
         for name, _, warm in pool.node_names():
             if name in self._state:
                 raise BackendError(f"node name {name!r} appears twice in the pool spec")
-            self._state[name] = NodeState.WARM if warm else NodeState.COLD
+            self._state[name] = NodeState.ON if warm else NodeState.COLD
         self._now = -math.inf
         # Timers: a booting node's ready time; a failed node's repair time.
         self._ready_at: dict[str, float] = {}
@@ -65,13 +73,19 @@ class SimulatedPool:
         names = self._known(nodes)
         self._advance(now)
         for n in names:
-            if self._state[n] in (NodeState.LEASED, NodeState.DOWN):
-                raise BackendError(f"node {n!r} is {self._state[n].value}; cannot power it off")
+            if self._state[n] is NodeState.DOWN:
+                raise BackendError(f"node {n!r} is down; cannot power it off")
+            if self._node_leases[n]:
+                held = ", ".join(sorted(self._node_leases[n]))
+                raise BackendError(f"node {n!r} holds lease(s) {held}; cannot power it off")
         for n in names:
             self._ready_at.pop(n, None)
             self._state[n] = NodeState.COLD
 
-    def place(self, lease_id: str, nodes: Iterable[str], now: float) -> None:
+    def place(
+        self, lease_id: str, nodes: Iterable[str], now: float, pieces: Pieces = NO_PIECES
+    ) -> None:
+        # Placement is bookkeeping here: the pieces matter only to a real resource manager.
         names = self._known(nodes)
         self._advance(now)
         if lease_id in self._lease_nodes:
@@ -79,24 +93,20 @@ class SimulatedPool:
                 f"lease {lease_id!r} is already placed on {', '.join(self._lease_nodes[lease_id])}"
             )
         for n in names:
-            if self._state[n] not in (NodeState.WARM, NodeState.LEASED):
+            if self._state[n] is not NodeState.ON:
                 raise BackendError(
-                    f"node {n!r} is {self._state[n].value}; leases go on warm or leased nodes"
+                    f"node {n!r} is {self._state[n].value}; leases go only on nodes that are on"
                 )
         self._lease_nodes[lease_id] = names
         for n in names:
             self._node_leases[n].add(lease_id)
-            self._state[n] = NodeState.LEASED
 
     def unplace(self, lease_id: str, now: float) -> None:
         self._advance(now)
         # Ignoring an unknown lease lets the shell unplace on every revoke/expire/release
         # without tracking whether that lease ever got as far as being placed.
         for n in self._lease_nodes.pop(lease_id, ()):
-            held = self._node_leases[n]
-            held.discard(lease_id)
-            if not held and self._state[n] is NodeState.LEASED:
-                self._state[n] = NodeState.WARM
+            self._node_leases[n].discard(lease_id)
 
     def due_events(self, now: float) -> list[Event]:
         self._advance(now)
@@ -135,6 +145,9 @@ class SimulatedPool:
             for n in ns:
                 self._node_leases[n].add(lid)
 
+    def placements(self) -> Mapping[str, tuple[str, ...]]:
+        return MappingProxyType(self._lease_nodes)
+
     # -- simulation extras (not part of PoolBackend) ------------------------------------
 
     @property
@@ -142,12 +155,8 @@ class SimulatedPool:
         """The latest ``now`` any call has brought the pool to (-inf before the first)."""
         return self._now
 
-    def placements(self) -> Mapping[str, tuple[str, ...]]:
-        """Placed leases and the nodes each sits on."""
-        return MappingProxyType(self._lease_nodes)
-
     def fail(self, node: str, now: float, repair_after_s: float | None = None) -> None:
-        """Lose ``node`` at ``now`` (reported as NodeLost); it comes back warm, reported as
+        """Lose ``node`` at ``now`` (reported as NodeLost); it comes back on, reported as
         NodeReady, after ``repair_after_s`` if given. Its leases stay placed on their other
         nodes until the engine's revokes unplace them."""
         (name,) = self._known([node])
@@ -179,7 +188,7 @@ class SimulatedPool:
         # Sorted by (time, name) so that the event order never depends on call history.
         for t, n, kind in sorted(fired):
             (self._ready_at if kind == "boot" else self._repair_at).pop(n)
-            self._state[n] = NodeState.WARM
+            self._state[n] = NodeState.ON
             self._due.append(NodeReady(at=t, node=n))
         if fired:
             self._due.sort(key=lambda e: e.at)

@@ -15,8 +15,11 @@ shell that makes its decisions real on Slurm, and tells it what Slurm did behind
   backfill scheduler, so within ``bf_interval``). A piece always takes at least one CPU,
   because Slurm cannot run a job step on none; memory is asked for only when the piece has
   some. The job is named ``{job_prefix}-{lease id}``; its id, nodes and GPU indices are
-  what :meth:`SlurmPool.allocation` reports for the lease. A Slurm refusal revokes the
-  lease at once (``LeaseLost``: the grant is already journaled).
+  what :meth:`SlurmPool.allocation` reports for the lease. The pieces come with the engine's
+  Grant or Activate decision. A Slurm refusal raises ``PlaceFailed``: the actuator ends the
+  lease with Slurm's answer as the cause (``LeaseLost``: the grant is already journaled).
+  ``salloc`` may wait up to ``allocate_timeout_s``; the pool is ``slow``, so the service
+  makes allocations on the actuator's worker threads, never on its event loop.
 * ``unplace`` (release, expiry, revocation) cancels the job: Slurm sends its steps SIGTERM,
   then SIGKILL after KillWait. With ``warn_signal`` the steps also get that signal at the
   lease's preemption warning, a grace period before the revocation.
@@ -30,8 +33,9 @@ shell that makes its decisions real on Slurm, and tells it what Slurm did behind
   whose allocations vanished while the broker was down at the first poll.
 
 Slurm is only ever read through ``--json`` output; the commands run with the environment's
-``SLURM_CONF``. Event times are the scheduled poll times, so the journal stays in step with
-the wall clock the service runs on.
+``SLURM_CONF``. Event times are the scheduled poll times, read from the pool's clock
+(``bursar.broker.clock``, the wall clock by default), so the journal stays in step with the
+clock the service runs on.
 """
 
 from __future__ import annotations
@@ -41,14 +45,24 @@ import math
 import os
 import re
 import subprocess
-import time
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
-from bursar.broker import dims
-from bursar.broker.backends.base import BackendError, NodeState, check_clock, check_nodes
+from bursar.broker.backends.base import (
+    NO_ALLOCATION,
+    NO_PIECES,
+    BackendError,
+    NodeState,
+    Pieces,
+    PlaceFailed,
+    PoolBackend,
+    check_clock,
+    check_nodes,
+)
+from bursar.broker.clock import Clock, as_clock
 from bursar.broker.config import DiscoveryError, SlurmSettings, WarnSignal
 from bursar.broker.events import Event, LeaseLost, NodeLost, NodeReady
 from bursar.broker.policy import NodeGroup, PoolSpec
@@ -381,63 +395,44 @@ class Allocation:
         return out
 
 
-PieceSource = Callable[[str], Mapping[str, Mapping[str, float]]]
-"""lease id → {engine node name: {dimension: units}}: the engine's placement of a lease."""
+class SlurmPool(PoolBackend):
+    """A ``PoolBackend`` on a Slurm partition (see the module docstring).
 
+    Every call may run Slurm's commands (``salloc`` waits up to ``allocate_timeout_s``), so
+    the pool is ``slow``: the service drives it from the actuator's worker threads, and its
+    state is kept under a lock so that a lease's allocation can be made while others are
+    released or the poll runs. Slurm's commands run outside the lock.
+    """
 
-def engine_pieces(engine: Any) -> PieceSource:
-    """Read a lease's per-node pieces from the engine (read only; the engine stays pure)."""
-
-    def pieces(lease_id: str) -> dict[str, dict[str, float]]:
-        ls = engine.leases.get(lease_id)
-        if ls is None:
-            return {}
-        nodes = engine.pool.nodes
-        return {nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())}
-
-    return pieces
-
-
-class SlurmPool:
-    """Implements ``PoolBackend`` on a Slurm partition (see the module docstring)."""
+    slow: ClassVar[bool] = True
 
     def __init__(
         self,
         settings: SlurmSettings,
         *,
         cli: SlurmCli | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
         self._cli = cli or SlurmCli()
-        self._clock = clock
+        self._clock = as_clock(clock)
         self.partition, members = partition_nodes(self._cli, settings)
         _, self._slurm_name = layout(members)
         self._engine_name = {s: e for e, s in self._slurm_name.items()}
-        self._state: dict[str, NodeState] = {n: NodeState.WARM for n in self._slurm_name}
-        self._pieces: PieceSource | None = None
+        self._lock = threading.RLock()
+        self._state: dict[str, NodeState] = {n: NodeState.ON for n in self._slurm_name}
         self._allocs: dict[str, Allocation] = {}
+        self._allocating: set[str] = set()
+        """Leases whose salloc is running: their job may be in squeue before it is here."""
         self._lease_nodes: dict[str, tuple[str, ...]] = {}
         self._lost_while_down: dict[str, str] = {}
         self._due: list[Event] = []
         self._now = -math.inf
-        self._next_poll = clock()
+        self._next_poll = self._clock.now()
         self.orphans_cancelled: list[int] = []
         """Job ids cancelled because they belonged to no lease (for logs and tests)."""
 
     # -- wiring -------------------------------------------------------------------------
-
-    def bind_engine(self, engine: Any) -> None:
-        """Read each lease's per-node pieces from ``engine`` (called by ``Broker.open``)."""
-        self._pieces = engine_pieces(engine)
-        self._now = max(self._now, float(engine.now))
-        self._next_poll = max(self._now, self._clock())
-        if not engine.leases:
-            # A new journal: every job with our prefix is left over from an old one.
-            self._cancel_orphans(self._our_jobs(), keep=set())
-
-    def set_piece_source(self, pieces: PieceSource) -> None:
-        self._pieces = pieces
 
     @property
     def job_prefix(self) -> str:
@@ -448,11 +443,6 @@ class SlurmPool:
 
     def slurm_node(self, engine_node: str) -> str:
         return self._slurm_name[engine_node]
-
-    def allocation(self, lease_id: str) -> dict[str, str] | None:
-        """What a client needs to run inside the lease's allocation, or None."""
-        a = self._allocs.get(lease_id)
-        return a.describe(self.partition) if a is not None else None
 
     def allocations(self) -> Mapping[str, Allocation]:
         return MappingProxyType(self._allocs)
@@ -466,48 +456,66 @@ class SlurmPool:
     def node_states(self) -> Mapping[str, NodeState]:
         return MappingProxyType(self._state)
 
+    def placements(self) -> Mapping[str, tuple[str, ...]]:
+        return MappingProxyType(self._lease_nodes)
+
+    def allocation(self, lease_id: str) -> Mapping[str, str]:
+        """What a client needs to run inside the lease's allocation (empty until it is made)."""
+        with self._lock:
+            a = self._allocs.get(lease_id)
+            return a.describe(self.partition) if a is not None else NO_ALLOCATION
+
     def start(self, nodes: Iterable[str], now: float) -> None:
         # Slurm's nodes are always on (Slurm does its own power saving): a start is ready
         # at once.
-        names = self._known(nodes)
-        self._advance(now)
-        for n in names:
-            if self._state[n] is NodeState.COLD:
-                self._state[n] = NodeState.WARM
-                self._due.append(NodeReady(at=now, node=n))
+        with self._lock:
+            names = self._known(nodes)
+            self._advance(now)
+            for n in names:
+                if self._state[n] is NodeState.COLD:
+                    self._state[n] = NodeState.ON
+                    self._due.append(NodeReady(at=now, node=n))
 
     def stop(self, nodes: Iterable[str], now: float) -> None:
-        names = self._known(nodes)
-        self._advance(now)
-        for n in names:
-            if self._state[n] is NodeState.WARM:
-                self._state[n] = NodeState.COLD
+        with self._lock:
+            names = self._known(nodes)
+            self._advance(now)
+            held = {n for ns in self._lease_nodes.values() for n in ns}
+            for n in names:
+                if self._state[n] is NodeState.ON and n not in held:
+                    self._state[n] = NodeState.COLD
 
-    def place(self, lease_id: str, nodes: Iterable[str], now: float) -> None:
-        names = self._known(nodes)
-        self._advance(now)
-        if lease_id in self._allocs:
-            raise BackendError(
-                f"lease {lease_id!r} already has Slurm job {self._allocs[lease_id].job_id}"
-            )
-        pieces = dict(self._pieces(lease_id)) if self._pieces is not None else {}
+    def place(
+        self, lease_id: str, nodes: Iterable[str], now: float, pieces: Pieces = NO_PIECES
+    ) -> None:
+        with self._lock:
+            names = self._known(nodes)
+            self._advance(now)
+            if lease_id in self._allocs or lease_id in self._allocating:
+                job = self._allocs[lease_id].job_id if lease_id in self._allocs else "pending"
+                raise BackendError(f"lease {lease_id!r} already has Slurm job {job}")
+            argv = self._salloc_argv(lease_id, names, pieces)
+            self._allocating.add(lease_id)
         try:
-            self._allocate(lease_id, names, pieces)
+            comps = self._allocate(lease_id, argv)
         except SlurmError as exc:
             # The engine has granted the lease and the journal holds the grant: the lease
             # ends as revoked, with Slurm's answer as the reason.
             log.warning("lease %s: no Slurm allocation: %s", lease_id, exc)
-            self._due.append(LeaseLost(at=now, lease_id=lease_id, cause=f"slurm: {exc}"))
-            return
-        self._lease_nodes[lease_id] = names
-        for n in names:
-            self._state[n] = NodeState.LEASED
+            raise PlaceFailed(f"slurm: {exc}") from None
+        finally:
+            with self._lock:
+                self._allocating.discard(lease_id)
+        with self._lock:
+            self._allocs[lease_id] = self._allocation(lease_id, names, comps)
+            self._lease_nodes[lease_id] = names
 
     def unplace(self, lease_id: str, now: float) -> None:
-        self._advance(now)
-        self._lost_while_down.pop(lease_id, None)
-        a = self._allocs.pop(lease_id, None)
-        self._free_nodes(lease_id)
+        with self._lock:
+            self._advance(now)
+            self._lost_while_down.pop(lease_id, None)
+            a = self._allocs.pop(lease_id, None)
+            self._lease_nodes.pop(lease_id, None)
         if a is None:
             return
         try:
@@ -518,9 +526,10 @@ class SlurmPool:
 
     def warn(self, lease_id: str, deadline: float, now: float) -> None:
         """The lease is warned of preemption: signal its steps if configured."""
-        self._advance(now)
+        with self._lock:
+            self._advance(now)
+            a = self._allocs.get(lease_id)
         sig = self.settings.warn_signal
-        a = self._allocs.get(lease_id)
         if a is None or sig is WarnSignal.NONE:
             return
         try:
@@ -529,18 +538,23 @@ class SlurmPool:
             log.warning("lease %s: could not signal job %d: %s", lease_id, a.job_id, exc)
 
     def due_events(self, now: float) -> list[Event]:
-        self._advance(now)
-        if now >= self._next_poll:
+        with self._lock:
+            self._advance(now)
+            poll = now >= self._next_poll
+        if poll:
             self._poll(now)
-            # Polls follow the wall clock even when the caller catches up on old timers.
-            self._next_poll = max(now, self._clock()) + self.settings.poll_interval_s
-        out, self._due = sorted(self._due, key=lambda e: e.at), []
+            with self._lock:
+                # Polls follow the clock even when the caller catches up on old timers.
+                self._next_poll = max(now, self._clock.now()) + self.settings.poll_interval_s
+        with self._lock:
+            out, self._due = sorted(self._due, key=lambda e: e.at), []
         return out
 
     def next_event_time(self) -> float | None:
-        times = [e.at for e in self._due]
-        times.append(self._next_poll)
-        return max(self._now, min(times))
+        with self._lock:
+            times = [e.at for e in self._due]
+            times.append(self._next_poll)
+            return max(self._now, min(times))
 
     def adopt(
         self,
@@ -550,37 +564,36 @@ class SlurmPool:
     ) -> None:
         self._known(nodes)
         self._known([n for ns in placements.values() for n in ns])
-        self._now = max(self._now, float(now))
-        self._next_poll = max(self._now, self._clock())
-        for name, (state, _) in nodes.items():
-            # Booting or cold nodes do not exist on Slurm: they are on.
-            self._state[name] = NodeState.DOWN if state is NodeState.DOWN else NodeState.WARM
         jobs = self._our_jobs()
-        by_lease: dict[str, list[SlurmJob]] = {}
-        for j in jobs:
-            by_lease.setdefault(j.name[len(self.settings.job_prefix) + 1 :], []).append(j)
-        self._allocs, self._lease_nodes, self._lost_while_down = {}, {}, {}
-        for lid, ns in placements.items():
-            comps = [j for j in by_lease.get(lid, []) if j.state in _HOLDING]
-            if comps:
-                leader = comps[0].leader
-                comps = sorted((c for c in comps if c.leader == leader), key=lambda c: c.offset)
-                self._allocs[lid] = self._allocation(lid, ns, comps)
-                log.info("lease %s: re-adopted Slurm job %d", lid, leader)
-            else:
-                self._lost_while_down[lid] = (
-                    f"slurm allocation {self.job_name(lid)} gone while the broker was down"
-                )
-            self._lease_nodes[lid] = tuple(ns)
-            for n in ns:
-                if self._state[n] is not NodeState.DOWN:
-                    self._state[n] = NodeState.LEASED
-        keep = {a.job_id for a in self._allocs.values()}
+        with self._lock:
+            self._now = max(self._now, float(now))
+            self._next_poll = max(self._now, self._clock.now())
+            for name, (state, _) in nodes.items():
+                # Booting or cold nodes do not exist on Slurm: they are on.
+                self._state[name] = NodeState.DOWN if state is NodeState.DOWN else NodeState.ON
+            by_lease: dict[str, list[SlurmJob]] = {}
+            for j in jobs:
+                by_lease.setdefault(j.name[len(self.settings.job_prefix) + 1 :], []).append(j)
+            self._allocs, self._lease_nodes, self._lost_while_down = {}, {}, {}
+            for lid, ns in placements.items():
+                comps = [j for j in by_lease.get(lid, []) if j.state in _HOLDING]
+                if comps:
+                    leader = comps[0].leader
+                    comps = sorted((c for c in comps if c.leader == leader), key=lambda c: c.offset)
+                    self._allocs[lid] = self._allocation(lid, ns, comps)
+                    log.info("lease %s: re-adopted Slurm job %d", lid, leader)
+                else:
+                    self._lost_while_down[lid] = (
+                        f"slurm allocation {self.job_name(lid)} gone while the broker was down"
+                    )
+                self._lease_nodes[lid] = tuple(ns)
+            keep = {a.job_id for a in self._allocs.values()}
+        # A new journal has no placements: every job with our prefix is left over.
         self._cancel_orphans(jobs, keep)
 
     # -- Slurm --------------------------------------------------------------------------
 
-    def _allocate(self, lease_id: str, names: tuple[str, ...], pieces: Mapping[str, Any]) -> None:
+    def _salloc_argv(self, lease_id: str, names: tuple[str, ...], pieces: Pieces) -> list[str]:
         s = self.settings
         name = self.job_name(lease_id)
         common = [
@@ -610,13 +623,17 @@ class SlurmPool:
                     argv.append(":")
                 argv += [*common, f"--nodelist={self._slurm_name[node]}", "--nodes=1"]
                 argv += ["--ntasks=1", *_shape_args(shapes[k])]
-        self._cli.allocate(argv, s.allocate_timeout_s)
+        return argv
+
+    def _allocate(self, lease_id: str, argv: Sequence[str]) -> list[SlurmJob]:
+        """Run ``argv`` (salloc) and return the running job's components, in order."""
+        name = self.job_name(lease_id)
+        self._cli.allocate(argv, self.settings.allocate_timeout_s)
         comps = [j for j in self._cli.jobs() if j.name == name and j.state in _HOLDING]
         if not comps:
             raise SlurmError(f"salloc succeeded but no running job {name} is in squeue")
         leader = max(c.leader for c in comps)  # the newest, should an old one linger
-        comps = sorted((c for c in comps if c.leader == leader), key=lambda c: c.offset)
-        self._allocs[lease_id] = self._allocation(lease_id, names, comps)
+        return sorted((c for c in comps if c.leader == leader), key=lambda c: c.offset)
 
     def _allocation(
         self, lease_id: str, engine_nodes: Sequence[str], comps: list[SlurmJob]
@@ -645,9 +662,13 @@ class SlurmPool:
         except SlurmError as exc:
             log.warning("could not cancel orphans %s: %s", orphans, exc)
             return
-        self.orphans_cancelled.extend(orphans)
+        with self._lock:
+            self.orphans_cancelled.extend(orphans)
 
     def _poll(self, now: float) -> None:
+        with self._lock:
+            # Only allocations made before Slurm is asked can be judged by its answer.
+            before = dict(self._allocs)
         try:
             nodes = {n.name: n for n in self._cli.nodes()}
             jobs = self._cli.jobs()
@@ -655,13 +676,32 @@ class SlurmPool:
             # Slurm unreachable is not a reason to revoke anything: try again next poll.
             log.warning("Slurm poll failed: %s", exc)
             return
+        prefix = self.settings.job_prefix + "-"
+        with self._lock:
+            self._compare(now, nodes, jobs, before)
+            ours = [j for j in jobs if j.name.startswith(prefix) and j.state in _LIVE]
+            # A job whose salloc is still running (or returned after squeue answered)
+            # belongs to its lease even though the lease has no allocation here yet.
+            busy = self._allocating | set(self._allocs)
+            ours = [j for j in ours if j.name[len(prefix) :] not in busy]
+            keep = {a.job_id for a in self._allocs.values()}
+        self._cancel_orphans(ours, keep)
+
+    def _compare(
+        self,
+        now: float,
+        nodes: Mapping[str, SlurmNode],
+        jobs: Sequence[SlurmJob],
+        before: Mapping[str, Allocation],
+    ) -> None:
+        """Turn what Slurm says into events (caller holds the lock)."""
         lost_nodes = set()
         for engine_name, slurm_name in sorted(self._slurm_name.items()):
             sn = nodes.get(slurm_name)
             usable = sn is not None and sn.usable
             st = self._state[engine_name]
             if st is NodeState.DOWN and usable:
-                self._state[engine_name] = NodeState.WARM
+                self._state[engine_name] = NodeState.ON
                 self._due.append(NodeReady(at=now, node=engine_name))
             elif st is not NodeState.DOWN and not usable:
                 why = sn.describe if sn is not None else "gone from the partition"
@@ -674,8 +714,10 @@ class SlurmPool:
             self._due.append(LeaseLost(at=now, lease_id=lid, cause=self._lost_while_down[lid]))
             self._forget(lid)
         self._lost_while_down = {}
-        for lid in sorted(self._allocs, key=_lease_order):
-            a = self._allocs[lid]
+        for lid in sorted(before, key=_lease_order):
+            a = self._allocs.get(lid)
+            if a is not before[lid]:
+                continue  # released (or lost) while Slurm was being asked
             gone = [by_id.get(c.job_id) for c in a.components]
             if all(j is not None and j.state in _HOLDING for j in gone):
                 continue
@@ -689,19 +731,10 @@ class SlurmPool:
             cause = f"slurm job {a.job_id} ended outside the broker ({'/'.join(states)})"
             self._due.append(LeaseLost(at=now, lease_id=lid, cause=cause))
             self._forget(lid)
-        prefix = self.settings.job_prefix + "-"
-        ours = [j for j in jobs if j.name.startswith(prefix) and j.state in _LIVE]
-        self._cancel_orphans(ours, keep={a.job_id for a in self._allocs.values()})
 
     def _forget(self, lease_id: str) -> None:
         self._allocs.pop(lease_id, None)
-        self._free_nodes(lease_id)
-
-    def _free_nodes(self, lease_id: str) -> None:
-        for n in self._lease_nodes.pop(lease_id, ()):
-            held = any(n in ns for ns in self._lease_nodes.values())
-            if not held and self._state[n] is NodeState.LEASED:
-                self._state[n] = NodeState.WARM
+        self._lease_nodes.pop(lease_id, None)
 
     # -- checks -------------------------------------------------------------------------
 
@@ -709,7 +742,9 @@ class SlurmPool:
         return check_nodes(nodes, self._state)
 
     def _advance(self, now: float) -> None:
-        self._now = check_clock(now, self._now)
+        # The actuator's threads may call in a slightly different order than they read the
+        # clock: the pool's time is the latest it has been given, never set back.
+        self._now = max(self._now, check_clock(now, -math.inf))
 
 
 def _shape(piece: Mapping[str, float]) -> tuple[int, int, int]:

@@ -12,7 +12,12 @@ coroutines on that loop, never from a thread. The core owns
 * the waiters of blocking Acquire calls (a future per queued request, resolved by the
   Grant decision the runtime's listener sees);
 * the Watch subscriptions (lease events) and the supply-change signal for WatchSupply;
-* the tokens, the per-client limits and the metrics.
+* the tokens, the per-client limits and the metrics;
+* for a slow backend (Slurm), the leases whose placement is under way: the actuator makes
+  their allocations on worker threads, off the event loop, so other calls go on meanwhile.
+  The Acquire that got such a lease answers, and its Watch event (GRANTED or ACTIVATED) is
+  sent, once the allocation is ready, so that both carry it; a failed allocation ends the
+  lease (LeaseLost) and the answer is the revoked lease.
 
 Its methods take and return engine values (events, decisions, leases) or proto
 messages where a stream needs them; translating requests is the servicer's job.
@@ -33,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from bursar.broker.acquisition import AcquireCall
-from bursar.broker.backends.base import PoolBackend
+from bursar.broker.actuator import Placed, actuator_for
+from bursar.broker.backends.base import PoolBackend, placed_by
 from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
 from bursar.broker.clock import wait_for as wait_for_clock
 from bursar.broker.codec import decision_from_dict
@@ -138,6 +144,15 @@ class _Waiter:
     calls: int = 1
 
 
+@dataclass(slots=True)
+class _Placing:
+    """A lease whose placement an asynchronous actuator is making, and what waits for it."""
+
+    done: asyncio.Future[None]
+    held: list[tuple[Decision, int, int]] = field(default_factory=list)
+    """Watch events held back until the placement is done: (decision, seq, index)."""
+
+
 @dataclass(eq=False)
 class Subscription:
     """One Watch stream: the leases it follows and the events not yet sent."""
@@ -217,7 +232,9 @@ class ServiceCore:
         self._closing = False
         self._fatal: BaseException | None = None
         self._lock: int | None = None
+        self._placing: dict[str, _Placing] = {}
         broker.listen(self._on_decisions)
+        broker.listen_placed(self._on_placed)
 
     # ------------------------------------------------------------------ opening
 
@@ -271,7 +288,15 @@ class ServiceCore:
                     config = Config(pool=j.pool, policy=j.policy)
             else:
                 config = default_config()
-        broker = Broker.open(state, config, backend, at=clock.now(), durability=durability)
+        # A slow backend (Slurm) is driven from worker threads, never from the event loop.
+        broker = Broker.open(
+            state,
+            config,
+            backend,
+            at=clock.now(),
+            durability=durability,
+            actuator=lambda pool: actuator_for(pool, clock),
+        )
         try:
             if resumed:
                 _withdraw_orphans(broker, clock.now())
@@ -307,6 +332,19 @@ class ServiceCore:
 
     async def run_timers(self) -> None:
         """Catch up with the engine's timers and the backend's events as they fall due."""
+        loop = asyncio.get_running_loop()
+
+        def reported() -> None:  # from an actuator thread: a report is waiting
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to wake
+                loop.call_soon_threadsafe(self._wake.set)
+
+        self.broker.actuator.on_report(reported)
+        try:
+            await self._run_timers()
+        finally:
+            self.broker.actuator.on_report(None)
+
+    async def _run_timers(self) -> None:
         while not self._stop.is_set():
             if self._fatal is not None:
                 raise self._fatal
@@ -330,7 +368,7 @@ class ServiceCore:
                 await asyncio.wait_for(self._stop.wait(), interval_s)
 
     def _next_due(self) -> float | None:
-        times = [self.engine.next_timer(), self.broker.backend.next_event_time()]
+        times = [self.engine.next_timer(), self.broker.actuator.next_report_time()]
         present = [t for t in times if t is not None]
         return min(present) if present else None
 
@@ -342,6 +380,8 @@ class ServiceCore:
                 w.future.set_exception(ShuttingDown("the queued request"))
         for sub in list(self._subs):
             sub.close(ShuttingDown("the stream"))
+        for lease_id in list(self._placing):
+            self._placed(lease_id)  # the Acquires answer with the lease as it is
         self._notify_supply()
 
     def stop_background(self) -> None:
@@ -392,15 +432,51 @@ class ServiceCore:
     def _on_decisions(self, _event: Event, outcome: Outcome) -> None:
         """The runtime's listener: called after each applied event's journal commit."""
         self.metrics.on_decisions(outcome)
+        asynchronous = self.broker.actuator.asynchronous
         for index, d in enumerate(outcome):
             if isinstance(d, Grant):
                 w = self._waiters.get(d.lease_id)
                 if w is not None and not w.future.done():
                     w.future.set_result(d)
+            lease_id = placed_by(d)
+            if asynchronous and lease_id is not None:
+                # Its allocation is being made: the Watch event waits until it is ready.
+                placing = self._placing.get(lease_id)
+                if placing is None:
+                    placing = self._placing[lease_id] = _Placing(
+                        asyncio.get_running_loop().create_future()
+                    )
+                placing.held.append((d, outcome.seq, index))
+                continue
+            if isinstance(d, Revoke | Expire | Released) and d.lease_id in self._placing:
+                self._placed(d.lease_id)  # ended first (the allocation failed): in order
             if self._subs and type(d) in _EVENT_KIND:
                 self._publish(d, outcome.seq, index)
         self._wake.set()
         self._notify_supply()
+
+    def _on_placed(self, report: Placed) -> None:
+        """The runtime's placement listener: a lease's allocation is ready."""
+        self._placed(report.lease_id)
+        self._notify_supply()
+
+    def _placed(self, lease_id: str) -> None:
+        """A lease's placement is over (done, failed, or the service stops): send the Watch
+        events it held back and let its Acquire answer."""
+        placing = self._placing.pop(lease_id, None)
+        if placing is None:
+            return
+        for d, seq, index in placing.held:
+            if self._subs:
+                self._publish(d, seq, index)
+        if not placing.done.done():
+            placing.done.set_result(None)
+
+    async def _until_placed(self, lease_id: str) -> None:
+        """Wait until the lease's placement is over (at once if none is under way)."""
+        placing = self._placing.get(lease_id)
+        if placing is not None:
+            await asyncio.shield(placing.done)
 
     def _notify_supply(self) -> None:
         ev, self._supply_changed = self._supply_changed, asyncio.Event()
@@ -425,9 +501,7 @@ class ServiceCore:
     def _live_lease_proto(self, ls: Lease) -> pb.Lease:
         out = convert.lease_to_proto(self.engine, ls)
         # A real backend (Slurm) says how to run inside the lease's resources.
-        allocation = getattr(self.broker.backend, "allocation", None)
-        if allocation is not None:
-            out.allocation.update(allocation(ls.id) or {})
+        out.allocation.update(self.broker.backend.allocation(ls.id))
         return out
 
     def _lease_campaign(self, lease_id: str) -> str | None:
@@ -492,6 +566,7 @@ class ServiceCore:
         if isinstance(first, Grant):
             if not call.replayed:
                 self._observe_grant(first, t0)
+            await self._until_placed(first.lease_id)
             return first, first.at - call.request.at if not call.replayed else 0.0
         if isinstance(first, Reject):
             raise Refused(
@@ -534,6 +609,7 @@ class ServiceCore:
             if waiter.calls <= 0 or waiter.future.done():
                 self._waiters.pop(rid, None)
         self._observe_grant(grant, t0)
+        await self._until_placed(grant.lease_id)
         return grant, grant.at - waiter.queued_at
 
     def _release_quietly(self, lease_id: str) -> None:
@@ -654,6 +730,8 @@ class ServiceCore:
                 key=lambda x: int(x[1:]),
             )
         for lid in targets:
+            if lid in self._placing:
+                continue  # its allocation is being made: the stream hears of it once ready
             ls = self.engine.leases.get(lid)
             if ls is not None:
                 lease = self._live_lease_proto(ls)
