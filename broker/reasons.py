@@ -12,7 +12,6 @@ class Reason(enum.Enum):
     POOL_FULL = "POOL_FULL"
     HEAD_OF_LINE = "HEAD_OF_LINE"
     LEASE_PREEMPTING = "LEASE_PREEMPTING"
-    MAX_LEASE = "MAX_LEASE"
 
     @property
     def explanation(self) -> str:
@@ -29,5 +28,4 @@ _TEXT = {
     Reason.HEAD_OF_LINE: "an older request has waited past the head-of-line patience and has "
     "first claim on freed capacity",
     Reason.LEASE_PREEMPTING: "the lease is being reclaimed and cannot be renewed",
-    Reason.MAX_LEASE: "the lease would run past the pool's maximum lease length",
 }

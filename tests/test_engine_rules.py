@@ -319,8 +319,8 @@ def test_lease_preempting_refuses_renewal():
     assert eng.lease("L1").expires_at == 1000
 
 
-def test_max_lease_is_not_reachable_as_a_reason():
-    """MAX_LEASE is never a decision's reason: a duration above max_lease_s is refused as
+def test_a_duration_above_the_maximum_lease_is_bad_input():
+    """No reason code stands for "too long": a duration above max_lease_s is refused as
     bad input (OUT_OF_RANGE) for requests and renewals alike, and a renewal only extends
     to now + duration, so no lease can run past max_lease_s from its last renewal."""
     eng = build_engine(max_lease_s=100, campaigns=[gpu_campaign("a", 0, 8, 16)])

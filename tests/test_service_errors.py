@@ -78,7 +78,6 @@ EXPECTED: dict[str, tuple[grpc.StatusCode, str, float | None, str | None]] = {
         None,
         None,
     ),
-    "Refused:MAX_LEASE": (grpc.StatusCode.OUT_OF_RANGE, "MAX_LEASE", None, None),
     "Unauthenticated": (grpc.StatusCode.UNAUTHENTICATED, "MISSING_TOKEN", None, None),
     "PermissionDenied": (grpc.StatusCode.PERMISSION_DENIED, "ADMIN_ONLY", None, None),
     "RateLimited": (grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED", 0.25, "quota"),

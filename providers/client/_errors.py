@@ -127,7 +127,8 @@ class InvalidArgument(BursarClientError):
 
 
 class OutOfRange(InvalidArgument):
-    """OUT_OF_RANGE: a value past a limit (``MAX_LEASE``: longer than the pool allows)."""
+    """OUT_OF_RANGE: a value past a limit (e.g. ``duration_s`` longer than the pool's
+    maximum lease, a size larger than the pool or the campaign's burst)."""
 
     code = grpc.StatusCode.OUT_OF_RANGE
 

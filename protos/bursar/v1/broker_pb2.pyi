@@ -40,7 +40,6 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_POOL_FULL: _ClassVar[ReasonCode]
     REASON_HEAD_OF_LINE: _ClassVar[ReasonCode]
     REASON_LEASE_PREEMPTING: _ClassVar[ReasonCode]
-    REASON_MAX_LEASE: _ClassVar[ReasonCode]
 
 class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -92,7 +91,6 @@ REASON_GUARANTEE_RESERVED: ReasonCode
 REASON_POOL_FULL: ReasonCode
 REASON_HEAD_OF_LINE: ReasonCode
 REASON_LEASE_PREEMPTING: ReasonCode
-REASON_MAX_LEASE: ReasonCode
 DECISION_KIND_UNSPECIFIED: DecisionKind
 DECISION_KIND_GRANT: DecisionKind
 DECISION_KIND_QUEUE: DecisionKind
