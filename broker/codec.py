@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from bursar.broker.decisions import DECISION_TYPES, Decision, Path
+from bursar.broker.decisions import DECISION_TYPES, Decision, LeasePath
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import EVENT_TYPES, Event
 from bursar.broker.reasons import Reason
@@ -35,9 +35,7 @@ def _field_names(cls: type) -> tuple[str, ...]:
     if names is None:
         fields = dataclasses.fields(cls)
         names = _FIELDS[cls] = tuple(f.name for f in fields)
-        _OMITTED[cls] = tuple(
-            (f.name, f.default) for f in fields if f.metadata.get("omit_default")
-        )
+        _OMITTED[cls] = tuple((f.name, f.default) for f in fields if f.metadata.get("omit_default"))
     return names
 
 
@@ -114,7 +112,7 @@ _FIELD_DECODERS = {
     "spec": campaign_from_dict,
     "lease_class": lambda v: None if v is None else LeaseClass(v),
     "reason": Reason,
-    "path": Path,
+    "path": LeasePath,
     "nodes": tuple,
 }
 

@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 from bursar.broker.reasons import Reason
 
 
-class Path(enum.Enum):
-    """How a grant is served, cheapest first."""
+class LeasePath(enum.Enum):
+    """How a grant is served, cheapest first (the wire's LeasePath)."""
 
     WARM = "warm"
     """Idle powered capacity: the lease is active at once."""
@@ -37,7 +37,7 @@ class Grant(Decision):
     lease_id: str
     campaign: str
     size: Mapping[str, float]
-    path: Path
+    path: LeasePath
     starts_at: float
     expires_at: float
     tokens: float

@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass, field
 
 from bursar.broker import dims
-from bursar.broker.decisions import Path
+from bursar.broker.decisions import LeasePath
 from bursar.broker.envelope import LeaseClass
 
 
@@ -77,7 +77,7 @@ class Lease:
     size: dims.Vec
     lease_class: LeaseClass
     preemptible: bool
-    path: Path
+    path: LeasePath
     granted_at: float
     starts_at: float
     expires_at: float
@@ -133,7 +133,7 @@ class EndedLease:
     cause: str
     """Why: released, expired, cancelled, reclaimed, node n3 lost, or an operator's reason."""
     size: dims.Vec
-    path: Path
+    path: LeasePath
     granted_at: float
     starts_at: float
     lease_class: LeaseClass

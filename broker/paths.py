@@ -11,12 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bursar.broker import dims
-from bursar.broker.decisions import Path
+from bursar.broker.decisions import LeasePath
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    path: Path
+    path: LeasePath
     warm: dims.Vec
     reclaim: dims.Vec
     cold: dims.Vec
@@ -32,16 +32,16 @@ def plan(
     """The cheapest path that can serve ``size``, or None. Preemptible requests never reclaim."""
     warm_avail = dims.vmax0(warm_limit)
     if dims.fits(size, warm_avail):
-        return Plan(Path.WARM, size, dims.ZERO, dims.ZERO)
+        return Plan(LeasePath.WARM, size, dims.ZERO, dims.ZERO)
     warm = dims.vmin(size, warm_avail)
     need = dims.vmax0(dims.sub(size, warm))
     if not preemptible and dims.fits(need, reclaimable):
-        return Plan(Path.RECLAIM, warm, need, dims.ZERO)
+        return Plan(LeasePath.RECLAIM, warm, need, dims.ZERO)
     if dims.fits(need, cold_avail):
-        return Plan(Path.COLD, warm, dims.ZERO, need)
+        return Plan(LeasePath.COLD, warm, dims.ZERO, need)
     if not preemptible and dims.fits(need, dims.add(reclaimable, cold_avail)):
         reclaim = dims.vmin(need, reclaimable)
-        return Plan(Path.COLD, warm, reclaim, dims.vmax0(dims.sub(need, reclaim)))
+        return Plan(LeasePath.COLD, warm, reclaim, dims.vmax0(dims.sub(need, reclaim)))
     return None
 
 

@@ -10,7 +10,7 @@ import pytest
 from bursar.broker.backends.base import BackendError, NodeState, PoolBackend, apply_decision
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.config import parse_config
-from bursar.broker.decisions import Activate, Expire, Grant, Path, PowerOn, Released, Revoke
+from bursar.broker.decisions import Activate, Expire, Grant, LeasePath, PowerOn, Released, Revoke
 from bursar.broker.events import NodeLost, NodeReady
 from bursar.broker.policy import NodeGroup, PoolSpec
 
@@ -232,7 +232,7 @@ def test_apply_decision_drives_the_backend(pool: SimulatedPool) -> None:
             lease_id=lease,
             campaign="c",
             size={"gpu": 8},
-            path=Path.WARM if starts == at else Path.COLD,
+            path=LeasePath.WARM if starts == at else LeasePath.COLD,
             starts_at=starts,
             expires_at=starts + 100,
             tokens=0.0,

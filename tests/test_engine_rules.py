@@ -15,8 +15,8 @@ from bursar.broker.decisions import (
     Cancelled,
     Expire,
     Grant,
+    LeasePath,
     MeterGrant,
-    Path,
     PowerOn,
     PreemptWarning,
     Queue,
@@ -73,7 +73,7 @@ def test_warm_path_is_active_at_once():
     out = eng.apply(req(1, "victim", 8, 60))
     assert kinds(out) == ["Grant"]
     g = out[0]
-    assert (g.lease_id, g.path, g.starts_at, g.expires_at) == ("L1", Path.WARM, 1, 61)
+    assert (g.lease_id, g.path, g.starts_at, g.expires_at) == ("L1", LeasePath.WARM, 1, 61)
     assert g.nodes == ("node000",)
     assert g.tokens == 0.0
     assert eng.lease("L1").state is LeaseState.ACTIVE
@@ -93,7 +93,7 @@ def reclaim_setup():
     )
     # Preemptible: warm beyond reserve (8) + headroom (8) only.
     out = eng.apply(req(0, "bf", 48, 1000))
-    assert kinds(out) == ["Grant"] and out[0].path is Path.WARM
+    assert kinds(out) == ["Grant"] and out[0].path is LeasePath.WARM
     assert gpu(eng.reclaimable) == 48
     return eng
 
@@ -105,7 +105,7 @@ def test_reclaim_path_warns_then_revokes_and_activates_at_the_deadline():
     assert kinds(out) == ["PreemptWarning", "Grant"]
     w, g = out
     assert (w.lease_id, w.campaign, w.deadline, w.for_request) == ("L1", "bf", 40, "L2")
-    assert g.path is Path.RECLAIM
+    assert g.path is LeasePath.RECLAIM
     assert (g.starts_at, g.expires_at) == (40, 140)
     assert g.inputs["path_split"] == {"warm": {"gpu": 8.0}, "reclaim": {"gpu": 16.0}, "cold": {}}
     # above R = 24 - 8 = 16 GPUs, prepaid for the whole span (grace + duration).
@@ -137,7 +137,7 @@ def test_cold_path_powers_on_and_activates_when_the_nodes_are_ready():
     assert kinds(out) == ["PowerOn", "Grant"]
     p, g = out
     assert p.nodes == ("node004", "node005") and p.ready_by == 65
-    assert g.path is Path.COLD
+    assert g.path is LeasePath.COLD
     assert (g.starts_at, g.expires_at) == (65, 165)
     assert g.nodes == tuple(f"node00{i}" for i in range(6))
     assert eng.lease("L1").state is LeaseState.STARTING
@@ -173,13 +173,13 @@ def test_keep_warm_boots_for_reserve_plus_headroom():
 @pytest.mark.parametrize(
     ("size", "warm", "reclaimable", "cold", "preemptible", "expected"),
     [
-        (8, 8, 0, 0, False, (Path.WARM, 8, 0, 0)),
-        (8, 16, 8, 8, False, (Path.WARM, 8, 0, 0)),
-        (16, 8, 8, 8, False, (Path.RECLAIM, 8, 8, 0)),
-        (16, 8, 4, 8, False, (Path.COLD, 8, 0, 8)),
-        (16, 8, 4, 4, False, (Path.COLD, 8, 4, 4)),
-        (16, 8, 8, 8, True, (Path.COLD, 8, 0, 8)),  # preemptible requests never reclaim
-        (16, -4, 16, 0, False, (Path.RECLAIM, 0, 16, 0)),  # a short reserve: nothing warm
+        (8, 8, 0, 0, False, (LeasePath.WARM, 8, 0, 0)),
+        (8, 16, 8, 8, False, (LeasePath.WARM, 8, 0, 0)),
+        (16, 8, 8, 8, False, (LeasePath.RECLAIM, 8, 8, 0)),
+        (16, 8, 4, 8, False, (LeasePath.COLD, 8, 0, 8)),
+        (16, 8, 4, 4, False, (LeasePath.COLD, 8, 4, 4)),
+        (16, 8, 8, 8, True, (LeasePath.COLD, 8, 0, 8)),  # preemptible requests never reclaim
+        (16, -4, 16, 0, False, (LeasePath.RECLAIM, 0, 16, 0)),  # a short reserve: nothing warm
         (16, 8, 4, 3, False, None),
         (16, 8, 8, 0, True, None),
     ],
@@ -469,7 +469,9 @@ def test_expiry_at_expires_at():
     out = eng.apply(Tick(at=61))
     assert kinds(out) == ["Expire"]
     assert (out[0].at, out[0].lease_id, out[0].campaign) == (61, "L1", "a")
-    assert eng.leases == {} and {k: v.state for k, v in eng.ended.items()} == {"L1": LeaseState.EXPIRED}
+    assert eng.leases == {} and {k: v.state for k, v in eng.ended.items()} == {
+        "L1": LeaseState.EXPIRED
+    }
     assert gpu(eng.campaigns["a"].held) == 0
     assert eng.next_timer() == 61 + 600  # only the idle node's power-down check is left
 
@@ -573,7 +575,7 @@ def test_power_down_keeps_the_reserve_warm():
     eng.apply(Tick(at=15))  # node000's power-down check
     assert gpu(eng.pool.totals()[0]) >= gpu(eng.reserve)  # the reserve is still warm
     g = one(eng.apply(req(16, "victim", 16, 60)), Grant)
-    assert (g.path, g.starts_at) == (Path.WARM, 16)
+    assert (g.path, g.starts_at) == (LeasePath.WARM, 16)
 
 
 def test_polling_next_timer_does_not_change_decisions():
@@ -698,7 +700,7 @@ def test_after_patience_the_big_request_blocks_later_ones_except_own_guarantee()
     assert r.reason is Reason.HEAD_OF_LINE
     # Within its own unmet guarantee: drawn from its own reserve, not blocked.
     g = one(eng.apply(req(320, "guarded", 8, 1000)), Grant)  # L6
-    assert (g.lease_id, g.path, g.starts_at) == ("L6", Path.WARM, 320)
+    assert (g.lease_id, g.path, g.starts_at) == ("L6", LeasePath.WARM, 320)
     # Beyond it: blocked like everyone else.
     assert one(eng.apply(req(330, "guarded", 8, 1000)), Queue).reason is Reason.HEAD_OF_LINE
     # Capacity freed: the aged request goes first, then the rest in order.
@@ -721,7 +723,7 @@ def test_aged_request_does_not_block_a_higher_class():
     eng.apply(req(0, "filler", 40, 1000))
     eng.apply(req(0, "big", 32, 1000))
     eng.apply(Tick(at=400))
-    assert one(eng.apply(req(400, "boss", 8, 100)), Grant).path is Path.WARM
+    assert one(eng.apply(req(400, "boss", 8, 100)), Grant).path is LeasePath.WARM
 
 
 def test_request_that_turns_pool_blocked_still_ages():
@@ -776,13 +778,13 @@ def test_request_within_own_unmet_guarantee_is_served_warm_while_others_burst():
     )
     # 32 warm GPUs, 8 reserved for the victim: the storm gets 24 warm and 8 cold.
     g = one(eng.apply(req(0, "storm", 32, 1000)), Grant)
-    assert g.path is Path.COLD
+    assert g.path is LeasePath.COLD
     assert g.inputs["path_split"]["warm"] == {"gpu": 24.0}
     # Storm asks again: nothing warm beyond the reserve, so more cold.
-    assert one(eng.apply(req(0.5, "storm", 8, 1000)), Grant).path is Path.COLD
+    assert one(eng.apply(req(0.5, "storm", 8, 1000)), Grant).path is LeasePath.COLD
     out = eng.apply(req(1, "victim", 8, 60))
     g = one(out, Grant)
-    assert (g.path, g.starts_at) == (Path.WARM, 1)
+    assert (g.path, g.starts_at) == (LeasePath.WARM, 1)
     assert g.inputs["within_guarantee"] is True
     assert eng.lease(g.lease_id).state is LeaseState.ACTIVE
     assert gpu(eng.reserve) == 0
@@ -811,9 +813,9 @@ def test_part_above_guarantee_must_leave_others_unmet_guarantees():
     )
     assert gpu(eng.reserve) == 16
     # sci may take its own 8 plus what is left after the victim's 8: 24 in all.
-    assert one(eng.apply(req(0, "sci", 24, 100)), Grant).path is Path.WARM
+    assert one(eng.apply(req(0, "sci", 24, 100)), Grant).path is LeasePath.WARM
     assert one(eng.apply(req(1, "sci", 8, 100)), Queue).reason is Reason.GUARANTEE_RESERVED
-    assert one(eng.apply(req(2, "victim", 8, 100)), Grant).path is Path.WARM
+    assert one(eng.apply(req(2, "victim", 8, 100)), Grant).path is LeasePath.WARM
 
 
 def test_preemptible_requests_leave_reserve_and_headroom_idle():
@@ -827,15 +829,15 @@ def test_preemptible_requests_leave_reserve_and_headroom_idle():
         ],
     )
     # 32 warm: 8 reserve + 8 headroom stay idle for preemptible use.
-    assert one(eng.apply(req(0, "bf", 16, 100)), Grant).path is Path.WARM
+    assert one(eng.apply(req(0, "bf", 16, 100)), Grant).path is LeasePath.WARM
     q = one(eng.apply(req(1, "bf", 8, 100)), Queue)
     assert q.reason is Reason.GUARANTEE_RESERVED
     assert gpu(eng.pool.totals()[0]) == 16
     # Firm work may use the headroom but not the reserve; beyond that it reclaims.
-    assert one(eng.apply(req(2, "sci", 8, 100)), Grant).path is Path.WARM
+    assert one(eng.apply(req(2, "sci", 8, 100)), Grant).path is LeasePath.WARM
     out = eng.apply(req(3, "sci", 8, 100))
-    assert kinds(out) == ["PreemptWarning", "Grant"] and out[1].path is Path.RECLAIM
-    assert one(eng.apply(req(4, "victim", 8, 100)), Grant).path is Path.WARM
+    assert kinds(out) == ["PreemptWarning", "Grant"] and out[1].path is LeasePath.RECLAIM
+    assert one(eng.apply(req(4, "victim", 8, 100)), Grant).path is LeasePath.WARM
     eng.check_invariants()
 
 

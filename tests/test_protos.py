@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bursar.broker.decisions import DECISION_TYPES
-from bursar.broker.decisions import Path as LeasePath
+from bursar.broker.decisions import DECISION_TYPES, LeasePath
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.lease import LeaseState
 from bursar.broker.reasons import Reason

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from bursar.broker.config import default_config
-from bursar.broker.decisions import Activate, Grant
-from bursar.broker.decisions import Path as LeasePath
+from bursar.broker.decisions import Activate, Grant, LeasePath
 from bursar.broker.errors import JournalError, RequestError
 from bursar.broker.events import NodeReady, Release, RequestLease, Tick
 from bursar.broker.journal import Journal

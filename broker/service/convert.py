@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 
 from bursar.broker import dims
-from bursar.broker.decisions import Path as LeasePath
+from bursar.broker.decisions import LeasePath
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
