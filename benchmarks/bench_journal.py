@@ -40,7 +40,7 @@ def rows(n: int) -> list[tuple[Event, list[Decision]]]:
             lease_id=f"L{i:08d}",
             campaign=campaign,
             size={"gpu": 4.0},
-            path=d.Path.WARM,
+            path=d.LeasePath.WARM,
             starts_at=at,
             expires_at=at + 60.0,
             tokens=120.0,
