@@ -9,6 +9,11 @@ row. The file holds everything a replay needs: the pool and policy specs live in
     entries(seq INTEGER PRIMARY KEY,                     -- 1, 2, 3, ...
             event TEXT NOT NULL,                         -- canonical JSON of the event
             decisions TEXT NOT NULL)                     -- JSON list of canonical decisions
+    decision_index(seq, idx, kind, campaign, ref, at)    -- one row per decision, derived
+
+``decision_index`` is kept by a trigger in the same statement as the entry, so queries
+(ListDecisions by campaign, lease, kind or time) read indexed columns instead of scanning
+the entries' text; it is derived data, outside the canonical form and the hashes.
 
 Durability. The database runs in WAL mode and :meth:`Journal.append` commits before it
 returns, so a decision acknowledged after ``append`` survives the process being killed
