@@ -18,8 +18,9 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from bursar.broker.backends.slurm import SlurmPool, discover_pool
+from bursar.broker.backends.slurm import SlurmCli, SlurmPool, discover_pool
 from bursar.broker.config import Config, parse_config
 from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.server import Settings, running
@@ -211,9 +212,24 @@ def slurm_config(job_prefix: str, **kw: Any) -> Config:
     return parse_config(slurm_config_text(job_prefix, **kw), "toml", discover=discover_pool)
 
 
-def slurm_backend(cfg: Config) -> SlurmPool:
+def slurm_backend(cfg: Config, cli: SlurmCli | None = None) -> SlurmPool:
     assert cfg.slurm is not None
-    return SlurmPool(cfg.slurm)
+    return SlurmPool(cfg.slurm, cli=cli)
+
+
+def delayed_salloc(job_names: set[str], delay_s: float) -> SlurmCli:
+    """Slurm's commands, with ``salloc`` for the named jobs started ``delay_s`` late: an
+    allocation that takes that long, as one would behind a busy scheduler, without a pending
+    job that changes how Slurm schedules the others (it starts those from backfill then)."""
+
+    def run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "salloc" and any(f"--job-name={n}" in argv for n in job_names):
+            time.sleep(delay_s)
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+
+    return SlurmCli(runner=run)
 
 
 @dataclass(frozen=True)
@@ -225,10 +241,13 @@ class Served:
 
 
 @contextmanager
-def slurm_broker(state_dir: Path, job_prefix: str, **kw: Any) -> Iterator[Served]:
-    """``bursar serve --backend slurm`` in this process, on a thread, on a free port."""
+def slurm_broker(
+    state_dir: Path, job_prefix: str, *, cli: SlurmCli | None = None, **kw: Any
+) -> Iterator[Served]:
+    """``bursar serve --backend slurm`` in this process, on a thread, on a free port (its
+    Slurm commands run through ``cli`` if given)."""
     cfg = slurm_config(job_prefix, **kw)
-    backend = slurm_backend(cfg)
+    backend = slurm_backend(cfg, cli)
     ready = threading.Event()
     box: dict[str, Any] = {}
 

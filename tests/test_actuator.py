@@ -21,8 +21,7 @@ from bursar.broker.actuator import InlineActuator, Placed, ThreadedActuator, act
 from bursar.broker.backends.base import NO_PIECES, Pieces, PlaceFailed, PoolBackend
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.clock import ManualClock
-from bursar.broker.decisions import Grant, PowerOn, Released, Revoke
-from bursar.broker.decisions import Path as LeasePath
+from bursar.broker.decisions import Grant, LeasePath, PowerOn, Released, Revoke
 from bursar.broker.events import Event, LeaseLost, NodeReady, RequestLease
 from bursar.broker.policy import NodeGroup, PoolSpec
 from bursar.broker.runtime import Broker

@@ -498,15 +498,18 @@ class SlurmPool(PoolBackend):
             self._allocating.add(lease_id)
         try:
             comps = self._allocate(lease_id, argv)
-        except SlurmError as exc:
+        except BaseException as exc:
+            with self._lock:
+                self._allocating.discard(lease_id)
+            if not isinstance(exc, SlurmError):
+                raise
             # The engine has granted the lease and the journal holds the grant: the lease
             # ends as revoked, with Slurm's answer as the reason.
             log.warning("lease %s: no Slurm allocation: %s", lease_id, exc)
             raise PlaceFailed(f"slurm: {exc}") from None
-        finally:
-            with self._lock:
-                self._allocating.discard(lease_id)
         with self._lock:
+            # In one step, so that a poll never sees the job as belonging to no lease.
+            self._allocating.discard(lease_id)
             self._allocs[lease_id] = self._allocation(lease_id, names, comps)
             self._lease_nodes[lease_id] = names
 
