@@ -61,6 +61,7 @@ from bursar.broker.events import (
     Tick,
     UpdateCampaign,
 )
+from bursar.broker.keys import KEY_WINDOW_S, KeyRecord, Keys, request_fingerprint
 from bursar.broker.lease import EndedLease, Lease, LeaseState, Segment
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
@@ -76,10 +77,6 @@ ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to
 open a Watch on a lease that ended a while ago, bounded so that a long-running broker's
 state does not grow with every lease it ever granted."""
-
-KEY_WINDOW_S = 86_400.0
-"""How long an Acquire's idempotency key is remembered (seconds): a retry within this
-window returns the first call's answer instead of a second lease."""
 
 
 @dataclass(slots=True)
@@ -123,34 +120,6 @@ class CampaignState:
 
 
 @dataclass(slots=True)
-class KeyRecord:
-    """What one idempotency key answered: the request it named and how it was answered."""
-
-    campaign: str
-    key: str
-    fingerprint: str
-    request_id: str
-    at: float
-    answer: Decision | None = None
-    """The Grant or Reject the request got (None while it waits in the queue)."""
-
-
-def request_fingerprint(e: RequestLease) -> str:
-    """What makes two Acquires the same request: size, duration, class and labels (not the
-    wait, which a retry after a lost reply shortens)."""
-    return dumps(
-        plain(
-            {
-                "size": {d: float(x) for d, x in sorted(e.size.items()) if x},
-                "duration_s": float(e.duration_s),
-                "lease_class": e.lease_class.value if e.lease_class is not None else None,
-                "labels": dict(sorted(e.labels.items())),
-            }
-        )
-    )
-
-
-@dataclass(slots=True)
 class Pending:
     id: str
     campaign: str
@@ -186,9 +155,7 @@ class Engine:
         self.leases: dict[str, Lease] = {}
         self.ended: dict[str, EndedLease] = {}
         """The newest ``ENDED_KEPT`` ended leases, oldest first."""
-        self.keys: dict[tuple[str, str], KeyRecord] = {}
-        """Idempotency keys seen in the last ``KEY_WINDOW_S``, by (campaign, key), oldest first."""
-        self._key_of: dict[str, KeyRecord] = {}
+        self.idempotency = Keys()
         self.pending: dict[str, Pending] = {}
         self._queues: dict[tuple[str, LeaseClass], deque[str]] = {}
         self._timers: list[tuple[float, int, str, str]] = []
@@ -230,7 +197,7 @@ class Engine:
         own = handler(self, event)
         self._settle()
         self.events_applied += 1
-        self._forget_keys()
+        self.idempotency.forget(self.now)
         out, self._out = self._out, []
         if isinstance(own, Queue):
             # Queued, then granted by the admission pass of the same event: the grant is the
@@ -242,7 +209,12 @@ class Engine:
 
     def key_record(self, campaign: str, key: str) -> KeyRecord | None:
         """What an Acquire with this idempotency key got, if one came within the window."""
-        return self.keys.get((campaign, key)) if key else None
+        return self.idempotency.get(campaign, key)
+
+    @property
+    def keys(self) -> dict[tuple[str, str], KeyRecord]:
+        """Idempotency keys seen in the last ``KEY_WINDOW_S``, by (campaign, key), oldest first."""
+        return self.idempotency.records
 
     def next_timer(self) -> float | None:
         """When the shell should send the next ``Tick`` (an expiry, revocation or wake-up)."""
@@ -727,10 +699,7 @@ class Engine:
             labels=dict(e.labels),
             key=e.idempotency_key,
         )
-        if p.key:
-            rec = KeyRecord(p.campaign, p.key, request_fingerprint(e), rid, self.now)
-            self.keys[(p.campaign, p.key)] = rec
-            self._key_of[rid] = rec
+        self.idempotency.record(e, rid, self.now)
         q = self._queues.get((p.campaign, p.lease_class))
         if q:
             # First come, first served within a campaign and class: wait behind the head.
@@ -750,10 +719,7 @@ class Engine:
                 return self._end(ls, LeaseState.RELEASED, "cancelled")
             return None
         self._unqueue(p)
-        rec = self._key_of.pop(p.id, None)
-        if rec is not None:
-            # A withdrawn request answered nothing: its key is free for the caller's next try.
-            self.keys.pop((rec.campaign, rec.key), None)
+        self.idempotency.withdraw(p.id)
         self._pool_dirty = True
         return self._emit(Cancelled(self.now, p.id, p.campaign))
 
@@ -1078,9 +1044,7 @@ class Engine:
             inputs={**inputs, "price": price},
         )
         self._emit(grant)
-        rec = self._key_of.pop(p.id, None)
-        if rec is not None:
-            rec.answer = grant
+        self.idempotency.answer(p.id, grant)
         return grant
 
     def _charge(self, c: CampaignState, rate: dims.Vec, span: float) -> float:
@@ -1123,7 +1087,9 @@ class Engine:
         if ls.state is LeaseState.STARTING and ls.ready:
             self._activate(ls)
             nodes = tuple(self.pool.nodes[i].name for i in sorted(ls.pieces))
-            pieces = {self.pool.nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())}
+            pieces = {
+                self.pool.nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())
+            }
             self._emit(Activate(self.now, ls.id, ls.campaign, nodes, pieces))
 
     def _end(self, ls: Lease, state: LeaseState, cause: str) -> Decision:
@@ -1211,9 +1177,7 @@ class Engine:
         if not p.blocking:
             retry = max(self.policy.min_retry_s, wait)
             reject = self._emit(Reject(self.now, p.id, p.campaign, reason, retry, inputs))
-            rec = self._key_of.pop(p.id, None)
-            if rec is not None:
-                rec.answer = reject
+            self.idempotency.answer(p.id, reject)
             return reject
         self.pending[p.id] = p
         qk = (p.campaign, p.lease_class)
@@ -1494,17 +1458,6 @@ class Engine:
         self._out.append(d)
         return d
 
-    def _forget_keys(self) -> None:
-        """Drop idempotency keys older than the window (the oldest come first)."""
-        horizon = self.now - KEY_WINDOW_S
-        while self.keys:
-            k, rec = next(iter(self.keys.items()))
-            if rec.at > horizon:
-                return
-            del self.keys[k]
-            if self._key_of.get(rec.request_id) is rec:
-                del self._key_of[rec.request_id]
-
     # ------------------------------------------------------------------ views
 
     def queued(self) -> Iterator[Pending]:
@@ -1543,4 +1496,12 @@ _VALIDATORS = {
     Meter: Engine._v_meter,
 }
 
-__all__ = ["ENDED_KEPT", "KEY_WINDOW_S", "CampaignState", "Engine", "KeyRecord", "Pending"]
+__all__ = [
+    "ENDED_KEPT",
+    "KEY_WINDOW_S",
+    "CampaignState",
+    "Engine",
+    "KeyRecord",
+    "Pending",
+    "request_fingerprint",
+]
