@@ -18,13 +18,13 @@ import hashlib
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sortedcontainers import SortedList
 
-from bursar.broker import admission, dims, isolation, paths
+from bursar.broker import admission, dims, isolation, paths, validation
 from bursar.broker import price as pricing
 from bursar.broker.bucket import Bucket
 from bursar.broker.codec import dumps, plain
@@ -46,7 +46,6 @@ from bursar.broker.decisions import (
     Revoke,
 )
 from bursar.broker.envelope import CampaignSpec, LeaseClass
-from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
     CancelRequest,
     CreateCampaign,
@@ -190,7 +189,7 @@ class Engine:
     def apply(self, event: Event) -> Outcome:
         """Apply one event; return its outcome: every decision it caused, and apart the one
         answering its own request. Bad input raises, changing nothing."""
-        self._validate(event)
+        validation.validate(self, event)
         self._out = []
         self._advance(event.at)
         handler = _HANDLERS[type(event)]
@@ -229,7 +228,7 @@ class Engine:
         try:
             return self.leases[lease_id]
         except KeyError:
-            raise self._unknown_lease(lease_id) from None
+            raise validation.unknown_lease(self.ended, lease_id) from None
 
     def price(self) -> float:
         rho = pricing.pressure(self._firm_held, self._queued_demand, self.pool.capacity)
@@ -354,239 +353,6 @@ class Engine:
         fresh = (free[Power.ON], free[Power.BOOTING], free[Power.COLD], on_cap)
         for x, y in zip(cached, fresh, strict=True):
             assert all(abs(a - b) < 1e-6 for a, b in zip(x, y, strict=True)), (cached, fresh)
-
-    # ------------------------------------------------------------------ validation
-
-    def _bad(self, field_: str, message: str, code: ErrorCode = ErrorCode.INVALID_ARGUMENT):
-        return RequestError(code, field_, message)
-
-    def _unknown_lease(self, lease_id: str) -> RequestError:
-        if lease_id in self.ended:
-            return self._bad(
-                "lease_id",
-                f"lease {lease_id} already ended ({self.ended[lease_id].state.value}); "
-                "request a new lease",
-                ErrorCode.FAILED_PRECONDITION,
-            )
-        return self._bad("lease_id", f"no lease {lease_id!r}", ErrorCode.NOT_FOUND)
-
-    def _campaign(self, name: str) -> CampaignState:
-        try:
-            return self.campaigns[name]
-        except KeyError:
-            known = ", ".join(sorted(self.campaigns)[:10]) or "none yet"
-            raise self._bad(
-                "campaign", f"unknown campaign {name!r} (known: {known})", ErrorCode.NOT_FOUND
-            ) from None
-
-    def _validate(self, event: Event) -> None:
-        at = event.at
-        if not isinstance(at, int | float) or not math.isfinite(at):
-            raise self._bad("at", f"time must be a finite number of seconds (got {at!r})")
-        if at < self.now:
-            raise self._bad(
-                "at", f"time {at} is before the engine's clock {self.now}; time never goes back"
-            )
-        validator = _VALIDATORS.get(type(event))
-        if validator is not None:
-            validator(self, event)
-
-    def _validate_spec(self, spec: CampaignSpec, creating: bool) -> None:
-        if not isinstance(spec, CampaignSpec):
-            raise self._bad("spec", "expected a CampaignSpec")
-        problems = spec.problems()
-        if problems:
-            raise self._bad("spec", "; ".join(problems))
-        if creating and spec.name in self.campaigns:
-            raise self._bad(
-                "spec.name",
-                f"campaign {spec.name!r} already exists; use update",
-                ErrorCode.ALREADY_EXISTS,
-            )
-        if not creating:
-            self._campaign(spec.name)
-        total = spec.placed("guarantee")
-        for name, c in self.campaigns.items():
-            if name != spec.name:
-                total = dims.add(total, c.guarantee)
-        if not dims.fits(total, self.pool.capacity):
-            raise self._bad(
-                "spec.envelopes",
-                f"guarantees would sum to {dims.as_dict(total)}, more than the pool's "
-                f"capacity {dims.as_dict(self.pool.capacity)}; lower a guarantee",
-                ErrorCode.FAILED_PRECONDITION,
-            )
-
-    def _v_duration(self, d: object) -> float:
-        if isinstance(d, bool) or not isinstance(d, int | float) or not math.isfinite(d) or d <= 0:
-            raise self._bad("duration_s", f"must be a finite number of seconds > 0 (got {d!r})")
-        if d > self.policy.max_lease_s:
-            raise self._bad(
-                "duration_s",
-                f"{d} s is longer than the pool's maximum lease of {self.policy.max_lease_s} s; "
-                "ask for less and renew",
-                ErrorCode.OUT_OF_RANGE,
-            )
-        return d
-
-    def _v_create(self, e: CreateCampaign) -> None:
-        self._validate_spec(e.spec, creating=True)
-
-    def _v_update(self, e: UpdateCampaign) -> None:
-        self._validate_spec(e.spec, creating=False)
-
-    def _v_request(self, e: RequestLease) -> None:
-        c = self._campaign(e.campaign)
-        if not isinstance(e.size, Mapping) or not e.size:
-            raise self._bad("size", "give a size per dimension, e.g. {'gpu': 8}")
-        for d, x in e.size.items():
-            if d in dims.RATE:
-                raise self._bad("size", f"{d} is a metered rate dimension: use Meter, not a lease")
-            if d not in dims.PLACED:
-                raise self._bad(
-                    "size", f"unknown dimension {d!r}; allowed: {', '.join(dims.PLACED)}"
-                )
-            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
-                raise self._bad(f"size.{d}", f"must be a finite number (got {x!r})")
-            if x < 0:
-                raise self._bad(f"size.{d}", f"must not be negative (got {x})")
-            if x > 0 and d not in c.spec.envelopes:
-                raise self._bad(
-                    f"size.{d}", f"campaign {e.campaign!r} has no envelope for {d}; ask the admin"
-                )
-        size = dims.vec(e.size)
-        if dims.is_zero(size):
-            raise self._bad("size", "at least one dimension must be greater than zero")
-        d = self._v_duration(e.duration_s)
-        for i, dim in enumerate(dims.PLACED):
-            if size[i] > self.pool.capacity[i] + _EPS:
-                raise self._bad(
-                    f"size.{dim}",
-                    f"{size[i]} is larger than the whole pool ({self.pool.capacity[i]})",
-                    ErrorCode.OUT_OF_RANGE,
-                )
-            if size[i] > c.burst[i] + _EPS:
-                raise self._bad(
-                    f"size.{dim}",
-                    f"{size[i]} is above campaign {e.campaign!r}'s burst ceiling ({c.burst[i]}) "
-                    "and can never be granted",
-                    ErrorCode.OUT_OF_RANGE,
-                )
-        if self.policy.enforcement is Enforcement.PREPAID:
-            need = admission.token_need(dims.ZERO, size, c.sustained)
-            for i, dim in enumerate(dims.PLACED):
-                b = c.buckets.get(dim)
-                if b is not None and not b.unlimited and need[i] * d > b.capacity + _EPS:
-                    raise self._bad(
-                        "duration_s",
-                        f"{dims.as_dict(size)} for {d} s needs {need[i] * d:.0f} {dim}-seconds "
-                        f"of bucket above the sustained rate, but the bucket holds at most "
-                        f"{b.capacity:.0f}; ask for less or shorter",
-                        ErrorCode.OUT_OF_RANGE,
-                    )
-        self._v_key(e)
-        if e.lease_class is not None:
-            if not isinstance(e.lease_class, LeaseClass):
-                raise self._bad("lease_class", "allowed: interactive, batch, opportunistic")
-            if e.lease_class.rank > c.spec.lease_class.rank:
-                raise self._bad(
-                    "lease_class",
-                    f"campaign {e.campaign!r} is {c.spec.lease_class.value}; a request may not "
-                    f"ask for a higher class ({e.lease_class.value})",
-                    ErrorCode.FAILED_PRECONDITION,
-                )
-
-    def _v_key(self, e: RequestLease) -> None:
-        key = e.idempotency_key
-        if not isinstance(key, str):
-            raise self._bad("idempotency_key", "must be a string")
-        if not key:
-            return
-        if len(key) > 128 or not key.isprintable():
-            raise self._bad("idempotency_key", f"at most 128 printable characters (got {len(key)})")
-        rec = self.keys.get((e.campaign, key))
-        if rec is None:
-            return
-        if rec.fingerprint != request_fingerprint(e):
-            raise self._bad(
-                "idempotency_key",
-                f"key {key!r} was used for another request ({rec.request_id}) of campaign "
-                f"{e.campaign!r} with a different size, duration, class or labels; use a new "
-                "key for a new request",
-            )
-        raise self._bad(
-            "idempotency_key",
-            f"request {rec.request_id} already carries key {key!r}: this is a retry of it",
-            ErrorCode.ALREADY_EXISTS,
-        )
-
-    def _v_cancel(self, e: CancelRequest) -> None:
-        if e.request_id not in self.pending:
-            if e.request_id in self.leases or e.request_id in self.ended:
-                raise self._bad(
-                    "request_id",
-                    f"request {e.request_id} was already granted; release the lease instead",
-                    ErrorCode.FAILED_PRECONDITION,
-                )
-            raise self._bad(
-                "request_id", f"no queued request {e.request_id!r}", ErrorCode.NOT_FOUND
-            )
-
-    def _v_renew(self, e: Renew) -> None:
-        if e.lease_id not in self.leases:
-            raise self._unknown_lease(e.lease_id)
-        self._v_duration(e.duration_s)
-        self._v_alive(e.lease_id, e.at)
-
-    def _v_release(self, e: Release) -> None:
-        if e.lease_id not in self.leases:
-            raise self._unknown_lease(e.lease_id)
-        self._v_alive(e.lease_id, e.at)
-
-    def _v_alive(self, lease_id: str, at: float) -> None:
-        # The clock advances to ``at`` before the event applies; a lease whose expiry or
-        # revocation falls before then would be gone by the time the handler runs.
-        ls = self.leases[lease_id]
-        end = ls.expires_at
-        if ls.preempt_deadline is not None:
-            end = min(end, ls.preempt_deadline)
-        if at >= end:
-            what = "expires" if end == ls.expires_at else "is revoked"
-            raise self._bad(
-                "lease_id",
-                f"lease {lease_id} {what} at {end}, before this call at {at}; request a new lease",
-                ErrorCode.FAILED_PRECONDITION,
-            )
-
-    def _v_node(self, e: NodeReady | NodeLost) -> None:
-        i = self.pool.index.get(e.node)
-        if i is None:
-            raise self._bad("node", f"unknown node {e.node!r}", ErrorCode.NOT_FOUND)
-        power = self.pool.nodes[i].power
-        if isinstance(e, NodeReady) and power not in (Power.BOOTING, Power.DOWN):
-            raise self._bad(
-                "node",
-                f"node {e.node} is {power.value}, not booting",
-                ErrorCode.FAILED_PRECONDITION,
-            )
-        if isinstance(e, NodeLost) and power is Power.DOWN:
-            raise self._bad("node", f"node {e.node} is already down", ErrorCode.FAILED_PRECONDITION)
-
-    def _v_lease_lost(self, e: LeaseLost) -> None:
-        if not isinstance(e.lease_id, str) or not e.lease_id:
-            raise self._bad("lease_id", "must be a lease id such as 'L7'")
-        if not isinstance(e.cause, str) or not e.cause:
-            raise self._bad("cause", "must say why the lease's resources are gone")
-
-    def _v_meter(self, e: Meter) -> None:
-        c = self._campaign(e.campaign)
-        if e.dim not in dims.RATE:
-            raise self._bad("dim", f"{e.dim!r} is not metered; allowed: {', '.join(dims.RATE)}")
-        if e.dim not in c.rate_buckets:
-            raise self._bad("dim", f"campaign {e.campaign!r} has no envelope for {e.dim}")
-        a = e.amount
-        if isinstance(a, bool) or not isinstance(a, int | float) or not math.isfinite(a) or a <= 0:
-            raise self._bad("amount", f"must be a finite number > 0 (got {a!r})")
 
     # ------------------------------------------------------------------ time
 
@@ -1481,19 +1247,6 @@ _HANDLERS = {
     NodeLost: Engine._on_node_lost,
     LeaseLost: Engine._on_lease_lost,
     Meter: Engine._on_meter,
-}
-
-_VALIDATORS = {
-    CreateCampaign: Engine._v_create,
-    UpdateCampaign: Engine._v_update,
-    RequestLease: Engine._v_request,
-    CancelRequest: Engine._v_cancel,
-    Renew: Engine._v_renew,
-    Release: Engine._v_release,
-    NodeReady: Engine._v_node,
-    NodeLost: Engine._v_node,
-    LeaseLost: Engine._v_lease_lost,
-    Meter: Engine._v_meter,
 }
 
 __all__ = [
