@@ -291,6 +291,10 @@ def test_the_service_answers_other_acquires_while_one_allocation_is_slow(tmp_pat
                 snap = await asyncio.wait_for(watch.read(), 5)
                 assert (snap.kind, snap.lease.lease_id) == (pb.LEASE_EVENT_KIND_ACTIVATED, "L2")
                 assert snap.snapshot and not first.done()
+                # A stream that replays the journal has L2's grant, not yet L1's.
+                replay = c.broker.Watch(pb.WatchRequest(from_seq=1), metadata=c.as_("sci"))
+                again = await asyncio.wait_for(replay.read(), 5)
+                assert (again.kind, again.lease.lease_id) == (pb.LEASE_EVENT_KIND_GRANTED, "L2")
             finally:
                 slow.set()
             answer = await asyncio.wait_for(first, 5)
@@ -299,8 +303,15 @@ def test_the_service_answers_other_acquires_while_one_allocation_is_slow(tmp_pat
             assert (ev.kind, ev.lease.lease_id) == (pb.LEASE_EVENT_KIND_GRANTED, "L1")
             assert ev.lease.allocation["nodes"] == "w000" and not ev.snapshot
             # Sent late, it keeps its place in the journal: before L2's grant.
-            assert 0 < ev.seq < c.core.broker.journal.last_seq
-            watch.cancel()
+            assert 0 < ev.seq < again.seq
+            # Once on each stream: after it, the replaying stream hears L2's release next.
+            late = await asyncio.wait_for(replay.read(), 5)
+            assert (late.kind, late.lease.lease_id, late.seq) == (ev.kind, "L1", ev.seq)
+            await c.broker.Release(pb.ReleaseRequest(lease_id="L2"), metadata=c.as_("sci"))
+            for stream in (watch, replay):
+                end = await asyncio.wait_for(stream.read(), 5)
+                assert (end.kind, end.lease.lease_id) == (pb.LEASE_EVENT_KIND_RELEASED, "L2")
+                stream.cancel()
 
     run(scenario())
 

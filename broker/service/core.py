@@ -472,6 +472,11 @@ class ServiceCore:
         if not placing.done.done():
             placing.done.set_result(None)
 
+    def _held(self, lease_id: str, seq: int, index: int) -> bool:
+        """Whether the Watch event of that decision waits for the lease's placement."""
+        placing = self._placing.get(lease_id)
+        return placing is not None and any((s, i) == (seq, index) for _, s, i in placing.held)
+
     async def _until_placed(self, lease_id: str) -> None:
         """Wait until the lease's placement is over (at once if none is under way)."""
         placing = self._placing.get(lease_id)
@@ -773,6 +778,8 @@ class ServiceCore:
                     continue
                 if not sub.wants(d["campaign"], d["lease_id"]):
                     continue
+                if self._held(d["lease_id"], seq, index):
+                    continue  # sent live once the lease's allocation is ready
                 ev = self._event_for(decision_from_dict(d), seq, index)
                 sub.snapshot.append(ev)
                 if sub.remaining is not None and ev.kind in _END_KINDS:
