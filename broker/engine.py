@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-import math
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -45,7 +43,7 @@ from bursar.broker.decisions import (
     Renewed,
     Revoke,
 )
-from bursar.broker.envelope import CampaignSpec, LeaseClass
+from bursar.broker.envelope import CampaignSpec
 from bursar.broker.events import (
     CancelRequest,
     CreateCampaign,
@@ -64,6 +62,7 @@ from bursar.broker.keys import KEY_WINDOW_S, KeyRecord, Keys, request_fingerprin
 from bursar.broker.lease import EndedLease, Lease, LeaseState, Segment
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
+from bursar.broker.pending import HeadEntry, Pending, Queues
 from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState, Power
 from bursar.broker.reasons import Reason
@@ -118,27 +117,6 @@ class CampaignState:
         self.deficit = admission.deficit(self.held, self.sustained)
 
 
-@dataclass(slots=True)
-class Pending:
-    id: str
-    campaign: str
-    size: dims.Vec
-    duration_s: float
-    lease_class: LeaseClass
-    blocking: bool
-    seq: int
-    queued_at: float
-    labels: dict[str, str]
-    key: str = ""
-    """The client's idempotency key ("" for none)."""
-    reason: Reason | None = None
-    aging: bool = False
-    """An age timer (head-of-line patience) is set for it."""
-    head_entry: tuple[int, float, int, str] | None = None
-    """Its entry in the pool-blocked head index while it heads its queue and is blocked
-    for a pool reason; None otherwise."""
-
-
 class Engine:
     """One pool, its campaigns, leases and queue. Build it with the pool and policy specs."""
 
@@ -155,30 +133,18 @@ class Engine:
         self.ended: dict[str, EndedLease] = {}
         """The newest ``ENDED_KEPT`` ended leases, oldest first."""
         self.idempotency = Keys()
-        self.pending: dict[str, Pending] = {}
-        self._queues: dict[tuple[str, LeaseClass], deque[str]] = {}
         self._timers: list[tuple[float, int, str, str]] = []
         self._reserve: dims.Vec = dims.ZERO
         self._reclaimable: dims.Vec = dims.ZERO
         self._firm_held: dims.Vec = dims.ZERO
         self._queued_demand: dims.Vec = dims.ZERO
-        self._aged: set[str] = set()
         self._idle_since: dict[int, float] = {}
-        self._wake_at: dict[str, float] = {}
-        # Aged requests by (-class rank, arrival): the head-of-line barrier is its top.
-        self._aged_heap: list[tuple[int, int, str]] = []
-        # Heads of queues blocked for pool reasons, in admission order, and their sizes in
-        # the primary dimension: a pass walks them in order, skips those too big for what
-        # is free, and stops once nothing left could fit.
-        self._pool_heads: SortedList = SortedList()
-        self._pool_sizes: SortedList = SortedList()
-        self._guarantee_heads: dict[str, None] = {}
-        self._campaign_queues: dict[str, dict[LeaseClass, None]] = {}
         self._primary = pricing.primary_index(self.pool.capacity)
+        self.queue = Queues(
+            self.campaigns, self._primary, self.policy.hol_patience_s, self._push_timer
+        )
         self._max_guarantee = 0.0
         self._node_waiters: dict[int, set[str]] = {}
-        self._pool_dirty = False
-        self._dirty: set[str] = set()
         # Firm (non-preemptible) leases by end time: what frees capacity, and when.
         self._firm_ends: SortedList = SortedList()
         self.headroom = dims.vec(self.policy.warm_headroom)
@@ -223,6 +189,11 @@ class Engine:
                 return t
             heapq.heappop(self._timers)
         return None
+
+    @property
+    def pending(self) -> dict[str, Pending]:
+        """Every waiting request by id."""
+        return self.queue.pending
 
     def lease(self, lease_id: str) -> Lease:
         try:
@@ -302,9 +273,9 @@ class Engine:
             ),
             "pending": [
                 [p.id, p.campaign, list(p.size), p.duration_s, p.queued_at]
-                for p in sorted(self.pending.values(), key=lambda p: p.seq)
+                for p in sorted(self.queue.pending.values(), key=lambda p: p.seq)
             ],
-            "aged": sorted(self._aged),
+            "aged": sorted(self.queue.aged),
         }
 
     def state_digest(self) -> str:
@@ -368,11 +339,11 @@ class Engine:
             ls = self.leases.get(ref)
             return ls is not None and ls.state is LeaseState.PREEMPTING
         if kind == "age":
-            return ref in self.pending and ref not in self._aged
+            return self.queue.ageing(ref)
         if kind == "wake":
             # One wake-up per campaign at a time (the earliest asked for); a later or
             # superseded one is dead for good, so dropping it in next_timer() is safe.
-            return self._wake_at.get(ref) == t
+            return self.queue.wake_at.get(ref) == t
         if kind == "idle":
             # Live only for the idle spell it was set for: once the node is used (or powered
             # off) the spell ends and this timer stays dead, even if the node idles again
@@ -394,13 +365,9 @@ class Engine:
             elif kind == "deadline":
                 self._end(self.leases[ref], LeaseState.REVOKED, "reclaimed")
             elif kind == "age":
-                self._aged.add(ref)
-                p = self.pending[ref]
-                if p.reason in admission.POOL_REASONS:
-                    heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
+                self.queue.age(ref)
             elif kind == "wake":
-                del self._wake_at[ref]
-                self._dirty.add(ref)
+                self.queue.wake(ref)
             elif kind == "idle":
                 self._maybe_power_off(ref)
             self._settle()
@@ -417,8 +384,7 @@ class Engine:
         old = c.held
         c.held = held
         c.refresh()
-        if c.spec.name in self._campaign_queues:
-            self._rekey(c.spec.name)
+        self.queue.rekey(c.spec.name)
         self._reserve = dims.vmax0(dims.add(dims.sub(self._reserve, before), c.unmet))
         if not c.spec.preemptible:
             self._firm_held = dims.vmax0(dims.add(dims.sub(self._firm_held, old), held))
@@ -444,9 +410,9 @@ class Engine:
             if not other.spec.preemptible:
                 self._firm_held = dims.add(self._firm_held, other.held)
         self._max_guarantee = max(x.guarantee[self._primary] for x in self.campaigns.values())
-        self._rekey(c.spec.name)
-        self._dirty.add(c.spec.name)
-        self._pool_dirty = True
+        self.queue.rekey(c.spec.name)
+        self.queue.dirty.add(c.spec.name)
+        self.queue.pool_dirty = True
         return self._emit(CampaignSet(self.now, e.spec.name, False))
 
     def _on_request(self, e: RequestLease) -> Decision:
@@ -466,18 +432,17 @@ class Engine:
             key=e.idempotency_key,
         )
         self.idempotency.record(e, rid, self.now)
-        q = self._queues.get((p.campaign, p.lease_class))
-        if q:
+        head = self.queue.head(p.campaign, p.lease_class)
+        if head is not None:
             # First come, first served within a campaign and class: wait behind the head.
-            head = self.pending[q[0]]
             return self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
-        result = self._try(p, self._barrier_before(p))
+        result = self._try(p, self.queue.barrier_before(p))
         if isinstance(result, tuple):
             return self._refuse(p, *result)
         return result
 
     def _on_cancel(self, e: CancelRequest) -> Decision | None:
-        p = self.pending.get(e.request_id)
+        p = self.queue.pending.get(e.request_id)
         if p is None:
             # Granted while the clock advanced to this event: the holder no longer wants it.
             ls = self.leases.get(e.request_id)
@@ -486,7 +451,7 @@ class Engine:
             return None
         self._unqueue(p)
         self.idempotency.withdraw(p.id)
-        self._pool_dirty = True
+        self.queue.pool_dirty = True
         return self._emit(Cancelled(self.now, p.id, p.campaign))
 
     def _on_renew(self, e: Renew) -> Decision | None:
@@ -569,7 +534,7 @@ class Engine:
                 continue
             ls.waiting_nodes.discard(i)
             self._maybe_activate(ls)
-        self._pool_dirty = True
+        self.queue.pool_dirty = True
 
     def _on_node_lost(self, e: NodeLost) -> None:
         i = self.pool.index[e.node]
@@ -622,29 +587,6 @@ class Engine:
         )
 
     # ------------------------------------------------------------------ admission
-
-    def _key(self, p: Pending) -> tuple[int, float, int]:
-        return admission.order_key(p.lease_class.rank, self.campaigns[p.campaign].deficit, p.seq)
-
-    def _barrier(self) -> tuple[int, int] | None:
-        """(-rank, seq) of the head-of-line request: the highest-class, oldest aged request
-        still blocked for a pool reason; None if there is none."""
-        heap = self._aged_heap
-        while heap:
-            _, _, rid = heap[0]
-            p = self.pending.get(rid)
-            if p is not None and rid in self._aged and p.reason in admission.POOL_REASONS:
-                return heap[0][0], heap[0][1]
-            # Gone, granted, or blocked for its own reasons now; re-pushed if that changes.
-            heapq.heappop(heap)
-        return None
-
-    def _barrier_before(self, p: Pending) -> bool:
-        """True when the head-of-line request precedes ``p`` (same or higher class, older)."""
-        if not self._aged_heap:
-            return False
-        barrier = self._barrier()
-        return barrier is not None and barrier < (-p.lease_class.rank, p.seq)
 
     def _inputs(self, c: CampaignState, size: dims.Vec) -> dict[str, Any]:
         on_free, boot_free, cold, _ = self.pool.totals()
@@ -731,7 +673,7 @@ class Engine:
         inputs["within_guarantee"] = isolation.within_own_guarantee(p.size, own)
         inputs["waited_s"] = self.now - p.queued_at
         demand = self._queued_demand
-        if p.id in self.pending and not c.spec.preemptible:
+        if p.id in self.queue.pending and not c.spec.preemptible:
             demand = dims.vmax0(dims.sub(demand, p.size))
         price = pricing.price(
             self.policy.price_base,
@@ -931,8 +873,8 @@ class Engine:
         )
         if len(self.ended) > ENDED_KEPT:
             del self.ended[next(iter(self.ended))]
-        self._dirty.add(ls.campaign)
-        self._pool_dirty = True
+        self.queue.dirty.add(ls.campaign)
+        self.queue.pool_dirty = True
         return decision
 
     # ------------------------------------------------------------------ queue
@@ -945,69 +887,17 @@ class Engine:
             reject = self._emit(Reject(self.now, p.id, p.campaign, reason, retry, inputs))
             self.idempotency.answer(p.id, reject)
             return reject
-        self.pending[p.id] = p
-        qk = (p.campaign, p.lease_class)
-        self._queues.setdefault(qk, deque()).append(p.id)
-        self._campaign_queues.setdefault(p.campaign, {})[p.lease_class] = None
+        self.queue.add(p)
         self._add_demand(p, +1)
-        self._set_reason(p, reason)
+        self.queue.set_reason(p, reason, self.now)
         if reason is Reason.BUCKET_EMPTY:
             self._schedule_wake(p)
         return self._emit(Queue(self.now, p.id, p.campaign, reason, wait, inputs))
 
-    def _index_head(self, p: Pending, on: bool) -> None:
-        if p.head_entry is not None:
-            self._pool_heads.remove(p.head_entry)
-            self._pool_sizes.remove(p.size[self._primary])
-            p.head_entry = None
-        self._guarantee_heads.pop(p.id, None)
-        if on:
-            p.head_entry = (*self._key(p), p.id)
-            self._pool_heads.add(p.head_entry)
-            self._pool_sizes.add(p.size[self._primary])
-            if isolation.within_own_guarantee(p.size, self.campaigns[p.campaign].unmet):
-                self._guarantee_heads[p.id] = None
-
-    def _set_reason(self, p: Pending, reason: Reason) -> None:
-        """Record why ``p`` waits, keeping the pool-blocked head index and aged heap current."""
-        p.reason = reason
-        pool = reason in admission.POOL_REASONS
-        if pool and not p.aging:
-            # Patience counts from arrival, whatever the request first waited for.
-            p.aging = True
-            self._push_timer(max(self.now, p.queued_at + self.policy.hol_patience_s), "age", p.id)
-        q = self._queues[(p.campaign, p.lease_class)]
-        if q[0] == p.id and pool != (p.head_entry is not None):
-            self._index_head(p, pool)
-        if pool and p.id in self._aged:
-            heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
-
-    def _rekey(self, campaign: str) -> None:
-        """A campaign's deficit changed: move its indexed heads to their new place."""
-        for lc in self._campaign_queues.get(campaign, ()):
-            p = self.pending[self._queues[(campaign, lc)][0]]
-            if p.head_entry is not None:
-                self._index_head(p, True)
-
     def _unqueue(self, p: Pending) -> None:
         """Take ``p`` out of the queue (granted or cancelled); the next one heads it."""
-        del self.pending[p.id]
-        qk = (p.campaign, p.lease_class)
-        q = self._queues[qk]
-        if q[0] == p.id:
-            q.popleft()
-        else:
-            q.remove(p.id)
-        self._index_head(p, False)
-        if not q:
-            del self._queues[qk]
-            del self._campaign_queues[p.campaign][p.lease_class]
-            if not self._campaign_queues[p.campaign]:
-                del self._campaign_queues[p.campaign]
-        self._aged.discard(p.id)
+        self.queue.remove(p)
         self._add_demand(p, -1)
-        # The new head has not been looked at as a head yet.
-        self._dirty.add(p.campaign)
 
     def _add_demand(self, p: Pending, sign: int) -> None:
         # Preemptible demand yields to everyone, so it is not scarcity and does not raise
@@ -1027,9 +917,7 @@ class Engine:
         plan = paths.plan(p.size, limit, self._reclaimable, cold_avail, c.spec.preemptible)
         delay = self._start_delay(plan) if plan is not None else 0.0
         at = self.now + self._bucket_wait(c, rate, p.duration_s + delay)
-        if at < self._wake_at.get(p.campaign, math.inf):
-            self._wake_at[p.campaign] = at
-            self._push_timer(at, "wake", p.campaign)
+        self.queue.wake_by(p.campaign, at)
 
     def _bucket_wait(self, c: CampaignState, rate: dims.Vec, span: float) -> float:
         worst = 0.0
@@ -1098,52 +986,34 @@ class Engine:
         """The admission pass: consider, in admission order, the queue heads whose outcome may
         have changed: pool-blocked heads small enough for what is free (when capacity was
         freed), and the heads of campaigns whose holding, bucket or envelope changed."""
-        if not self.pending or (not self._pool_dirty and not self._dirty):
-            self._pool_dirty = False
-            self._dirty.clear()
+        queue = self.queue
+        pending = queue.pending
+        if not pending or (not queue.pool_dirty and not queue.dirty):
+            queue.pool_dirty = False
+            queue.dirty.clear()
             return
-        scan_pool = self._pool_dirty
-        heap = [
-            (self._key(self.pending[self._queues[(name, lc)][0]]), self._queues[(name, lc)][0])
-            for name in sorted(self._dirty)
-            for lc in self._campaign_queues.get(name, ())
-        ]
+        scan_pool = queue.pool_dirty
+        heap = queue.dirty_heads()
         heapq.heapify(heap)
-        self._pool_dirty = False
-        self._dirty.clear()
-        barrier = self._barrier()
+        queue.pool_dirty = False
+        queue.dirty.clear()
+        barrier = queue.barrier()
         if scan_pool:
             # Heads within their own unmet guarantee are exempt from the barrier; the
             # barrier head itself is the one request of its class the scan must not skip.
-            extra = [rid for rid in self._guarantee_heads if rid in self.pending]
+            extra = [rid for rid in queue.guarantee_heads if rid in pending]
             if barrier is not None:
-                extra.append(self._aged_heap[0][2])
+                extra.append(queue.barrier_head())
             for rid in extra:
-                heapq.heappush(heap, (self._key(self.pending[rid]), rid))
+                heapq.heappush(heap, (queue.key(pending[rid]), rid))
         bound = self._pool_bound()
-        cursor: tuple[int, float, int, str] | None = None
+        cursor: HeadEntry | None = None
         seen: set[str] = set()
-        primary = self._primary
         while True:
-            nxt = None
-            if scan_pool and self._pool_sizes and self._pool_sizes[0] <= bound:
-                it = (
-                    self._pool_heads.irange(minimum=cursor, inclusive=(False, True))
-                    if cursor is not None
-                    else iter(self._pool_heads)
-                )
-                for entry in it:
-                    if barrier is not None and entry[0] >= barrier[0]:
-                        # Everything from the barrier's class down waits behind it.
-                        break
-                    if entry[3] in seen:
-                        continue
-                    if self.pending[entry[3]].size[primary] <= bound:
-                        nxt = entry
-                        break
+            nxt = queue.next_pool_head(cursor, barrier, seen, bound) if scan_pool else None
             if heap and (nxt is None or heap[0][0] < nxt[:3]):
                 _, rid = heapq.heappop(heap)
-                if rid in seen or rid not in self.pending:
+                if rid in seen or rid not in pending:
                     continue
             elif nxt is not None:
                 cursor = nxt
@@ -1151,33 +1021,33 @@ class Engine:
             else:
                 break
             seen.add(rid)
-            p = self.pending[rid]
-            if self._queues[(p.campaign, p.lease_class)][0] != rid:
+            p = pending[rid]
+            if not queue.is_head(p):
                 continue
             behind = barrier is not None and barrier < (-p.lease_class.rank, p.seq)
             result = self._try(p, behind)
             if isinstance(result, Grant):
                 self._unqueue(p)
-                q = self._queues.get((p.campaign, p.lease_class))
-                if q:
-                    heapq.heappush(heap, (self._key(self.pending[q[0]]), q[0]))
+                head = queue.head(p.campaign, p.lease_class)
+                if head is not None:
+                    heapq.heappush(heap, (queue.key(head), head.id))
                 if barrier is not None and barrier[1] == p.seq:
-                    barrier = self._barrier()
+                    barrier = queue.barrier()
                     if scan_pool and barrier is not None:
                         # The next aged head is the new barrier: try it in this pass too,
                         # or it waits with capacity free until the next release.
-                        head = self._aged_heap[0][2]
-                        heapq.heappush(heap, (self._key(self.pending[head]), head))
+                        rid = queue.barrier_head()
+                        heapq.heappush(heap, (queue.key(pending[rid]), rid))
                 bound = self._pool_bound()
                 continue
             reason = result[0]
-            self._set_reason(p, reason)
+            queue.set_reason(p, reason, self.now)
             if reason is Reason.BUCKET_EMPTY:
                 self._schedule_wake(p)
-            if barrier is None and reason in admission.POOL_REASONS and p.id in self._aged:
-                barrier = self._barrier()
+            if barrier is None and reason in admission.POOL_REASONS and p.id in queue.aged:
+                barrier = queue.barrier()
         # Heads that became heads during this pass were pushed and looked at already.
-        self._dirty.clear()
+        queue.dirty.clear()
 
     def _keep_warm(self) -> None:
         """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""
@@ -1228,7 +1098,7 @@ class Engine:
 
     def queued(self) -> Iterator[Pending]:
         """Pending requests in admission order."""
-        return iter(sorted(self.pending.values(), key=self._key))
+        return iter(self.queue.ordered())
 
 
 def _id_order(lease_id: str) -> int:

@@ -1,0 +1,268 @@
+"""The queue: requests waiting for a grant, and the indexes the admission pass reads.
+
+Requests wait first come, first served within a (campaign, class) queue; only a queue's
+head is ever tried. Beside the queues ``Queues`` keeps, incrementally:
+
+* the heads blocked for a pool reason, in admission order, with their sizes in the primary
+  dimension (a pass walks them in order, skips those too big for what is free, and stops
+  once nothing left could fit), and which of them lie within their campaign's unmet
+  guarantee (exempt from the head-of-line barrier);
+* the aged requests (their head-of-line patience ran out) and, by (-class rank, arrival),
+  those still blocked for a pool reason: the top is the head-of-line barrier;
+* the wake-up set per bucket-blocked campaign, and what the next pass must look at (the
+  campaigns whose holding, bucket or envelope changed; whether capacity was freed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedList
+
+from bursar.broker import admission, dims, isolation
+from bursar.broker.envelope import LeaseClass
+from bursar.broker.reasons import Reason
+
+if TYPE_CHECKING:
+    from bursar.broker.engine import CampaignState
+
+HeadEntry = tuple[int, float, int, str]
+"""A pool-blocked head's place: its admission order key, then its id."""
+
+
+@dataclass(slots=True)
+class Pending:
+    id: str
+    campaign: str
+    size: dims.Vec
+    duration_s: float
+    lease_class: LeaseClass
+    blocking: bool
+    seq: int
+    queued_at: float
+    labels: dict[str, str]
+    key: str = ""
+    """The client's idempotency key ("" for none)."""
+    reason: Reason | None = None
+    aging: bool = False
+    """An age timer (head-of-line patience) is set for it."""
+    head_entry: HeadEntry | None = None
+    """Its entry in the pool-blocked head index while it heads its queue and is blocked
+    for a pool reason; None otherwise."""
+
+
+class Queues:
+    """The waiting requests of every campaign, and the indexes kept over them."""
+
+    __slots__ = (
+        "_aged_heap",
+        "_by_campaign",
+        "_campaigns",
+        "_patience_s",
+        "_pool_sizes",
+        "_primary",
+        "_push_timer",
+        "_queues",
+        "aged",
+        "dirty",
+        "guarantee_heads",
+        "pending",
+        "pool_dirty",
+        "pool_heads",
+        "wake_at",
+    )
+
+    def __init__(
+        self,
+        campaigns: Mapping[str, CampaignState],
+        primary: int,
+        patience_s: float,
+        push_timer: Callable[[float, str, str], None],
+    ) -> None:
+        self._campaigns = campaigns
+        self._primary = primary
+        self._patience_s = patience_s
+        self._push_timer = push_timer
+        self.pending: dict[str, Pending] = {}
+        """Every waiting request by id."""
+        self._queues: dict[tuple[str, LeaseClass], deque[str]] = {}
+        self._by_campaign: dict[str, dict[LeaseClass, None]] = {}
+        """The classes each campaign has a queue in, in the order they were opened."""
+        self.aged: set[str] = set()
+        self._aged_heap: list[tuple[int, int, str]] = []
+        self.pool_heads: SortedList = SortedList()
+        self._pool_sizes: SortedList = SortedList()
+        self.guarantee_heads: dict[str, None] = {}
+        self.wake_at: dict[str, float] = {}
+        """When each bucket-blocked campaign's queue is looked at again (the earliest asked)."""
+        self.dirty: set[str] = set()
+        """Campaigns whose queue heads the next admission pass must try."""
+        self.pool_dirty = False
+        """Capacity was freed: the next pass scans the pool-blocked heads."""
+
+    # ------------------------------------------------------------------ reading
+
+    def key(self, p: Pending) -> tuple[int, float, int]:
+        """``p``'s place in admission order (class, fair-share deficit, arrival)."""
+        return admission.order_key(p.lease_class.rank, self._campaigns[p.campaign].deficit, p.seq)
+
+    def head(self, campaign: str, lease_class: LeaseClass) -> Pending | None:
+        q = self._queues.get((campaign, lease_class))
+        return self.pending[q[0]] if q else None
+
+    def is_head(self, p: Pending) -> bool:
+        return self._queues[(p.campaign, p.lease_class)][0] == p.id
+
+    def ordered(self) -> list[Pending]:
+        """Every waiting request in admission order."""
+        return sorted(self.pending.values(), key=self.key)
+
+    def ageing(self, request_id: str) -> bool:
+        """Still waiting, and its patience has not run out yet."""
+        return request_id in self.pending and request_id not in self.aged
+
+    # ------------------------------------------------------------------ changing
+
+    def add(self, p: Pending) -> None:
+        """Queue ``p`` at the back of its (campaign, class) queue."""
+        self.pending[p.id] = p
+        self._queues.setdefault((p.campaign, p.lease_class), deque()).append(p.id)
+        self._by_campaign.setdefault(p.campaign, {})[p.lease_class] = None
+
+    def remove(self, p: Pending) -> None:
+        """Take ``p`` out of its queue (granted or cancelled); the next one heads it."""
+        del self.pending[p.id]
+        qk = (p.campaign, p.lease_class)
+        q = self._queues[qk]
+        if q[0] == p.id:
+            q.popleft()
+        else:
+            q.remove(p.id)
+        self._index_head(p, False)
+        if not q:
+            del self._queues[qk]
+            del self._by_campaign[p.campaign][p.lease_class]
+            if not self._by_campaign[p.campaign]:
+                del self._by_campaign[p.campaign]
+        self.aged.discard(p.id)
+        # The new head has not been looked at as a head yet.
+        self.dirty.add(p.campaign)
+
+    def set_reason(self, p: Pending, reason: Reason, now: float) -> None:
+        """Record why ``p`` waits, keeping the pool-blocked head index and aged heap current."""
+        p.reason = reason
+        pool = reason in admission.POOL_REASONS
+        if pool and not p.aging:
+            # Patience counts from arrival, whatever the request first waited for.
+            p.aging = True
+            self._push_timer(max(now, p.queued_at + self._patience_s), "age", p.id)
+        q = self._queues[(p.campaign, p.lease_class)]
+        if q[0] == p.id and pool != (p.head_entry is not None):
+            self._index_head(p, pool)
+        if pool and p.id in self.aged:
+            heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
+
+    def rekey(self, campaign: str) -> None:
+        """A campaign's deficit changed: move its indexed heads to their new place."""
+        for lc in self._by_campaign.get(campaign, ()):
+            p = self.pending[self._queues[(campaign, lc)][0]]
+            if p.head_entry is not None:
+                self._index_head(p, True)
+
+    def age(self, request_id: str) -> None:
+        """``request_id``'s patience ran out: it may become the head-of-line barrier."""
+        self.aged.add(request_id)
+        p = self.pending[request_id]
+        if p.reason in admission.POOL_REASONS:
+            heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
+
+    def wake_by(self, campaign: str, at: float) -> None:
+        """Look at ``campaign``'s queue again at ``at``, unless an earlier look is set."""
+        if at < self.wake_at.get(campaign, math.inf):
+            self.wake_at[campaign] = at
+            self._push_timer(at, "wake", campaign)
+
+    def wake(self, campaign: str) -> None:
+        """The wake-up came: the next pass tries the campaign's heads."""
+        del self.wake_at[campaign]
+        self.dirty.add(campaign)
+
+    def _index_head(self, p: Pending, on: bool) -> None:
+        if p.head_entry is not None:
+            self.pool_heads.remove(p.head_entry)
+            self._pool_sizes.remove(p.size[self._primary])
+            p.head_entry = None
+        self.guarantee_heads.pop(p.id, None)
+        if on:
+            p.head_entry = (*self.key(p), p.id)
+            self.pool_heads.add(p.head_entry)
+            self._pool_sizes.add(p.size[self._primary])
+            if isolation.within_own_guarantee(p.size, self._campaigns[p.campaign].unmet):
+                self.guarantee_heads[p.id] = None
+
+    # ------------------------------------------------------------------ the pass
+
+    def barrier(self) -> tuple[int, int] | None:
+        """(-rank, seq) of the head-of-line request: the highest-class, oldest aged request
+        still blocked for a pool reason; None if there is none."""
+        heap = self._aged_heap
+        while heap:
+            _, _, rid = heap[0]
+            p = self.pending.get(rid)
+            if p is not None and rid in self.aged and p.reason in admission.POOL_REASONS:
+                return heap[0][0], heap[0][1]
+            # Gone, granted, or blocked for its own reasons now; re-pushed if that changes.
+            heapq.heappop(heap)
+        return None
+
+    def barrier_head(self) -> str:
+        """The id of the head-of-line request (call right after ``barrier`` found one)."""
+        return self._aged_heap[0][2]
+
+    def barrier_before(self, p: Pending) -> bool:
+        """True when the head-of-line request precedes ``p`` (same or higher class, older)."""
+        if not self._aged_heap:
+            return False
+        barrier = self.barrier()
+        return barrier is not None and barrier < (-p.lease_class.rank, p.seq)
+
+    def dirty_heads(self) -> list[tuple[tuple[int, float, int], str]]:
+        """(order key, id) of the heads of every queue of the dirty campaigns."""
+        out = []
+        for name in sorted(self.dirty):
+            for lc in self._by_campaign.get(name, ()):
+                rid = self._queues[(name, lc)][0]
+                out.append((self.key(self.pending[rid]), rid))
+        return out
+
+    def next_pool_head(
+        self,
+        cursor: HeadEntry | None,
+        barrier: tuple[int, int] | None,
+        seen: set[str],
+        bound: float,
+    ) -> HeadEntry | None:
+        """The first pool-blocked head after ``cursor`` in admission order that is not in
+        ``seen`` and no bigger than ``bound`` in the primary dimension; None once none is
+        left before the barrier's class (everything from there down waits behind it)."""
+        if not self._pool_sizes or self._pool_sizes[0] > bound:
+            return None
+        it: Iterator[HeadEntry] = (
+            self.pool_heads.irange(minimum=cursor, inclusive=(False, True))
+            if cursor is not None
+            else iter(self.pool_heads)
+        )
+        primary = self._primary
+        for entry in it:
+            if barrier is not None and entry[0] >= barrier[0]:
+                return None
+            if entry[3] in seen:
+                continue
+            if self.pending[entry[3]].size[primary] <= bound:
+                return entry
+        return None
