@@ -1,6 +1,6 @@
 """Bursar in front of Slurm against plain Slurm, side by side in one run.
 
-    .venv/bin/python benchmarks/bench_slurm.py [--repeat 20] [--leases 50]
+    .venv/bin/python benchmarks/bench_slurm.py [--repeat 20] [--leases 50] [--only slow]
 
 Uses the cluster ``SLURM_CONF`` names, or starts the project's test cluster
 (scripts/slurm-cluster.sh: 4 nodes x 8 fake GPUs on this host) and stops it afterwards.
@@ -14,6 +14,12 @@ Uses the cluster ``SLURM_CONF`` names, or starts the project's test cluster
   whole nodes (16 GPUs, a heterogeneous job through Bursar).
 * Leases per second: acquire + release cycles through Bursar (each an salloc and an
   scancel underneath) against salloc + scancel cycles straight on Slurm, one at a time.
+* Warm Acquire latency while another lease's allocation is slow: rounds of ``--slow-acquires``
+  warm Acquires (1 GPU + 1 CPU, each released after) with nothing slow, then as many while
+  one other lease's salloc takes ``--slow-delay`` seconds (its salloc is started that late:
+  Slurm itself sees nothing unusual), p50/p99 and their ratio, ``--slow-rounds`` times. The
+  same through a broker that drives Slurm inline on its event loop (as before allocations
+  moved to the actuator's threads), for contrast.
 """
 
 from __future__ import annotations
@@ -26,14 +32,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from rich.progress import Progress
 
-from bursar.broker.backends.slurm import SlurmPool, discover_pool
+from bursar.broker.backends.slurm import SlurmCli, SlurmPool, discover_pool
 from bursar.broker.config import parse_config
 from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.local import local_broker
@@ -43,10 +50,10 @@ from bursar.providers.launch import launch_argv
 
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = f"bench{os.getpid()}"
-CONFIG = f"""
+CONFIG = """
 [slurm]
 partition = "debug"
-job_prefix = "{PREFIX}"
+job_prefix = "{prefix}"
 poll_interval_s = 2
 [policy]
 max_lease_s = 3600
@@ -55,6 +62,10 @@ class = "batch"
 gpu = {{ sustained = 32, burst = 32, bucket = "unlimited" }}
 cpu = {{ sustained = 128, burst = 128, bucket = "unlimited" }}
 """
+SLOW_SIZE = {"gpu": 3.0}
+"""The slow lease's size: no other lease here asks for 3 GPUs, so its salloc is the one
+that ``DelayedCli`` starts late."""
+WARM_SIZE = {"gpu": 1.0, "cpu": 1.0}
 SIZES = {
     "1 node, 2 GPUs + 4 CPUs": ({"gpu": 2, "cpu": 4}, ["-N1", "-n1", "-c4", "--gres=gpu:2"]),
     "2 nodes, 16 GPUs": ({"gpu": 16}, ["-N2", "--ntasks-per-node=1", "--gres=gpu:8"]),
@@ -96,17 +107,48 @@ def cluster() -> Iterator[str]:
         subprocess.run([script, "stop", base], capture_output=True)
 
 
+class DelayedCli(SlurmCli):
+    """Slurm's commands, with the salloc of a ``SLOW_SIZE`` lease started ``delay_s`` late;
+    ``started`` is set when that salloc begins its wait."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(runner=self._run)
+        self.delay_s = delay_s
+        self.started = threading.Event()
+
+    def _run(self, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "salloc" and f"--gres=gpu:{int(SLOW_SIZE['gpu'])}" in argv:
+            self.started.set()
+            time.sleep(self.delay_s)
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+
+
+class InlineSlurmPool(SlurmPool):
+    """The Slurm pool declared not slow: the service then makes its allocations inline, on
+    its event loop, inside the Acquire (how every allocation was made before the actuator)."""
+
+    slow = False
+
+
 @contextmanager
-def broker(state_dir: Path) -> Iterator[tuple[str, str]]:
+def broker(
+    state_dir: Path,
+    prefix: str = PREFIX,
+    pool: type[SlurmPool] = SlurmPool,
+    cli: SlurmCli | None = None,
+) -> Iterator[tuple[str, str]]:
     """``bursar serve --backend slurm`` on a thread of this process: (address, token)."""
-    cfg = parse_config(CONFIG, "toml", source="<bench>", discover=discover_pool)
+    text = CONFIG.format(prefix=prefix)
+    cfg = parse_config(text, "toml", source="<bench>", discover=discover_pool)
     assert cfg.slurm is not None
     with local_broker(
         state_dir=state_dir,
         config=cfg,
         limits=LimitSettings(rate=1e6, burst=1e6, max_streams=64),
         grace_s=Settings.grace_s,
-        backend=SlurmPool(cfg.slurm),
+        backend=pool(cfg.slurm, cli=cli),
     ) as b:
         yield b.address, b.tokens["bench"]
 
@@ -175,6 +217,72 @@ def rate(progress: Progress, what: str, n: int, cycle: Callable[[int], None]) ->
     return n / (time.perf_counter() - t0)
 
 
+def warm_acquires(c: BrokerClient, n: int) -> list[float]:
+    """Seconds each of ``n`` warm Acquires took to answer (each released after)."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        lease = c.acquire(WARM_SIZE, 600, blocking=False)
+        out.append(time.perf_counter() - t0)
+        c.release(lease.id)
+    return out
+
+
+def with_slow(c: BrokerClient, cli: DelayedCli, n: int) -> list[float]:
+    """``warm_acquires`` while another client's Acquire waits for its slow allocation."""
+    box: dict[str, object] = {}
+    cli.started.clear()
+    slow = threading.Thread(
+        target=lambda: box.setdefault("lease", c.acquire(SLOW_SIZE, 600, blocking=False))
+    )
+    slow.start()
+    if not cli.started.wait(30):
+        raise SystemExit("the slow salloc never started")
+    took = warm_acquires(c, n)
+    slow.join()
+    lease = box["lease"]
+    c.release(lease.id)  # type: ignore[attr-defined]
+    return took
+
+
+def slow_rounds(
+    address: str, token: str, cli: DelayedCli, rounds: int, n: int, progress: Progress, what: str
+) -> tuple[list[float], list[float], list[float]]:
+    """(latencies with none slow, latencies with one slow, per-round p50 ratios)."""
+    none: list[float] = []
+    one: list[float] = []
+    ratios: list[float] = []
+    task = progress.add_task(what, total=rounds)
+    with BrokerClient(address, token) as c:
+        warm_acquires(c, 3)  # the first calls open the channel
+        for _ in range(rounds):
+            a = warm_acquires(c, n)
+            b = with_slow(c, cli, n)
+            none += a
+            one += b
+            ratios.append(statistics.median(b) / statistics.median(a))
+            progress.advance(task)
+    return none, one, ratios
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def slow_report(label: str, none: list[float], one: list[float], ratios: list[float]) -> None:
+    p50 = (pct(none, 0.5), pct(one, 0.5))
+    p99 = (pct(none, 0.99), pct(one, 0.99))
+    print(f"  {label}")
+    print(f"    none slow   p50 {p50[0] * 1e3:8.1f} ms  p99 {p99[0] * 1e3:8.1f} ms")
+    print(f"    one slow    p50 {p50[1] * 1e3:8.1f} ms  p99 {p99[1] * 1e3:8.1f} ms")
+    print(
+        f"    ratio one slow / none: p50 {p50[1] / p50[0]:.2f}x  p99 {p99[1] / p99[0]:.2f}x; "
+        f"per-round p50 ratio median {statistics.median(ratios):.2f}x "
+        f"(min {min(ratios):.2f}x, max {max(ratios):.2f}x, {len(ratios)} rounds)"
+    )
+
+
 def ms(xs: list[float]) -> str:
     return f"median {statistics.median(xs) * 1e3:7.1f} ms  p90 {_p90(xs) * 1e3:7.1f} ms"
 
@@ -188,9 +296,34 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--repeat", type=int, default=20, help="trials per size and path")
     ap.add_argument("--leases", type=int, default=50, help="cycles for the rate")
+    ap.add_argument("--slow-delay", type=float, default=2.0, help="seconds the slow salloc takes")
+    ap.add_argument("--slow-rounds", type=int, default=5, help="rounds with and without")
+    ap.add_argument("--slow-acquires", type=int, default=20, help="warm Acquires per round")
+    ap.add_argument("--only", choices=["all", "slow"], default="all", help="sections to run")
     args = ap.parse_args()
     with cluster() as conf, tempfile.TemporaryDirectory() as tmp:
         print(f"Slurm: SLURM_CONF={conf}; {args.repeat} trials per size, {args.leases} cycles")
+        slow: dict[str, tuple[list[float], list[float], list[float]]] = {}
+        with Progress(transient=True) as progress:
+            for label, pool in (
+                ("actuator threads (bursar serve)", SlurmPool),
+                ("inline on the event loop (before)", InlineSlurmPool),
+            ):
+                cli = DelayedCli(args.slow_delay)
+                state = Path(tmp) / f"slow-{pool.__name__}"
+                prefix = f"{PREFIX}{pool.__name__[:6].lower()}"
+                with broker(state, prefix, pool, cli) as (address, token):
+                    slow[label] = slow_rounds(
+                        address, token, cli, args.slow_rounds, args.slow_acquires, progress, label
+                    )
+        print(
+            f"\nwarm Acquire latency while another lease's salloc takes {args.slow_delay:g} s "
+            f"({args.slow_acquires} Acquires per round and case)"
+        )
+        for label, (none, one, ratios) in slow.items():
+            slow_report(label, none, one, ratios)
+        if args.only == "slow":
+            return
         with broker(Path(tmp) / "state") as (address, token), BrokerClient(address, token) as c:
             results: dict[str, dict[str, list[float]]] = {}
             with Progress(transient=True) as progress:

@@ -21,9 +21,12 @@ Two actuators, one interface:
 * :class:`ThreadedActuator` hands the calls to worker threads and returns at once, for
   backends that declare themselves ``slow`` (Slurm: ``salloc`` may wait for minutes). Each
   lease's calls run in decision order on one lane (place, then warn, then unplace); lanes
-  run side by side, so one lease's slow allocation holds up no other request. Node power
-  calls share a lane of their own. A poller thread asks the backend for its events (Slurm's
-  ``squeue`` / ``sinfo`` comparison) when they fall due, off the event loop too.
+  run side by side, so one lease's slow allocation holds up no other request. A placement
+  waits only for the unplacing of the leases that held its nodes before (Slurm would
+  otherwise find the node still busy with the old job and start the new one a scheduling
+  pass later). Node power calls share a lane of their own. A poller thread asks the
+  backend for its events (Slurm's ``squeue`` / ``sinfo`` comparison) when they fall due,
+  off the event loop too.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from bursar.broker.backends.base import PlaceFailed, PoolBackend, apply_decision, placed_by
@@ -60,6 +62,15 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A decision for a lane: what it waits for first, and what it sets once carried out."""
+
+    decision: Decision
+    after: tuple[threading.Event, ...] = ()
+    done: threading.Event | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +170,9 @@ def _lane(d: Decision) -> str | None:
 
 
 class ThreadedActuator(Actuator):
-    """Drives a slow backend from worker threads: one ordered lane per lease, lanes in
-    parallel (up to ``workers`` at once), and a poller thread for the backend's events.
+    """Drives a slow backend from worker threads: one ordered lane per lease, each lane on a
+    thread of its own while it has calls (so that a lane waiting for another never waits
+    for a free worker), and a poller thread for the backend's events.
 
     Report times are read from ``clock`` when the backend has answered (never before the
     time of the decision acted on); the broker moves a report that is older than its
@@ -173,13 +185,15 @@ class ThreadedActuator(Actuator):
         self,
         backend: PoolBackend,
         clock: Clock | Callable[[], float] | None = None,
-        *,
-        workers: int = 32,
     ) -> None:
         super().__init__(backend)
         self._clock = as_clock(clock)
         self._lock = threading.Lock()
-        self._lanes: dict[str, deque[Decision]] = {}
+        self._lanes: dict[str, deque[_Call]] = {}
+        # The event loop's own (actuate runs there only): each placed lease's nodes, and per
+        # node the unplacings under way that a placement there must wait for.
+        self._nodes: dict[str, tuple[str, ...]] = {}
+        self._freeing: dict[str, list[threading.Event]] = {}
         self._outbox: list[Report] = []
         self._notify: Callable[[], None] | None = None
         self._last = -math.inf
@@ -187,7 +201,7 @@ class ThreadedActuator(Actuator):
         self._stop = threading.Event()
         self._poke = threading.Event()
         self._idle = threading.Condition(self._lock)
-        self._workers = ThreadPoolExecutor(workers, thread_name_prefix="bursar-actuator")
+        self._threads: set[threading.Thread] = set()
         self._poller = threading.Thread(
             target=self._poll_loop, name="bursar-backend-poll", daemon=True
         )
@@ -200,16 +214,42 @@ class ThreadedActuator(Actuator):
             lane = _lane(d)
             if lane is None:
                 continue
+            call = self._call(d)
             with self._lock:
                 if self._closed:
                     log.warning("actuator closed: %s %s not carried out", d.kind, lane or "")
                     continue
                 queue = self._lanes.get(lane)
                 if queue is not None:
-                    queue.append(d)  # its lane's worker takes it after what is before it
+                    queue.append(call)  # its lane's worker takes it after what is before it
                     continue
-                self._lanes[lane] = deque([d])
-            self._workers.submit(self._run_lane, lane)
+                self._lanes[lane] = deque([call])
+                worker = threading.Thread(
+                    target=self._run_lane, args=(lane,), name=f"bursar-lane-{lane}", daemon=True
+                )
+                self._threads.add(worker)
+                worker.start()  # it takes the lock first: it starts once this is done
+
+    def _call(self, d: Decision) -> _Call:
+        lease_id = placed_by(d)
+        if lease_id is not None:
+            nodes: tuple[str, ...] = d.nodes  # type: ignore[attr-defined]
+            self._nodes[lease_id] = nodes
+            after = []
+            for n in nodes:
+                waits = [e for e in self._freeing.get(n, ()) if not e.is_set()]
+                if waits:
+                    self._freeing[n] = waits
+                    after += waits
+                else:
+                    self._freeing.pop(n, None)
+            return _Call(d, tuple(after))
+        if isinstance(d, Revoke | Expire | Released):
+            done = threading.Event()
+            for n in self._nodes.pop(d.lease_id, ()):
+                self._freeing.setdefault(n, []).append(done)
+            return _Call(d, done=done)
+        return _Call(d)
 
     def due(self, now: float) -> list[Report]:
         with self._lock:
@@ -242,7 +282,9 @@ class ThreadedActuator(Actuator):
     def close(self) -> None:
         with self._lock:
             self._closed = True
-        self._workers.shutdown(wait=True)
+            workers = list(self._threads)
+        for worker in workers:
+            worker.join()  # the calls under way finish, and those queued behind them
         self._stop.set()
         self._poke.set()
         self._poller.join()
@@ -264,12 +306,17 @@ class ThreadedActuator(Actuator):
                 queue = self._lanes[lane]
                 if not queue:
                     del self._lanes[lane]
+                    self._threads.discard(threading.current_thread())
                     self._idle.notify_all()
                     return
-                d = queue[0]
+                call = queue[0]
             try:
-                self._carry_out(d)
+                for e in call.after:
+                    e.wait()  # another lane's unplace, which always sets it
+                self._carry_out(call.decision)
             finally:
+                if call.done is not None:
+                    call.done.set()
                 with self._lock:
                     queue.popleft()
 

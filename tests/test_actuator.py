@@ -66,6 +66,9 @@ class GatedPool(SimulatedPool):
         return {"backend": "gated", "nodes": ",".join(nodes)} if nodes else {}
 
     def unplace(self, lease_id: str, now: float) -> None:
+        gate = self._gates.get(f"unplace {lease_id}")
+        if gate is not None:
+            assert gate.wait(10), f"the test never opened {lease_id}'s unplace gate"
         with self._lock:
             self.calls.append(("unplace", lease_id))
             super().unplace(lease_id, max(now, self.now))
@@ -157,6 +160,32 @@ def test_a_slow_placement_holds_up_no_other_lease_and_its_lane_stays_in_order() 
         assert reports.wait(2)[1] == Placed("L1", START + 2)
         assert pool.calls == [("place", "L2"), ("place", "L1"), ("unplace", "L1")]
         assert dict(pool.placements()) == {"L2": ("n001",)}
+    finally:
+        act.close()
+
+
+def test_a_placement_waits_for_the_unplacing_of_what_held_its_nodes() -> None:
+    clock = ManualClock(START)
+    pool = GatedPool(_spec())
+    act = ThreadedActuator(pool, clock)
+    reports = Reports(act, clock)
+    try:
+        act.actuate([_grant("L1", "n000")])
+        assert reports.wait(1) == [Placed("L1", START)]
+        freeing = pool.gate("unplace L1")
+        # L1 released; the engine hands n000 to L2 at once, n001 to L3.
+        act.actuate([_released("L1", START), _grant("L2", "n000"), _grant("L3", "n001")])
+        assert reports.wait(2)[1] == Placed("L3", START)
+        assert "L2" not in pool.placements()  # n000 still holds L1's old allocation
+        freeing.set()
+        assert act.wait_idle(10)
+        assert reports.wait(3)[2] == Placed("L2", START)
+        assert pool.calls == [
+            ("place", "L1"),
+            ("place", "L3"),
+            ("unplace", "L1"),
+            ("place", "L2"),
+        ]
     finally:
         act.close()
 

@@ -424,6 +424,8 @@ class SlurmPool(PoolBackend):
         self._allocs: dict[str, Allocation] = {}
         self._allocating: set[str] = set()
         """Leases whose salloc is running: their job may be in squeue before it is here."""
+        self._cancelled: set[int] = set()
+        """Jobs of leases taken off (scancel sent): squeue may list them a while longer."""
         self._lease_nodes: dict[str, tuple[str, ...]] = {}
         self._lost_while_down: dict[str, str] = {}
         self._due: list[Event] = []
@@ -519,6 +521,8 @@ class SlurmPool(PoolBackend):
             self._lost_while_down.pop(lease_id, None)
             a = self._allocs.pop(lease_id, None)
             self._lease_nodes.pop(lease_id, None)
+            if a is not None:
+                self._cancelled.add(a.job_id)
         if a is None:
             return
         try:
@@ -687,7 +691,9 @@ class SlurmPool(PoolBackend):
             # belongs to its lease even though the lease has no allocation here yet.
             busy = self._allocating | set(self._allocs)
             ours = [j for j in ours if j.name[len(prefix) :] not in busy]
-            keep = {a.job_id for a in self._allocs.values()}
+            # Cancelled by unplace already, and forgotten once squeue no longer lists them.
+            self._cancelled &= {j.leader for j in ours}
+            keep = {a.job_id for a in self._allocs.values()} | self._cancelled
         self._cancel_orphans(ours, keep)
 
     def _compare(
