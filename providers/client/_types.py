@@ -1,18 +1,36 @@
-"""Typed values of the client API, converted from (and, for campaign specs, to) the wire
-messages of ``protos/bursar/v1``. The .proto is the spec; these are its Python edge:
-frozen dataclasses and string enums, so that callers never handle proto messages.
+"""Typed values of the client API, derived from the wire messages of ``protos/bursar/v1``.
 
-Times are seconds since the Unix epoch on the *server's* clock (``*_at``); durations are
-seconds (``*_s``); sizes are ``{dimension: units}``.
+The .proto is the spec and the only place the fields are listed: each type here is a
+frozen dataclass *generated from its message's descriptor* (the same fields, in the same
+order, with the proto's defaults), and each enum a string enum generated from the proto
+enum (its values without their ``PREFIX_``). What the descriptors cannot say is stated
+once per type below: a renamed field (``Lease.id`` is ``lease_id`` on the wire), a
+default the client fills in, methods. Field by field the conversion is
+
+* ``double``/``string``/``bool``/ints: the value; ``optional`` ones: None when unset;
+* enums: the client's enum (``LeaseState.ACTIVE``);
+* ``map<string, V>``: a read-only mapping, sorted by key (V converted as here);
+* ``repeated``: a tuple;
+* a message: its client type (None when unset, where the type says it may be).
+
+Every type has ``from_proto(message)`` and ``to_json()``; those the client sends also
+``to_proto()``. Times are seconds since the Unix epoch on the *server's* clock
+(``*_at``); durations are seconds (``*_s``); sizes are ``{dimension: units}``. The
+meaning of each field is documented in the .proto.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Any, ClassVar
+
+from google.protobuf import message_factory
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from bursar.protos.bursar.v1 import admin_pb2
 from bursar.protos.bursar.v1 import broker_pb2 as pb
@@ -37,559 +55,457 @@ __all__ = [
 ]
 
 
-def _frozen(m: Mapping[str, float] | Mapping[str, str]) -> Mapping:  # type: ignore[type-arg]
+def _frozen(m: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(sorted(m.items())))
 
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+# ---------------------------------------------------------------------------------------
+# Enums
+
+
 class _ProtoEnum(enum.StrEnum):
-    """A string enum mirroring a proto enum whose values are ``PREFIX_NAME``."""
+    """A string enum generated from a proto enum whose values are ``PREFIX_NAME``."""
 
     @classmethod
-    def _prefix(cls) -> str:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def _wire(cls) -> tuple[EnumDescriptor, str]:
+        return _ENUM_WIRE[cls]
 
     @classmethod
-    def from_proto(cls, value: int, proto_enum: object) -> _ProtoEnum:
-        name = proto_enum.Name(value).removeprefix(cls._prefix())  # type: ignore[attr-defined]
-        return cls(name)
+    def from_proto(cls, value: int, proto_enum: object = None) -> Any:
+        """The member for the wire value ``value`` (``proto_enum``: accepted, unused; the
+        enum knows its proto enum)."""
+        desc, prefix = cls._wire()
+        return cls(desc.values_by_number[value].name.removeprefix(prefix))
 
-    def to_proto(self, proto_enum: object) -> int:
-        return proto_enum.Value(self._prefix() + self.value)  # type: ignore[attr-defined]
+    def to_proto(self, proto_enum: object = None) -> int:
+        desc, prefix = type(self)._wire()
+        return desc.values_by_name[prefix + self.value].number
 
 
-class LeaseState(_ProtoEnum):
-    """Where a lease is in its life cycle (``bursar.v1.LeaseState``)."""
+_ENUM_WIRE: dict[type[_ProtoEnum], tuple[EnumDescriptor, str]] = {}
+_ENUM_BY_PROTO: dict[str, type[_ProtoEnum]] = {}
 
-    UNSPECIFIED = "UNSPECIFIED"
-    STARTING = "STARTING"
-    """Granted; usable from ``starts_at`` (reclaim grace or node boot)."""
-    ACTIVE = "ACTIVE"
-    """Granted and usable; renew before ``expires_at``."""
-    PREEMPTING = "PREEMPTING"
-    """Warned: drain now; revoked at ``preempt_deadline``."""
-    RELEASED = "RELEASED"
-    EXPIRED = "EXPIRED"
-    REVOKED = "REVOKED"
 
-    @classmethod
-    def _prefix(cls) -> str:
-        return "LEASE_STATE_"
+def _enum(base: type[_ProtoEnum], name: str, desc: EnumDescriptor, prefix: str, doc: str) -> Any:
+    members = [(v.name.removeprefix(prefix),) * 2 for v in desc.values]
+    cls = base(name, members, module=__name__, qualname=name)  # type: ignore[call-overload]
+    cls.__doc__ = doc
+    _ENUM_WIRE[cls] = (desc, prefix)
+    _ENUM_BY_PROTO[desc.full_name] = cls
+    return cls
 
+
+class _LeaseStateBase(_ProtoEnum):
     @property
     def live(self) -> bool:
-        return self in _LIVE
+        return self.value in ("STARTING", "ACTIVE", "PREEMPTING")
 
     @property
     def ended(self) -> bool:
-        return self in _ENDED
+        return self.value in ("RELEASED", "EXPIRED", "REVOKED")
 
 
-_LIVE = frozenset({LeaseState.STARTING, LeaseState.ACTIVE, LeaseState.PREEMPTING})
-_ENDED = frozenset({LeaseState.RELEASED, LeaseState.EXPIRED, LeaseState.REVOKED})
-
-
-class LeasePath(_ProtoEnum):
-    """How a grant was served (``bursar.v1.LeasePath``); UNSPECIFIED for an ended lease
-    the server no longer describes in full."""
-
-    UNSPECIFIED = "UNSPECIFIED"
-    WARM = "WARM"
-    RECLAIM = "RECLAIM"
-    COLD = "COLD"
-
+class _LeaseClassBase(_ProtoEnum):
     @classmethod
-    def _prefix(cls) -> str:
-        return "LEASE_PATH_"
-
-
-class LeaseClass(_ProtoEnum):
-    """Admission class (``bursar.v1.LeaseClass``); a higher class is considered first."""
-
-    UNSPECIFIED = "UNSPECIFIED"
-    INTERACTIVE = "INTERACTIVE"
-    BATCH = "BATCH"
-    OPPORTUNISTIC = "OPPORTUNISTIC"
-
-    @classmethod
-    def _prefix(cls) -> str:
-        return "LEASE_CLASS_"
-
-    @classmethod
-    def parse(cls, value: LeaseClass | str | None) -> LeaseClass:
+    def parse(cls, value: Any) -> Any:
         """``"batch"``, ``"BATCH"``, a LeaseClass or None (UNSPECIFIED)."""
         if value is None:
-            return cls.UNSPECIFIED
-        if isinstance(value, LeaseClass):
+            return cls("UNSPECIFIED")
+        if isinstance(value, cls):
             return value
         try:
             return cls(value.upper())
         except ValueError:
-            allowed = ", ".join(c.value.lower() for c in cls if c is not cls.UNSPECIFIED)
+            allowed = ", ".join(c.value.lower() for c in cls if c.value != "UNSPECIFIED")
             raise ValueError(f"unknown lease class {value!r}; allowed: {allowed}") from None
 
 
-class LeaseEventKind(_ProtoEnum):
-    """What happened to a lease (``bursar.v1.LeaseEventKind``)."""
-
-    UNSPECIFIED = "UNSPECIFIED"
-    GRANTED = "GRANTED"
-    ACTIVATED = "ACTIVATED"
-    PREEMPT_WARNING = "PREEMPT_WARNING"
-    RENEWED = "RENEWED"
-    REVOKED = "REVOKED"
-    EXPIRED = "EXPIRED"
-    RELEASED = "RELEASED"
-
-    @classmethod
-    def _prefix(cls) -> str:
-        return "LEASE_EVENT_KIND_"
-
+class _LeaseEventKindBase(_ProtoEnum):
     @property
     def ends_lease(self) -> bool:
-        return self in (LeaseEventKind.REVOKED, LeaseEventKind.EXPIRED, LeaseEventKind.RELEASED)
+        return self.value in ("REVOKED", "EXPIRED", "RELEASED")
+
+
+LeaseState = _enum(
+    _LeaseStateBase,
+    "LeaseState",
+    pb.LeaseState.DESCRIPTOR,
+    "LEASE_STATE_",
+    """Where a lease is in its life cycle (``bursar.v1.LeaseState``): STARTING (granted;
+    usable from ``starts_at``), ACTIVE (usable; renew before ``expires_at``), PREEMPTING
+    (warned: drain now; revoked at ``preempt_deadline``), then RELEASED, EXPIRED or
+    REVOKED. ``live`` and ``ended`` tell the two groups apart.""",
+)
+LeasePath = _enum(
+    _ProtoEnum,
+    "LeasePath",
+    pb.LeasePath.DESCRIPTOR,
+    "LEASE_PATH_",
+    """How a grant was served (``bursar.v1.LeasePath``): WARM, RECLAIM or COLD;
+    UNSPECIFIED for an ended lease the server no longer describes in full.""",
+)
+LeaseClass = _enum(
+    _LeaseClassBase,
+    "LeaseClass",
+    pb.LeaseClass.DESCRIPTOR,
+    "LEASE_CLASS_",
+    """Admission class (``bursar.v1.LeaseClass``); a higher class is considered first.
+    ``LeaseClass.parse("batch")`` accepts any case.""",
+)
+LeaseEventKind = _enum(
+    _LeaseEventKindBase,
+    "LeaseEventKind",
+    pb.LeaseEventKind.DESCRIPTOR,
+    "LEASE_EVENT_KIND_",
+    """What happened to a lease (``bursar.v1.LeaseEventKind``); ``ends_lease`` for
+    REVOKED, EXPIRED and RELEASED.""",
+)
 
 
 # ---------------------------------------------------------------------------------------
+# Messages
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """What a client type adds to its message's descriptor."""
+
+    desc: Descriptor
+    rename: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Wire field name -> attribute name."""
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Attribute -> default, where the proto's is not the client's."""
+    optional: frozenset[str] = frozenset()
+    """Attributes (message fields, or scalars the client reads as absent) that are None
+    when unset."""
+    hidden: frozenset[str] = frozenset()
+    """Attributes left out of ``repr`` (secrets)."""
+    adjust: Callable[[dict[str, Any]], None] | None = None
+    """Fix up the converted values before construction (``from_proto`` only)."""
+
+
+class _Message:
+    """Conversion shared by every generated type; ``_shape`` says which message."""
+
+    __slots__ = ()
+    _shape: ClassVar[_Shape]
+    _fields: ClassVar[tuple[tuple[FieldDescriptor, str], ...]]
+
+    @classmethod
+    def from_proto(cls, m: Message) -> Any:
+        shape = cls._shape
+        values = {attr: _from_wire(fd, m, attr in shape.optional) for fd, attr in cls._fields}
+        if shape.adjust is not None:
+            shape.adjust(values)
+        return cls(**values)
+
+    def to_proto(self) -> Any:
+        out = message_factory.GetMessageClass(self._shape.desc)()
+        for fd, attr in self._fields:
+            _to_wire(fd, out, getattr(self, attr))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {attr: _json(getattr(self, attr)) for _, attr in self._fields}
+
+
+_TYPE_BY_PROTO: dict[str, type[_Message]] = {}
+
+
+def _is_map(fd: FieldDescriptor) -> bool:
+    return fd.message_type is not None and fd.message_type.GetOptions().map_entry
+
+
+def _one(fd: FieldDescriptor, v: Any) -> Any:
+    """One wire value (not a container) as the client's."""
+    if fd.enum_type is not None:
+        return _ENUM_BY_PROTO[fd.enum_type.full_name].from_proto(v)
+    if fd.message_type is not None:
+        return _TYPE_BY_PROTO[fd.message_type.full_name].from_proto(v)
+    return v
+
+
+def _from_wire(fd: FieldDescriptor, m: Message, optional: bool) -> Any:
+    v = getattr(m, fd.name)
+    if _is_map(fd):
+        value_fd = fd.message_type.fields_by_name["value"]
+        return _frozen({k: _one(value_fd, x) for k, x in v.items()})
+    if fd.is_repeated:
+        return tuple(_one(fd, x) for x in v)
+    if (optional or fd.message_type is None) and fd.has_presence and not m.HasField(fd.name):
+        return None
+    return _one(fd, v)
+
+
+def _wire_one(fd: FieldDescriptor, v: Any) -> Any:
+    if fd.enum_type is not None:
+        cls = _ENUM_BY_PROTO[fd.enum_type.full_name]
+        return (cls.parse(v) if hasattr(cls, "parse") else cls(v)).to_proto()
+    return v
+
+
+def _to_wire(fd: FieldDescriptor, out: Message, v: Any) -> None:
+    if v is None:
+        return
+    if _is_map(fd):
+        value_fd = fd.message_type.fields_by_name["value"]
+        target = getattr(out, fd.name)
+        for k, x in v.items():
+            if value_fd.message_type is not None:
+                target[k].CopyFrom(x.to_proto())
+            else:
+                target[k] = _wire_one(value_fd, x)
+    elif fd.is_repeated:
+        target = getattr(out, fd.name)
+        for x in v:
+            if fd.message_type is not None:
+                target.add().CopyFrom(x.to_proto())
+            else:
+                target.append(_wire_one(fd, x))
+    elif fd.message_type is not None:
+        getattr(out, fd.name).CopyFrom(v.to_proto())
+    else:
+        setattr(out, fd.name, _wire_one(fd, v))
+
+
+def _json(v: Any) -> Any:
+    # JSON has no infinity: an unlimited bucket (inf) is null.
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, _Message):
+        return v.to_json()
+    if isinstance(v, Mapping):
+        return {k: _json(x) for k, x in v.items()}
+    if isinstance(v, tuple):
+        return [_json(x) for x in v]
+    return v
+
+
+_SCALAR_TYPES = {
+    FieldDescriptor.CPPTYPE_DOUBLE: float,
+    FieldDescriptor.CPPTYPE_FLOAT: float,
+    FieldDescriptor.CPPTYPE_BOOL: bool,
+    FieldDescriptor.CPPTYPE_STRING: str,
+}
+
+
+def _field(fd: FieldDescriptor, shape: _Shape, attr: str) -> tuple[str, Any, Any]:
+    """``(name, annotation, dataclasses.field)`` for one wire field."""
+    optional = attr in shape.optional or (fd.message_type is None and fd.has_presence)
+    if _is_map(fd):
+        ann: Any = Mapping[str, Any]
+        spec = dataclasses.field(default_factory=lambda: _EMPTY)
+    elif fd.is_repeated:
+        ann = tuple
+        spec = dataclasses.field(default=())
+    elif optional:
+        ann = Any
+        spec = dataclasses.field(default=None)
+    elif fd.enum_type is not None:
+        cls = _ENUM_BY_PROTO[fd.enum_type.full_name]
+        ann = cls
+        spec = dataclasses.field(default=cls.from_proto(0))
+    elif fd.message_type is not None:
+        nested = _TYPE_BY_PROTO[fd.message_type.full_name]
+        ann = nested
+        spec = dataclasses.field(default_factory=nested)
+    else:
+        ann = _SCALAR_TYPES.get(fd.cpp_type, int)
+        spec = dataclasses.field(default=fd.default_value)
+    if attr in shape.defaults:
+        spec = dataclasses.field(default=shape.defaults[attr])
+    if attr in shape.hidden:
+        spec.repr = False
+    return attr, ann, spec
+
+
+def _message(base: type[_Message], name: str, shape: _Shape, doc: str) -> Any:
+    fields = tuple((fd, shape.rename.get(fd.name, fd.name)) for fd in shape.desc.fields)
+    cls = dataclasses.make_dataclass(
+        name,
+        [_field(fd, shape, attr) for fd, attr in fields],
+        bases=(base,),
+        namespace={"__doc__": doc},
+        frozen=True,
+        slots=True,
+    )
+    cls.__module__ = __name__
+    cls.__qualname__ = name
+    cls._shape = shape
+    cls._fields = fields
+    _TYPE_BY_PROTO[shape.desc.full_name] = cls
+    return cls
+
+
 # Leases
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A lease as the broker last described it."""
-
-    id: str
-    campaign: str
-    state: LeaseState
-    size: Mapping[str, float]
-    """Units held per placed dimension, e.g. ``{"gpu": 8.0}``."""
-    path: LeasePath
-    starts_at: float
-    """When its resources are (were) usable; later than ``granted_at`` on reclaim/cold."""
-    expires_at: float
-    """When it expires unless renewed."""
-    nodes: tuple[str, ...]
-    """The nodes it is placed on; empty until it is active."""
-    granted_at: float = 0.0
-    lease_class: LeaseClass = LeaseClass.UNSPECIFIED
-    preemptible: bool = False
-    preempt_deadline: float | None = None
-    """Set while PREEMPTING: when it is revoked."""
-    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    ended_at: float | None = None
-    end_cause: str = ""
-    """Once ended: why ("released", "expired", "reclaimed", "node node007 lost")."""
-    allocation: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    """How to run inside the lease's resources on a real resource manager (on Slurm:
-    ``job_id``, ``nodes``, ``het_groups``, ``gpus.NODE``...); empty on the simulated pool.
-    :func:`bursar.providers.launch.launch_argv` turns it into a command line."""
+class _LeaseBase(_Message):
+    __slots__ = ()
 
     @property
     def live(self) -> bool:
-        return self.state.live
+        return self.state.live  # type: ignore[attr-defined, no-any-return]
 
     @property
     def ended(self) -> bool:
-        return self.state.ended
-
-    @classmethod
-    def from_proto(cls, m: pb.Lease) -> Lease:
-        return cls(
-            id=m.lease_id,
-            campaign=m.campaign,
-            state=LeaseState.from_proto(m.state, pb.LeaseState),  # type: ignore[arg-type]
-            size=_frozen(m.size),
-            path=LeasePath.from_proto(m.path, pb.LeasePath),  # type: ignore[arg-type]
-            starts_at=m.starts_at,
-            expires_at=m.expires_at,
-            nodes=tuple(m.nodes),
-            granted_at=m.granted_at,
-            lease_class=LeaseClass.from_proto(m.lease_class, pb.LeaseClass),  # type: ignore[arg-type]
-            preemptible=m.preemptible,
-            preempt_deadline=m.preempt_deadline if m.HasField("preempt_deadline") else None,
-            labels=_frozen(m.labels),
-            ended_at=m.ended_at if m.HasField("ended_at") else None,
-            end_cause=m.end_cause,
-            allocation=_frozen(m.allocation),
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "campaign": self.campaign,
-            "state": self.state.value,
-            "size": dict(self.size),
-            "path": self.path.value,
-            "lease_class": self.lease_class.value,
-            "preemptible": self.preemptible,
-            "granted_at": self.granted_at,
-            "starts_at": self.starts_at,
-            "expires_at": self.expires_at,
-            "preempt_deadline": self.preempt_deadline,
-            "nodes": list(self.nodes),
-            "labels": dict(self.labels),
-            "ended_at": self.ended_at,
-            "end_cause": self.end_cause,
-            "allocation": dict(self.allocation),
-        }
+        return self.state.ended  # type: ignore[attr-defined, no-any-return]
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseEvent:
-    """One entry of a Watch stream."""
-
-    kind: LeaseEventKind
-    at: float
-    lease: Lease
-    deadline: float | None = None
-    """For PREEMPT_WARNING: when the lease is revoked."""
-    cause: str = ""
-    """For REVOKED: why."""
-    snapshot: bool = False
-    """True for the events describing the state when a stream (re)opened, rather than a
-    change decided while it was open."""
-    for_request: str = ""
-    """For PREEMPT_WARNING: the request the capacity is reclaimed for."""
-    seq: int = 0
-    """The journal entry of the decision behind the event (0 for a snapshot event)."""
-    index: int = 0
-    """The decision's position within that entry."""
-
-    @classmethod
-    def from_proto(cls, m: pb.LeaseEvent) -> LeaseEvent:
-        kind = LeaseEventKind.from_proto(m.kind, pb.LeaseEventKind)
-        deadline = m.deadline if kind is LeaseEventKind.PREEMPT_WARNING else None
-        return cls(
-            kind=kind,  # type: ignore[arg-type]
-            at=m.at,
-            lease=Lease.from_proto(m.lease),
-            deadline=deadline,
-            cause=m.cause,
-            snapshot=m.snapshot,
-            for_request=m.for_request,
-            seq=m.seq,
-            index=m.index,
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "kind": self.kind.value,
-            "at": self.at,
-            "lease": self.lease.to_json(),
-            "deadline": self.deadline,
-            "cause": self.cause,
-            "snapshot": self.snapshot,
-            "for_request": self.for_request,
-            "seq": self.seq,
-            "index": self.index,
-        }
+Lease = _message(
+    _LeaseBase,
+    "Lease",
+    _Shape(pb.Lease.DESCRIPTOR, rename={"lease_id": "id"}),
+    """A lease as the broker last described it (``bursar.v1.Lease``; ``lease_id`` is
+    ``id`` here). ``size`` holds the units per placed dimension (``{"gpu": 8.0}``);
+    ``nodes`` is empty until it is active; ``preempt_deadline`` is set while PREEMPTING
+    and ``ended_at`` once it has ended (else None); ``allocation`` says how to run inside
+    it on a real resource manager (:func:`bursar.providers.launch.launch_argv`).""",
+)
 
 
-# ---------------------------------------------------------------------------------------
+def _event_adjust(values: dict[str, Any]) -> None:
+    # The wire's deadline is 0 but for a warning; the client says "none".
+    if values["kind"] is not LeaseEventKind.PREEMPT_WARNING:
+        values["deadline"] = None
+
+
+LeaseEvent = _message(
+    _Message,
+    "LeaseEvent",
+    _Shape(pb.LeaseEvent.DESCRIPTOR, optional=frozenset({"deadline"}), adjust=_event_adjust),
+    """One entry of a Watch stream (``bursar.v1.LeaseEvent``): ``kind`` at ``at`` and the
+    ``lease`` as of then; ``deadline`` (a PREEMPT_WARNING's revocation time, else None),
+    ``cause`` (a REVOKED's), ``for_request`` (whom a warning reclaims for); ``snapshot``
+    for events describing the state when a stream (re)opened; ``seq``/``index``: the
+    journal position of the decision behind it (0 for a snapshot).""",
+)
+
+
 # Supply, metering, status
 
-
-@dataclass(frozen=True, slots=True)
-class DimSupply:
-    """Supply of one placed dimension, in its units."""
-
-    capacity: float
-    warm_free: float
-    reserve: float
-    available_warm: float
-    reclaimable: float
-    cold: float
-
-    @classmethod
-    def from_proto(cls, m: pb.DimSupply) -> DimSupply:
-        return cls(m.capacity, m.warm_free, m.reserve, m.available_warm, m.reclaimable, m.cold)
+DimSupply = _message(
+    _Message,
+    "DimSupply",
+    _Shape(pb.DimSupply.DESCRIPTOR),
+    "Supply of one placed dimension, in its units (``bursar.v1.DimSupply``).",
+)
+CampaignSupply = _message(
+    _Message,
+    "CampaignSupply",
+    _Shape(pb.CampaignSupply.DESCRIPTOR),
+    """Supply signals about one campaign (``bursar.v1.CampaignSupply``); ``bucket`` in
+    unit-seconds per dimension, ``math.inf`` for an unlimited bucket.""",
+)
 
 
-@dataclass(frozen=True, slots=True)
-class CampaignSupply:
-    """Supply signals about one campaign."""
-
-    held: Mapping[str, float]
-    bucket: Mapping[str, float]
-    """Unit-seconds per dimension; ``math.inf`` for an unlimited bucket."""
-    time_to_empty_s: Mapping[str, float]
-    headroom_to_burst: Mapping[str, float]
-    unmet_guarantee: Mapping[str, float]
-    credits: float
-    queued: int
-
-    @classmethod
-    def from_proto(cls, m: pb.CampaignSupply) -> CampaignSupply:
-        return cls(
-            held=_frozen(m.held),
-            bucket=_frozen(m.bucket),
-            time_to_empty_s=_frozen(m.time_to_empty_s),
-            headroom_to_burst=_frozen(m.headroom_to_burst),
-            unmet_guarantee=_frozen(m.unmet_guarantee),
-            credits=m.credits,
-            queued=m.queued,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TimeTo:
-    """Expected seconds until ``units`` of ``dim`` are usable on each path (None: not on
-    that path now)."""
-
-    units: float
-    dim: str
-    warm_s: float | None
-    reclaim_s: float | None
-    cold_s: float | None
-
-    @classmethod
-    def from_proto(cls, m: pb.TimeTo) -> TimeTo:
-        def opt(name: str) -> float | None:
-            return getattr(m, name) if m.HasField(name) else None
-
-        return cls(m.units, m.dim, opt("warm_s"), opt("reclaim_s"), opt("cold_s"))
+class _TimeToBase(_Message):
+    __slots__ = ()
 
     @property
     def best_s(self) -> float | None:
         """The soonest of the three paths; None if no path can serve it now."""
-        present = [t for t in (self.warm_s, self.reclaim_s, self.cold_s) if t is not None]
+        times = (self.warm_s, self.reclaim_s, self.cold_s)  # type: ignore[attr-defined]
+        present = [t for t in times if t is not None]
         return min(present) if present else None
 
 
-@dataclass(frozen=True, slots=True)
-class Supply:
-    """What the pool can give, how soon, at what price."""
-
-    at: float
-    price: float
-    """Credits per unit-hour of the primary dimension."""
-    pressure: float
-    dims: Mapping[str, DimSupply]
-    campaigns: Mapping[str, CampaignSupply]
-    """Only the caller's own campaign for a campaign token; every one for the admin."""
-    grace_s: float
-    boot_latency_s: float
-    time_to: TimeTo | None = None
-
-    @classmethod
-    def from_proto(cls, m: pb.Supply) -> Supply:
-        return cls(
-            at=m.at,
-            price=m.price,
-            pressure=m.pressure,
-            dims=MappingProxyType({k: DimSupply.from_proto(v) for k, v in sorted(m.dims.items())}),
-            campaigns=MappingProxyType(
-                {k: CampaignSupply.from_proto(v) for k, v in sorted(m.campaigns.items())}
-            ),
-            grace_s=m.grace_s,
-            boot_latency_s=m.boot_latency_s,
-            time_to=TimeTo.from_proto(m.time_to) if m.HasField("time_to") else None,
-        )
-
-    def to_json(self) -> dict[str, object]:
-        def num(x: float) -> float | None:
-            return x if math.isfinite(x) else None  # JSON has no infinity: null = unlimited
-
-        return {
-            "at": self.at,
-            "price": self.price,
-            "pressure": self.pressure,
-            "grace_s": self.grace_s,
-            "boot_latency_s": self.boot_latency_s,
-            "dims": {
-                d: {
-                    "capacity": s.capacity,
-                    "warm_free": s.warm_free,
-                    "reserve": s.reserve,
-                    "available_warm": s.available_warm,
-                    "reclaimable": s.reclaimable,
-                    "cold": s.cold,
-                }
-                for d, s in self.dims.items()
-            },
-            "campaigns": {
-                name: {
-                    "held": dict(c.held),
-                    "bucket": {d: num(v) for d, v in c.bucket.items()},
-                    "time_to_empty_s": dict(c.time_to_empty_s),
-                    "headroom_to_burst": dict(c.headroom_to_burst),
-                    "unmet_guarantee": dict(c.unmet_guarantee),
-                    "credits": c.credits,
-                    "queued": c.queued,
-                }
-                for name, c in self.campaigns.items()
-            },
-            "time_to": None
-            if self.time_to is None
-            else {
-                "units": self.time_to.units,
-                "dim": self.time_to.dim,
-                "warm_s": self.time_to.warm_s,
-                "reclaim_s": self.time_to.reclaim_s,
-                "cold_s": self.time_to.cold_s,
-            },
-        }
+TimeTo = _message(
+    _TimeToBase,
+    "TimeTo",
+    _Shape(pb.TimeTo.DESCRIPTOR),
+    """Expected seconds until ``units`` of ``dim`` are usable on each path
+    (``bursar.v1.TimeTo``; None: not on that path now).""",
+)
+Supply = _message(
+    _Message,
+    "Supply",
+    _Shape(pb.Supply.DESCRIPTOR, optional=frozenset({"time_to"})),
+    """What the pool can give, how soon, at what price (``bursar.v1.Supply``): ``price``
+    in credits per unit-hour of the primary dimension; ``campaigns`` only the caller's
+    own for a campaign token, every one for the admin; ``time_to`` when asked for.""",
+)
+MeterResult = _message(
+    _Message,
+    "MeterResult",
+    _Shape(pb.MeterResponse.DESCRIPTOR),
+    """The answer to a Meter call (``bursar.v1.MeterResponse``): use ``granted`` now; ask
+    again for the rest after ``wait_s`` (``math.inf``: no sustained rate there).""",
+)
+BrokerStatus = _message(
+    _Message,
+    "BrokerStatus",
+    _Shape(pb.Status.DESCRIPTOR),
+    """The broker's state in a few numbers (``bursar.v1.Status``); ``caller`` is the
+    caller as the server sees it: "campaign:NAME" or "admin".""",
+)
 
 
-@dataclass(frozen=True, slots=True)
-class MeterResult:
-    """The answer to a Meter call: use ``granted`` now; ask again for the rest after
-    ``wait_s`` (``math.inf``: the campaign has no sustained rate in that dimension)."""
-
-    requested: float
-    granted: float
-    wait_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerStatus:
-    """The broker's state in a few numbers."""
-
-    version: str
-    now: float
-    engine_now: float
-    started_at: float
-    journal_entries: int
-    campaigns: int
-    leases: int
-    pending: int
-    open_streams: int
-    caller: str
-    """The caller as the server sees it: "campaign:NAME" or "admin"."""
-
-    @classmethod
-    def from_proto(cls, m: pb.Status) -> BrokerStatus:
-        return cls(
-            m.version,
-            m.now,
-            m.engine_now,
-            m.started_at,
-            m.journal_entries,
-            m.campaigns,
-            m.leases,
-            m.pending,
-            m.open_streams,
-            m.caller,
-        )
-
-
-# ---------------------------------------------------------------------------------------
 # Campaigns (admin)
 
-
-@dataclass(frozen=True, slots=True)
-class DimEnvelope:
-    """One campaign's envelope in one dimension (DESIGN.md §1)."""
-
-    guarantee: float = 0.0
-    sustained: float = 0.0
-    burst: float = 0.0
-    bucket: float | None = None
-    """Token bucket capacity in unit-seconds; None: unlimited."""
-
-    @classmethod
-    def from_proto(cls, m: pb.DimEnvelope) -> DimEnvelope:
-        return cls(m.guarantee, m.sustained, m.burst, m.bucket if m.HasField("bucket") else None)
-
-    def to_proto(self) -> pb.DimEnvelope:
-        out = pb.DimEnvelope(guarantee=self.guarantee, sustained=self.sustained, burst=self.burst)
-        if self.bucket is not None:
-            out.bucket = self.bucket
-        return out
+DimEnvelope = _message(
+    _Message,
+    "DimEnvelope",
+    _Shape(pb.DimEnvelope.DESCRIPTOR),
+    """One campaign's envelope in one dimension (``bursar.v1.DimEnvelope``); ``bucket``
+    in unit-seconds, None: unlimited.""",
+)
 
 
-@dataclass(frozen=True, slots=True)
-class CampaignSpec:
-    """A campaign as the admin declares it."""
-
-    name: str
-    envelopes: Mapping[str, DimEnvelope]
-    lease_class: LeaseClass = LeaseClass.BATCH
-    preemptible: bool = False
-
-    @classmethod
-    def from_proto(cls, m: pb.CampaignSpec) -> CampaignSpec:
-        lc = LeaseClass.from_proto(m.lease_class, pb.LeaseClass)
-        return cls(
-            name=m.name,
-            envelopes=MappingProxyType(
-                {d: DimEnvelope.from_proto(e) for d, e in sorted(m.envelopes.items())}
-            ),
-            lease_class=LeaseClass.BATCH if lc is LeaseClass.UNSPECIFIED else lc,  # type: ignore[arg-type]
-            preemptible=m.preemptible,
-        )
-
-    def to_proto(self) -> pb.CampaignSpec:
-        out = pb.CampaignSpec(
-            name=self.name,
-            lease_class=LeaseClass.parse(self.lease_class).to_proto(pb.LeaseClass),
-            preemptible=self.preemptible,
-        )
-        for d, e in self.envelopes.items():
-            out.envelopes[d].CopyFrom(e.to_proto())
-        return out
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "lease_class": self.lease_class.value,
-            "preemptible": self.preemptible,
-            "envelopes": {
-                d: {
-                    "guarantee": e.guarantee,
-                    "sustained": e.sustained,
-                    "burst": e.burst,
-                    "bucket": e.bucket,
-                }
-                for d, e in self.envelopes.items()
-            },
-        }
+def _spec_adjust(values: dict[str, Any]) -> None:
+    if values["lease_class"] is LeaseClass.UNSPECIFIED:
+        values["lease_class"] = LeaseClass.BATCH  # the server's default class
 
 
-@dataclass(frozen=True, slots=True)
-class Campaign:
-    """A campaign: what the admin declared and where it stands now."""
+CampaignSpec = _message(
+    _Message,
+    "CampaignSpec",
+    _Shape(
+        pb.CampaignSpec.DESCRIPTOR,
+        defaults={"lease_class": LeaseClass.BATCH},
+        adjust=_spec_adjust,
+    ),
+    """A campaign as the admin declares it (``bursar.v1.CampaignSpec``): its envelopes
+    per dimension, its class (a LeaseClass or its name; BATCH by default) and whether
+    its leases may be preempted.""",
+)
 
-    spec: CampaignSpec
-    held: Mapping[str, float]
-    bucket: Mapping[str, float]
-    """Unit-seconds per dimension; ``math.inf`` for an unlimited bucket."""
-    credits: float
-    leases: int
-    queued: int
-    token_issued_at: float | None
-    """When its current token was issued; None if it has none."""
+
+class _CampaignBase(_Message):
+    __slots__ = ()
 
     @property
     def name(self) -> str:
-        return self.spec.name
+        return self.spec.name  # type: ignore[attr-defined, no-any-return]
 
-    @classmethod
-    def from_proto(cls, m: admin_pb2.Campaign) -> Campaign:
-        return cls(
-            spec=CampaignSpec.from_proto(m.spec),
-            held=_frozen(m.held),
-            bucket=_frozen(m.bucket),
-            credits=m.credits,
-            leases=m.leases,
-            queued=m.queued,
-            token_issued_at=m.token_issued_at or None,
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            **self.spec.to_json(),
-            "held": dict(self.held),
-            "bucket": {d: (v if math.isfinite(v) else None) for d, v in self.bucket.items()},
-            "credits": self.credits,
-            "leases": self.leases,
-            "queued": self.queued,
-            "token_issued_at": self.token_issued_at,
-        }
+    def to_json(self) -> dict[str, Any]:
+        # The spec's keys at the top level, beside the campaign's state.
+        out = _Message.to_json(self)
+        return {**out.pop("spec"), **out}
 
 
-@dataclass(frozen=True, slots=True)
-class CreatedCampaign:
-    """A new campaign and its token (shown only once: store it)."""
+def _campaign_adjust(values: dict[str, Any]) -> None:
+    values["token_issued_at"] = values["token_issued_at"] or None  # 0 on the wire: none
 
-    campaign: Campaign
-    token: str = field(repr=False)
+
+Campaign = _message(
+    _CampaignBase,
+    "Campaign",
+    _Shape(
+        admin_pb2.Campaign.DESCRIPTOR,
+        optional=frozenset({"token_issued_at"}),
+        adjust=_campaign_adjust,
+    ),
+    """A campaign: what the admin declared (``spec``) and where it stands now
+    (``bursar.v1.Campaign``); ``token_issued_at`` is None if it has no token.""",
+)
+CreatedCampaign = _message(
+    _Message,
+    "CreatedCampaign",
+    _Shape(admin_pb2.CreateCampaignResponse.DESCRIPTOR, hidden=frozenset({"token"})),
+    "A new campaign and its token (shown only once: store it).",
+)
