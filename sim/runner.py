@@ -39,7 +39,7 @@ from bursar.broker.lease import LeaseState
 from bursar.broker.outcome import Outcome
 from bursar.broker.runtime import Broker
 from bursar.sim.kernel import Kernel, Signal, Sleep, Wait
-from bursar.workflows.api import Lease, MeterResult, Refused, SupplyView
+from bursar.workflows.api import Lease, MeterResult, SupplyView, granted, refused
 
 __all__ = ["Params", "SimBroker", "SimCtx", "scenario_config"]
 
@@ -68,7 +68,7 @@ PROBE = CampaignSpec(
 
 
 def scenario_config(params: Params | None = None, base: Config | None = None) -> Config:
-    """The §3 pool and campaigns with the simulator's parameters applied."""
+    """The flagship pool and campaigns with the simulator's parameters applied."""
     params = params or Params()
     cfg = base or default_config()
     pool = dataclasses.replace(cfg.pool, boot_latency_s=params.boot_latency_s)
@@ -150,14 +150,9 @@ class SimBroker:
             fn(event, decisions)
 
 
-def _lease(g: Grant, requested_at: float) -> Lease:
-    return Lease(
-        id=g.lease_id,
-        gpus=float(g.size.get("gpu", 0.0)),
-        requested_at=requested_at,
-        starts_at=g.starts_at,
-        expires_at=g.expires_at,
-        path=g.path.value,
+def _lease(g: Grant) -> Lease:
+    return granted(
+        g.lease_id, g.campaign, g.size, g.path.value, g.at, g.starts_at, g.expires_at, g.nodes
     )
 
 
@@ -204,21 +199,21 @@ class SimCtx:
             first = call.start()
         except RequestError as exc:
             if exc.code is ErrorCode.OUT_OF_RANGE:
-                raise Refused("OUT_OF_RANGE", math.inf) from None
+                raise refused("OUT_OF_RANGE", math.inf) from None
             raise
         if isinstance(first, Grant):
-            return _lease(first, t0)
+            return _lease(first)
         if isinstance(first, Reject):
-            raise Refused(first.reason.value, first.retry_after_s)
+            raise refused(first.reason.value, first.retry_after_s)
         rid = first.request_id
         got = await Wait(self.sim.signals(rid).granted, timeout)
         if got is None:
             if call.withdraw(self.now()):
                 self.sim.leases.pop(rid, None)
                 reason, _, _ = call.refusal(self.now(), 0.0)
-                raise Refused(reason.value, first.estimated_wait_s)
+                raise refused(reason.value, first.estimated_wait_s)
             got = self.sim.signals(rid).granted.value
-        return _lease(got, t0)
+        return _lease(got)
 
     async def wait_active(self, lease: Lease) -> bool:
         if lease.id not in self.sim.broker.engine.leases:
@@ -237,14 +232,14 @@ class SimCtx:
             )
         except RequestError as exc:
             if exc.code is ErrorCode.FAILED_PRECONDITION:
-                raise Refused("ENDED", math.inf) from None
+                raise refused("ENDED", math.inf) from None
             raise
         own = decisions.own
         if isinstance(own, Renewed):
             return dataclasses.replace(lease, expires_at=own.expires_at)
         if isinstance(own, Reject):
-            raise Refused(own.reason.value, own.retry_after_s)
-        raise Refused("ENDED", math.inf)
+            raise refused(own.reason.value, own.retry_after_s)
+        raise refused("ENDED", math.inf)
 
     async def release(self, lease: Lease) -> None:
         if lease.id not in self.sim.broker.engine.leases:

@@ -95,7 +95,7 @@ class Probe:
                     campaign=ctx.campaign,
                     at=t0,
                     latency=(ctx.now() - t0) if ok else None,
-                    path=lease.path,
+                    path=lease.path.lower(),  # "warm", "reclaim", "cold"
                     gpus=self.gpus,
                 )
                 await ctx.sleep(self.hold_s)

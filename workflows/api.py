@@ -11,41 +11,55 @@ kernel commands, resumed by the discrete-event kernel) and
 from __future__ import annotations
 
 import random
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
-__all__ = ["Ctx", "Lease", "MeterResult", "Refused", "SupplyView"]
+from bursar.providers.client import Lease, LeasePath, LeaseState, MeterResult, Refused
+
+__all__ = ["Ctx", "Lease", "MeterResult", "Refused", "SupplyView", "granted", "refused"]
+
+# ``Lease``, ``MeterResult`` and ``Refused`` are the client's (bursar.providers.client): an
+# agent reads a lease's ``id``, ``starts_at`` (when the resources are usable: later than
+# the grant on the reclaim and cold paths), ``expires_at`` and ``path``, and a refusal's
+# ``reason`` and ``retry_after``, whichever Ctx it runs on.
 
 
-class Refused(Exception):
-    """The broker would not grant (or renew) now: ``reason`` (ABOVE_BURST, BUCKET_EMPTY,
-    POOL_FULL, ...) and ``retry_after`` seconds. ``OUT_OF_RANGE`` (retry after inf): a
-    request that can never be granted as asked (under prepaid enforcement, more above
-    the sustained rate for its duration than the whole bucket holds)."""
-
-    def __init__(self, reason: str, retry_after: float) -> None:
-        super().__init__(f"{reason} (retry after {retry_after:.1f}s)")
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    id: str
-    gpus: float
-    requested_at: float
-    starts_at: float
-    """When the resources are usable (later than the grant on the reclaim and cold paths)."""
-    expires_at: float
-    path: str
+def refused(reason: str, retry_after: float) -> Refused:
+    """The refusal a Ctx raises: the broker would not grant (or renew) now, with ``reason``
+    (ABOVE_BURST, BUCKET_EMPTY, POOL_FULL, ...) and ``retry_after`` seconds. A Ctx also
+    raises it as ``OUT_OF_RANGE`` (retry after inf) for a request that can never be
+    granted as asked (under prepaid enforcement, more above the sustained rate for its
+    duration than the whole bucket holds) and ``ENDED`` for a lease that has ended."""
+    return Refused(
+        f"{reason} (retry after {retry_after:.1f}s)", reason=reason, retry_after=retry_after
+    )
 
 
-@dataclass(frozen=True, slots=True)
-class MeterResult:
-    requested: float
-    granted: float
-    wait_s: float
+def granted(
+    lease_id: str,
+    campaign: str,
+    size: Mapping[str, float],
+    path: str,
+    at: float,
+    starts_at: float,
+    expires_at: float,
+    nodes: tuple[str, ...] = (),
+) -> Lease:
+    """The lease a grant at ``at`` describes, for a Ctx that is not reading it from a
+    broker's answer (the simulator's): ``path`` is the path's name in any case."""
+    return Lease(
+        id=lease_id,
+        campaign=campaign,
+        state=LeaseState.ACTIVE if starts_at <= at else LeaseState.STARTING,
+        size=MappingProxyType(dict(sorted(size.items()))),
+        path=LeasePath(path.upper()),
+        granted_at=at,
+        starts_at=starts_at,
+        expires_at=expires_at,
+        nodes=tuple(nodes),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
-"""The agents' ``Ctx`` against a live broker: ``AsyncBrokerClient`` and ``asyncio.sleep``.
+"""The agents' ``Ctx`` against a live broker: ``AsyncBrokerClient`` and its clock.
 
-Time is the broker's clock as its answers report it (``Supply.at``), advanced locally by
-the monotonic clock between calls; the agent code is the same that runs in the simulator.
+Time is the client's clock (``AsyncBrokerClient(clock=...)``: the wall clock, which is
+the service's, unless a test gives both a manual one); the agent code is the same that
+runs in the simulator. Leases and refusals are the client's own values.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,24 +20,11 @@ from bursar.providers.client import (
     LeaseState,
     OutOfRange,
 )
-from bursar.providers.client import Lease as ClientLease
-from bursar.providers.client import Refused as ClientRefused
-from bursar.workflows.api import Lease, MeterResult, Refused, SupplyView
+from bursar.workflows.api import Lease, MeterResult, SupplyView, refused
 
 __all__ = ["GrpcCtx"]
 
 _POLL_S = 0.05
-
-
-def _lease(x: ClientLease, requested_at: float) -> Lease:
-    return Lease(
-        id=x.id,
-        gpus=float(x.size.get("gpu", 0.0)),
-        requested_at=requested_at,
-        starts_at=x.starts_at,
-        expires_at=x.expires_at,
-        path=x.path.value,
-    )
 
 
 @dataclass
@@ -47,15 +34,13 @@ class GrpcCtx:
     rng: random.Random
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
-    _t0: float = field(default_factory=time.monotonic)
-    _broker_t0: float = field(default_factory=time.time)
 
     def now(self) -> float:
-        """Broker time (the service's clock is the wall clock)."""
-        return self._broker_t0 + (time.monotonic() - self._t0)
+        return self.client.clock.now()
 
     async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds))
+        clock = self.client.clock
+        await clock.sleep_until(clock.now() + max(0.0, seconds))
 
     async def acquire(
         self,
@@ -65,16 +50,12 @@ class GrpcCtx:
         blocking: bool = False,
         timeout: float | None = None,
     ) -> Lease:
-        t0 = self.now()
         try:
-            x = await self.client.acquire(
+            return await self.client.acquire(
                 {"gpu": gpus}, duration_s, blocking=blocking, timeout=timeout
             )
-        except ClientRefused as exc:
-            raise Refused(str(exc.reason or "REFUSED"), exc.retry_after) from None
         except OutOfRange:
-            raise Refused("OUT_OF_RANGE", math.inf) from None
-        return _lease(x, t0)
+            raise refused("OUT_OF_RANGE", math.inf) from None
 
     async def wait_active(self, lease: Lease) -> bool:
         while True:
@@ -86,8 +67,8 @@ class GrpcCtx:
             await asyncio.sleep(_POLL_S)
 
     async def wait_end(self, lease: Lease, timeout: float | None = None) -> str | None:
-        deadline = math.inf if timeout is None else time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = math.inf if timeout is None else self.now() + timeout
+        while self.now() < deadline:
             x = await self.client.get_lease(lease.id)
             if x.ended:
                 return x.end_cause or x.state.value
@@ -96,12 +77,9 @@ class GrpcCtx:
 
     async def renew(self, lease: Lease, duration_s: float) -> Lease:
         try:
-            x = await self.client.renew(lease.id, duration_s)
-        except ClientRefused as exc:
-            raise Refused(str(exc.reason or "REFUSED"), exc.retry_after) from None
+            return await self.client.renew(lease.id, duration_s)
         except FailedPrecondition:
-            raise Refused("ENDED", math.inf) from None
-        return _lease(x, lease.requested_at)
+            raise refused("ENDED", math.inf) from None
 
     async def release(self, lease: Lease) -> None:
         await self.client.release(lease.id)
@@ -126,8 +104,7 @@ class GrpcCtx:
         )
 
     async def meter(self, dim: str, amount: float) -> MeterResult:
-        r = await self.client.meter(dim, amount)
-        return MeterResult(r.requested, r.granted, r.wait_s)
+        return await self.client.meter(dim, amount)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "") -> None:
         self.tasks.append(asyncio.get_running_loop().create_task(coro, name=name or None))
