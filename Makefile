@@ -1,6 +1,6 @@
 # Bursar developer entry points. `make demo` and `make test` work from a fresh clone.
 #
-#   make demo       run the flagship demo into out/demo, then the §3 scenario into out/sim
+#   make demo       run the flagship demo into out/demo, then the agent-burst scenario into out/sim
 #                   (it ends with the claims table and where report.html is)
 #   make test       lint (ruff check) and run the test suite (installs the Debian packages
 #                   some tests need when run as root: scripts/system-deps.sh)

@@ -1,4 +1,4 @@
-"""Simulator wall time: one seed of the §3 scenario (2 simulated hours), and optionally
+"""Simulator wall time: one seed of the agent-burst scenario (2 simulated hours), and optionally
 the full experiments of ``bursar sim experiments``.
 
     python benchmarks/bench_sim.py [--seeds 1 2 3] [--minutes 120]

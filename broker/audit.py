@@ -1,6 +1,6 @@
 """Audit a journal: re-derive every recorded decision and report where they differ.
 
-The engine is deterministic (DESIGN.md §2), so applying the recorded events in order to
+The engine is deterministic, so applying the recorded events in order to
 a fresh engine built from the journal's own specs must reproduce each entry's decisions
 byte for byte in canonical JSON. A difference means the journal was altered, or the
 engine's policy changed since it was written; the report says which entries differ, and

@@ -1,4 +1,4 @@
-"""Token buckets (DESIGN.md §1, "Token bucket" and "Prepaid leases").
+"""Token buckets and prepaid leases (docs/concepts.md).
 
 Level T lives in [0, B] unit-seconds and starts full. While a campaign holds u units
 the level moves at dT/dt = R - u, capped at B:

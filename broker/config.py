@@ -373,7 +373,7 @@ def default_config_text() -> str:
 
 
 def default_config() -> Config:
-    """The flagship demo pool of DESIGN.md §3 (64 nodes x 8 GPUs, five campaigns)."""
+    """The flagship demo pool (64 nodes x 8 GPUs, five campaigns)."""
     return parse_config(default_config_text(), "toml", source=f"bursar.broker/{DEFAULT_RESOURCE}")
 
 

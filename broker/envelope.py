@@ -1,6 +1,6 @@
 """Campaign envelopes: what a campaign may hold, how fast, and at which class.
 
-An envelope is given per dimension (DESIGN.md §1): ``guarantee`` units that must always
+An envelope is given per dimension: ``guarantee`` units that must always
 be obtainable within a bounded latency, a ``sustained`` rate R that costs no tokens, a
 ``burst`` ceiling on units held at once, and a ``bucket`` of B unit-seconds (``None``
 means unlimited). The class rank and the preemptible flag hold for the whole campaign.

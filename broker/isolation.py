@@ -1,4 +1,4 @@
-"""The isolation rule (DESIGN.md §1).
+"""The isolation rule.
 
 Capacity equal to the sum of all campaigns' unmet guarantees, max(0, guarantee - held)
 summed, is kept warm. A request may use:

@@ -1,6 +1,6 @@
 """The durable journal: every applied event and the decisions it produced, in SQLite.
 
-The journal is the source of truth (DESIGN.md §1, "Journal"): the engine's state is
+The journal is the source of truth: the engine's state is
 ``fold(apply, events)``, so a restart is :func:`replay` and an audit re-derives every
 row. The file holds everything a replay needs: the pool and policy specs live in the
 ``meta`` table, one row per applied event lives in ``entries``::

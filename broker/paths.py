@@ -1,4 +1,4 @@
-"""Choosing the path that serves a grant: warm, then reclaim, then cold (DESIGN.md §1).
+"""Choosing the path that serves a grant: warm, then reclaim, then cold.
 
 ``plan`` is pure: it splits a request into the part served from warm capacity, the part
 taken over from preemptible leases after the grace period, and the part placed on

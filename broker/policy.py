@@ -10,7 +10,7 @@ from bursar.broker import dims
 
 
 class Enforcement(enum.Enum):
-    """How bucket tokens are charged (DESIGN.md §1, "Prepaid leases")."""
+    """How bucket tokens are charged (prepaid by default; see docs/concepts.md)."""
 
     PREPAID = "prepaid"
     """Default: the above-R part of a lease is paid for its whole duration at grant."""

@@ -44,7 +44,7 @@ def config_check(file: Path) -> None:
 
 @config_group.command("show-default")
 def config_show_default() -> None:
-    """Print the packaged demo config (DESIGN.md §3's 512-GPU pool), comments included.
+    """Print the packaged demo config (the flagship 512-GPU pool), comments included.
 
     Start a config of your own from it: bursar config show-default > bursar.toml
     """

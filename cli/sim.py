@@ -58,7 +58,7 @@ def run_cmd(
     no_backfill: bool,
     meter_window: float,
 ) -> None:
-    """Run the §3 agent-burst scenario (2 simulated hours) and write its report."""
+    """Run the agent-burst scenario (2 simulated hours) and write its report."""
     console = Console()
     seeds = (seed,) if seed is not None else DEFAULT_SEEDS
     params = Params(
@@ -146,11 +146,11 @@ def experiments_cmd(
     sweeps: tuple[str, ...],
     quick: bool,
 ) -> None:
-    """The three experiments of DESIGN.md §3, each cell a run of the real engine.
+    """The simulator's three facility experiments, each cell a run of the real engine.
 
     \b
     headroom     warm headroom 16..256 GPUs x grace period 15..120 s: the probe's time
-                 to 128 GPUs and the mean utilisation (§3 scenario)
+                 to 128 GPUs and the mean utilisation (agent-burst scenario)
     overbooking  sum of burst ceilings 2..7x the pool, storms all at once: the guaranteed
                  probe's latency p95 (bound 2 s) and guarantee violations (bound 0)
     enforcement  prepaid vs grant-instant, by lease length: GPU-s above R an adversary
@@ -175,7 +175,7 @@ def experiments_cmd(
         f"{len(results)} cells in {wall:.1f} s wall ({cpu:.1f} s of cell time, "
         f"{cpu / wall if wall else 0:.1f}x parallel)"
     )
-    console.print(claims_table(table, "Experiments of DESIGN.md §3, measured"))
+    console.print(claims_table(table, "Facility experiments, measured"))
     for p in figures:
         console.print(f"figure: {p}", soft_wrap=True)
     console.print(f"cells: {out / 'experiments.json'}", soft_wrap=True)

@@ -1,6 +1,6 @@
 """The flagship demo: a scripted 30-minute session on the 512-GPU pool, in virtual time.
 
-The five campaigns of DESIGN.md §3 each play a short script against the real engine,
+The five campaigns of the flagship pool each play a short script against the real engine,
 journal and simulated pool (through ``Broker``, the same shell the service uses):
 
 * backfill fills idle capacity with preemptible leases (cold path: nodes boot);

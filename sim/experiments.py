@@ -1,4 +1,4 @@
-"""The three experiments of DESIGN.md §3, as grids of independent cells.
+"""The simulator's three facility experiments, as grids of independent cells.
 
 A *cell* is a plain dict (``sweep``, ``seed``, ``duration_s``, ``params``) and
 ``run_cell(cell)`` runs it: one simulated run of the real engine through the simulator
@@ -6,7 +6,7 @@ A *cell* is a plain dict (``sweep``, ``seed``, ``duration_s``, ``params``) and
 its measured values. Cells share nothing, so any Dask worker can run any of them
 (``bursar.sim.sweep``); ``experiment_claims`` pools the results into the claims table.
 
-* ``headroom``: warm headroom (GPUs) x grace period (s) in the §3 scenario, against the
+* ``headroom``: warm headroom (GPUs) x grace period (s) in the agent-burst scenario, against the
   probe's time to 128 GPUs and the mean pool utilisation.
 * ``overbooking``: the sum of burst ceilings as a multiple of the pool (1.375x from the
   victim, a *guaranteed* 128-GPU probe and backfill; storm campaigns, all storming at
@@ -52,7 +52,7 @@ POOL_GPUS = 512.0
 GPUS_PER_NODE = 8.0
 
 ADVERSARY_BUCKET = 25_000.0
-"""B of the enforcement adversary, GPU-s (DESIGN.md §1: the prototype's seed sweep)."""
+"""B of the enforcement adversary, GPU-s (the prototype's seed sweep)."""
 ADVERSARY_SUSTAINED = 32.0
 ADVERSARY_BURST = 384.0
 
@@ -127,7 +127,7 @@ def _by_name(cfg: Config) -> dict[str, CampaignSpec]:
 
 
 def _storm_bursts(extra: float) -> list[float]:
-    """Split ``extra`` GPUs of burst ceiling over as few storms as the §3 storm's burst
+    """Split ``extra`` GPUs of burst ceiling over as few storms as the scenario's storm's burst
     (384) allows, in multiples of 8."""
     if extra <= 0:
         return []
@@ -137,8 +137,8 @@ def _storm_bursts(extra: float) -> list[float]:
 
 
 def overbooking_config(factor: float, params: Params | None = None) -> Config:
-    """The §3 pool with the victim, a guaranteed probe (128 GPUs), backfill and as many
-    copies of the §3 storm as bring the sum of burst ceilings to ``factor`` x the pool.
+    """The flagship pool with the victim, a guaranteed probe (128 GPUs), backfill and as many
+    copies of the scenario's storm as bring the sum of burst ceilings to ``factor`` x the pool.
     Enough nodes start warm to hold every guarantee plus the headroom, as the demo
     config does for its own campaigns."""
     params = params or Params(probe=False)
@@ -172,7 +172,7 @@ def overbooking_config(factor: float, params: Params | None = None) -> Config:
 
 
 def enforcement_config(enforcement: str, params: Params | None = None) -> Config:
-    """The §3 pool with one campaign, the adversary: guarantee 0, R = 32, burst 384,
+    """The flagship pool with one campaign, the adversary: guarantee 0, R = 32, burst 384,
     B = 25k GPU-s, under ``enforcement`` ("prepaid" or "grant_instant")."""
     base = scenario_config(dataclasses.replace(params or Params(), probe=False))
     policy = dataclasses.replace(base.policy, enforcement=Enforcement(enforcement))
@@ -346,7 +346,7 @@ def pooled(results: list[dict[str, Any]], sweep: str, key: str, **params: Any) -
 
 
 def experiment_claims(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The experiments' claims with issue 4's bounds, from whichever sweeps ran."""
+    """The experiments' claims with their stated bounds, from whichever sweeps ran."""
     rows: list[dict[str, Any]] = []
     head = [r for r in results if r["sweep"] == "headroom"]
     if head:

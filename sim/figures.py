@@ -86,7 +86,7 @@ def headroom_figure(results: list[dict[str, Any]], path: Path) -> Path:
     ax2.set_title("Utilisation")
     ax2.legend(fontsize=8)
     fig.suptitle(
-        f"Warm headroom x grace period (§3 scenario, {_seeds(results, 'headroom')} seed(s) pooled)"
+        f"Warm headroom x grace period (agent-burst scenario, {_seeds(results, 'headroom')} seed(s) pooled)"
     )
     fig.savefig(path)
     return path

@@ -168,13 +168,13 @@ canvas {{ border: 1px solid #eee; margin: 4px 0; }}
 code {{ background: #f6f6f6; padding: 1px 4px; }}
 </style></head><body data-js-errors="0">
 <script>{_ERRORS}</script>
-<h1>Bursar simulator: the agent-burst scenario (DESIGN.md §3)</h1>
+<h1>Bursar simulator: the agent-burst scenario</h1>
 <p>Two simulated hours on the 512-GPU pool. Six agent programs (victim, adaptive-sci,
 naive-sci, storm, backfill, probe) negotiate with the real policy engine through the
 broker shell, journal and simulated pool, in virtual time. Claims are pooled over
 {len(hashes)} seed(s); the replay below shows seed {title_seed}.</p>
 <h2>Claims of the prototype, measured</h2>
-<table><tr><th>claim</th><th>prototype</th><th>bound (issue 4)</th><th>measured</th>
+<table><tr><th>claim</th><th>prototype</th><th>bound</th><th>measured</th>
 <th>pass</th></tr>{rows}</table>
 <h2>Replay</h2>
 <p><button id="play">&#9654; play</button> <input id="slider" type="range" min="0" step="10"

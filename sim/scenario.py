@@ -1,4 +1,4 @@
-"""The §3 agent-burst scenario: five campaigns (and the probe) on the 512-GPU pool, two
+"""The agent-burst scenario: five campaigns (and the probe) on the 512-GPU pool, two
 simulated hours, measured against the prototype's claims.
 
 ``run_seed(seed, state_dir)`` runs one seed into a state dir (its journal audits with
@@ -313,7 +313,7 @@ def _metrics(
 
 
 def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[str, Any]]:
-    """The prototype's claims with the issue's bounds and the measured values; ``audits``
+    """The prototype's claims with their stated bounds and the measured values; ``audits``
     (one ``AuditReport`` per run) fills the journal row."""
     ms = [r.metrics for r in runs]
 

@@ -1,4 +1,4 @@
-"""The simulator's studies, run end to end and written to disk: the §3 scenario over
+"""The simulator's studies, run end to end and written to disk: the agent-burst scenario over
 seeds (``bursar sim run``: audited journals, ``report.html``, ``metrics.json``) and the
 three experiments' sweeps on Dask (``bursar sim experiments``: ``experiments.json`` and one
 figure per sweep), and their claims as a terminal table."""

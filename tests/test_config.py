@@ -107,7 +107,7 @@ def test_default_config_is_the_design_demo_pool() -> None:
     assert cfg.policy.enforcement is Enforcement.PREPAID
 
     by_name = {c.name: c for c in cfg.campaigns}
-    expected = {  # DESIGN.md §3: guarantee / R / burst / B (GPU-s)
+    expected = {  # the flagship pool: guarantee / R / burst / B (GPU-s)
         "victim": (LeaseClass.INTERACTIVE, False, DimEnvelope(32, 32, 64, 60_000)),
         "adaptive-sci": (LeaseClass.BATCH, False, DimEnvelope(64, 128, 384, 300_000)),
         "naive-sci": (LeaseClass.BATCH, False, DimEnvelope(64, 128, 384, 300_000)),

@@ -207,7 +207,7 @@ class Run:
         if self.isolation is None:
             self.isolation = self.sc.warm * NODE["gpu"] >= GUARANTEED
             if self.sc.policy.power_down_idle_s is None:
-                # ...and "at once, on the warm path" (DESIGN.md §1) where the warm pool
+                # ...and "at once, on the warm path" where the warm pool
                 # covers the guarantees and nothing powers down (power-down can leave the
                 # reserve on booting nodes: test_power_down_keeps_the_reserve_warm).
                 self.bound = 0.0

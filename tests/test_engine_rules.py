@@ -1,4 +1,4 @@
-"""One unit test per engine rule (DESIGN.md §1): paths, reasons, prepaid tokens, renewal,
+"""One unit test per engine rule: paths, reasons, prepaid tokens, renewal,
 the lease life cycle, admission order, head of line, isolation, price, metering and the
 supply-relevant accessors. Exact values throughout: the engine is pure arithmetic."""
 

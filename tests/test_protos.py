@@ -88,7 +88,7 @@ def _comment_before(lines: list[str], i: int) -> bool:
 
 @pytest.mark.parametrize("name", [p.name for p in gen.proto_files()])
 def test_every_rpc_message_and_field_is_commented(name: str) -> None:
-    """STYLE.md §5: the .proto is the spec; every RPC and field says what it means."""
+    """The .proto is the spec: every RPC and field says what it means."""
     lines = (gen.PROTO_ROOT / "bursar" / "v1" / name).read_text().splitlines()
     missing = []
     for i, line in enumerate(lines):

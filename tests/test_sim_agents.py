@@ -1,4 +1,4 @@
-"""Each agent's basic behaviour in virtual time, on the §3 pool and the real engine."""
+"""Each agent's basic behaviour in virtual time, on the flagship pool and the real engine."""
 
 from __future__ import annotations
 

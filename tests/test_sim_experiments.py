@@ -1,7 +1,7 @@
-"""The experiments of DESIGN.md §3 (``bursar sim experiments``) on the quick grid.
+"""The facility experiments (``bursar sim experiments``) on the quick grid.
 
 Each cell is a run of the real engine through the simulator. The claims are checked
-with issue 4's bounds: prepaid extraction <= 1.1 B and grant-instant >= 3 B (for an
+with their stated bounds: prepaid extraction <= 1.1 B and grant-instant >= 3 B (for an
 adversary with B = 25k GPU-s), and at 7x overbooking the guaranteed probe's p95 <= 2 s
 with zero guarantee violations. The command itself runs on a real Dask local cluster,
 and the cell runner on a scheduler given by address.
@@ -139,7 +139,7 @@ def test_experiments_cli_quick_on_a_local_cluster(tmp_path: Path) -> None:
     for name in ("headroom", "overbooking", "enforcement"):
         png = out / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
-    assert "Experiments of DESIGN.md §3, measured" in res.output
+    assert "Facility experiments, measured" in res.output
     assert "pass" in res.output and "10 cells" in res.output
 
 

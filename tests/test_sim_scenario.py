@@ -1,6 +1,6 @@
-"""The §3 scenario: determinism, a clean audit, the CLI, and the prototype's claims.
+"""The agent-burst scenario: determinism, a clean audit, the CLI, and the prototype's claims.
 
-Claims are checked with issue 4's bounds and the measured values are printed (run with
+Claims are checked with their stated bounds and the measured values are printed (run with
 ``-s`` to see them). Claims that the current agents and engine do not reproduce are
 strict xfails with the measured value and why (see the module end). The experiments'
 claims (enforcement, overbooking) are in test_sim_experiments.py.
@@ -96,7 +96,7 @@ def test_claim_storm_inference_held_to_sustained(pooled: list[SeedRun]) -> None:
 
 # Claims the current agents and engine do not reproduce: kept as strict xfails, so a
 # change that makes one hold fails here until the marker is removed. Measured on seeds
-# 1, 2, 3 pooled (`bursar sim run`); the bounds are issue 4's and are not tuned toward.
+# 1, 2, 3 pooled (`bursar sim run`); the bounds are fixed in advance and not tuned toward.
 
 
 @pytest.mark.xfail(

@@ -1,4 +1,4 @@
-"""The campaign behaviours of DESIGN.md §3 as agent programs, written once.
+"""The campaign behaviours of the agent-burst scenario as agent programs, written once.
 
 Each agent is a small dataclass of parameters with ``async def run(self, ctx)``; it awaits
 only what ``ctx`` (``bursar.workflows.api.Ctx``) gives it, so the same program runs in

@@ -1,4 +1,4 @@
-"""The one exception → gRPC status table of the service (STYLE.md §5).
+"""The one exception → gRPC status table of the service.
 
 Every failure a call can end in is an exception; :func:`status_for` finds its row in
 :data:`TABLE` and builds the ``google.rpc.Status`` the client receives: the gRPC code, a

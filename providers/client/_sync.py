@@ -6,7 +6,7 @@ Each sync client owns a private event loop on a daemon thread and one async clie
 that loop; every method submits the async client's coroutine there and waits for it.
 So there is one implementation of retries, renewal and watch resumption, the sync
 objects are safe to call from any number of threads at once, and nothing is both sync
-and async (STYLE.md, anti-pattern 8). A sync client may not be called from its own
+and async. A sync client may not be called from its own
 loop thread (from inside an ``on_preempt`` callback, say): that would deadlock, and it
 raises RuntimeError instead.
 """

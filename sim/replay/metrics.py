@@ -1,4 +1,4 @@
-"""Replay metrics, exactly as issue 8 defines them.
+"""Replay metrics, with the definitions below.
 
 * wait = start - submit (mean, p50, p95, max);
 * bounded slowdown = max(1, (wait + run) / max(run, tau)), tau = 10 s by default
