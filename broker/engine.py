@@ -34,8 +34,6 @@ from bursar.broker.decisions import (
     Expire,
     Grant,
     MeterGrant,
-    PowerOff,
-    PowerOn,
     PreemptWarning,
     Queue,
     Reject,
@@ -65,6 +63,7 @@ from bursar.broker.outcome import Outcome
 from bursar.broker.pending import HeadEntry, Pending, Queues
 from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState, Power
+from bursar.broker.power import PowerControl
 from bursar.broker.reasons import Reason
 
 _EPS = 1e-9
@@ -138,7 +137,6 @@ class Engine:
         self._reclaimable: dims.Vec = dims.ZERO
         self._firm_held: dims.Vec = dims.ZERO
         self._queued_demand: dims.Vec = dims.ZERO
-        self._idle_since: dict[int, float] = {}
         self._primary = pricing.primary_index(self.pool.capacity)
         self.queue = Queues(
             self.campaigns, self._primary, self.policy.hol_patience_s, self._push_timer
@@ -147,7 +145,8 @@ class Engine:
         self._node_waiters: dict[int, set[str]] = {}
         # Firm (non-preemptible) leases by end time: what frees capacity, and when.
         self._firm_ends: SortedList = SortedList()
-        self.headroom = dims.vec(self.policy.warm_headroom)
+        self.power = PowerControl(self.pool, pool.boot_latency_s, self.policy, self._push_timer)
+        self.headroom = self.power.headroom
         self._out: list[Decision] = []
 
     # ------------------------------------------------------------------ public API
@@ -349,9 +348,7 @@ class Engine:
             # off) the spell ends and this timer stays dead, even if the node idles again
             # later (that spell has its own timer). Liveness must never come back, because
             # next_timer() drops dead timers and a replay does not call next_timer().
-            i = self.pool.index[ref]
-            since = self._idle_since.get(i)
-            return since is not None and since + (self.policy.power_down_idle_s or 0.0) == t
+            return self.power.idle_check_at(ref) == t
         return False
 
     def _advance(self, to: float) -> None:
@@ -369,7 +366,7 @@ class Engine:
             elif kind == "wake":
                 self.queue.wake(ref)
             elif kind == "idle":
-                self._maybe_power_off(ref)
+                self._emit_some(self.power.power_off_if_idle(ref, self._reserve, self.now))
             self._settle()
         self.now = to
 
@@ -526,8 +523,7 @@ class Engine:
 
     def _on_node_ready(self, e: NodeReady) -> None:
         i = self.pool.index[e.node]
-        self.pool.set_power(i, Power.ON)
-        self._watch_idle(i)
+        self.power.node_ready(i, self.now)
         for lid in sorted(self._node_waiters.pop(i, set()), key=_id_order):
             ls = self.leases.get(lid)
             if ls is None:
@@ -552,8 +548,7 @@ class Engine:
             if ls.id in self.leases:
                 self._end(ls, LeaseState.REVOKED, f"node {e.node} lost")
         self._node_waiters.pop(i, None)
-        self._idle_since.pop(i, None)
-        self.pool.set_power(i, Power.DOWN)
+        self.power.node_lost(i)
 
     def _on_lease_lost(self, e: LeaseLost) -> Decision | None:
         ls = self.leases.get(e.lease_id)
@@ -649,7 +644,7 @@ class Engine:
             on_free, self._reserve, c.unmet, self.headroom, c.spec.preemptible
         )
         # A negative limit is reserve (or headroom) not yet warm: it is booting, kept warm
-        # by _keep_warm, so the cold path may not hand it out either.
+        # by PowerControl.keep_warm, so the cold path may not hand it out either.
         cold_avail = dims.vmax0(dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO)))
         return limit, cold_avail
 
@@ -696,25 +691,14 @@ class Engine:
         if not dims.is_zero(plan.warm):
             ls.pieces = self.pool.place(plan.warm, (Power.ON,))
             for i in ls.pieces:
-                self._idle_since.pop(i, None)
+                self.power.in_use(i)
         starts = self.now
         if not dims.is_zero(plan.reclaim):
             starts = self.now + self.policy.grace_s
             self._reclaim(ls, plan.reclaim, starts)
         if not dims.is_zero(plan.cold):
             need = plan.cold
-            _, boot_free, _, _ = self.pool.totals()
-            booted = self.pool.boot(
-                dims.vmax0(dims.sub(need, boot_free)), self.now, self.pool_spec.boot_latency_s
-            )
-            if booted:
-                self._emit(
-                    PowerOn(
-                        self.now,
-                        tuple(self.pool.nodes[i].name for i in booted),
-                        self.now + self.pool_spec.boot_latency_s,
-                    )
-                )
+            self._emit_some(self.power.boot_for(need, self.now))
             for i, piece in self.pool.place(need, (Power.BOOTING,)).items():
                 ls.pieces[i] = dims.add(ls.pieces.get(i, dims.ZERO), piece)
                 ls.waiting_nodes.add(i)
@@ -844,7 +828,7 @@ class Engine:
         ls.claimed_by.clear()
         self.pool.free_pieces(ls.pieces)
         for i in ls.pieces:
-            self._watch_idle(i)
+            self.power.watch_idle(i, self.now)
         if ls.preemptible and was is LeaseState.ACTIVE:
             self._reclaimable = dims.vmax0(dims.sub(self._reclaimable, ls.size))
         self._set_held(c, dims.vmax0(dims.sub(c.held, ls.size)))
@@ -967,7 +951,7 @@ class Engine:
     def _settle(self) -> None:
         """Admission pass, then keep the guarantee reserve and headroom warm."""
         self._admit()
-        self._keep_warm()
+        self._emit_some(self.power.keep_warm(self._reserve, self.now))
 
     def _pool_bound(self) -> float:
         """An upper bound, in the primary dimension, on what any request could get now."""
@@ -1049,50 +1033,13 @@ class Engine:
         # Heads that became heads during this pass were pushed and looked at already.
         queue.dirty.clear()
 
-    def _keep_warm(self) -> None:
-        """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""
-        on_free, boot_free, cold, _ = self.pool.totals()
-        target = dims.add(self._reserve, self.headroom)
-        short = dims.vmax0(dims.sub(target, dims.add(on_free, boot_free)))
-        if dims.is_zero(short) or dims.is_zero(cold):
-            return
-        booted = self.pool.boot(short, self.now, self.pool_spec.boot_latency_s)
-        if booted:
-            self._emit(
-                PowerOn(
-                    self.now,
-                    tuple(self.pool.nodes[i].name for i in booted),
-                    self.now + self.pool_spec.boot_latency_s,
-                )
-            )
-
-    def _watch_idle(self, i: int) -> None:
-        n = self.pool.nodes[i]
-        idle_s = self.policy.power_down_idle_s
-        if idle_s is not None and n.power is Power.ON and n.used == dims.ZERO:
-            self._idle_since[i] = self.now
-            self._push_timer(self.now + idle_s, "idle", n.name)
-
-    def _maybe_power_off(self, name: str) -> None:
-        """Power an idle node down if the warm reserve and headroom stay covered without it;
-        otherwise start a new idle spell and look again after another ``power_down_idle_s``."""
-        i = self.pool.index[name]
-        n = self.pool.nodes[i]
-        if n.power is not Power.ON or n.used != dims.ZERO:
-            return
-        on_free, _, _, _ = self.pool.totals()
-        need = dims.add(self._reserve, self.headroom)
-        # Only powered capacity counts: the reserve must be warm, not booting.
-        if not dims.fits(need, dims.sub(on_free, n.cap)):
-            self._watch_idle(i)
-            return
-        self.pool.set_power(i, Power.COLD)
-        del self._idle_since[i]
-        self._emit(PowerOff(self.now, (name,)))
-
     def _emit(self, d: D) -> D:
         self._out.append(d)
         return d
+
+    def _emit_some(self, d: Decision | None) -> None:
+        if d is not None:
+            self._out.append(d)
 
     # ------------------------------------------------------------------ views
 

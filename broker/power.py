@@ -1,0 +1,104 @@
+"""Power: booting nodes for the cold path and to keep capacity warm, powering idle ones off.
+
+The guarantee reserve and the warm headroom must stay on powered (or booting) nodes, so
+``keep_warm`` boots cold nodes whenever warm + booting capacity falls below them. A node
+left idle for ``power_down_idle_s`` is powered off if the reserve and headroom stay warm
+without it; each idle spell has its own timer, set when the spell starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bursar.broker import dims
+from bursar.broker.decisions import PowerOff, PowerOn
+from bursar.broker.policy import PolicySpec
+from bursar.broker.pool import PoolState, Power
+
+
+class PowerControl:
+    """When each idle node's spell began, and the boots and power-offs that follow."""
+
+    __slots__ = ("_boot_latency_s", "_idle_s", "_pool", "_push_timer", "headroom", "idle_since")
+
+    def __init__(
+        self,
+        pool: PoolState,
+        boot_latency_s: float,
+        policy: PolicySpec,
+        push_timer: Callable[[float, str, str], None],
+    ) -> None:
+        self._pool = pool
+        self._boot_latency_s = boot_latency_s
+        self._idle_s = policy.power_down_idle_s
+        self._push_timer = push_timer
+        self.headroom = dims.vec(policy.warm_headroom)
+        """Warm capacity kept free beyond the guarantee reserve (preemptible work may not
+        take it)."""
+        self.idle_since: dict[int, float] = {}
+        """Powered, unused nodes (by index) and when their idle spell began."""
+
+    def boot(self, need: dims.Vec, now: float) -> PowerOn | None:
+        """Boot cold nodes to cover ``need``; the PowerOn to send, if any node boots."""
+        booted = self._pool.boot(need, now, self._boot_latency_s)
+        if not booted:
+            return None
+        nodes = self._pool.nodes
+        return PowerOn(now, tuple(nodes[i].name for i in booted), now + self._boot_latency_s)
+
+    def boot_for(self, need: dims.Vec, now: float) -> PowerOn | None:
+        """Boot what the cold path needs beyond the capacity already booting."""
+        _, boot_free, _, _ = self._pool.totals()
+        return self.boot(dims.vmax0(dims.sub(need, boot_free)), now)
+
+    def keep_warm(self, reserve: dims.Vec, now: float) -> PowerOn | None:
+        """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""
+        on_free, boot_free, cold, _ = self._pool.totals()
+        target = dims.add(reserve, self.headroom)
+        short = dims.vmax0(dims.sub(target, dims.add(on_free, boot_free)))
+        if dims.is_zero(short) or dims.is_zero(cold):
+            return None
+        return self.boot(short, now)
+
+    def in_use(self, i: int) -> None:
+        """Node ``i`` got a piece: its idle spell (if any) ends."""
+        self.idle_since.pop(i, None)
+
+    def watch_idle(self, i: int, now: float) -> None:
+        """Start an idle spell for node ``i`` if it is powered and unused."""
+        n = self._pool.nodes[i]
+        if self._idle_s is not None and n.power is Power.ON and n.used == dims.ZERO:
+            self.idle_since[i] = now
+            self._push_timer(now + self._idle_s, "idle", n.name)
+
+    def idle_check_at(self, name: str) -> float | None:
+        """When the power-down check of the node's current idle spell is due (None: not
+        idle)."""
+        since = self.idle_since.get(self._pool.index[name])
+        return None if since is None else since + (self._idle_s or 0.0)
+
+    def power_off_if_idle(self, name: str, reserve: dims.Vec, now: float) -> PowerOff | None:
+        """Power an idle node down if the warm reserve and headroom stay covered without it;
+        otherwise start a new idle spell and look again after another ``power_down_idle_s``."""
+        pool = self._pool
+        i = pool.index[name]
+        n = pool.nodes[i]
+        if n.power is not Power.ON or n.used != dims.ZERO:
+            return None
+        on_free, _, _, _ = pool.totals()
+        need = dims.add(reserve, self.headroom)
+        # Only powered capacity counts: the reserve must be warm, not booting.
+        if not dims.fits(need, dims.sub(on_free, n.cap)):
+            self.watch_idle(i, now)
+            return None
+        pool.set_power(i, Power.COLD)
+        del self.idle_since[i]
+        return PowerOff(now, (name,))
+
+    def node_ready(self, i: int, now: float) -> None:
+        self._pool.set_power(i, Power.ON)
+        self.watch_idle(i, now)
+
+    def node_lost(self, i: int) -> None:
+        self.idle_since.pop(i, None)
+        self._pool.set_power(i, Power.DOWN)
