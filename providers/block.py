@@ -42,6 +42,7 @@ import enum
 import logging
 import math
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -263,10 +264,6 @@ class Retry:
     max_s: float = 10.0
     refusals: bool = True
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.min_s <= self.max_s:
-            raise ValueError(f"Retry needs 0 <= min_s <= max_s, got {self.min_s}, {self.max_s}")
-
     def after(self, exc: BaseException) -> float:
         if isinstance(exc, Refused) and math.isfinite(exc.retry_after):
             return min(max(exc.retry_after, self.min_s), self.max_s)
@@ -483,15 +480,34 @@ class ProcessTree:
                 p.send_signal(sig)
 
     def _wait(self, procs: set[psutil.Process], timeout: float) -> None:
-        # The root is our child: reap it through Popen (which keeps its exit status);
-        # psutil would reap it behind Popen's back.
+        """Wait up to ``timeout`` for ``procs`` to exit: a pidfd each, polled together (a
+        process counts as gone once it exited, reaped or not: a container's PID 1 may
+        never reap the orphans)."""
         deadline = time.monotonic() + timeout
-        others = [p for p in procs if self.popen is None or p.pid != self.popen.pid]
-        if self.popen is not None and any(p.pid == self.popen.pid for p in procs):
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.popen.wait(timeout)
-        with contextlib.suppress(psutil.Error):
-            psutil.wait_procs(others, timeout=max(0.0, deadline - time.monotonic()))
+        fds: list[int] = []
+        try:
+            for p in procs:
+                try:
+                    fd = os.pidfd_open(p.pid)
+                except OSError:
+                    continue  # gone already
+                fds.append(fd)
+                if not _alive(p):  # gone, or its PID reused, before the pidfd was opened
+                    fds.remove(fd)
+                    os.close(fd)
+            poller = select.poll()
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            left = set(fds)
+            while left and (ms := (deadline - time.monotonic()) * 1000) > 0:
+                for fd, _ in poller.poll(ms):
+                    left.discard(fd)
+                    poller.unregister(fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if self.popen is not None:
+            self.popen.poll()  # reap the root (Popen keeps its exit status)
 
 
 def _environ(p: psutil.Process) -> set[str]:

@@ -13,6 +13,7 @@ import dask
 import dask.array as da
 import pytest
 from client_support import server_thread
+from dask_jobqueue import JobQueueCluster
 from distributed import Client
 from service_support import Client as Server
 from service_support import run, serve
@@ -28,7 +29,7 @@ from bursar.providers.client import (
     LeasePath,
     Unauthenticated,
 )
-from bursar.providers.dask import BursarCluster, JobState
+from bursar.providers.dask import BursarCluster, BursarJob, JobState
 
 pytestmark = pytest.mark.slow
 
@@ -239,3 +240,45 @@ def test_an_unusable_token_fails_the_job_start(tmp_path: Path) -> None:
                 assert not cluster.lease_ids()
 
     run(scenario(), 60)
+
+
+def test_a_bursar_job_works_on_its_own_from_the_jobqueue_config(tmp_path: Path) -> None:
+    # dask-jobqueue's Job contract: JobQueueCluster(job_cls=BursarJob) builds each job from
+    # the jobqueue.bursar config section alone (no BursarCluster, no session passed).
+    async def scenario() -> None:
+        async with serve(tmp_path / "state", dask_config()) as srv:
+            settings = {
+                "broker": srv.address,
+                "campaign": "wf",
+                "token": srv.tokens["wf"],
+                "cores": 1,
+                "memory": "1GB",
+                "walltime": 30,
+                "job-script-prologue": prologue(),
+                "log-directory": str(tmp_path / "logs"),
+            }
+            with dask.config.set({f"jobqueue.bursar.{k}": v for k, v in settings.items()}):
+                async with (
+                    JobQueueCluster(
+                        job_cls=BursarJob,
+                        asynchronous=True,
+                        scheduler_options={"dashboard_address": ":0", "host": "127.0.0.1"},
+                    ) as cluster,
+                    Client(cluster, asynchronous=True) as client,
+                ):
+                    assert "# bursar-lease: size cpu=1 mem_gb=1" in cluster.job_script()
+                    cluster.scale(jobs=1)
+                    await client.wait_for_workers(1, timeout=40)
+                    assert await client.submit(slow_square, 4, 0.0) == 16
+                    (job,) = cluster.workers.values()
+                    assert isinstance(job, BursarJob) and job.state is JobState.RUNNING
+                    assert job.lease is not None and job.lease.labels["engine"] == "dask"
+                    assert job.stdout_path is not None
+                    assert job.stdout_path.parent == tmp_path / "logs"
+                    lease_id = job.lease_id
+            assert await campaign_leases(srv, "wf") == 0
+            async with AsyncBrokerClient(srv.address, srv.tokens["wf"], backoff=FAST) as wf:
+                assert (await wf.get_lease(lease_id)).state.value == "RELEASED"
+
+    with dask.config.set(FAST_DASK):
+        run(scenario(), 60)

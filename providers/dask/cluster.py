@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import weakref
 from typing import Any
 
@@ -47,7 +46,6 @@ from distributed.core import Status
 from distributed.deploy.adaptive import Adaptive
 
 from bursar.providers.client import Backoff, Tls
-from bursar.providers.dask.config import bad, setting
 from bursar.providers.dask.job import BursarJob, JobOfWorker, LeaseSession, worker_job
 
 __all__ = ["BursarCluster"]
@@ -95,16 +93,7 @@ class BursarCluster(JobQueueCluster):
         log_directory: str | None = None,
         **kwargs: Any,
     ) -> None:
-        broker, broker_src = setting("broker", broker)
-        host, sep, port = str(broker).rpartition(":")
-        if not (isinstance(broker, str) and sep and host and port.isdigit()):
-            raise bad("broker", broker, broker_src, '"host:port", e.g. "127.0.0.1:50051"')
-        campaign, _ = setting("campaign", campaign)
-        token, _ = setting("token", token)
-        if token is None:
-            token = os.environ.get("BURSAR_TOKEN")
-        log_directory, _ = setting("log-directory", log_directory, kwarg="log_directory")
-        self.session = LeaseSession(
+        self.session = LeaseSession.from_config(
             broker,
             campaign,
             token,
@@ -113,6 +102,7 @@ class BursarCluster(JobQueueCluster):
             retry_timeout_s=retry_timeout_s,
             log_directory=log_directory,
         )
+        log_directory = self.session.log_directory
         self.session.bind(weakref.ref(self))
         self.ended_jobs: list[BursarJob] = []
         """Jobs that ended while the cluster ran (preempted, revoked, expired, exited),

@@ -1,9 +1,10 @@
 """One Dask job = one Bursar lease: :class:`BursarJob`, dask-jobqueue's ``Job`` whose
 "submission" is a lease request and whose workers start on the lease's resources.
 
-Life cycle (one background task per job, on the cluster's event loop)::
+Its life cycle is a :class:`bursar.providers.block.Block` on the cluster's event loop;
+this module says what each step means to Dask::
 
-    start ──Acquire(non-blocking)──► granted ──ACTIVE──► _start_workers ──► running
+    start ──Acquire(non-blocking)──► granted ──ACTIVE──► start_workers ──► running
       │  Refused(reason, retry_after): asked again after retry_after (bounded)
       │                                   renewed before each expiry (walltime again)
       ▼
@@ -14,6 +15,11 @@ Life cycle (one background task per job, on the cluster's event loop)::
     the workers exit by themselves ─► release ──────────────────────────────────────────┤
                                                   the cluster closes and replaces the job
     close() (scale-down, cluster close) ─► stop the workers, release; idempotent
+
+A job works on its own too, as dask-jobqueue's ``Job`` contract expects
+(``JobQueueCluster(job_cls=BursarJob)``): without a ``session`` it makes one from the
+``jobqueue.bursar`` config (``broker``, ``campaign``, ``token`` or ``$BURSAR_TOKEN``,
+``log-directory``) and closes it with the job.
 """
 
 from __future__ import annotations
@@ -22,13 +28,12 @@ import asyncio
 import contextlib
 import enum
 import logging
-import math
 import os
-import signal
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,17 +42,23 @@ from dask_jobqueue.core import Job, job_parameters
 from distributed.core import Status
 from distributed.deploy.spec import ProcessInterface
 
+from bursar.providers.block import (
+    Block,
+    Cause,
+    Hooks,
+    Input,
+    LeaseSpec,
+    ProcessTree,
+    Retry,
+    State,
+)
 from bursar.providers.client import (
     AsyncBrokerClient,
     Backoff,
-    BursarClientError,
-    DeadlineExceeded,
     Lease,
     LeaseClass,
-    LeaseHandle,
     Refused,
     Tls,
-    Unavailable,
 )
 from bursar.providers.dask.config import CONFIG_NAME, ConfigError, bad, setting, walltime_s
 from bursar.providers.launch import launch_argv
@@ -100,6 +111,29 @@ class LeaseSession:
         self._client: AsyncBrokerClient | None = None
         self._cluster: Callable[[], BursarCluster | None] = lambda: None
 
+    @classmethod
+    def from_config(
+        cls,
+        broker: str | None = None,
+        campaign: str | None = None,
+        token: str | None = None,
+        *,
+        log_directory: str | None = None,
+        **kw: Any,
+    ) -> LeaseSession:
+        """A session from these values, or where they are None from the
+        ``jobqueue.bursar`` dask config (``token`` also from ``$BURSAR_TOKEN``)."""
+        broker, broker_src = setting("broker", broker)
+        host, sep, port = str(broker).rpartition(":")
+        if not (isinstance(broker, str) and sep and host and port.isdigit()):
+            raise bad("broker", broker, broker_src, '"host:port", e.g. "127.0.0.1:50051"')
+        campaign, _ = setting("campaign", campaign)
+        token, _ = setting("token", token)
+        if token is None:
+            token = os.environ.get("BURSAR_TOKEN")
+        log_directory, _ = setting("log-directory", log_directory, kwarg="log_directory")
+        return cls(broker, campaign, token, log_directory=log_directory, **kw)
+
     def __repr__(self) -> str:  # no token in logs
         return f"LeaseSession(broker={self.broker!r}, campaign={self.campaign!r})"
 
@@ -134,19 +168,6 @@ class LeaseSession:
         if self._client is not None:
             client, self._client = self._client, None
             await client.close()
-
-
-def _first(*aws: Awaitable[Any]) -> list[asyncio.Future[Any]]:
-    return [asyncio.ensure_future(a) for a in aws]
-
-
-async def _wait_first(futs: list[asyncio.Future[Any]]) -> None:
-    try:
-        await asyncio.wait(futs, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for f in futs:
-            if not f.done():
-                f.cancel()
 
 
 class BursarJob(Job):
@@ -259,7 +280,10 @@ class BursarJob(Job):
                 f"a multiple of processes ({self.worker_processes}): each worker process "
                 "advertises an equal share",
             )
-        self.session = session
+        # On its own (JobQueueCluster(job_cls=BursarJob)), the job makes its session
+        # from the jobqueue.bursar config, and closes it with itself.
+        self._own_session = session is None
+        self.session = session if session is not None else LeaseSession.from_config()
         self.walltime = walltime
         self.duration_s = duration
         self.gpus = gpus
@@ -280,8 +304,6 @@ class BursarJob(Job):
         # What happened, for users, tests and the benchmark.
         self.state = JobState.REQUESTING
         self.message = "not started"
-        self.refusals: list[str] = []
-        self.lease_id = ""
         self.end_reason = ""
         self.retired: list[str] | None = None
         """After a graceful retire: the workers the scheduler retired (data moved)."""
@@ -290,11 +312,9 @@ class BursarJob(Job):
         self.t_workers: float | None = None
         self.stdout_path: Path | None = None
         self.stderr_path: Path | None = None
-        self._handle: LeaseHandle | None = None
-        self._proc: asyncio.subprocess.Process | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._answered: asyncio.Event | None = None
-        self._error: BaseException | None = None
+        self.block: Block | None = None
+        """The job's lease and workers (from :meth:`start`)."""
+        self._grace: float | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ the script
@@ -325,13 +345,23 @@ class BursarJob(Job):
     @property
     def lease(self) -> Lease | None:
         """The job's lease as last reported (None before the grant)."""
-        return self._handle.lease if self._handle is not None else None
+        return self.block.lease if self.block is not None else None
+
+    @property
+    def lease_id(self) -> str:
+        """The job's lease id ("" while it has none)."""
+        return self.block.lease_id if self.block is not None else ""
+
+    @property
+    def refusals(self) -> list[str]:
+        """The broker's reason for each refused request, oldest first."""
+        return self.block.refusals if self.block is not None else []
 
     @property
     def pid(self) -> int | None:
-        """The process (and process group) id of the job's workers; None before they
-        start."""
-        return self._proc.pid if self._proc is not None else None
+        """The process (and session) id of the job's workers; None before they start."""
+        w = self.block.workers if self.block is not None else None
+        return w.pid if w is not None else None
 
     @property
     def worker_names(self) -> list[str]:
@@ -343,20 +373,34 @@ class BursarJob(Job):
     # ------------------------------------------------------------------ ProcessInterface
 
     async def start(self) -> None:
-        """Ask for the lease and return once the broker answered (or after the client's
-        call timeout): a refusal leaves the job requesting in the background; an error
-        that retrying cannot fix (bad token, unknown campaign, a size no pool can hold)
-        is raised."""
-        if self.session is None:
-            raise RuntimeError("a BursarJob is started by its BursarCluster")
+        """Ask for the lease and return once the broker answered (or after 30 s): a
+        refusal leaves the job requesting in the background; an error that retrying
+        cannot fix (bad token, unknown campaign, a size no pool can hold) is raised."""
+        if self.block is not None:
+            raise RuntimeError(f"job {self.name} was started already")
         self.t_start = time.monotonic()
-        self._answered = asyncio.Event()
-        self._task = asyncio.create_task(self._run(), name=f"bursar job {self.name}")
+        lo, hi = self.retry_bounds
+        self.block = Block(
+            str(self.name),
+            self.session.client(),
+            LeaseSpec(
+                self.lease_size,
+                self.duration_s,
+                renew_margin_s=self._renew_margin(),
+                lease_class=self.lease_class,
+                labels=self.labels,
+            ),
+            _JobHooks(self),
+            retry=Retry(lo, hi),
+            expiry_margin_s=self.lease_margin,
+        )
+        self.block.start()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._answered.wait(), 30.0)
-        if self._error is not None:
+            await asyncio.wait_for(self.block.answered.wait(), 30.0)
+        if self._rejected_at_once():
             self.status = Status.failed
-            raise self._error
+            assert self.block.error is not None
+            raise self.block.error
         await ProcessInterface.start(self)
 
     async def close(self) -> None:
@@ -364,15 +408,13 @@ class BursarJob(Job):
         if self._closed:
             return
         self._closed = True
-        task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self._stop_workers(3.0)
-        await self._release()
+        if self.block is not None:
+            self.block.cancel()
+            await self.block.done.wait()
         if self.state is not JobState.ENDED:
             self._set(JobState.ENDED, self.end_reason or "closed by the cluster")
+        if self._own_session:
+            await self.session.aclose()
         await ProcessInterface.close(self)
 
     # ------------------------------------------------------------------ life
@@ -381,155 +423,54 @@ class BursarJob(Job):
         self.state, self.message = state, message
         log.info("job %s: %s (%s)", self.name, state.value, message)
 
-    async def _acquire(self) -> LeaseHandle:
-        client = self.session.client()  # type: ignore[union-attr]
-        lo, hi = self.retry_bounds
-        attempt = 0
-        while True:
-            attempt += 1
-            h = client.held_lease(
-                self.lease_size,
-                self.duration_s,
-                renew_margin_s=self._renew_margin(),
-                blocking=False,
-                lease_class=self.lease_class,
-                labels=self.labels,
-            )
-            try:
-                await h.start()
-                return h
-            except Refused as exc:
-                delay = exc.retry_after if math.isfinite(exc.retry_after) else hi
-                delay = min(max(delay, lo), hi)
-                self.refusals.append(exc.reason)
-                self._set(
-                    JobState.REQUESTING,
-                    f"refused by the broker: {exc.reason}: {exc.message} "
-                    f"(attempt {attempt}; again in {delay:.1f} s)",
-                )
-            except (Unavailable, DeadlineExceeded) as exc:
-                delay = hi
-                self._set(JobState.REQUESTING, f"broker unreachable: {exc}; again in {delay} s")
-            finally:
-                assert self._answered is not None
-                self._answered.set()
-            await asyncio.sleep(delay)
-
     def _renew_margin(self) -> float:
         # The client's default (half the duration, at most 60 s before expiry), but well
         # before the point where the job would retire for want of a renewal.
         d = self.duration_s
         return min(max(min(d / 2, 60.0), 2 * self.lease_margin, 1.0), d * 0.9)
 
-    async def _run(self) -> None:
-        try:
-            try:
-                h = await self._acquire()
-            except BursarClientError as exc:  # not worth retrying
-                self._error = exc
-                reason = f"the broker would not take the request: {exc}"
-                if self.status is Status.running:  # asked again after a refusal: tell the cluster
-                    self._ended(reason, failed=True)
-                else:  # the first answer: start() raises it
-                    self._set(JobState.ENDED, reason)
-                return
-            finally:
-                assert self._answered is not None
-                self._answered.set()
-            self._handle, self.lease_id = h, h.id
-            self.t_granted = time.monotonic()
-            self._set(JobState.STARTING, f"lease {h.id} granted ({h.lease.path.value.lower()})")
-            await _wait_first(_first(h.active.wait(), h.ended.wait(), h.preempted.wait()))
-            if h.active.is_set() and not (h.ended.is_set() or h.preempted.is_set()):
-                await self._start_workers(h.lease)
-            await self._watch(h)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a bug or an OS error: the job failed, say why
-            log.exception("job %s failed", self.name)
-            await self._stop_workers(0.5)
-            await self._release()
-            self._ended(f"the job failed: {exc!r}")
-
-    async def _watch(self, h: LeaseHandle) -> None:
-        """Wait for the lease or the workers to end; then retire, stop, release, and tell
-        the cluster."""
-        futs = _first(h.preempted.wait(), h.ended.wait(), self._expiry_guard(h))
-        if self._proc is not None:
-            futs.append(asyncio.ensure_future(self._proc.wait()))
-        await _wait_first(futs)
-        if h.ended.is_set():
-            ev = h.end_event
-            kind = ev.kind.value.lower() if ev is not None else h.lease.state.value.lower()
-            cause = ev.cause or ev.lease.end_cause if ev is not None else h.lease.end_cause
-            # The resources are gone: nothing to retire to, stop at once.
-            await self._stop_workers(0.0)
-            await self._release()
-            self._ended(f"lease {h.id} {kind}" + (f" ({cause})" if cause else ""))
-        elif h.preempted.is_set():
-            ev = h.preempt_event
-            deadline = ev.deadline if ev is not None and ev.deadline else time.time() + 1.0
-            left = max(0.2, deadline - time.time())
-            await self._retire(left - min(0.3, left * 0.25))
-            await self._stop_workers(max(0.0, min(1.0, deadline - time.time() - 0.1)))
-            final = await self._release()
-            self._ended(f"lease {h.id} preempted: workers retired, lease {final}")
-        elif self._proc is not None and self._proc.returncode is not None:
-            rc = self._proc.returncode
-            await self._stop_workers(0.5)
-            final = await self._release()
-            self._ended(f"workers exited with {rc}; lease {h.id} {final}", failed=rc != 0)
-        else:  # not renewable: retire before it expires
-            left = max(0.2, h.lease.expires_at - time.time())
-            await self._retire(min(self.lease_margin, left) * 0.8)
-            await self._stop_workers(0.5)
-            final = await self._release()
-            self._ended(f"lease {h.id} could not be renewed: workers retired, lease {final}")
-
-    async def _expiry_guard(self, h: LeaseHandle) -> None:
-        """Returns ``lease_margin`` before the lease expires (renewals move that on).
-        ``expires_at`` is on the broker's clock: the margin absorbs a small skew."""
-        changed = asyncio.Event()
-        h.add_listener(lambda _h: changed.set())
-        while True:
-            left = h.lease.expires_at - time.time() - self.lease_margin
-            if left <= 0:
-                return
-            changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+    def _rejected_at_once(self) -> bool:
+        b = self.block
+        return b is not None and b.cause is Cause.REJECTED and b.attempts == 1
 
     def _ended(self, reason: str, failed: bool = False) -> None:
         self.end_reason = reason
         self._set(JobState.ENDED, reason)
-        cluster = self.session.cluster if self.session is not None else None
+        cluster = self.session.cluster
         if cluster is not None and not self._closed:
             cluster._job_ended(self, reason, failed=failed)
+
+    def _outcome(self, b: Block) -> tuple[str, bool]:
+        """Why the job ended, and whether that counts as a failure of its workers."""
+        lid, final, cause = b.lease_id, b.final_state, b.cause
+        if cause is Cause.REJECTED:
+            return f"the broker would not take the request: {b.error}", True
+        if cause is Cause.ERROR:
+            return f"the job failed: {b.error!r}", False
+        if cause is Cause.PREEMPTED:
+            return f"lease {lid} preempted: workers retired, lease {final}", False
+        if cause is Cause.UNRENEWABLE:
+            return f"lease {lid} could not be renewed: workers retired, lease {final}", False
+        if cause is Cause.EXITED:
+            rc = b.returncode
+            return f"workers exited with {rc}; lease {lid} {final}", rc != 0
+        if cause is Cause.CANCELLED:
+            return self.end_reason or "closed by the cluster", False
+        ev, lease = b.end_event, b.lease
+        kind = ev.kind.value.lower() if ev is not None else final
+        why = (ev.cause or ev.lease.end_cause) if ev is not None else lease and lease.end_cause
+        return f"lease {lid} {kind}" + (f" ({why})" if why else ""), False
 
     async def _retire(self, budget_s: float) -> None:
         """Retire the job's workers through the scheduler (their data moves to other
         workers), within ``budget_s``."""
-        if self._proc is None:
+        if self.pid is None:
             return
         self._set(JobState.RETIRING, f"retiring {', '.join(self.worker_names)}")
-        cluster = self.session.cluster if self.session is not None else None
+        cluster = self.session.cluster
         if cluster is None:
             return
         self.retired = await cluster._retire_workers(self.worker_names, budget_s)
-
-    async def _release(self) -> str:
-        """Release the lease (idempotent); its final state."""
-        h = self._handle
-        if h is None:
-            return "none"
-        try:
-            final = (await h.release()).state.value.lower()
-        except BursarClientError as exc:
-            log.warning("job %s: could not release %s: %s", self.name, h.id, exc)
-            final = "left to expire"
-        with contextlib.suppress(Exception):
-            await h.__aexit__(None, None, None)
-        return final
 
     # ------------------------------------------------------------------ worker processes
 
@@ -540,7 +481,7 @@ class BursarJob(Job):
         env["BURSAR_LEASE_ID"] = lease.id
         env["BURSAR_LEASE_NODES"] = ",".join(lease.nodes)
         env["BURSAR_CAMPAIGN"] = lease.campaign
-        env["BURSAR_BROKER"] = self.session.broker if self.session is not None else ""
+        env["BURSAR_BROKER"] = self.session.broker
         env["JOB_ID"] = lease.id
         return env
 
@@ -551,40 +492,24 @@ class BursarJob(Job):
         wraps it here, and only here."""
         return launch_argv(lease, ["/bin/bash", str(script)])
 
-    async def _start_workers(self, lease: Lease) -> None:
-        """Write the job script and start it, in its own process group."""
-        base = self.session.logs_dir() / f"{self.name}.{lease.id}"  # type: ignore[union-attr]
+    def _start_workers(self, lease: Lease) -> ProcessTree:
+        """Write the job script and start it, in a session of its own."""
+        base = self.session.logs_dir() / f"{self.name}.{lease.id}"
         script = base.with_suffix(".sh")
         script.write_text(self.job_script())
         self.stdout_path, self.stderr_path = base.with_suffix(".out"), base.with_suffix(".err")
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self._proc = await asyncio.create_subprocess_exec(
-                *self._worker_argv(lease, script),
+            proc = subprocess.Popen(
+                self._worker_argv(lease, script),
                 env=self._worker_env(lease),
                 stdout=out,
                 stderr=err,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         self.t_workers = time.monotonic()
         self._set(JobState.RUNNING, f"lease {lease.id} on {','.join(lease.nodes) or '?'}")
-
-    async def _stop_workers(self, grace_s: float) -> None:
-        """SIGTERM the job's process group (SIGKILL at once when ``grace_s`` is 0); SIGKILL
-        what is left after ``grace_s``."""
-        proc = self._proc
-        if proc is None:
-            return
-        steps = [(signal.SIGKILL, 5.0)] if grace_s <= 0 else [(signal.SIGTERM, grace_s)]
-        steps += [(signal.SIGKILL, 5.0)]
-        for sig, wait_s in steps:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), wait_s)
-        # The leader may be gone before the rest of its group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        return ProcessTree(proc)
 
     def logs(self) -> dict[str, str]:
         """The workers' stdout and stderr so far."""
@@ -596,6 +521,65 @@ class BursarJob(Job):
 
     def __repr__(self) -> str:
         return f"<BursarJob {self.name}: {self.state.value}, lease {self.lease_id or '-'}>"
+
+
+class _JobHooks(Hooks):
+    """What each step of the block's life means to a Dask job."""
+
+    def __init__(self, job: BursarJob) -> None:
+        self.job = job
+
+    def changed(self, block: Block, old: State, inp: Input) -> None:
+        job = self.job
+        if inp is Input.REFUSED:
+            exc = block.last_error
+            assert isinstance(exc, Refused)
+            job._set(
+                JobState.REQUESTING,
+                f"refused by the broker: {exc.reason}: {exc.message} "
+                f"(attempt {block.attempts}; again in {block.retry.after(exc):.1f} s)",
+            )
+        elif inp is Input.UNREACHABLE:
+            job._set(
+                JobState.REQUESTING,
+                f"broker unreachable: {block.last_error}; again in {block.retry.max_s} s",
+            )
+        elif inp is Input.GRANTED:
+            assert block.lease is not None
+            job.t_granted = time.monotonic()
+            job._set(
+                JobState.STARTING,
+                f"lease {block.lease_id} granted ({block.lease.path.value.lower()})",
+            )
+        elif block.state.terminal:
+            reason, failed = job._outcome(block)
+            if job._rejected_at_once() or block.cause is Cause.CANCELLED:
+                job._set(JobState.ENDED, reason)  # start() raises it / closed by the cluster
+            else:
+                job._ended(reason, failed=failed)
+
+    async def start_workers(self, block: Block, lease: Lease) -> ProcessTree:
+        return self.job._start_workers(lease)
+
+    async def drain(self, block: Block, deadline: float | None) -> None:
+        job, now = self.job, block.clock.now()
+        if block.cause is Cause.UNRENEWABLE:  # retire before it expires
+            left = max(0.2, (deadline or now) - now)
+            await job._retire(min(job.lease_margin, left) * 0.8)
+            return
+        deadline = deadline if deadline else now + 1.0
+        left = max(0.2, deadline - now)
+        await job._retire(left - min(0.3, left * 0.25))
+        job._grace = max(0.0, min(1.0, deadline - block.clock.now() - 0.1))
+
+    def stop_grace(self, block: Block) -> float:
+        if block.cause in (Cause.REVOKED, Cause.EXPIRED, Cause.RELEASED):
+            return 0.0  # the resources are gone: nothing to retire to, stop at once
+        if block.cause is Cause.CANCELLED:
+            return 3.0
+        if block.cause is Cause.PREEMPTED and self.job._grace is not None:
+            return self.job._grace
+        return 0.5
 
 
 def worker_job(name: str, processes: int) -> str:

@@ -49,6 +49,9 @@ failure; :func:`lease_error_handler` leaves out the blocks whose lease the broke
 and applies Parsl's ``simple_error_handler`` to the rest; it also hands the provider the
 executor, which draining needs.
 
+The life cycle is :class:`bursar.providers.block.Block`'s; this module translates it to
+Parsl's ``ExecutionProvider`` (``submit``, ``status``, ``cancel``) and drains through HTEX.
+
 Workers run as local processes on the simulated pool, and as steps of the lease's
 allocation (``srun --jobid=N --overlap``, see :mod:`bursar.providers.launch`) when the
 broker runs on Slurm: the launcher's command runs under ``bash`` in its own process
@@ -73,19 +76,17 @@ expires on its own after ``walltime`` anyway.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from parsl.executors.high_throughput.errors import ManagerLost
@@ -96,18 +97,27 @@ from parsl.launchers.base import Launcher
 from parsl.providers.base import ExecutionProvider
 from parsl.providers.errors import SubmitException
 
+from bursar.providers.block import (
+    Block,
+    Cause,
+    Hooks,
+    Input,
+    LeaseSpec,
+    LoopThread,
+    ProcessTree,
+    Retry,
+    State,
+    in_thread,
+)
 from bursar.providers.client import (
+    AsyncBrokerClient,
     Backoff,
-    BrokerClient,
     BursarClientError,
-    DeadlineExceeded,
+    Lease,
     LeaseClass,
-    LeaseEventKind,
     Refused,
     Supply,
-    SyncLeaseHandle,
     Tls,
-    Unavailable,
 )
 from bursar.providers.launch import is_slurm, launch_argv
 
@@ -139,6 +149,8 @@ MANAGER_LOST_COST = 0.25
 """What :func:`lease_retry_handler` charges a task for a lost manager."""
 
 _POLL_S = 0.05
+"""How often a drain asks the executor whether the block's tasks are done (HTEX has no
+event for it)."""
 
 
 def lease_retry_handler(exception: BaseException, task_record: Any) -> float:
@@ -190,47 +202,251 @@ def walltime_s(walltime: str | float) -> float:
     return secs
 
 
-@dataclass(eq=False)
-class _Block:
-    """One block: its lease, its worker processes, what Parsl is told about it."""
+_TERMINAL = (JobState.CANCELLED, JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT)
 
-    job_id: str
-    job_name: str
-    command: str
-    tasks_per_node: int
-    state: JobState = JobState.PENDING
-    message: str = "requesting a lease"
-    exit_code: int | None = None
-    handle: SyncLeaseHandle | None = None
-    lease_id: str = ""
-    proc: subprocess.Popen[bytes] | None = None
-    attempts: int = 0
-    refusals: list[str] = field(default_factory=list)
-    """The broker's reason for each refused request, oldest first."""
-    ended_by_broker: bool = False
-    drained_idle: bool | None = None
-    """After a preemption: whether the block's tasks finished before its workers stopped."""
-    submitted_at: float = field(default_factory=time.monotonic)
-    started_at: float | None = None
-    """Monotonic time the workers were launched."""
-    stdout_path: str | None = None
-    stderr_path: str | None = None
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    wake: threading.Event = field(default_factory=threading.Event)
-    answered: threading.Event = field(default_factory=threading.Event)
-    """Set once the first request has an answer (or failed to get one)."""
-    error: BaseException | None = None
-    """An error that retrying cannot fix, from the first request."""
-    done: threading.Event = field(default_factory=threading.Event)
+
+class _Block(Hooks):
+    """One Parsl block: a :class:`Block` (its lease and workers) and what Parsl is told
+    about it (``JobState`` and a message), kept up to date by the block's hooks."""
+
+    def __init__(
+        self, provider: BursarProvider, job_id: str, job_name: str, command: str, tpn: int
+    ) -> None:
+        self.provider = provider
+        self.job_id = job_id
+        self.job_name = job_name
+        self.command = command
+        self.tasks_per_node = tpn
+        self.state = JobState.PENDING
+        self.message = "requesting a lease"
+        self.exit_code: int | None = None
+        self.stdout_path: str | None = None
+        self.stderr_path: str | None = None
+        self.drained_idle: bool | None = None
+        """After a preemption: whether the block's tasks finished before its workers stopped."""
+        self.submitted_at = time.monotonic()
+        self.started_at: float | None = None
+        """Monotonic time the workers were launched."""
+        self._grace: float | None = None
+        p = provider
+        self.block = Block(
+            job_id,
+            p._client,  # type: ignore[arg-type]  (made by submit, before its lock)
+            LeaseSpec(
+                p.resources_per_block,
+                p.duration_s,
+                renew_margin_s=p.renew_margin_s,
+                lease_class=p.lease_class,
+                labels={"engine": "parsl", "parsl_job": job_name, **p.labels},
+            ),
+            self,
+            retry=Retry(p.min_retry_s, p.max_retry_s),
+        )
+
+    # What the tests and the error handler read.
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        w = self.block.workers
+        return w.popen if w is not None else None
+
+    @property
+    def attempts(self) -> int:
+        return self.block.attempts
+
+    @property
+    def refusals(self) -> list[str]:
+        return self.block.refusals
+
+    @property
+    def ended_by_broker(self) -> bool:
+        return self.block.ended_by_broker
+
+    @property
+    def lease_id(self) -> str:
+        return self.block.lease_id
 
     @property
     def terminal(self) -> bool:
-        return self.state in (
-            JobState.CANCELLED,
-            JobState.COMPLETED,
-            JobState.FAILED,
-            JobState.TIMEOUT,
-        )
+        return self.state in _TERMINAL
+
+    def _set(self, state: JobState, message: str, exit_code: int | None = None) -> None:
+        with self.provider._lock:
+            if self.terminal:
+                return
+            self.state, self.message = state, message
+            if exit_code is not None:
+                self.exit_code = exit_code
+        log.info("block %s: %s (%s)", self.job_id, state.name, message)
+
+    # ------------------------------------------------------------------ the block's hooks
+
+    async def size(self, block: Block) -> Mapping[str, float] | None:
+        p = self.provider
+        if p.size_from_supply is None:
+            return None
+        try:
+            supply = await p._get_client().supply()
+        except BursarClientError as exc:  # ask for the full size; the answer says why
+            log.warning("block %s: no supply signals (%s)", self.job_id, exc)
+            return None
+        return dict(p.size_from_supply(supply, p.resources_per_block)) or None
+
+    def changed(self, block: Block, old: State, inp: Input) -> None:
+        n, lid = block.attempts, block.lease_id
+        if inp is Input.REFUSED:
+            exc = block.last_error
+            assert isinstance(exc, Refused)
+            self._set(
+                JobState.PENDING,
+                f"lease refused by the broker: {exc.reason}: {exc.message} "
+                f"(attempt {n}; again in {block.retry.after(exc):.1f} s)",
+            )
+        elif inp is Input.UNREACHABLE:
+            self._set(
+                JobState.PENDING,
+                f"broker unreachable: {block.last_error} (attempt {n}; again in "
+                f"{block.retry.max_s:.1f} s)",
+            )
+        elif inp is Input.GRANTED:
+            assert block.lease is not None
+            self._set(JobState.PENDING, f"lease {lid} granted ({block.lease.state.value})")
+        elif block.state is State.DRAINING and old is not State.DRAINING:
+            self._set(
+                JobState.RUNNING if self.proc is not None else JobState.PENDING,
+                f"lease {lid} preempted by the broker: draining",
+            )
+        elif block.state.terminal:
+            self._set(*self._outcome(block))
+
+    def _outcome(self, block: Block) -> tuple[JobState, str, int | None]:
+        lid, final, cause = block.lease_id, block.final_state, block.cause
+        if block.state is State.FAILED:
+            if cause is Cause.REJECTED:
+                return (
+                    JobState.FAILED,
+                    f"the broker would not take the request: {block.error}",
+                    None,
+                )
+            return JobState.FAILED, f"the provider failed: {block.error!r}", None
+        if cause is Cause.CANCELLED:
+            if not lid:
+                return JobState.CANCELLED, "cancelled before a lease was granted", None
+            return JobState.CANCELLED, f"cancelled by Parsl; lease {lid} {final}", None
+        if cause is Cause.PREEMPTED:
+            ev = block.preempt_event
+            why = f" for {ev.for_request}" if ev is not None and ev.for_request else ""
+            return (
+                JobState.CANCELLED,
+                f"lease {lid} preempted by the broker{why}: workers drained, lease {final}",
+                None,
+            )
+        if cause in (Cause.EXPIRED, Cause.REVOKED, Cause.RELEASED):
+            ev = block.end_event
+            why = f": {ev.cause or ev.lease.end_cause}" if ev is not None else ""
+            if cause is Cause.EXPIRED:
+                return JobState.TIMEOUT, f"lease {lid} expired{why}", None
+            if cause is Cause.REVOKED:
+                return JobState.CANCELLED, f"lease {lid} revoked by the broker{why}", None
+            return JobState.CANCELLED, f"lease {lid} released elsewhere", None
+        rc = block.returncode
+        if rc == 0:
+            return JobState.COMPLETED, f"workers exited; lease {lid} {final}", 0
+        return JobState.FAILED, f"workers exited with {rc}; lease {lid} {final}", rc
+
+    async def start_workers(self, block: Block, lease: Lease) -> ProcessTree:
+        p = self.provider
+        script_dir = p.script_dir or tempfile.mkdtemp(prefix="bursar-parsl-")
+        os.makedirs(script_dir, exist_ok=True)
+        launch = p.launcher(self._command(lease), self.tasks_per_node, p.nodes_per_block)
+        base = os.path.join(script_dir, f"{self.job_id}.{lease.id}")
+        with open(base + ".sh", "w") as f:
+            f.write(f"{p.worker_init}\n{launch}\n")
+        self.stdout_path, self.stderr_path = base + ".out", base + ".err"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            proc = subprocess.Popen(
+                # On Slurm: srun --jobid=... --overlap, inside the lease's allocation.
+                launch_argv(lease, ["/bin/bash", base + ".sh"]),
+                env=self._environment(lease),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.started_at = time.monotonic()
+        self._set(JobState.RUNNING, f"lease {lease.id} on {','.join(lease.nodes) or '?'}")
+        return ProcessTree(proc)
+
+    async def drain(self, block: Block, deadline: float | None) -> None:
+        # Stop sending the block tasks and let those in flight finish, for most of the
+        # grace period; then its workers stop (what still runs fails ManagerLost and is
+        # retried elsewhere).
+        p, now = self.provider, block.clock.now()
+        left = p.drain_timeout_s if deadline is None else deadline - now
+        t_end = now + max(0.1, left * 0.8)
+        self.drained_idle = False
+        self.drained_idle = await in_thread(self._drain_htex, block, t_end - min(0.5, left * 0.2))
+        self._grace = max(0.1, min(p.drain_timeout_s, t_end - block.clock.now()))
+
+    def _drain_htex(self, block: Block, until: float) -> bool:
+        """Put the block's managers on hold (through the attached executor) and wait,
+        until clock time ``until``, for their tasks to finish. True if they did."""
+        ex = self.provider._executor
+        block_id = ex.job_ids_to_block.get(self.job_id) if ex is not None else None
+        if block_id is None or self.proc is None:
+            return False
+        try:
+            ex._hold_block(block_id)
+            while True:
+                mine = [m for m in ex.connected_managers() if m["block_id"] == block_id]
+                if not any(m["tasks"] for m in mine):
+                    return True
+                if block.clock.now() >= until:
+                    return False
+                time.sleep(_POLL_S)
+        except Exception as exc:  # the executor is shutting down, say
+            log.warning("block %s: could not drain through the executor: %r", self.job_id, exc)
+            return False
+
+    def stop_grace(self, block: Block) -> float:
+        if block.cause is Cause.CANCELLED:
+            return self.provider.drain_timeout_s
+        if block.cause is Cause.PREEMPTED and self._grace is not None:
+            return self._grace
+        return 0.5
+
+    def settle_s(self, block: Block, returncode: int) -> float:
+        # On Slurm the workers die with their allocation (cancelled by an admin, a node
+        # lost) a poll before the broker reports the lease revoked: wait for that report
+        # rather than call the block failed.
+        lease = block.lease
+        return SLURM_SETTLE_S if returncode != 0 and lease and is_slurm(lease) else 0.0
+
+    # ------------------------------------------------------------------ worker processes
+
+    def _environment(self, lease: Lease) -> dict[str, str]:
+        p = self.provider
+        per_node = {d: v / p.nodes_per_block for d, v in lease.size.items()}
+        env = dict(os.environ)
+        bin_dir = os.path.dirname(sys.executable)  # process_worker_pool.py lives there
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env["BURSAR_LEASE_ID"] = lease.id
+        env["BURSAR_LEASE_NODES"] = ",".join(lease.nodes)
+        env["BURSAR_CAMPAIGN"] = lease.campaign
+        env["BURSAR_BROKER"] = p.broker
+        env["JOBNAME"] = self.job_name
+        if per_node.get("cpu"):
+            env["PARSL_CORES"] = str(max(1, math.floor(per_node["cpu"])))
+        if per_node.get("mem_gb"):
+            env["PARSL_MEMORY_GB"] = f"{per_node['mem_gb']:g}"
+        return env
+
+    def _command(self, lease: Lease) -> str:
+        command = self.command
+        gpus = int(lease.size.get("gpu", 0) / self.provider.nodes_per_block)
+        if gpus and re.search(r"--available-accelerators\s*$", command):
+            command = command.rstrip() + " " + " ".join(str(i) for i in range(gpus))
+        return command
 
 
 class BursarProvider(ExecutionProvider):
@@ -324,7 +540,8 @@ class BursarProvider(ExecutionProvider):
         self.gpus_per_node = int(per_node.get("gpu", 0))
         self.resources: dict[str, _Block] = {}
         self._lock = threading.Lock()
-        self._client: BrokerClient | None = None
+        self._loop: LoopThread | None = None
+        self._client: AsyncBrokerClient | None = None
         self._executor: Any = None
         self._count = 0
 
@@ -355,21 +572,21 @@ class BursarProvider(ExecutionProvider):
         broker's first answer (Parsl calls this on its polling thread); an unreachable
         broker leaves the block PENDING too. Errors that retrying cannot fix (a bad
         token, a size the pool can never hold) raise ``SubmitException``."""
+        loop = self._get_loop()
+        self._get_client()
         with self._lock:
             self._count += 1
             job_id = f"{job_name}.{self._count}"
-            b = _Block(job_id, job_name, command, tasks_per_node)
+            b = _Block(self, job_id, job_name, command, tasks_per_node)
             self.resources[job_id] = b
-        threading.Thread(
-            target=self._run, args=(b,), name=f"bursar-parsl {job_id}", daemon=True
-        ).start()
-        b.answered.wait(self.submit_timeout_s)
-        if b.error is not None:
+        loop.soon(b.block.start)
+        self._wait([b], "answered", self.submit_timeout_s)
+        if b.block.cause is Cause.REJECTED and b.block.attempts == 1:
             with self._lock:
                 del self.resources[job_id]
             raise SubmitException(
-                job_name, f"the broker would not take the request: {b.error}"
-            ) from b.error
+                job_name, f"the broker would not take the request: {b.block.error}"
+            ) from b.block.error
         return job_id
 
     def status(self, job_ids: list[Any]) -> list[JobStatus]:
@@ -395,13 +612,11 @@ class BursarProvider(ExecutionProvider):
         """Stop the blocks' workers and release their leases; idempotent. Returns once
         done (or after ``drain_timeout_s`` + 10 s)."""
         blocks = [self.resources.get(j) for j in job_ids]
-        for b in blocks:
-            if b is not None:
-                b.cancelled.set()
-                b.wake.set()
-        for b in blocks:
-            if b is not None:
-                b.done.wait(self.drain_timeout_s + 10.0)
+        live = [b for b in blocks if b is not None]
+        if live and self._loop is not None:
+            for b in live:
+                self._loop.soon(b.block.cancel)
+            self._wait(live, "done", self.drain_timeout_s + 10.0)
         return [b is not None for b in blocks]
 
     # ------------------------------------------------------------------ Bursar's additions
@@ -432,19 +647,31 @@ class BursarProvider(ExecutionProvider):
         """Cancel every block still alive and close the client. Parsl cancels the blocks
         at shutdown, except when the executor went bad: call this after
         ``dfk.cleanup()`` to be sure no lease is left to expire on its own."""
-        live = [j for j, b in list(self.resources.items()) if not b.done.is_set()]
+        live = [j for j, b in list(self.resources.items()) if not b.block.done.is_set()]
         if live:
             self.cancel(live)
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        loop, client = self._loop, self._client
+        self._loop = self._client = None
+        if loop is not None:
+            if client is not None:
+                try:
+                    loop.call(client.close(), 10)
+                except Exception as exc:  # closing anyway
+                    log.warning("could not close the broker client: %r", exc)
+            loop.close()
 
-    # ------------------------------------------------------------------ one block
+    # ------------------------------------------------------------------ plumbing
 
-    def _get_client(self) -> BrokerClient:
+    def _get_loop(self) -> LoopThread:
+        with self._lock:
+            if self._loop is None:
+                self._loop = LoopThread(f"bursar-parsl {self.broker}")
+            return self._loop
+
+    def _get_client(self) -> AsyncBrokerClient:
         with self._lock:
             if self._client is None:
-                self._client = BrokerClient(
+                self._client = AsyncBrokerClient(
                     self.broker,
                     self._token,
                     campaign=self.campaign,
@@ -454,271 +681,14 @@ class BursarProvider(ExecutionProvider):
                 )
             return self._client
 
-    def _set(self, b: _Block, state: JobState, message: str, **kw: Any) -> None:
-        with self._lock:
-            if b.terminal:
-                return
-            b.state, b.message = state, message
-            for k, v in kw.items():
-                setattr(b, k, v)
-        log.info("block %s: %s (%s)", b.job_id, state.name, message)
+    def _wait(self, blocks: list[_Block], event: str, timeout: float) -> None:
+        """Wait (from a Parsl thread) until each block's ``event`` is set, or ``timeout``."""
 
-    def _try_acquire(self, b: _Block) -> float | None:
-        """One non-blocking Acquire. None: granted (``b.handle`` is set); otherwise the
-        seconds to wait before asking again."""
-        size: Mapping[str, float] = self.resources_per_block
-        if self.size_from_supply is not None:
-            try:
-                size = dict(self.size_from_supply(self._get_client().supply(), size)) or size
-            except BursarClientError as exc:  # ask for the full size; the answer says why
-                log.warning("block %s: no supply signals (%s)", b.job_id, exc)
-        h = self._get_client().held_lease(
-            size,
-            self.duration_s,
-            renew_margin_s=self.renew_margin_s,
-            on_preempt=lambda ev: b.wake.set(),
-            blocking=False,
-            lease_class=self.lease_class,
-            labels={"engine": "parsl", "parsl_job": b.job_name, **self.labels},
-        )
-        b.attempts += 1
-        try:
-            h.__enter__()
-        except Refused as exc:
-            delay = exc.retry_after if math.isfinite(exc.retry_after) else self.max_retry_s
-            delay = min(max(delay, self.min_retry_s), self.max_retry_s)
-            b.refusals.append(exc.reason)
-            self._set(
-                b,
-                JobState.PENDING,
-                f"lease refused by the broker: {exc.reason}: {exc.message} "
-                f"(attempt {b.attempts}; again in {delay:.1f} s)",
-            )
-            return delay
-        except (Unavailable, DeadlineExceeded) as exc:
-            self._set(
-                b,
-                JobState.PENDING,
-                f"broker unreachable: {exc} (attempt {b.attempts}; again in "
-                f"{self.max_retry_s:.1f} s)",
-            )
-            return self.max_retry_s
-        b.handle, b.lease_id = h, h.id
-        self._set(b, JobState.PENDING, f"lease {h.id} granted ({h.lease.state.value})")
-        return None
+        async def all_set() -> None:
+            waits = [asyncio.ensure_future(getattr(b.block, event).wait()) for b in blocks]
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+            for w in pending:
+                w.cancel()
 
-    def _wait(self, b: _Block, cond: Callable[[], bool], timeout: float | None = None) -> None:
-        end = None if timeout is None else time.monotonic() + timeout
-        while not (cond() or b.cancelled.is_set()):
-            if end is not None and time.monotonic() >= end:
-                return
-            b.wake.wait(_POLL_S)
-            b.wake.clear()
-
-    def _run(self, b: _Block) -> None:
-        try:
-            try:
-                delay = self._try_acquire(b)
-            except BursarClientError as exc:  # not worth retrying: submit() raises it
-                b.error = exc
-                self._set(b, JobState.FAILED, f"the broker would not take the request: {exc}")
-                return
-            finally:
-                b.answered.set()
-            self._life(b, delay)
-        except Exception as exc:  # a bug or an OS error: the block failed, say why
-            log.exception("block %s failed", b.job_id)
-            self._stop_workers(b, 0.5)
-            self._release(b)
-            self._set(b, JobState.FAILED, f"the provider failed: {exc!r}")
-        finally:
-            b.done.set()
-
-    def _life(self, b: _Block, delay: float | None) -> None:
-        while delay is not None:
-            b.cancelled.wait(delay)
-            if b.cancelled.is_set():
-                self._set(b, JobState.CANCELLED, "cancelled before a lease was granted")
-                return
-            delay = self._try_acquire(b)
-        h = b.handle
-        assert h is not None
-        self._wait(b, lambda: h.active.is_set() or h.ended.is_set() or h.preempted.is_set())
-        if not (b.cancelled.is_set() or h.ended.is_set() or h.preempted.is_set()):
-            self._launch(b, h)
-
-        def over() -> bool:
-            return (
-                h.ended.is_set()
-                or h.preempted.is_set()
-                or (b.proc is not None and b.proc.poll() is not None)
-            )
-
-        self._wait(b, over)
-        if b.proc is not None and b.proc.poll() not in (None, 0) and is_slurm(h.lease):
-            # On Slurm the workers die with their allocation (cancelled by an admin, a node
-            # lost) a poll before the broker reports the lease revoked: wait for that report
-            # rather than call the block failed.
-            self._wait(b, h.ended.is_set, timeout=SLURM_SETTLE_S)
-        if b.cancelled.is_set():
-            self._stop_workers(b, self.drain_timeout_s)
-            final = self._release(b)
-            self._set(b, JobState.CANCELLED, f"cancelled by Parsl; lease {b.lease_id} {final}")
-        elif h.preempted.is_set() and not h.ended.is_set():
-            ev = h.preempt_event
-            deadline = ev.deadline if ev is not None and ev.deadline else None
-            left = self.drain_timeout_s if deadline is None else deadline - time.time()
-            b.ended_by_broker = True
-            self._set(
-                b,
-                JobState.PENDING if b.proc is None else b.state,
-                f"lease {b.lease_id} preempted by the broker: draining",
-            )
-            # Stop sending it tasks and let those in flight finish, for most of the grace
-            # period; then stop the workers (what is still running fails ManagerLost and
-            # is retried elsewhere).
-            t_end = time.monotonic() + max(0.1, left * 0.8)
-            idle = self._drain(b, t_end - min(0.5, left * 0.2))
-            self._stop_workers(b, max(0.1, min(self.drain_timeout_s, t_end - time.monotonic())))
-            b.drained_idle = idle
-            final = self._release(b)
-            self._set(
-                b,
-                JobState.CANCELLED,
-                f"lease {b.lease_id} preempted by the broker"
-                f"{f' for {ev.for_request}' if ev is not None and ev.for_request else ''}: "
-                f"workers drained, lease {final}",
-            )
-        elif h.ended.is_set():
-            ev = h.end_event
-            kind = ev.kind if ev is not None else None
-            b.ended_by_broker = kind is not LeaseEventKind.RELEASED
-            self._stop_workers(b, 0.5)
-            cause = f": {ev.cause or ev.lease.end_cause}" if ev is not None else ""
-            if kind is LeaseEventKind.EXPIRED:
-                self._set(b, JobState.TIMEOUT, f"lease {b.lease_id} expired{cause}")
-            elif kind is LeaseEventKind.REVOKED:
-                self._set(b, JobState.CANCELLED, f"lease {b.lease_id} revoked by the broker{cause}")
-            else:
-                self._set(b, JobState.CANCELLED, f"lease {b.lease_id} released elsewhere")
-            self._release(b)
-        else:  # the worker pool exited by itself
-            assert b.proc is not None
-            rc = b.proc.returncode
-            self._stop_workers(b, 0.5)  # anything it left behind in its group
-            final = self._release(b)
-            if rc == 0:
-                self._set(
-                    b,
-                    JobState.COMPLETED,
-                    f"workers exited; lease {b.lease_id} {final}",
-                    exit_code=0,
-                )
-            else:
-                self._set(
-                    b,
-                    JobState.FAILED,
-                    f"workers exited with {rc}; lease {b.lease_id} {final}",
-                    exit_code=rc,
-                )
-
-    def _drain(self, b: _Block, until: float) -> bool:
-        """Put the block's managers on hold (through the attached executor) and wait,
-        until the monotonic time ``until``, for their tasks to finish. True if they did."""
-        ex = self._executor
-        block_id = ex.job_ids_to_block.get(b.job_id) if ex is not None else None
-        if block_id is None or b.proc is None:
-            return False
-        try:
-            ex._hold_block(block_id)
-            while True:
-                mine = [m for m in ex.connected_managers() if m["block_id"] == block_id]
-                if not any(m["tasks"] for m in mine):
-                    return True
-                if time.monotonic() >= until:
-                    return False
-                time.sleep(_POLL_S)
-        except Exception as exc:  # the executor is shutting down, say
-            log.warning("block %s: could not drain through the executor: %r", b.job_id, exc)
-            return False
-
-    def _release(self, b: _Block) -> str:
-        """Release the block's lease (idempotent) and stop following it; its final state."""
-        h = b.handle
-        if h is None:
-            return "none"
-        try:
-            final = h.release().state.value.lower()
-        except BursarClientError as exc:
-            log.warning("block %s: could not release %s: %s", b.job_id, b.lease_id, exc)
-            final = "left to expire"
-        with contextlib.suppress(Exception):
-            h.__exit__(None, None, None)
-        return final
-
-    # ------------------------------------------------------------------ worker processes
-
-    def _environment(self, b: _Block, h: SyncLeaseHandle) -> dict[str, str]:
-        lease = h.lease
-        per_node = {d: v / self.nodes_per_block for d, v in lease.size.items()}
-        env = dict(os.environ)
-        bin_dir = os.path.dirname(sys.executable)  # process_worker_pool.py lives there
-        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-        env["BURSAR_LEASE_ID"] = lease.id
-        env["BURSAR_LEASE_NODES"] = ",".join(lease.nodes)
-        env["BURSAR_CAMPAIGN"] = lease.campaign
-        env["BURSAR_BROKER"] = self.broker
-        env["JOBNAME"] = b.job_name
-        if per_node.get("cpu"):
-            env["PARSL_CORES"] = str(max(1, math.floor(per_node["cpu"])))
-        if per_node.get("mem_gb"):
-            env["PARSL_MEMORY_GB"] = f"{per_node['mem_gb']:g}"
-        return env
-
-    def _command(self, b: _Block, h: SyncLeaseHandle) -> str:
-        command = b.command
-        gpus = int(h.lease.size.get("gpu", 0) / self.nodes_per_block)
-        if gpus and re.search(r"--available-accelerators\s*$", command):
-            command = command.rstrip() + " " + " ".join(str(i) for i in range(gpus))
-        return command
-
-    def _launch(self, b: _Block, h: SyncLeaseHandle) -> None:
-        script_dir = self.script_dir or tempfile.mkdtemp(prefix="bursar-parsl-")
-        os.makedirs(script_dir, exist_ok=True)
-        launch = self.launcher(self._command(b, h), b.tasks_per_node, self.nodes_per_block)
-        script = f"{self.worker_init}\n{launch}\n"
-        base = os.path.join(script_dir, f"{b.job_id}.{h.id}")
-        with open(base + ".sh", "w") as f:
-            f.write(script)
-        b.stdout_path, b.stderr_path = base + ".out", base + ".err"
-        with open(b.stdout_path, "wb") as out, open(b.stderr_path, "wb") as err:
-            proc = subprocess.Popen(
-                # On Slurm: srun --jobid=... --overlap, inside the lease's allocation.
-                launch_argv(h.lease, ["/bin/bash", base + ".sh"]),
-                env=self._environment(b, h),
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        b.proc = proc
-        b.started_at = time.monotonic()
-        self._set(b, JobState.RUNNING, f"lease {h.id} on {','.join(h.lease.nodes) or '?'}")
-
-    def _stop_workers(self, b: _Block, grace_s: float) -> None:
-        """SIGTERM the block's process group; SIGKILL what is left after ``grace_s``."""
-        proc = b.proc
-        if proc is None:
-            return
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-            if sig is signal.SIGTERM:
-                # The leader is gone; make sure the rest of its group is too.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            return
+        assert self._loop is not None
+        self._loop.call(all_set())
