@@ -65,6 +65,7 @@ from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState, Power
 from bursar.broker.power import PowerControl
 from bursar.broker.reasons import Reason
+from bursar.broker.timers import TimerKind, Timers
 
 _EPS = 1e-9
 
@@ -126,26 +127,25 @@ class Engine:
         self.now = 0.0
         self.events_applied = 0
         self._seq = 0
-        self._timer_seq = 0
         self.campaigns: dict[str, CampaignState] = {}
         self.leases: dict[str, Lease] = {}
         self.ended: dict[str, EndedLease] = {}
         """The newest ``ENDED_KEPT`` ended leases, oldest first."""
         self.idempotency = Keys()
-        self._timers: list[tuple[float, int, str, str]] = []
+        self.timers = Timers(self)
         self._reserve: dims.Vec = dims.ZERO
         self._reclaimable: dims.Vec = dims.ZERO
         self._firm_held: dims.Vec = dims.ZERO
         self._queued_demand: dims.Vec = dims.ZERO
         self._primary = pricing.primary_index(self.pool.capacity)
         self.queue = Queues(
-            self.campaigns, self._primary, self.policy.hol_patience_s, self._push_timer
+            self.campaigns, self._primary, self.policy.hol_patience_s, self.timers.push
         )
         self._max_guarantee = 0.0
         self._node_waiters: dict[int, set[str]] = {}
         # Firm (non-preemptible) leases by end time: what frees capacity, and when.
         self._firm_ends: SortedList = SortedList()
-        self.power = PowerControl(self.pool, pool.boot_latency_s, self.policy, self._push_timer)
+        self.power = PowerControl(self.pool, pool.boot_latency_s, self.policy, self.timers.push)
         self.headroom = self.power.headroom
         self._out: list[Decision] = []
 
@@ -182,12 +182,7 @@ class Engine:
 
     def next_timer(self) -> float | None:
         """When the shell should send the next ``Tick`` (an expiry, revocation or wake-up)."""
-        while self._timers:
-            t, _, kind, ref = self._timers[0]
-            if self._timer_live(t, kind, ref):
-                return t
-            heapq.heappop(self._timers)
-        return None
+        return self.timers.next_due()
 
     @property
     def pending(self) -> dict[str, Pending]:
@@ -326,46 +321,20 @@ class Engine:
 
     # ------------------------------------------------------------------ time
 
-    def _push_timer(self, t: float, kind: str, ref: str) -> None:
-        self._timer_seq += 1
-        heapq.heappush(self._timers, (t, self._timer_seq, kind, ref))
-
-    def _timer_live(self, t: float, kind: str, ref: str) -> bool:
-        if kind == "expire":
-            ls = self.leases.get(ref)
-            return ls is not None and ls.expires_at == t
-        if kind == "deadline":
-            ls = self.leases.get(ref)
-            return ls is not None and ls.state is LeaseState.PREEMPTING
-        if kind == "age":
-            return self.queue.ageing(ref)
-        if kind == "wake":
-            # One wake-up per campaign at a time (the earliest asked for); a later or
-            # superseded one is dead for good, so dropping it in next_timer() is safe.
-            return self.queue.wake_at.get(ref) == t
-        if kind == "idle":
-            # Live only for the idle spell it was set for: once the node is used (or powered
-            # off) the spell ends and this timer stays dead, even if the node idles again
-            # later (that spell has its own timer). Liveness must never come back, because
-            # next_timer() drops dead timers and a replay does not call next_timer().
-            return self.power.idle_check_at(ref) == t
-        return False
-
     def _advance(self, to: float) -> None:
-        while self._timers and self._timers[0][0] <= to:
-            t, _, kind, ref = heapq.heappop(self._timers)
-            if not self._timer_live(t, kind, ref):
-                continue
+        """Run the clock to ``to``, firing each live timer due by then at its own time, with
+        an admission pass after each."""
+        for t, kind, ref in self.timers.due(to):
             self.now = t
-            if kind == "expire":
+            if kind is TimerKind.EXPIRE:
                 self._end(self.leases[ref], LeaseState.EXPIRED, "expired")
-            elif kind == "deadline":
+            elif kind is TimerKind.DEADLINE:
                 self._end(self.leases[ref], LeaseState.REVOKED, "reclaimed")
-            elif kind == "age":
+            elif kind is TimerKind.AGE:
                 self.queue.age(ref)
-            elif kind == "wake":
+            elif kind is TimerKind.WAKE:
                 self.queue.wake(ref)
-            elif kind == "idle":
+            elif kind is TimerKind.IDLE:
                 self._emit_some(self.power.power_off_if_idle(ref, self._reserve, self.now))
             self._settle()
         self.now = to
@@ -503,7 +472,7 @@ class Engine:
             self._firm_ends.remove((ls.expires_at, _id_order(ls.id), ls.size))
             self._firm_ends.add((new_end, _id_order(ls.id), ls.size))
         ls.expires_at = new_end
-        self._push_timer(new_end, "expire", ls.id)
+        self.timers.push(new_end, TimerKind.EXPIRE, ls.id)
         return self._emit(
             Renewed(
                 self.now, ls.id, ls.campaign, new_end, tokens, credits, {**inputs, "price": price}
@@ -715,7 +684,7 @@ class Engine:
         self._set_held(c, dims.add(c.held, p.size))
         c.leases.add(ls.id)
         self.leases[ls.id] = ls
-        self._push_timer(ls.expires_at, "expire", ls.id)
+        self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
         if not ls.preemptible:
             self._firm_ends.add((ls.expires_at, _id_order(ls.id), ls.size))
         if ls.ready:
@@ -765,7 +734,7 @@ class Engine:
             victim.claimed_by[claimant.id] = take
             claimant.claims[victim_id] = take
             self._reclaimable = dims.vmax0(dims.sub(self._reclaimable, victim.size))
-            self._push_timer(deadline, "deadline", victim_id)
+            self.timers.push(deadline, TimerKind.DEADLINE, victim_id)
             self._emit(PreemptWarning(self.now, victim_id, victim.campaign, deadline, claimant.id))
 
     def _activate(self, ls: Lease) -> None:

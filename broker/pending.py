@@ -27,6 +27,7 @@ from sortedcontainers import SortedList
 from bursar.broker import admission, dims, isolation
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.reasons import Reason
+from bursar.broker.timers import TimerKind
 
 if TYPE_CHECKING:
     from bursar.broker.engine import CampaignState
@@ -82,7 +83,7 @@ class Queues:
         campaigns: Mapping[str, CampaignState],
         primary: int,
         patience_s: float,
-        push_timer: Callable[[float, str, str], None],
+        push_timer: Callable[[float, TimerKind, str], None],
     ) -> None:
         self._campaigns = campaigns
         self._primary = primary
@@ -160,7 +161,7 @@ class Queues:
         if pool and not p.aging:
             # Patience counts from arrival, whatever the request first waited for.
             p.aging = True
-            self._push_timer(max(now, p.queued_at + self._patience_s), "age", p.id)
+            self._push_timer(max(now, p.queued_at + self._patience_s), TimerKind.AGE, p.id)
         q = self._queues[(p.campaign, p.lease_class)]
         if q[0] == p.id and pool != (p.head_entry is not None):
             self._index_head(p, pool)
@@ -185,7 +186,7 @@ class Queues:
         """Look at ``campaign``'s queue again at ``at``, unless an earlier look is set."""
         if at < self.wake_at.get(campaign, math.inf):
             self.wake_at[campaign] = at
-            self._push_timer(at, "wake", campaign)
+            self._push_timer(at, TimerKind.WAKE, campaign)
 
     def wake(self, campaign: str) -> None:
         """The wake-up came: the next pass tries the campaign's heads."""

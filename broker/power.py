@@ -14,6 +14,7 @@ from bursar.broker import dims
 from bursar.broker.decisions import PowerOff, PowerOn
 from bursar.broker.policy import PolicySpec
 from bursar.broker.pool import PoolState, Power
+from bursar.broker.timers import TimerKind
 
 
 class PowerControl:
@@ -26,7 +27,7 @@ class PowerControl:
         pool: PoolState,
         boot_latency_s: float,
         policy: PolicySpec,
-        push_timer: Callable[[float, str, str], None],
+        push_timer: Callable[[float, TimerKind, str], None],
     ) -> None:
         self._pool = pool
         self._boot_latency_s = boot_latency_s
@@ -69,7 +70,7 @@ class PowerControl:
         n = self._pool.nodes[i]
         if self._idle_s is not None and n.power is Power.ON and n.used == dims.ZERO:
             self.idle_since[i] = now
-            self._push_timer(now + self._idle_s, "idle", n.name)
+            self._push_timer(now + self._idle_s, TimerKind.IDLE, n.name)
 
     def idle_check_at(self, name: str) -> float | None:
         """When the power-down check of the node's current idle spell is due (None: not
