@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -188,11 +187,11 @@ class AsyncBrokerClient:
             labels=dict(labels or {}),
             idempotency_key=idempotency_key or uuid.uuid4().hex,
         )
-        t0 = time.monotonic()
+        t0 = self.clock.now()
 
         def attempt() -> tuple[pb.AcquireRequest, float]:
             # A retry waits only for what is left of the timeout (0: answer at once).
-            request.timeout_s = max(0.0, wait - (time.monotonic() - t0)) if wait else 0.0
+            request.timeout_s = max(0.0, wait - (self.clock.now() - t0)) if wait else 0.0
             return request, request.timeout_s + self._conn.call_timeout_s
 
         # Retrying an Acquire that failed UNAVAILABLE is safe: every attempt carries the
