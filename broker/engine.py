@@ -17,14 +17,10 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
-
-from sortedcontainers import SortedList
 
 from bursar.broker import admission, dims, isolation, paths, validation
 from bursar.broker import price as pricing
-from bursar.broker.bucket import Bucket
 from bursar.broker.codec import dumps, plain
 from bursar.broker.decisions import (
     Activate,
@@ -41,7 +37,6 @@ from bursar.broker.decisions import (
     Renewed,
     Revoke,
 )
-from bursar.broker.envelope import CampaignSpec
 from bursar.broker.events import (
     CancelRequest,
     CreateCampaign,
@@ -58,6 +53,7 @@ from bursar.broker.events import (
 )
 from bursar.broker.keys import KEY_WINDOW_S, KeyRecord, Keys, request_fingerprint
 from bursar.broker.lease import EndedLease, Lease, LeaseState, Segment
+from bursar.broker.ledger import CampaignState, Ledger, id_order
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
 from bursar.broker.pending import HeadEntry, Pending, Queues
@@ -67,54 +63,12 @@ from bursar.broker.power import PowerControl
 from bursar.broker.reasons import Reason
 from bursar.broker.timers import TimerKind, Timers
 
-_EPS = 1e-9
-
 D = TypeVar("D", bound=Decision)
 
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to
 open a Watch on a lease that ended a while ago, bounded so that a long-running broker's
 state does not grow with every lease it ever granted."""
-
-
-@dataclass(slots=True)
-class CampaignState:
-    spec: CampaignSpec
-    held: dims.Vec = dims.ZERO
-    buckets: dict[str, Bucket] = field(default_factory=dict)
-    rate_buckets: dict[str, Bucket] = field(default_factory=dict)
-    credits: float = 0.0
-    leases: set[str] = field(default_factory=set)
-    guarantee: dims.Vec = dims.ZERO
-    sustained: dims.Vec = dims.ZERO
-    burst: dims.Vec = dims.ZERO
-    unmet: dims.Vec = dims.ZERO
-    """max(0, guarantee - held); zero for a preemptible campaign. Cached: read per decision."""
-    deficit: float = 1.0
-    """Fair-share deficit (admission.deficit). Cached: read per decision."""
-
-    def set_spec(self, spec: CampaignSpec, now: float) -> None:
-        self.spec = spec
-        self.guarantee = spec.placed("guarantee")
-        self.sustained = spec.placed("sustained")
-        self.burst = spec.placed("burst")
-        for d, env in spec.envelopes.items():
-            target = self.buckets if d in dims.PLACED else self.rate_buckets
-            old = target.get(d)
-            if old is None or old.capacity != env.bucket:
-                target[d] = Bucket.full(env.bucket, env.sustained, now)
-            else:
-                old.rate = env.sustained
-        for target, names in ((self.buckets, dims.PLACED), (self.rate_buckets, dims.RATE)):
-            for d in [d for d in target if d not in spec.envelopes and d in names]:
-                del target[d]
-        self.refresh()
-
-    def refresh(self) -> None:
-        self.unmet = (
-            dims.ZERO if self.spec.preemptible else isolation.unmet(self.guarantee, self.held)
-        )
-        self.deficit = admission.deficit(self.held, self.sustained)
 
 
 class Engine:
@@ -133,18 +87,12 @@ class Engine:
         """The newest ``ENDED_KEPT`` ended leases, oldest first."""
         self.idempotency = Keys()
         self.timers = Timers(self)
-        self._reserve: dims.Vec = dims.ZERO
-        self._reclaimable: dims.Vec = dims.ZERO
-        self._firm_held: dims.Vec = dims.ZERO
-        self._queued_demand: dims.Vec = dims.ZERO
         self._primary = pricing.primary_index(self.pool.capacity)
         self.queue = Queues(
             self.campaigns, self._primary, self.policy.hol_patience_s, self.timers.push
         )
-        self._max_guarantee = 0.0
         self._node_waiters: dict[int, set[str]] = {}
-        # Firm (non-preemptible) leases by end time: what frees capacity, and when.
-        self._firm_ends: SortedList = SortedList()
+        self.ledger = Ledger(self.policy, self.pool, self._primary, self.leases)
         self.power = PowerControl(self.pool, pool.boot_latency_s, self.policy, self.timers.push)
         self.headroom = self.power.headroom
         self._out: list[Decision] = []
@@ -196,19 +144,18 @@ class Engine:
             raise validation.unknown_lease(self.ended, lease_id) from None
 
     def price(self) -> float:
-        rho = pricing.pressure(self._firm_held, self._queued_demand, self.pool.capacity)
-        return pricing.price(self.policy.price_base, self.policy.price_k, rho)
+        return self.ledger.price()
 
     def pressure(self) -> float:
-        return pricing.pressure(self._firm_held, self._queued_demand, self.pool.capacity)
+        return self.ledger.pressure()
 
     @property
     def reserve(self) -> dims.Vec:
-        return self._reserve
+        return self.ledger.reserve
 
     @property
     def reclaimable(self) -> dims.Vec:
-        return self._reclaimable
+        return self.ledger.reclaimable
 
     def bucket_level(self, campaign: str, dim: str, at: float | None = None) -> float | None:
         """The campaign's bucket level for ``dim`` at ``at`` (default: the engine's clock;
@@ -335,25 +282,15 @@ class Engine:
             elif kind is TimerKind.WAKE:
                 self.queue.wake(ref)
             elif kind is TimerKind.IDLE:
-                self._emit_some(self.power.power_off_if_idle(ref, self._reserve, self.now))
+                self._emit_some(self.power.power_off_if_idle(ref, self.ledger.reserve, self.now))
             self._settle()
         self.now = to
 
     # ------------------------------------------------------------------ holding
 
     def _set_held(self, c: CampaignState, held: dims.Vec) -> None:
-        for i, d in enumerate(dims.PLACED):
-            b = c.buckets.get(d)
-            if b is not None:
-                b.advance(self.now, c.held[i], self.policy.enforcement)
-        before = c.unmet
-        old = c.held
-        c.held = held
-        c.refresh()
+        self.ledger.set_held(c, held, self.now)
         self.queue.rekey(c.spec.name)
-        self._reserve = dims.vmax0(dims.add(dims.sub(self._reserve, before), c.unmet))
-        if not c.spec.preemptible:
-            self._firm_held = dims.vmax0(dims.add(dims.sub(self._firm_held, old), held))
 
     # ------------------------------------------------------------------ handlers
 
@@ -361,21 +298,13 @@ class Engine:
         c = CampaignState(e.spec)
         c.set_spec(e.spec, self.now)
         self.campaigns[e.spec.name] = c
-        self._reserve = dims.add(self._reserve, c.unmet)
-        self._max_guarantee = max(self._max_guarantee, c.guarantee[self._primary])
+        self.ledger.open(c)
         return self._emit(CampaignSet(self.now, e.spec.name, True))
 
     def _on_update(self, e: UpdateCampaign) -> Decision:
         c = self.campaigns[e.spec.name]
         self._set_held(c, c.held)  # bring buckets to now under the old rates
-        before = c.unmet
-        c.set_spec(e.spec, self.now)
-        self._reserve = dims.vmax0(dims.add(dims.sub(self._reserve, before), c.unmet))
-        self._firm_held = dims.ZERO
-        for other in self.campaigns.values():
-            if not other.spec.preemptible:
-                self._firm_held = dims.add(self._firm_held, other.held)
-        self._max_guarantee = max(x.guarantee[self._primary] for x in self.campaigns.values())
+        self.ledger.respec(c, e.spec, self.now, self.campaigns.values())
         self.queue.rekey(c.spec.name)
         self.queue.dirty.add(c.spec.name)
         self.queue.pool_dirty = True
@@ -457,20 +386,16 @@ class Engine:
         )
         if short:
             inputs = {**inputs, "bucket_short": short}
-            wait = self._bucket_wait(c, rate, ext)
+            wait = self.ledger.bucket_wait(c, rate, ext, self.now)
             return self._emit(
                 Reject(self.now, ls.id, ls.campaign, Reason.BUCKET_EMPTY, wait, inputs)
             )
-        price = self.price()
-        credit_rate = price * pricing.charged_units(ls.size, self.pool.capacity) / 3600.0
-        tokens = self._charge(c, rate, ext)
-        credits = credit_rate * ext
-        c.credits += credits
+        price = self.ledger.price()
+        credit_rate = self.ledger.credit_rate(price, ls.size)
+        tokens, credits = self.ledger.charge(c, rate, credit_rate, ext, self.now)
         if ext > 0:
             ls.segments.append(Segment(ls.expires_at, new_end, rate, credit_rate))
-        if not ls.preemptible:
-            self._firm_ends.remove((ls.expires_at, _id_order(ls.id), ls.size))
-            self._firm_ends.add((new_end, _id_order(ls.id), ls.size))
+        self.ledger.firm_renewed(ls, new_end)
         ls.expires_at = new_end
         self.timers.push(new_end, TimerKind.EXPIRE, ls.id)
         return self._emit(
@@ -493,7 +418,7 @@ class Engine:
     def _on_node_ready(self, e: NodeReady) -> None:
         i = self.pool.index[e.node]
         self.power.node_ready(i, self.now)
-        for lid in sorted(self._node_waiters.pop(i, set()), key=_id_order):
+        for lid in sorted(self._node_waiters.pop(i, set()), key=id_order):
             ls = self.leases.get(lid)
             if ls is None:
                 continue
@@ -511,9 +436,7 @@ class Engine:
             for cid in ls.claimed_by
             if cid in self.leases and cid not in hit_ids
         ]
-        for ls in sorted(
-            {x.id: x for x in claimants + hit}.values(), key=lambda x: _id_order(x.id)
-        ):
+        for ls in sorted({x.id: x for x in claimants + hit}.values(), key=lambda x: id_order(x.id)):
             if ls.id in self.leases:
                 self._end(ls, LeaseState.REVOKED, f"node {e.node} lost")
         self._node_waiters.pop(i, None)
@@ -565,8 +488,8 @@ class Engine:
             },
             "pool": {
                 "warm_free": dims.as_dict(on_free),
-                "reserve": dims.as_dict(self._reserve),
-                "reclaimable": dims.as_dict(self._reclaimable),
+                "reserve": dims.as_dict(self.ledger.reserve),
+                "reclaimable": dims.as_dict(self.ledger.reclaimable),
                 "cold": dims.as_dict(dims.add(boot_free, cold)),
             },
         }
@@ -588,12 +511,13 @@ class Engine:
         preemptible = c.spec.preemptible
         on_free, _, _, _ = self.pool.totals()
         limit, cold_avail = self._capacity_for(c)
-        plan = paths.plan(size, limit, self._reclaimable, cold_avail, preemptible)
+        reclaimable = self.ledger.reclaimable
+        plan = paths.plan(size, limit, reclaimable, cold_avail, preemptible)
         if plan is None:
             unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
             everything = dims.add(
                 dims.add(dims.vmax0(unreserved), cold_avail),
-                dims.ZERO if preemptible else self._reclaimable,
+                dims.ZERO if preemptible else reclaimable,
             )
             reason = Reason.GUARANTEE_RESERVED if dims.fits(size, everything) else Reason.POOL_FULL
             return reason, {}
@@ -610,7 +534,7 @@ class Engine:
         """(warm limit, cold capacity) a request of ``c`` may use under the isolation rule."""
         on_free, boot_free, cold, _ = self.pool.totals()
         limit = isolation.warm_limit(
-            on_free, self._reserve, c.unmet, self.headroom, c.spec.preemptible
+            on_free, self.ledger.reserve, c.unmet, self.headroom, c.spec.preemptible
         )
         # A negative limit is reserve (or headroom) not yet warm: it is booting, kept warm
         # by PowerControl.keep_warm, so the cold path may not hand it out either.
@@ -636,14 +560,11 @@ class Engine:
         }
         inputs["within_guarantee"] = isolation.within_own_guarantee(p.size, own)
         inputs["waited_s"] = self.now - p.queued_at
-        demand = self._queued_demand
+        # A queued request's own demand does not raise the price it is granted at.
+        demand = self.ledger.queued_demand
         if p.id in self.queue.pending and not c.spec.preemptible:
             demand = dims.vmax0(dims.sub(demand, p.size))
-        price = pricing.price(
-            self.policy.price_base,
-            self.policy.price_k,
-            pricing.pressure(self._firm_held, demand, self.pool.capacity),
-        )
+        price = self.ledger.price(demand)
         ls = Lease(
             id=p.id,
             campaign=p.campaign,
@@ -676,17 +597,14 @@ class Engine:
         ls.starts_at = starts
         ls.expires_at = starts + p.duration_s
         span = ls.expires_at - self.now
-        credit_rate = price * pricing.charged_units(p.size, self.pool.capacity) / 3600.0
-        tokens = self._charge(c, rate, span)
-        credits = credit_rate * span
-        c.credits += credits
+        credit_rate = self.ledger.credit_rate(price, p.size)
+        tokens, credits = self.ledger.charge(c, rate, credit_rate, span, self.now)
         ls.segments.append(Segment(self.now, ls.expires_at, rate, credit_rate))
         self._set_held(c, dims.add(c.held, p.size))
         c.leases.add(ls.id)
         self.leases[ls.id] = ls
         self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
-        if not ls.preemptible:
-            self._firm_ends.add((ls.expires_at, _id_order(ls.id), ls.size))
+        self.ledger.firm_started(ls)
         if ls.ready:
             self._activate(ls)
         grant = Grant(
@@ -708,24 +626,10 @@ class Engine:
         self.idempotency.answer(p.id, grant)
         return grant
 
-    def _charge(self, c: CampaignState, rate: dims.Vec, span: float) -> float:
-        """Take the prepaid tokens; returns the total taken (unit-seconds, all dimensions)."""
-        if self.policy.enforcement is not Enforcement.PREPAID:
-            return 0.0
-        total = 0.0
-        for i, d in enumerate(dims.PLACED):
-            b = c.buckets.get(d)
-            if b is None or rate[i] <= 0:
-                continue
-            b.advance(self.now, c.held[i], self.policy.enforcement)
-            b.take(rate[i] * span)
-            total += rate[i] * span
-        return total
-
     def _reclaim(self, claimant: Lease, need: dims.Vec, deadline: float) -> None:
         candidates = sorted(
             (ls for ls in self.leases.values() if ls.preemptible and ls.state is LeaseState.ACTIVE),
-            key=lambda ls: (ls.lease_class.rank, -ls.granted_at, -_id_order(ls.id)),
+            key=lambda ls: (ls.lease_class.rank, -ls.granted_at, -id_order(ls.id)),
         )
         for victim_id, take in paths.choose_victims(need, ((v.id, v.size) for v in candidates)):
             victim = self.leases[victim_id]
@@ -733,7 +637,7 @@ class Engine:
             victim.preempt_deadline = deadline
             victim.claimed_by[claimant.id] = take
             claimant.claims[victim_id] = take
-            self._reclaimable = dims.vmax0(dims.sub(self._reclaimable, victim.size))
+            self.ledger.not_reclaimable(victim)
             self.timers.push(deadline, TimerKind.DEADLINE, victim_id)
             self._emit(PreemptWarning(self.now, victim_id, victim.campaign, deadline, claimant.id))
 
@@ -741,8 +645,7 @@ class Engine:
         ls.move(LeaseState.ACTIVE)
         # Only active preemptible leases are reclaimable: a starting one sits on booting
         # nodes or on capacity still being handed over.
-        if ls.preemptible:
-            self._reclaimable = dims.add(self._reclaimable, ls.size)
+        self.ledger.activated(ls)
 
     def _maybe_activate(self, ls: Lease) -> None:
         if ls.state is LeaseState.STARTING and ls.ready:
@@ -778,7 +681,7 @@ class Engine:
         for i in ls.waiting_nodes:
             self._node_waiters.get(i, set()).discard(ls.id)
         # Hand claimed capacity over to the leases that reclaimed it.
-        for cid, take in sorted(ls.claimed_by.items(), key=lambda kv: _id_order(kv[0])):
+        for cid, take in sorted(ls.claimed_by.items(), key=lambda kv: id_order(kv[0])):
             claimant = self.leases.get(cid)
             if claimant is None:
                 continue
@@ -799,16 +702,11 @@ class Engine:
         for i in ls.pieces:
             self.power.watch_idle(i, self.now)
         if ls.preemptible and was is LeaseState.ACTIVE:
-            self._reclaimable = dims.vmax0(dims.sub(self._reclaimable, ls.size))
+            self.ledger.not_reclaimable(ls)
         self._set_held(c, dims.vmax0(dims.sub(c.held, ls.size)))
-        for i, d in enumerate(dims.PLACED):
-            b = c.buckets.get(d)
-            if b is not None and refund_tokens[i] > 0:
-                b.give(refund_tokens[i])
-        c.credits -= refund_credits
+        self.ledger.refund(c, refund_tokens, refund_credits)
         c.leases.discard(ls.id)
-        if not ls.preemptible:
-            self._firm_ends.remove((ls.expires_at, _id_order(ls.id), ls.size))
+        self.ledger.firm_ended(ls)
         del self.leases[ls.id]
         self.ended[ls.id] = EndedLease(
             ls.id,
@@ -834,14 +732,15 @@ class Engine:
 
     def _refuse(self, p: Pending, reason: Reason, details: dict[str, Any]) -> Decision:
         inputs = {**self._inputs(self.campaigns[p.campaign], p.size), **details}
-        wait = self._estimate_wait(p, reason)
+        c = self.campaigns[p.campaign]
+        wait = self.ledger.estimate_wait(c, p.size, p.duration_s, reason, self.now)
         if not p.blocking:
             retry = max(self.policy.min_retry_s, wait)
             reject = self._emit(Reject(self.now, p.id, p.campaign, reason, retry, inputs))
             self.idempotency.answer(p.id, reject)
             return reject
         self.queue.add(p)
-        self._add_demand(p, +1)
+        self.ledger.add_demand(c, p.size, +1)
         self.queue.set_reason(p, reason, self.now)
         if reason is Reason.BUCKET_EMPTY:
             self._schedule_wake(p)
@@ -850,16 +749,7 @@ class Engine:
     def _unqueue(self, p: Pending) -> None:
         """Take ``p`` out of the queue (granted or cancelled); the next one heads it."""
         self.queue.remove(p)
-        self._add_demand(p, -1)
-
-    def _add_demand(self, p: Pending, sign: int) -> None:
-        # Preemptible demand yields to everyone, so it is not scarcity and does not raise
-        # the price.
-        if self.campaigns[p.campaign].spec.preemptible:
-            return
-        self._queued_demand = dims.vmax0(
-            dims.add(self._queued_demand, tuple(sign * x for x in p.size))
-        )
+        self.ledger.add_demand(self.campaigns[p.campaign], p.size, -1)
 
     def _schedule_wake(self, p: Pending) -> None:
         c = self.campaigns[p.campaign]
@@ -867,73 +757,15 @@ class Engine:
         # The tokens must cover the span the lease would be charged for: its duration plus
         # the start delay of the path that would serve it now.
         limit, cold_avail = self._capacity_for(c)
-        plan = paths.plan(p.size, limit, self._reclaimable, cold_avail, c.spec.preemptible)
+        plan = paths.plan(p.size, limit, self.ledger.reclaimable, cold_avail, c.spec.preemptible)
         delay = self._start_delay(plan) if plan is not None else 0.0
-        at = self.now + self._bucket_wait(c, rate, p.duration_s + delay)
+        at = self.now + self.ledger.bucket_wait(c, rate, p.duration_s + delay, self.now)
         self.queue.wake_by(p.campaign, at)
-
-    def _bucket_wait(self, c: CampaignState, rate: dims.Vec, span: float) -> float:
-        worst = 0.0
-        for i, d in enumerate(dims.PLACED):
-            b = c.buckets.get(d)
-            if b is None or rate[i] <= 0:
-                continue
-            b.advance(self.now, c.held[i], self.policy.enforcement)
-            need = rate[i] * span if self.policy.enforcement is Enforcement.PREPAID else 1e-6
-            t = b.time_until(need, c.held[i], self.policy.enforcement)
-            if t is None:
-                t = self._own_first_expiry(c)
-            worst = max(worst, t)
-        return max(worst, self.policy.min_retry_s)
-
-    def _own_first_expiry(self, c: CampaignState) -> float:
-        ends = [self.leases[lid].expires_at for lid in c.leases]
-        return (min(ends) - self.now) if ends else self.policy.max_lease_s
-
-    def _estimate_wait(self, p: Pending, reason: Reason) -> float:
-        c = self.campaigns[p.campaign]
-        if reason is Reason.ABOVE_BURST:
-            excess = dims.vmax0(dims.sub(dims.add(c.held, p.size), c.burst))
-            freed = dims.ZERO
-            for t, lid in sorted((self.leases[lid].expires_at, lid) for lid in c.leases):
-                freed = dims.add(freed, self.leases[lid].size)
-                if dims.fits(excess, freed):
-                    return max(0.0, t - self.now)
-            return self.policy.max_lease_s
-        if reason is Reason.BUCKET_EMPTY:
-            rate = admission.token_need(c.held, p.size, c.sustained)
-            return self._bucket_wait(c, rate, p.duration_s)
-        # Pool reasons: when will enough firm capacity have ended to cover the shortfall?
-        on_free, boot_free, cold, _ = self.pool.totals()
-        have = dims.add(dims.add(dims.vmax0(dims.sub(on_free, self._reserve)), boot_free), cold)
-        if not c.spec.preemptible:
-            have = dims.add(have, self._reclaimable)
-        short = dims.vmax0(dims.sub(p.size, have))
-        freed = dims.ZERO
-        for t, _, size in self._firm_ends:
-            freed = dims.add(freed, size)
-            if dims.fits(short, freed):
-                grace = self.policy.grace_s if not dims.is_zero(self._reclaimable) else 0.0
-                return max(0.0, t - self.now) + grace
-        return self.policy.max_lease_s
 
     def _settle(self) -> None:
         """Admission pass, then keep the guarantee reserve and headroom warm."""
         self._admit()
-        self._emit_some(self.power.keep_warm(self._reserve, self.now))
-
-    def _pool_bound(self) -> float:
-        """An upper bound, in the primary dimension, on what any request could get now."""
-        on_free, boot_free, cold, _ = self.pool.totals()
-        i = self._primary
-        return (
-            max(0.0, on_free[i] - self._reserve[i])
-            + self._reclaimable[i]
-            + boot_free[i]
-            + cold[i]
-            + self._max_guarantee
-            + _EPS
-        )
+        self._emit_some(self.power.keep_warm(self.ledger.reserve, self.now))
 
     def _admit(self) -> None:
         """The admission pass: consider, in admission order, the queue heads whose outcome may
@@ -959,7 +791,7 @@ class Engine:
                 extra.append(queue.barrier_head())
             for rid in extra:
                 heapq.heappush(heap, (queue.key(pending[rid]), rid))
-        bound = self._pool_bound()
+        bound = self.ledger.pool_bound()
         cursor: HeadEntry | None = None
         seen: set[str] = set()
         while True:
@@ -991,7 +823,7 @@ class Engine:
                         # or it waits with capacity free until the next release.
                         rid = queue.barrier_head()
                         heapq.heappush(heap, (queue.key(pending[rid]), rid))
-                bound = self._pool_bound()
+                bound = self.ledger.pool_bound()
                 continue
             reason = result[0]
             queue.set_reason(p, reason, self.now)
@@ -1015,10 +847,6 @@ class Engine:
     def queued(self) -> Iterator[Pending]:
         """Pending requests in admission order."""
         return iter(self.queue.ordered())
-
-
-def _id_order(lease_id: str) -> int:
-    return int(lease_id[1:])
 
 
 _HANDLERS = {

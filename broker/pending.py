@@ -30,7 +30,7 @@ from bursar.broker.reasons import Reason
 from bursar.broker.timers import TimerKind
 
 if TYPE_CHECKING:
-    from bursar.broker.engine import CampaignState
+    from bursar.broker.ledger import CampaignState
 
 HeadEntry = tuple[int, float, int, str]
 """A pool-blocked head's place: its admission order key, then its id."""

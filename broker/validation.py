@@ -34,7 +34,8 @@ from bursar.broker.policy import Enforcement
 from bursar.broker.pool import Power
 
 if TYPE_CHECKING:
-    from bursar.broker.engine import CampaignState, Engine
+    from bursar.broker.engine import Engine
+    from bursar.broker.ledger import CampaignState
 
 EPS = 1e-9
 """Slack on size comparisons against the pool and the burst ceiling."""

@@ -1,0 +1,294 @@
+"""The ledger: what each campaign holds, what the pool owes and reserves, what is charged.
+
+``CampaignState`` is one campaign's account: what it holds, its buckets and credits, and
+the cached quantities every decision reads (unmet guarantee, fair-share deficit).
+``Ledger`` keeps the pool-wide sums incrementally: the guarantee reserve (unmet
+guarantees), what is reclaimable (active preemptible leases), what firm campaigns hold and
+wait for (the price's pressure), and firm leases by end time (what frees capacity, and
+when); it charges and refunds tokens and credits, and estimates how long a refused request
+would wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
+
+from bursar.broker import admission, dims, isolation
+from bursar.broker import price as pricing
+from bursar.broker.bucket import Bucket
+from bursar.broker.envelope import CampaignSpec
+from bursar.broker.lease import Lease
+from bursar.broker.policy import Enforcement, PolicySpec
+from bursar.broker.pool import PoolState
+from bursar.broker.reasons import Reason
+
+EPS = 1e-9
+
+
+def id_order(lease_id: str) -> int:
+    """A lease's (or request's) number: the order leases were asked for."""
+    return int(lease_id[1:])
+
+
+@dataclass(slots=True)
+class CampaignState:
+    spec: CampaignSpec
+    held: dims.Vec = dims.ZERO
+    buckets: dict[str, Bucket] = field(default_factory=dict)
+    rate_buckets: dict[str, Bucket] = field(default_factory=dict)
+    credits: float = 0.0
+    leases: set[str] = field(default_factory=set)
+    guarantee: dims.Vec = dims.ZERO
+    sustained: dims.Vec = dims.ZERO
+    burst: dims.Vec = dims.ZERO
+    unmet: dims.Vec = dims.ZERO
+    """max(0, guarantee - held); zero for a preemptible campaign. Cached: read per decision."""
+    deficit: float = 1.0
+    """Fair-share deficit (admission.deficit). Cached: read per decision."""
+
+    def set_spec(self, spec: CampaignSpec, now: float) -> None:
+        self.spec = spec
+        self.guarantee = spec.placed("guarantee")
+        self.sustained = spec.placed("sustained")
+        self.burst = spec.placed("burst")
+        for d, env in spec.envelopes.items():
+            target = self.buckets if d in dims.PLACED else self.rate_buckets
+            old = target.get(d)
+            if old is None or old.capacity != env.bucket:
+                target[d] = Bucket.full(env.bucket, env.sustained, now)
+            else:
+                old.rate = env.sustained
+        for target, names in ((self.buckets, dims.PLACED), (self.rate_buckets, dims.RATE)):
+            for d in [d for d in target if d not in spec.envelopes and d in names]:
+                del target[d]
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.unmet = (
+            dims.ZERO if self.spec.preemptible else isolation.unmet(self.guarantee, self.held)
+        )
+        self.deficit = admission.deficit(self.held, self.sustained)
+
+
+class Ledger:
+    """The pool-wide sums over the campaigns' accounts, kept as holdings change."""
+
+    __slots__ = (
+        "_leases",
+        "_policy",
+        "_pool",
+        "_primary",
+        "firm_ends",
+        "firm_held",
+        "max_guarantee",
+        "queued_demand",
+        "reclaimable",
+        "reserve",
+    )
+
+    def __init__(
+        self, policy: PolicySpec, pool: PoolState, primary: int, leases: Mapping[str, Lease]
+    ) -> None:
+        self._policy = policy
+        self._pool = pool
+        self._primary = primary
+        self._leases = leases
+        self.reserve: dims.Vec = dims.ZERO
+        """The guarantee reserve: the sum of the campaigns' unmet guarantees."""
+        self.reclaimable: dims.Vec = dims.ZERO
+        """What active preemptible leases hold (a starting one sits on booting nodes or on
+        capacity still being handed over)."""
+        self.firm_held: dims.Vec = dims.ZERO
+        """What non-preemptible campaigns hold."""
+        self.queued_demand: dims.Vec = dims.ZERO
+        """What non-preemptible requests wait for."""
+        self.firm_ends: SortedList = SortedList()
+        """Firm (non-preemptible) leases by (end time, number, size): what frees capacity,
+        and when."""
+        self.max_guarantee = 0.0
+        """The largest guarantee in the primary dimension."""
+
+    # ------------------------------------------------------------------ holding
+
+    def set_held(self, c: CampaignState, held: dims.Vec, now: float) -> None:
+        """``c`` now holds ``held``: its buckets are brought to ``now`` at the old holding."""
+        enforcement = self._policy.enforcement
+        for i, d in enumerate(dims.PLACED):
+            b = c.buckets.get(d)
+            if b is not None:
+                b.advance(now, c.held[i], enforcement)
+        before = c.unmet
+        old = c.held
+        c.held = held
+        c.refresh()
+        self.reserve = dims.vmax0(dims.add(dims.sub(self.reserve, before), c.unmet))
+        if not c.spec.preemptible:
+            self.firm_held = dims.vmax0(dims.add(dims.sub(self.firm_held, old), held))
+
+    def open(self, c: CampaignState) -> None:
+        """A new campaign: its guarantee joins the reserve."""
+        self.reserve = dims.add(self.reserve, c.unmet)
+        self.max_guarantee = max(self.max_guarantee, c.guarantee[self._primary])
+
+    def respec(
+        self, c: CampaignState, spec: CampaignSpec, now: float, every: Iterable[CampaignState]
+    ) -> None:
+        """``c`` takes a new spec (its buckets already brought to ``now``); ``every`` is
+        every campaign, ``c`` included."""
+        before = c.unmet
+        c.set_spec(spec, now)
+        self.reserve = dims.vmax0(dims.add(dims.sub(self.reserve, before), c.unmet))
+        campaigns = list(every)
+        # Preemptibility may have changed: firm holdings are summed afresh.
+        self.firm_held = dims.ZERO
+        for other in campaigns:
+            if not other.spec.preemptible:
+                self.firm_held = dims.add(self.firm_held, other.held)
+        self.max_guarantee = max(x.guarantee[self._primary] for x in campaigns)
+
+    def add_demand(self, c: CampaignState, size: dims.Vec, sign: int) -> None:
+        """A request of ``c`` joins (+1) or leaves (-1) the queue."""
+        # Preemptible demand yields to everyone, so it is not scarcity and does not raise
+        # the price.
+        if c.spec.preemptible:
+            return
+        self.queued_demand = dims.vmax0(dims.add(self.queued_demand, tuple(sign * x for x in size)))
+
+    # ------------------------------------------------------------------ reclaimable
+
+    def activated(self, ls: Lease) -> None:
+        if ls.preemptible:
+            self.reclaimable = dims.add(self.reclaimable, ls.size)
+
+    def not_reclaimable(self, ls: Lease) -> None:
+        """An active preemptible lease was warned or ended: it is reclaimable no more."""
+        self.reclaimable = dims.vmax0(dims.sub(self.reclaimable, ls.size))
+
+    # ------------------------------------------------------------------ firm ends
+
+    def firm_started(self, ls: Lease) -> None:
+        if not ls.preemptible:
+            self.firm_ends.add((ls.expires_at, id_order(ls.id), ls.size))
+
+    def firm_renewed(self, ls: Lease, new_end: float) -> None:
+        """Call before ``ls.expires_at`` moves to ``new_end``."""
+        if not ls.preemptible:
+            self.firm_ends.remove((ls.expires_at, id_order(ls.id), ls.size))
+            self.firm_ends.add((new_end, id_order(ls.id), ls.size))
+
+    def firm_ended(self, ls: Lease) -> None:
+        if not ls.preemptible:
+            self.firm_ends.remove((ls.expires_at, id_order(ls.id), ls.size))
+
+    # ------------------------------------------------------------------ price and charges
+
+    def pressure(self, demand: dims.Vec | None = None) -> float:
+        """The price's pressure: firm holdings plus ``demand`` (default: all queued firm
+        demand) over capacity."""
+        if demand is None:
+            demand = self.queued_demand
+        return pricing.pressure(self.firm_held, demand, self._pool.capacity)
+
+    def price(self, demand: dims.Vec | None = None) -> float:
+        return pricing.price(self._policy.price_base, self._policy.price_k, self.pressure(demand))
+
+    def credit_rate(self, price: float, size: dims.Vec) -> float:
+        """Credits per second for holding ``size`` at ``price`` (per unit-hour)."""
+        return price * pricing.charged_units(size, self._pool.capacity) / 3600.0
+
+    def charge(
+        self, c: CampaignState, rate: dims.Vec, credit_rate: float, span: float, now: float
+    ) -> tuple[float, float]:
+        """Charge ``c`` for ``span`` seconds: the prepaid tokens above the sustained rate
+        (unit-seconds, all dimensions) and the credits; returns (tokens, credits)."""
+        tokens = 0.0
+        enforcement = self._policy.enforcement
+        if enforcement is Enforcement.PREPAID:
+            for i, d in enumerate(dims.PLACED):
+                b = c.buckets.get(d)
+                if b is None or rate[i] <= 0:
+                    continue
+                b.advance(now, c.held[i], enforcement)
+                b.take(rate[i] * span)
+                tokens += rate[i] * span
+        credits = credit_rate * span
+        c.credits += credits
+        return tokens, credits
+
+    def refund(self, c: CampaignState, tokens: dims.Vec, credits: float) -> None:
+        """Give back what a lease ending early did not use."""
+        for i, d in enumerate(dims.PLACED):
+            b = c.buckets.get(d)
+            if b is not None and tokens[i] > 0:
+                b.give(tokens[i])
+        c.credits -= credits
+
+    # ------------------------------------------------------------------ waits
+
+    def pool_bound(self) -> float:
+        """An upper bound, in the primary dimension, on what any request could get now."""
+        on_free, boot_free, cold, _ = self._pool.totals()
+        i = self._primary
+        return (
+            max(0.0, on_free[i] - self.reserve[i])
+            + self.reclaimable[i]
+            + boot_free[i]
+            + cold[i]
+            + self.max_guarantee
+            + EPS
+        )
+
+    def bucket_wait(self, c: CampaignState, rate: dims.Vec, span: float, now: float) -> float:
+        """How long until ``c``'s buckets cover ``rate`` for ``span`` seconds."""
+        policy = self._policy
+        enforcement = policy.enforcement
+        worst = 0.0
+        for i, d in enumerate(dims.PLACED):
+            b = c.buckets.get(d)
+            if b is None or rate[i] <= 0:
+                continue
+            b.advance(now, c.held[i], enforcement)
+            need = rate[i] * span if enforcement is Enforcement.PREPAID else 1e-6
+            t = b.time_until(need, c.held[i], enforcement)
+            if t is None:
+                t = self._own_first_expiry(c, now)
+            worst = max(worst, t)
+        return max(worst, policy.min_retry_s)
+
+    def _own_first_expiry(self, c: CampaignState, now: float) -> float:
+        ends = [self._leases[lid].expires_at for lid in c.leases]
+        return (min(ends) - now) if ends else self._policy.max_lease_s
+
+    def estimate_wait(
+        self, c: CampaignState, size: dims.Vec, duration_s: float, reason: Reason, now: float
+    ) -> float:
+        """How long a request of ``c`` refused for ``reason`` would likely wait."""
+        leases = self._leases
+        policy = self._policy
+        if reason is Reason.ABOVE_BURST:
+            excess = dims.vmax0(dims.sub(dims.add(c.held, size), c.burst))
+            freed = dims.ZERO
+            for t, lid in sorted((leases[lid].expires_at, lid) for lid in c.leases):
+                freed = dims.add(freed, leases[lid].size)
+                if dims.fits(excess, freed):
+                    return max(0.0, t - now)
+            return policy.max_lease_s
+        if reason is Reason.BUCKET_EMPTY:
+            rate = admission.token_need(c.held, size, c.sustained)
+            return self.bucket_wait(c, rate, duration_s, now)
+        # Pool reasons: when will enough firm capacity have ended to cover the shortfall?
+        on_free, boot_free, cold, _ = self._pool.totals()
+        have = dims.add(dims.add(dims.vmax0(dims.sub(on_free, self.reserve)), boot_free), cold)
+        if not c.spec.preemptible:
+            have = dims.add(have, self.reclaimable)
+        short = dims.vmax0(dims.sub(size, have))
+        freed = dims.ZERO
+        for t, _, piece in self.firm_ends:
+            freed = dims.add(freed, piece)
+            if dims.fits(short, freed):
+                grace = policy.grace_s if not dims.is_zero(self.reclaimable) else 0.0
+                return max(0.0, t - now) + grace
+        return policy.max_lease_s
