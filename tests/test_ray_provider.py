@@ -431,3 +431,22 @@ def test_check_reports_what_rays_monitor_would_trip_over(
     bad.write_text(yaml.safe_dump(cfg))
     (problem,) = check(bad)
     assert f"provider.broker {server.address}" in problem and "INVALID_TOKEN" in problem
+
+
+def test_a_node_that_cannot_be_created_leaves_no_lease_behind(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    # One address for the nodes' raylets: the second node cannot have one. Its lease must
+    # not be left active and renewed where Ray can never terminate it.
+    p = make(server, "ray", tmp_path, node_ip_range="127.0.0.2-127.0.0.2")
+    try:
+        (first,) = create(p)
+        with pytest.raises(NodeLaunchException, match="node_ip_range"):
+            create(p)
+        assert p.non_terminated_nodes({}) == [first]
+        with BrokerClient(server.address, server.tokens["ray"]) as c:
+            assert [lease.id for lease in c.list_leases()] == [first]
+    finally:
+        p.close()
+    with BrokerClient(server.address, server.tokens["ray"]) as c:
+        assert c.list_leases() == []

@@ -69,21 +69,25 @@ nothing with ``max_retries=0``); an *expired* one (renewal refused, no warning) 
 one each, so on pools where renewals may be refused use ``max_retries=-1`` or
 checkpoint, and read the lease duration from the node label.
 
+Each node's life is a :class:`bursar.providers.block.Block` (on a loop thread of the
+provider's, driven by the lease's Watch events); this module translates it to Ray's
+``NodeProvider``. A node whose creation fails after its lease was granted is never left
+behind: its block is cancelled (the lease released), and :meth:`close` releases every
+lease the provider holds, listed or not.
+
 What the provider knows is written to ``state_dir`` on every change; a new provider
 (a restarted monitor) stops the raylets and releases the leases that a dead one left.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
-import math
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -99,21 +103,32 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
+from bursar.providers.block import (
+    Block,
+    Cause,
+    Hooks,
+    Input,
+    LeaseSpec,
+    LoopThread,
+    ProcessTree,
+    Retry,
+    State,
+    in_thread,
+)
 from bursar.providers.client import (
-    BrokerClient,
+    AsyncBrokerClient,
     BursarClientError,
-    LeaseEventKind,
+    Lease,
     NotFound,
     Refused,
-    SyncLeaseHandle,
 )
 from bursar.providers.ray.raylet import (
+    NODE_ENV,
     Proc,
-    node_processes,
+    alive,
     proc_start,
     start_node,
     stop_node,
-    stop_processes,
 )
 from bursar.providers.ray.settings import (
     NodeSettings,
@@ -134,7 +149,6 @@ log = logging.getLogger("bursar.providers.ray")
 TAG_LEASE_STATE = "bursar-lease-state"
 """Node tag: the lease's state as last seen (``ACTIVE``, ``PREEMPTING``, ...)."""
 
-_POLL_S = 0.05
 _ENDED_KEPT = 1000
 
 
@@ -158,29 +172,49 @@ class LeaseRefused(NodeLaunchException):
         return (self.__class__, (self.reason, self.description, self.retry_after, None))
 
 
-@dataclass(eq=False)
-class _Node:
-    node_id: str
-    node_type: str
-    ip: str
-    tags: dict[str, str]
-    resources: dict[str, float]
-    labels: dict[str, str]
-    settings: NodeSettings
-    handle: SyncLeaseHandle
-    proc: Proc | None = None
-    popen: Any = None
-    started_at: float | None = None
-    """Monotonic time the raylet was started."""
-    stopping: threading.Event = field(default_factory=threading.Event)
-    wake: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
-    end: str = ""
-    """Why the node ended (for the log and :meth:`BursarNodeProvider.ended_nodes`)."""
+class _Node(Hooks):
+    """One worker node: its block (the lease and the raylet's process tree) and what Ray
+    is told about it (tags, address)."""
+
+    def __init__(
+        self,
+        provider: BursarNodeProvider,
+        node_type: str,
+        ip: str,
+        tags: dict[str, str],
+        resources: dict[str, float],
+        labels: dict[str, str],
+        settings: NodeSettings,
+        spec: LeaseSpec,
+    ) -> None:
+        self.provider = provider
+        self.node_id = ""
+        """The lease id, once granted."""
+        self.node_type = node_type
+        self.ip = ip
+        self.tags = tags
+        self.resources = resources
+        self.labels = labels
+        self.settings = settings
+        self.proc: Proc | None = None
+        self.started_at: float | None = None
+        """Monotonic time the raylet was started."""
+        self.terminating = False
+        self.end = ""
+        """Why the node ended (for the log and :meth:`BursarNodeProvider.ended_nodes`)."""
+        # Ray's autoscaler retries a refused launch itself: one request per node.
+        self.block = Block(
+            f"{node_type}@{ip}", provider._client, spec, self, retry=Retry(refusals=False)
+        )
 
     @property
     def gone(self) -> bool:
-        return self.stopping.is_set() or self.handle.ended.is_set()
+        b = self.block
+        return self.terminating or b.lease_ended or b.state in (State.STOPPING, *_OVER)
+
+    @property
+    def tree(self) -> ProcessTree | None:
+        return self.block.workers
 
     def record(self) -> NodeRecord:
         return NodeRecord(
@@ -191,6 +225,62 @@ class _Node:
             self.proc.pid if self.proc else None,
             self.proc.start if self.proc else None,
         )
+
+    # ------------------------------------------------------------------ the block's hooks
+
+    def changed(self, block: Block, old: State, inp: Input) -> None:
+        p = self.provider
+        if inp is Input.GRANTED:
+            p._listed(self)
+        lease = block.lease
+        if lease is not None and self.tags.get(TAG_LEASE_STATE) != lease.state.value:
+            with p._lock:
+                self.tags[TAG_LEASE_STATE] = lease.state.value
+            if lease.state.value == "PREEMPTING":
+                log.warning(
+                    "node %s: the broker will reclaim its lease at %s",
+                    self.node_id,
+                    block.handle and block.handle.preempt_deadline,
+                )
+        if block.state is State.STOPPING and old is not State.STOPPING:
+            self._say_why(block, inp)
+        if block.state.terminal:
+            p._forget(self)
+
+    def _say_why(self, block: Block, inp: Input) -> None:
+        if inp is Input.LEASE_ENDED:  # also after a preemption warning
+            ev = block.end_event
+            why = (ev.cause or ev.lease.end_cause) if ev is not None else ""
+            kind = ev.kind.value.lower() if ev is not None else ""
+            what = kind if kind in ("revoked", "expired") else "ended"
+            self.end = f"{what}: {why}" if why else what
+            log.warning("node %s: lease %s; stopping its raylet", self.node_id, self.end)
+        elif inp is Input.CANCEL:
+            self.end = self.end or "terminated"
+        elif inp is Input.WORKERS_EXITED:
+            self.end = f"raylet exited with {block.returncode}"
+            log.warning("node %s: %s; releasing its lease", self.node_id, self.end)
+        elif inp is Input.ERROR:
+            self.end = f"provider error: {block.error!r}"
+
+    async def start_workers(self, block: Block, lease: Lease) -> ProcessTree:
+        return self.provider._start_raylet(self, lease)
+
+    async def drain(self, block: Block, deadline: float | None) -> None:
+        # Tell Ray (off the loop: the GCS call blocks), then run on until the lease is
+        # revoked: the block ends the drain when the lease ends or the node is terminated.
+        if self.tree is not None and self.provider.settings.drain_on_preempt:
+            await in_thread(self.provider._drain, self)
+        await asyncio.Event().wait()
+
+    async def stop_workers(self, block: Block, workers: ProcessTree, grace_s: float) -> None:
+        await in_thread(stop_node, workers, grace_s)
+
+    def stop_grace(self, block: Block) -> float:
+        return self.provider.settings.stop_grace_s
+
+
+_OVER = (State.ENDED, State.FAILED)
 
 
 class BursarNodeProvider(NodeProvider):
@@ -209,7 +299,12 @@ class BursarNodeProvider(NodeProvider):
         self._ended: OrderedDict[str, tuple[NodeRecord, str]] = OrderedDict()
         self._next_ip = 0
         self._refused: dict[str, tuple[float, LeaseRefused]] = {}
-        self._client = BrokerClient(s.broker, s.token, campaign=s.campaign)
+        self._reserved: set[str] = set()
+        """Addresses of nodes whose lease is being asked for."""
+        self._blocks: set[_Node] = set()
+        """Every node whose block has not ended, listed or not (close() ends them all)."""
+        self._loop = LoopThread(f"bursar-ray {cluster_name}")
+        self._client = AsyncBrokerClient(s.broker, s.token, campaign=s.campaign)
         self._store = NodeStore(s.state_dir)
         self._closed = False
         self._gcs: Any = None
@@ -246,7 +341,7 @@ class BursarNodeProvider(NodeProvider):
             return True
         with self._lock:
             n = self._nodes.get(node_id)
-            return n is not None and not n.gone and n.proc is not None
+            return n is not None and not n.gone and n.tree is not None
 
     def is_terminated(self, node_id: str) -> bool:
         if node_id == self._head_id:
@@ -308,16 +403,22 @@ class BursarNodeProvider(NodeProvider):
     def raylet_pid(self, node_id: str) -> int | None:
         with self._lock:
             n = self._nodes.get(node_id)
-            return n.proc.pid if n is not None and n.proc is not None else None
+            tree = n.tree if n is not None else None
+            return tree.pid if tree is not None else None
 
     def close(self) -> None:
-        """Terminate every node (raylets stopped, leases released) and close the
-        client. The monitor never calls this; tests and tools do."""
+        """Terminate every node (raylets stopped, leases released: also a lease whose
+        node was never listed) and close the client. The monitor never calls this; tests
+        and tools do."""
         with self._lock:
-            ids = list(self._nodes)
             self._closed = True
-        self.terminate_nodes(ids)
-        self._client.close()
+            nodes = list(self._blocks)
+        self._end(nodes, "terminated")
+        try:
+            self._loop.call(self._client.close(), 10)
+        except Exception as exc:  # closing anyway
+            log.warning("could not close the broker client: %r", exc)
+        self._loop.close()
         self._store.remove()
 
     # ------------------------------------------------------------------ create
@@ -379,13 +480,10 @@ class BursarNodeProvider(NodeProvider):
         margin = s.renew_margin_s
         if margin is not None and margin >= duration:
             margin = None  # a node type's shorter lease: the client's default margin
-        wake = threading.Event()
-        h = self._client.held_lease(
+        spec = LeaseSpec(
             size,
             duration,
             renew_margin_s=margin,
-            on_preempt=lambda ev: wake.set(),
-            blocking=False,
             lease_class=ns.lease_class or s.lease_class,
             labels={
                 "engine": "ray",
@@ -395,71 +493,98 @@ class BursarNodeProvider(NodeProvider):
                 **ns.lease_labels,
             },
         )
+        with self._lock:
+            # The address first: a node that cannot have one never gets a lease.
+            ip = self._allocate_ip()
+            self._reserved.add(ip)
+            node = _Node(
+                self,
+                node_type,
+                ip,
+                {
+                    TAG_RAY_NODE_KIND: NODE_KIND_WORKER,
+                    **tags,
+                    TAG_RAY_USER_NODE_TYPE: node_type,
+                },
+                raylet_resources(resources),
+                dict(labels),
+                ns,
+                spec,
+            )
+            self._blocks.add(node)
+        b = node.block
         try:
-            h.__enter__()
-        except Refused as exc:
-            wait = exc.retry_after if math.isfinite(exc.retry_after) else s.max_retry_s
-            wait = min(max(wait, 0.0), s.max_retry_s)
+            self._loop.soon(b.start)
+            self._loop.call(b.answered.wait())
+        except BaseException:
+            self._end([node], "creation interrupted")  # the lease, if granted, goes too
+            raise
+        finally:
+            with self._lock:
+                self._reserved.discard(ip)
+        if b.cause is Cause.REFUSED:
+            exc = b.last_error
+            assert isinstance(exc, Refused)
+            wait = min(max(exc.retry_after, 0.0), s.max_retry_s)
             refused = LeaseRefused(
                 exc.reason,
                 f"the broker refused a lease of {size} for a {node_type!r} node: "
                 f"{exc.reason}: {exc.message}; retry after {exc.retry_after:.1f} s",
                 exc.retry_after,
-                sys.exc_info(),
+                (type(exc), exc, exc.__traceback__),
             )
             with self._lock:
                 self._refused[node_type] = (time.monotonic() + wait, refused)
             log.info("%s", refused.description)
             raise refused from exc
-        except BursarClientError as exc:
+        if not b.lease_id:
+            err = b.error
             raise NodeLaunchException(
-                type(exc).__name__[:20],
-                f"the broker would not lease a {node_type!r} node ({size}): {exc}",
-                sys.exc_info(),
-            ) from exc
-        lease = h.lease
+                type(err).__name__[:20],
+                f"the broker would not lease a {node_type!r} node ({size}): {err}",
+                (type(err), err, err.__traceback__) if err is not None else None,
+            ) from err
+        return node
+
+    def _listed(self, node: _Node) -> None:
+        """The node's lease was granted (on the loop): list it under the lease id."""
+        lease = node.block.lease
+        assert lease is not None
         with self._lock:
-            self._refused.pop(node_type, None)
-            ip = self._allocate_ip()
-            node = _Node(
-                node_id=lease.id,
-                node_type=node_type,
-                ip=ip,
-                tags={
-                    TAG_RAY_NODE_KIND: NODE_KIND_WORKER,
-                    **tags,
-                    TAG_RAY_USER_NODE_TYPE: node_type,
-                    TAG_LEASE_STATE: lease.state.value,
-                },
-                resources=raylet_resources(resources),
-                labels=raylet_labels(
-                    {
-                        **labels,
-                        "bursar.io/lease-id": lease.id,
-                        "bursar.io/lease-duration-s": f"{duration:g}",
-                        "bursar.io/campaign": lease.campaign,
-                    }
-                ),
-                settings=ns,
-                handle=h,
-                wake=wake,
+            node.node_id = lease.id
+            node.labels = raylet_labels(
+                {
+                    **node.labels,
+                    "bursar.io/lease-id": lease.id,
+                    "bursar.io/lease-duration-s": f"{node.block.spec.duration_s:g}",
+                    "bursar.io/campaign": lease.campaign,
+                }
             )
+            self._refused.pop(node.node_type, None)
             self._nodes[node.node_id] = node
             self._persist()
         log.info(
             "node %s (%s): lease %s granted on the %s path, %s",
-            node.node_id, node_type, lease.id, lease.path.value.lower(), size,
+            node.node_id, node.node_type, lease.id, lease.path.value.lower(), dict(lease.size),
         )  # fmt: skip
-        threading.Thread(
-            target=self._life, args=(node,), name=f"bursar-ray {node.node_id}", daemon=True
-        ).start()
-        return node
+
+    def _forget(self, node: _Node) -> None:
+        """The node's block ended (on the loop)."""
+        with self._lock:
+            self._blocks.discard(node)
+            if node.node_id and self._nodes.pop(node.node_id, None) is not None:
+                self._ended[node.node_id] = (node.record(), node.end or "ended")
+                while len(self._ended) > _ENDED_KEPT:
+                    self._ended.popitem(last=False)
+                self._persist()
+        if node.node_id:
+            log.info("node %s ended (%s); lease %s", node.node_id, node.end, node.block.final_state)
 
     def _allocate_ip(self) -> str:
         """The next free loopback address, round robin (so that an address is not
         reused while Ray may still hold metrics for its last node)."""
         ips = self.settings.node_ips
-        used = {n.ip for n in self._nodes.values()}
+        used = {n.ip for n in self._nodes.values()} | self._reserved
         for _ in range(len(ips)):
             ip = ips[self._next_ip % len(ips)]
             self._next_ip += 1
@@ -483,90 +608,25 @@ class BursarNodeProvider(NodeProvider):
             log.warning("not terminating the head (%s): it is not a lease", self._head_id)
         with self._lock:
             nodes = [self._nodes[i] for i in node_ids if i in self._nodes]
-        for n in nodes:
-            if not n.end:
-                n.end = "terminated"
-            n.stopping.set()
-            n.wake.set()
-        for n in nodes:
-            n.done.wait(self.settings.stop_grace_s + 15.0)
+        self._end(nodes, "terminated")
         return None
 
+    def _end(self, nodes: list[_Node], why: str) -> None:
+        for n in nodes:
+            n.end = n.end or why
+            n.terminating = True
+            self._loop.soon(n.block.cancel)
+
+        async def all_done() -> None:
+            waits = [asyncio.ensure_future(n.block.done.wait()) for n in nodes]
+            _, pending = await asyncio.wait(waits, timeout=self.settings.stop_grace_s + 15.0)
+            for w in pending:
+                w.cancel()
+
+        if nodes:
+            self._loop.call(all_done())
+
     # ------------------------------------------------------------------ one node
-
-    def _wait(self, n: _Node, cond: Callable[[], bool]) -> None:
-        while not (cond() or n.stopping.is_set()):
-            n.wake.wait(_POLL_S)
-            n.wake.clear()
-
-    def _life(self, n: _Node) -> None:
-        h = n.handle
-        try:
-            self._wait(n, lambda: h.active.is_set() or h.ended.is_set())
-            if not n.gone:
-                self._start_raylet(n)
-
-            def over() -> bool:
-                self._mirror_lease_state(n)
-                return h.ended.is_set() or (n.popen is not None and n.popen.poll() is not None)
-
-            self._wait(n, over)
-            if n.stopping.is_set():
-                self._stop_raylet(n)
-                final = self._release(n)
-                log.info("node %s terminated; lease %s", n.node_id, final)
-            elif h.ended.is_set():
-                ev = h.end_event
-                kind = ev.kind if ev is not None else None
-                cause = (ev.cause or ev.lease.end_cause) if ev is not None else ""
-                what = {
-                    LeaseEventKind.REVOKED: "revoked",
-                    LeaseEventKind.EXPIRED: "expired",
-                }.get(kind, "ended")  # type: ignore[arg-type]
-                n.end = f"{what}: {cause}" if cause else what
-                log.warning("node %s: lease %s; stopping its raylet", n.node_id, n.end)
-                self._stop_raylet(n)
-                self._release(n)
-            else:
-                rc = n.popen.returncode if n.popen is not None else None
-                n.end = f"raylet exited with {rc}"
-                log.warning("node %s: %s; releasing its lease", n.node_id, n.end)
-                self._stop_raylet(n)
-                self._release(n)
-        except Exception as exc:  # a bug or an OS error: end the node, say why
-            log.exception("node %s failed", n.node_id)
-            n.end = f"provider error: {exc!r}"
-            n.stopping.set()
-            with contextlib.suppress(Exception):
-                self._stop_raylet(n)
-            with contextlib.suppress(Exception):
-                self._release(n)
-        finally:
-            with self._lock:
-                self._nodes.pop(n.node_id, None)
-                self._ended[n.node_id] = (n.record(), n.end or "ended")
-                while len(self._ended) > _ENDED_KEPT:
-                    self._ended.popitem(last=False)
-                self._persist()
-            n.done.set()
-
-    def _mirror_lease_state(self, n: _Node) -> None:
-        state = n.handle.lease.state.value
-        if n.tags.get(TAG_LEASE_STATE) != state:
-            with self._lock:
-                n.tags[TAG_LEASE_STATE] = state
-            if state == "PREEMPTING":
-                log.warning(
-                    "node %s: the broker will reclaim its lease at %s",
-                    n.node_id,
-                    n.handle.preempt_deadline,
-                )
-                if (
-                    n.proc is not None and self.settings.drain_on_preempt
-                ):  # off this thread: the revocation must not wait
-                    threading.Thread(
-                        target=self._drain, args=(n,), name=f"drain {n.node_id}", daemon=True
-                    ).start()
 
     def _drain(self, n: _Node) -> None:
         """Tell Ray the node is being preempted (GCS DrainNode, reason PREEMPTION, with
@@ -579,7 +639,7 @@ class BursarNodeProvider(NodeProvider):
 
             if self._gcs is None:
                 self._gcs = GcsClient(address=self._head_address())
-            deadline = n.handle.preempt_deadline
+            deadline = n.block.handle.preempt_deadline if n.block.handle else None
             for ray_id, info in self._gcs.get_all_node_info(timeout=5).items():
                 if info.instance_id != n.node_id or info.state != gcs_pb2.GcsNodeInfo.ALIVE:
                     continue
@@ -603,9 +663,8 @@ class BursarNodeProvider(NodeProvider):
             )
         return head
 
-    def _start_raylet(self, n: _Node) -> None:
+    def _start_raylet(self, n: _Node, lease: Lease) -> ProcessTree:
         s = self.settings
-        lease = n.handle.lease
         log_path = Path(s.state_dir) / "logs" / f"{n.node_id}.log"
         popen = start_node(
             node_id=n.node_id,
@@ -627,28 +686,12 @@ class BursarNodeProvider(NodeProvider):
             allocation=lease.allocation,
         )
         with self._lock:
-            n.popen = popen
             n.proc = Proc(popen.pid, proc_start(popen.pid) or 0)
             n.started_at = time.monotonic()
             n.tags[TAG_RAY_NODE_STATUS] = STATUS_UP_TO_DATE
             self._persist()
         log.info("node %s: raylet started on %s (pid %d)", n.node_id, n.ip, popen.pid)
-
-    def _stop_raylet(self, n: _Node) -> None:
-        stop_node(n.proc, n.node_id, self.settings.stop_grace_s)
-        if n.popen is not None:
-            with contextlib.suppress(Exception):
-                n.popen.wait(1.0)
-
-    def _release(self, n: _Node) -> str:
-        try:
-            final = n.handle.release().state.value.lower()
-        except BursarClientError as exc:
-            log.warning("node %s: could not release lease (%s); it expires", n.node_id, exc)
-            final = "left to expire"
-        with contextlib.suppress(Exception):
-            n.handle.__exit__(None, None, None)
-        return final
+        return ProcessTree(popen, marker=f"{NODE_ENV}={n.node_id}")
 
     def _persist(self) -> None:
         self._store.write({k: n.record() for k, n in self._nodes.items()})
@@ -657,12 +700,14 @@ class BursarNodeProvider(NodeProvider):
         """Stop the raylets and release the leases a dead provider left behind."""
         for path, records in orphaned_records(self.settings.state_dir):
             for r in records:
-                procs = node_processes(r.proc, r.node_id)
+                root = r.proc if r.proc is not None and alive(r.proc) else None
+                tree = ProcessTree(pid=root.pid if root else None, marker=f"{NODE_ENV}={r.node_id}")
+                procs = tree.members()
                 if procs:
                     log.warning("stopping %d processes left by node %s", len(procs), r.node_id)
-                    stop_processes(procs, self.settings.stop_grace_s, node_id=r.node_id)
+                    stop_node(tree, self.settings.stop_grace_s)
                 try:
-                    self._client.release(r.node_id)
+                    self._loop.call(self._client.release(r.node_id))
                     log.warning("released lease %s, left by a previous provider", r.node_id)
                 except NotFound:
                     pass

@@ -5,8 +5,10 @@ Ray process on the host, other clusters' included).
 Ray's worker processes leave the raylet's process group and its ``DashboardAgent`` and
 ``RuntimeEnvAgent`` ignore SIGTERM, so stopping a node collects the whole tree (the
 ``ray start`` process, its session, their descendants, and any process whose
-environment names the node) before signalling, and SIGKILLs what is left after a grace
-period. Processes are identified by PID *and* start time, so a reused PID is never hit.
+environment names the node: a :class:`~bursar.providers.block.ProcessTree`) before
+signalling, and SIGKILLs what is left after a grace period. Processes are identified by
+PID *and* start time, so a reused PID is never hit. (``node_processes`` and
+``stop_processes`` find and stop a set of processes by hand, for the local head.)
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
+from bursar.providers.block import ProcessTree
 from bursar.providers.launch import launch_argv
 
 __all__ = [
@@ -131,39 +136,16 @@ def stop_processes(
     return targets
 
 
-def _name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            raw = f.read()
-    except OSError:
-        return ""
-    return raw[raw.index("(") + 1 : raw.rindex(")")]
-
-
-def stop_node(root: Proc | None, node_id: str, grace_s: float) -> set[Proc]:
-    """Stop a node's processes, raylet first: SIGTERM the ``ray start`` process group
-    (raylet, agents) and wait, up to ``grace_s``, for the raylet to leave the cluster;
-    then stop the rest (its workers, which live in groups of their own), SIGKILLing what
-    is left. The order matters to Ray: a task whose worker dies while its node is still
-    alive is a plain failure, one whose node went first (drained as preempted) is a
-    preemption, retried without counting against ``max_retries``."""
-    procs = node_processes(root, node_id)
-    group = {p for p in procs if root is not None and _pgid(p.pid) == root.pid}
-    # Found by name anywhere in the node: under srun the raylet is not in our group.
-    raylets = {p for p in procs if _name(p.pid) == "raylet"}
-    if raylets:
-        _signal(group | raylets, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while any(alive(p) for p in raylets) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    return stop_processes(
-        procs | node_processes(root, node_id), grace_s / 2, rescan=root, node_id=node_id
-    )
-
-
-def _pgid(pid: int) -> int | None:
-    st = _stat(pid)
-    return None if st is None else st[2]
+def stop_node(tree: ProcessTree, grace_s: float) -> set[psutil.Process]:
+    """Stop a node's processes, raylet first: SIGTERM the raylet and wait, up to
+    ``grace_s``, for it to leave the cluster; then stop the rest (its agents and workers,
+    which live in groups of their own), SIGKILLing what is left after ``grace_s / 2``.
+    The order matters to Ray: a task whose worker dies while its node is still alive is
+    a plain failure, one whose node went first (drained as preempted) is a preemption,
+    retried without counting against ``max_retries``. ``tree`` holds the ``ray start``
+    process and whatever carries the node's ``NODE_ENV`` (under srun the raylet is not
+    our descendant)."""
+    return tree.stop(grace_s, first=lambda p: p.name() == "raylet")
 
 
 def _signal(procs: Iterable[Proc], sig: signal.Signals) -> None:
