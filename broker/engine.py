@@ -23,14 +23,12 @@ from bursar.broker import admission, dims, isolation, paths, validation
 from bursar.broker import price as pricing
 from bursar.broker.codec import dumps, plain
 from bursar.broker.decisions import (
-    Activate,
     CampaignSet,
     Cancelled,
     Decision,
     Expire,
     Grant,
     MeterGrant,
-    PreemptWarning,
     Queue,
     Reject,
     Released,
@@ -53,10 +51,11 @@ from bursar.broker.events import (
 )
 from bursar.broker.keys import KEY_WINDOW_S, KeyRecord, Keys, request_fingerprint
 from bursar.broker.lease import EndedLease, Lease, LeaseState, Segment
-from bursar.broker.ledger import CampaignState, Ledger, id_order
+from bursar.broker.ledger import CampaignState, Ledger
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
 from bursar.broker.pending import HeadEntry, Pending, Queues
+from bursar.broker.placement import Placement
 from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState, Power
 from bursar.broker.power import PowerControl
@@ -86,14 +85,18 @@ class Engine:
         self.ended: dict[str, EndedLease] = {}
         """The newest ``ENDED_KEPT`` ended leases, oldest first."""
         self.idempotency = Keys()
-        self.timers = Timers(self)
         self._primary = pricing.primary_index(self.pool.capacity)
+        # The state the fold keeps, each part in the module named for it; the timers'
+        # liveness reads the leases, the queue and the power state back through ``self``.
+        self.timers = Timers(self)
         self.queue = Queues(
             self.campaigns, self._primary, self.policy.hol_patience_s, self.timers.push
         )
-        self._node_waiters: dict[int, set[str]] = {}
         self.ledger = Ledger(self.policy, self.pool, self._primary, self.leases)
         self.power = PowerControl(self.pool, pool.boot_latency_s, self.policy, self.timers.push)
+        self.placement = Placement(
+            self.pool, self.policy, self.leases, self.ledger, self.power, self.timers
+        )
         self.headroom = self.power.headroom
         self._out: list[Decision] = []
 
@@ -418,28 +421,15 @@ class Engine:
     def _on_node_ready(self, e: NodeReady) -> None:
         i = self.pool.index[e.node]
         self.power.node_ready(i, self.now)
-        for lid in sorted(self._node_waiters.pop(i, set()), key=id_order):
-            ls = self.leases.get(lid)
-            if ls is None:
-                continue
-            ls.waiting_nodes.discard(i)
-            self._maybe_activate(ls)
+        self._out.extend(self.placement.node_ready(i, self.now))
         self.queue.pool_dirty = True
 
     def _on_node_lost(self, e: NodeLost) -> None:
         i = self.pool.index[e.node]
-        hit = [ls for ls in self.leases.values() if i in ls.pieces or i in ls.waiting_nodes]
-        hit_ids = {ls.id for ls in hit}
-        claimants = [
-            self.leases[cid]
-            for ls in hit
-            for cid in ls.claimed_by
-            if cid in self.leases and cid not in hit_ids
-        ]
-        for ls in sorted({x.id: x for x in claimants + hit}.values(), key=lambda x: id_order(x.id)):
+        for ls in self.placement.hit_by_loss(i):
             if ls.id in self.leases:
                 self._end(ls, LeaseState.REVOKED, f"node {e.node} lost")
-        self._node_waiters.pop(i, None)
+        self.placement.node_lost(i)
         self.power.node_lost(i)
 
     def _on_lease_lost(self, e: LeaseLost) -> Decision | None:
@@ -578,22 +568,8 @@ class Engine:
             state=LeaseState.STARTING,
             labels=p.labels,
         )
-        if not dims.is_zero(plan.warm):
-            ls.pieces = self.pool.place(plan.warm, (Power.ON,))
-            for i in ls.pieces:
-                self.power.in_use(i)
-        starts = self.now
-        if not dims.is_zero(plan.reclaim):
-            starts = self.now + self.policy.grace_s
-            self._reclaim(ls, plan.reclaim, starts)
-        if not dims.is_zero(plan.cold):
-            need = plan.cold
-            self._emit_some(self.power.boot_for(need, self.now))
-            for i, piece in self.pool.place(need, (Power.BOOTING,)).items():
-                ls.pieces[i] = dims.add(ls.pieces.get(i, dims.ZERO), piece)
-                ls.waiting_nodes.add(i)
-                self._node_waiters.setdefault(i, set()).add(ls.id)
-                starts = max(starts, self.pool.nodes[i].ready_at or self.now)
+        starts, effects = self.placement.place(ls, plan, self.now)
+        self._out.extend(effects)
         ls.starts_at = starts
         ls.expires_at = starts + p.duration_s
         span = ls.expires_at - self.now
@@ -606,7 +582,7 @@ class Engine:
         self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
         self.ledger.firm_started(ls)
         if ls.ready:
-            self._activate(ls)
+            self.placement.activate(ls)
         grant = Grant(
             at=self.now,
             lease_id=ls.id,
@@ -626,36 +602,6 @@ class Engine:
         self.idempotency.answer(p.id, grant)
         return grant
 
-    def _reclaim(self, claimant: Lease, need: dims.Vec, deadline: float) -> None:
-        candidates = sorted(
-            (ls for ls in self.leases.values() if ls.preemptible and ls.state is LeaseState.ACTIVE),
-            key=lambda ls: (ls.lease_class.rank, -ls.granted_at, -id_order(ls.id)),
-        )
-        for victim_id, take in paths.choose_victims(need, ((v.id, v.size) for v in candidates)):
-            victim = self.leases[victim_id]
-            victim.move(LeaseState.PREEMPTING)
-            victim.preempt_deadline = deadline
-            victim.claimed_by[claimant.id] = take
-            claimant.claims[victim_id] = take
-            self.ledger.not_reclaimable(victim)
-            self.timers.push(deadline, TimerKind.DEADLINE, victim_id)
-            self._emit(PreemptWarning(self.now, victim_id, victim.campaign, deadline, claimant.id))
-
-    def _activate(self, ls: Lease) -> None:
-        ls.move(LeaseState.ACTIVE)
-        # Only active preemptible leases are reclaimable: a starting one sits on booting
-        # nodes or on capacity still being handed over.
-        self.ledger.activated(ls)
-
-    def _maybe_activate(self, ls: Lease) -> None:
-        if ls.state is LeaseState.STARTING and ls.ready:
-            self._activate(ls)
-            nodes = tuple(self.pool.nodes[i].name for i in sorted(ls.pieces))
-            pieces = {
-                self.pool.nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())
-            }
-            self._emit(Activate(self.now, ls.id, ls.campaign, nodes, pieces))
-
     def _end(self, ls: Lease, state: LeaseState, cause: str) -> Decision:
         c = self.campaigns[ls.campaign]
         refund_tokens, refund_credits = ls.refund(self.now)
@@ -671,36 +617,7 @@ class Engine:
         else:
             decision = Revoke(self.now, ls.id, ls.campaign, cause, total_refund, refund_credits)
         self._emit(decision)
-        # A STARTING claimant that goes away gives up its claims; victims still end at their
-        # deadline (they were warned and are draining).
-        for victim_id in ls.claims:
-            victim = self.leases.get(victim_id)
-            if victim is not None:
-                victim.claimed_by.pop(ls.id, None)
-        ls.claims.clear()
-        for i in ls.waiting_nodes:
-            self._node_waiters.get(i, set()).discard(ls.id)
-        # Hand claimed capacity over to the leases that reclaimed it.
-        for cid, take in sorted(ls.claimed_by.items(), key=lambda kv: id_order(kv[0])):
-            claimant = self.leases.get(cid)
-            if claimant is None:
-                continue
-            rest = take
-            for i in sorted(ls.pieces):
-                if dims.is_zero(rest):
-                    break
-                move = dims.vmin(rest, ls.pieces[i])
-                if dims.is_zero(move):
-                    continue
-                ls.pieces[i] = dims.vmax0(dims.sub(ls.pieces[i], move))
-                claimant.pieces[i] = dims.add(claimant.pieces.get(i, dims.ZERO), move)
-                rest = dims.vmax0(dims.sub(rest, move))
-            claimant.claims.pop(ls.id, None)
-            self._maybe_activate(claimant)
-        ls.claimed_by.clear()
-        self.pool.free_pieces(ls.pieces)
-        for i in ls.pieces:
-            self.power.watch_idle(i, self.now)
+        self._out.extend(self.placement.release(ls, self.now))
         if ls.preemptible and was is LeaseState.ACTIVE:
             self.ledger.not_reclaimable(ls)
         self._set_held(c, dims.vmax0(dims.sub(c.held, ls.size)))
