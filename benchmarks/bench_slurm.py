@@ -62,9 +62,13 @@ class = "batch"
 gpu = {{ sustained = 32, burst = 32, bucket = "unlimited" }}
 cpu = {{ sustained = 128, burst = 128, bucket = "unlimited" }}
 """
-SLOW_SIZE = {"gpu": 3.0}
-"""The slow lease's size: no other lease here asks for 3 GPUs, so its salloc is the one
-that ``DelayedCli`` starts late."""
+SLOW_SIZE = {"gpu": 8.0, "cpu": 32.0}
+"""The slow lease's size: one node whole (the test cluster's 8 GPUs and 32 CPUs), so that its
+salloc is the one ``DelayedCli`` starts late (no warm lease asks for 8 GPUs), and each warm
+lease goes whole on another node: sharing one, Slurm's own scheduling would couple them (a
+job submitted while another there is still completing waits for a backfill pass, and so
+does every job submitted after it; a lease split over two nodes is a heterogeneous job,
+which Slurm starts from backfill only)."""
 WARM_SIZE = {"gpu": 1.0, "cpu": 1.0}
 SIZES = {
     "1 node, 2 GPUs + 4 CPUs": ({"gpu": 2, "cpu": 4}, ["-N1", "-n1", "-c4", "--gres=gpu:2"]),
