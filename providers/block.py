@@ -171,7 +171,7 @@ def _table() -> dict[tuple[State, Input], State]:
         (S.ACQUIRING, I.UNREACHABLE): S.REQUESTED,
         (S.ACQUIRING, I.GIVE_UP): S.ENDED,
         (S.ACQUIRING, I.REJECTED): S.FAILED,
-        (S.ACQUIRING, I.CANCEL): S.ACQUIRING,  # remembered: acted on once answered
+        (S.ACQUIRING, I.CANCEL): S.ENDED,  # the Acquire in flight is cancelled
         (S.ACQUIRING, I.ERROR): S.FAILED,
         (S.STOPPING, I.STOPPED): S.ENDED,
         (S.STOPPING, I.ERROR): S.FAILED,
@@ -328,6 +328,19 @@ class LoopThread:
             fut.cancel()
             raise
 
+    def wait_set(self, events: list[asyncio.Event], timeout: float | None) -> None:
+        """Wait, from another thread, until every one of the loop's ``events`` is set, or
+        ``timeout``."""
+
+        async def all_set() -> None:
+            waits = [asyncio.ensure_future(e.wait()) for e in events]
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+            for w in pending:
+                w.cancel()
+
+        if events:
+            self.call(all_set())
+
     def soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Call ``fn(*args)`` on the loop (from any thread); nothing if it is closed."""
         with contextlib.suppress(RuntimeError):
@@ -404,7 +417,7 @@ class ProcessTree:
         finally:
             loop.remove_reader(fd)
             os.close(fd)
-        return await in_thread(self.popen.wait)
+        return self.popen.wait()  # it exited: this only reaps it
 
     def _root(self) -> psutil.Process | None:
         if self.pid is None:
@@ -617,7 +630,8 @@ class Block:
         self.answered = asyncio.Event()
         self.done = asyncio.Event()
         self._inbox: asyncio.Queue[tuple[Input, Any]] = asyncio.Queue()
-        self._cancel_asked = False
+        self._acquiring: asyncio.Task[None] | None = None
+        self._granted: LeaseHandle | None = None
         self._posted: set[Input] = set()
         self._timer: asyncio.Task[None] | None = None
         self._guard: asyncio.Task[None] | None = None
@@ -742,9 +756,7 @@ class Block:
 
     def _note(self, inp: Input, data: Any, new: State) -> None:
         """Record what an input says, before the state changes."""
-        if inp is Input.CANCEL:
-            self._cancel_asked = True
-        elif inp in (Input.REFUSED, Input.UNREACHABLE, Input.GIVE_UP):
+        if inp in (Input.REFUSED, Input.UNREACHABLE, Input.GIVE_UP):
             self.last_error = data
             if isinstance(data, Refused):
                 self.refusals.append(data.reason)
@@ -770,25 +782,28 @@ class Block:
                 self._timer.cancel()
                 self._timer = None
             self.retry_at = None
+        if old is State.ACQUIRING and self._acquiring is not None:
+            # Cancelled while asking: the broker withdraws a request whose call is cut
+            # (and releases a grant that raced with it).
+            self._acquiring.cancel()
         if old is State.DRAINING and self._drain is not None:
             self._drain.cancel()
             self._drain = None
 
     async def _enter(self, new: State) -> None:
+        if new.terminal and self.handle is None and self._granted is not None:
+            # Granted, but cancelled before the grant was taken in: let it go.
+            self.handle = self._granted
+            await self._release()
         if new is State.REQUESTED:
-            if self._cancel_asked:
-                self.post(Input.CANCEL)
-                return
             assert self.last_error is not None
             self.retry_at = self.clock.now() + self.retry.after(self.last_error)
             self._timer = self._spawn(self._ask_at(self.retry_at))
         elif new is State.ACQUIRING:
-            self._spawn(self._acquire())
+            self._acquiring = self._spawn(self._acquire())
         elif new is State.STARTING:
             assert self.handle is not None
             self.handle.add_listener(self._on_lease)
-            if self._cancel_asked:
-                self.post(Input.CANCEL)
             self._on_lease(self.handle)
             self._arm_guard()
         elif new is State.RUNNING:
@@ -843,6 +858,7 @@ class Block:
             log.exception("block %s: the request failed", self.name)
             self.post(Input.ERROR, exc)
         else:
+            self._granted = h
             self.post(Input.GRANTED, h)
 
     def _on_lease(self, h: LeaseHandle) -> None:

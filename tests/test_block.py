@@ -42,6 +42,7 @@ STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); 
 def test_the_transition_table() -> None:
     assert transition(State.REQUESTED, Input.ASK) is State.ACQUIRING
     assert transition(State.ACQUIRING, Input.REFUSED) is State.REQUESTED
+    assert transition(State.ACQUIRING, Input.CANCEL) is State.ENDED  # the call is cut
     assert transition(State.RUNNING, Input.PREEMPTED) is State.DRAINING
     assert transition(State.DRAINING, Input.LEASE_ENDED) is State.STOPPING
     assert transition(State.STOPPING, Input.WORKERS_EXITED) is State.STOPPING

@@ -76,7 +76,6 @@ expires on its own after ``walltime`` anyway.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -580,7 +579,7 @@ class BursarProvider(ExecutionProvider):
             b = _Block(self, job_id, job_name, command, tasks_per_node)
             self.resources[job_id] = b
         loop.soon(b.block.start)
-        self._wait([b], "answered", self.submit_timeout_s)
+        loop.wait_set([b.block.answered], self.submit_timeout_s)
         if b.block.cause is Cause.REJECTED and b.block.attempts == 1:
             with self._lock:
                 del self.resources[job_id]
@@ -616,7 +615,7 @@ class BursarProvider(ExecutionProvider):
         if live and self._loop is not None:
             for b in live:
                 self._loop.soon(b.block.cancel)
-            self._wait(live, "done", self.drain_timeout_s + 10.0)
+            self._loop.wait_set([b.block.done for b in live], self.drain_timeout_s + 10.0)
         return [b is not None for b in blocks]
 
     # ------------------------------------------------------------------ Bursar's additions
@@ -680,15 +679,3 @@ class BursarProvider(ExecutionProvider):
                     retry_timeout_s=self.retry_timeout_s,
                 )
             return self._client
-
-    def _wait(self, blocks: list[_Block], event: str, timeout: float) -> None:
-        """Wait (from a Parsl thread) until each block's ``event`` is set, or ``timeout``."""
-
-        async def all_set() -> None:
-            waits = [asyncio.ensure_future(getattr(b.block, event).wait()) for b in blocks]
-            _, pending = await asyncio.wait(waits, timeout=timeout)
-            for w in pending:
-                w.cancel()
-
-        assert self._loop is not None
-        self._loop.call(all_set())

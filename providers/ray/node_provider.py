@@ -617,14 +617,7 @@ class BursarNodeProvider(NodeProvider):
             n.terminating = True
             self._loop.soon(n.block.cancel)
 
-        async def all_done() -> None:
-            waits = [asyncio.ensure_future(n.block.done.wait()) for n in nodes]
-            _, pending = await asyncio.wait(waits, timeout=self.settings.stop_grace_s + 15.0)
-            for w in pending:
-                w.cancel()
-
-        if nodes:
-            self._loop.call(all_done())
+        self._loop.wait_set([n.block.done for n in nodes], self.settings.stop_grace_s + 15.0)
 
     # ------------------------------------------------------------------ one node
 
