@@ -14,8 +14,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import grpc
 import pytest
-from service_support import START, config, run, serve, until
+from service_support import START, config, fails, run, serve, until
 
 from bursar.broker.actuator import InlineActuator, Placed, ThreadedActuator, actuator_for
 from bursar.broker.backends.base import NO_PIECES, Pieces, PlaceFailed, PoolBackend
@@ -370,5 +371,29 @@ def test_the_service_answers_a_failed_allocation_with_the_revoked_lease(tmp_path
             assert again.lease.state == pb.LEASE_STATE_ACTIVE
             assert again.lease.allocation == {"backend": "gated", "nodes": "w001"}
             watch.cancel()
+
+    run(scenario())
+
+
+def test_an_acquire_waiting_for_its_allocation_is_cut_off_by_a_shutdown(tmp_path: Path) -> None:
+    pool = GatedPool(config().pool)
+    slow = pool.gate("L1")
+
+    async def scenario() -> None:
+        async with serve(tmp_path, backend=pool) as c:
+            first = asyncio.ensure_future(c.acquire("sci", 8, idempotency_key="k1"))
+            try:
+                await until(lambda: "L1" in c.core.engine.leases)
+                c.core.begin_shutdown()
+                failed = await fails(first)
+                # Like a queued Acquire cut off: retry against the restarted server.
+                assert failed.code == grpc.StatusCode.UNAVAILABLE
+                assert "allocation" in failed.message
+            finally:
+                slow.set()
+        # Restarted: the retry with the same key gets the lease, placed.
+        async with serve(tmp_path, backend=GatedPool(config().pool)) as c:
+            again = await asyncio.wait_for(c.acquire("sci", 8, idempotency_key="k1"), 5)
+            assert again.lease.lease_id == "L1" and again.lease.allocation["nodes"] == "w000"
 
     run(scenario())

@@ -380,8 +380,13 @@ class ServiceCore:
                 w.future.set_exception(ShuttingDown("the queued request"))
         for sub in list(self._subs):
             sub.close(ShuttingDown("the stream"))
-        for lease_id in list(self._placing):
-            self._placed(lease_id)  # the Acquires answer with the lease as it is
+        for placing in self._placing.values():
+            # An Acquire waiting for its allocation is cut off like a queued one: the client
+            # retries (with its key) against the restarted server, which re-adopts the job.
+            if not placing.done.done():
+                placing.done.set_exception(ShuttingDown("the wait for the allocation"))
+                placing.done.add_done_callback(lambda f: f.exception())
+        self._placing.clear()
         self._notify_supply()
 
     def stop_background(self) -> None:
