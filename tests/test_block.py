@@ -265,3 +265,20 @@ def test_a_process_tree_is_stopped_whole_and_nothing_else(tmp_path: Path) -> Non
         tree.stop(0)
         outsider.kill()
         outsider.wait()
+
+
+def test_a_cancel_while_the_broker_does_not_answer_ends_the_block_at_once() -> None:
+    async def scenario() -> None:
+        async with AsyncBrokerClient("127.0.0.1:1", "t", backoff=FAST, retry_timeout_s=60) as c:
+            b = Block("b", c, spec({"cpu": 1}), Recorder())
+            b.start()
+            await until(lambda: b.state is State.ACQUIRING)
+            await asyncio.sleep(0.3)  # the Acquire is being retried against nobody
+            t0 = time.monotonic()
+            b.cancel()
+            await asyncio.wait_for(b.done.wait(), 5)
+            assert time.monotonic() - t0 < 1.0
+            assert b.state is State.ENDED and b.cause is Cause.CANCELLED
+            assert b.final_state == "none"
+
+    run(scenario(), 30)
