@@ -225,7 +225,10 @@ class ThreadedActuator(Actuator):
                     continue
                 self._lanes[lane] = deque([call])
                 worker = threading.Thread(
-                    target=self._run_lane, args=(lane,), name=f"bursar-lane-{lane}", daemon=True
+                    target=self._run_lane,
+                    args=(lane,),
+                    name=f"bursar-lane-{lane or 'pool'}",
+                    daemon=True,
                 )
                 self._threads.add(worker)
                 worker.start()  # it takes the lock first: it starts once this is done
