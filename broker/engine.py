@@ -682,7 +682,9 @@ class Engine:
     def _settle(self) -> None:
         """Admission pass, then keep the guarantee reserve and headroom warm."""
         self._admit()
-        self._emit_some(self.power.keep_warm(self.ledger.reserve, self.now))
+        boot = self.power.keep_warm(self.ledger.reserve, self.now)
+        if boot is not None:
+            self._out.append(boot)
 
     def _admit(self) -> None:
         """The admission pass: consider, in admission order, the queue heads whose outcome may

@@ -193,7 +193,11 @@ class Ledger:
         return pricing.pressure(self.firm_held, demand, self._pool.capacity)
 
     def price(self, demand: dims.Vec | None = None) -> float:
-        return pricing.price(self._policy.price_base, self._policy.price_k, self.pressure(demand))
+        """The price per unit-hour at the current pressure (``demand`` as in ``pressure``)."""
+        if demand is None:
+            demand = self.queued_demand
+        rho = pricing.pressure(self.firm_held, demand, self._pool.capacity)
+        return pricing.price(self._policy.price_base, self._policy.price_k, rho)
 
     def credit_rate(self, price: float, size: dims.Vec) -> float:
         """Credits per second for holding ``size`` at ``price`` (per unit-hour)."""

@@ -52,8 +52,7 @@ class Placement:
         out: list[Decision] = []
         if not dims.is_zero(plan.warm):
             ls.pieces = pool.place(plan.warm, (Power.ON,))
-            for i in ls.pieces:
-                self._power.in_use(i)
+            self._power.in_use(ls.pieces)
         starts = now
         if not dims.is_zero(plan.reclaim):
             starts = now + self._grace_s

@@ -8,7 +8,7 @@ without it; each idle spell has its own timer, set when the spell starts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from bursar.broker import dims
 from bursar.broker.decisions import PowerOff, PowerOn
@@ -61,9 +61,11 @@ class PowerControl:
             return None
         return self.boot(short, now)
 
-    def in_use(self, i: int) -> None:
-        """Node ``i`` got a piece: its idle spell (if any) ends."""
-        self.idle_since.pop(i, None)
+    def in_use(self, nodes: Iterable[int]) -> None:
+        """The nodes got pieces: their idle spells (if any) end."""
+        idle_since = self.idle_since
+        for i in nodes:
+            idle_since.pop(i, None)
 
     def watch_idle(self, i: int, now: float) -> None:
         """Start an idle spell for node ``i`` if it is powered and unused."""
