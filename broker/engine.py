@@ -10,6 +10,13 @@ and audits it.
 The rules themselves live in small modules named for them: ``admission`` (order,
 burst, bucket, head of line), ``isolation`` (the guarantee reserve), ``paths`` (warm,
 reclaim, cold), ``bucket``, ``price``, ``metering``, ``supply``, ``lease`` (life cycle).
+The state the fold keeps lives in modules named for what each holds: ``validation``
+(whether an event may apply, and why not), ``timers`` (what is due when, and whether it
+still matters), ``pending`` (the queues and the indexes the admission pass reads),
+``ledger`` (holdings, reserve, reclaimable, price pressure, charges and refunds),
+``placement`` (pieces on nodes, reclaim hand-over, leases waiting on boots), ``power``
+(boots, idle spells, power-off) and ``keys`` (idempotency keys). This module is the fold:
+the handlers, the admission pass and the decisions they emit, in order.
 """
 
 from __future__ import annotations
