@@ -12,10 +12,11 @@ table does not name for the current state raises :class:`IllegalTransition`)::
           the broker's retry_after, bounded)     │ unrenewable        │ unrenewable
                            │                     ▼                    ▼
               refused (no retry) ─► ENDED     DRAINING ◄──────────────┘
-              rejected ───────────► FAILED       │ drained, lease ended, workers exited,
-                                                 │ cancel
+              cancel (call cut) ──► ENDED        │ drained, lease ended, workers exited,
+              rejected ───────────► FAILED       │ cancel
     STARTING / RUNNING ──lease ended, workers exited, cancel, error──► STOPPING
     STOPPING ──stopped──► ENDED        STOPPING ──error──► FAILED
+    REQUESTED ──cancel──► ENDED
 
 It is driven by events, never by polling: the client's Watch stream (through the
 :class:`~bursar.providers.client.LeaseHandle`'s listener: active, preemption warning,
