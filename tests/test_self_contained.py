@@ -17,7 +17,7 @@ OUTSIDE = re.compile(
             re.escape("STYLE" + ".md"),
             re.escape("ANCHORS" + ".md"),
             re.escape("ENGINES" + ".md"),
-            "\u00a7",  # a section sign: "see §3"
+            "\u00a7",  # the section sign, as in "see section 3" written with it
             # Our own issues; an upstream project's ("Parsl issue #2961") is a public pointer.
             r"(?<!Parsl )(?<!Dask )(?<!Ray )(?<!gRPC )(?<!SQLite )\bissues? #?\d+\b",
         ]
