@@ -35,7 +35,7 @@ def rows(n: int) -> list[tuple[Event, list[Decision]]]:
         at = i * 0.25
         campaign = f"campaign-{i % 5}"
         event = e.RequestLease(at=at, campaign=campaign, size={"gpu": 4.0}, duration_s=60.0)
-        grant = d.Grant(
+        grant = d.Granted(
             at=at,
             lease_id=f"L{i:08d}",
             campaign=campaign,

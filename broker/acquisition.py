@@ -5,8 +5,8 @@ The gRPC service and the simulator both serve Acquire; they differ only in how t
 
 1. :meth:`AcquireCall.start` answers a retry with a known idempotency key from the first
    call's record (nothing is submitted), else submits the request and returns its own
-   answer: a Grant, a Reject, or :class:`Waiting` for a queued request;
-2. the caller waits for the request's Grant its own way;
+   answer: a Granted, a Rejected, or :class:`Waiting` for a queued request;
+2. the caller waits for the request's Granted its own way;
 3. when the wait ends without one (timeout, the caller gone), :meth:`AcquireCall.withdraw`
    cancels the request (or says the grant won the race), and :meth:`AcquireCall.refusal`
    says why the request was still waiting.
@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bursar.broker.decisions import Grant, Queue, Reject
+from bursar.broker.decisions import Granted, Queued, Rejected
 from bursar.broker.engine import Engine, request_fingerprint
 from bursar.broker.errors import RequestError
 from bursar.broker.events import CancelRequest, Event, Release, RequestLease
@@ -30,7 +30,7 @@ __all__ = ["AcquireCall", "Waiting"]
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """A request in the queue: the caller waits for its Grant."""
+    """A request in the queue: the caller waits for its Granted."""
 
     request_id: str
     queued_at: float
@@ -56,13 +56,13 @@ class AcquireCall:
         self.replayed = False
         """True when the answer came from an earlier call with the same key."""
 
-    def start(self) -> Grant | Reject | Waiting:
+    def start(self) -> Granted | Rejected | Waiting:
         engine = self._engine()
         req = self.request
         rec = engine.key_record(req.campaign, req.idempotency_key)
         if rec is not None and rec.fingerprint == request_fingerprint(req):
             self.replayed = True
-            if isinstance(rec.answer, Grant | Reject):
+            if isinstance(rec.answer, Granted | Rejected):
                 return rec.answer
             p = engine.pending[rec.request_id]
             self.waiting = Waiting(
@@ -71,15 +71,15 @@ class AcquireCall:
             return self.waiting
         # A key reused for a different request is refused by the engine's validation.
         own = self._submit(req).own
-        if isinstance(own, Grant | Reject):
+        if isinstance(own, Granted | Rejected):
             return own
-        assert isinstance(own, Queue), own
+        assert isinstance(own, Queued), own
         self.waiting = Waiting(own.request_id, own.at, own.reason, own.estimated_wait_s)
         return self.waiting
 
     def withdraw(self, at: float) -> bool:
         """Cancel the waiting request. False if it was granted first (the shell has heard
-        the Grant through its listener, and holds it if the lease is still live)."""
+        the Granted through its listener, and holds it if the lease is still live)."""
         assert self.waiting is not None
         rid = self.waiting.request_id
         if rid not in self._engine().pending:
@@ -90,11 +90,11 @@ class AcquireCall:
             return False  # granted while the clock caught up to ``at``
         return rid not in self._engine().leases
 
-    def live(self, grant: Grant | None) -> Grant | None:
+    def live(self, grant: Granted | None) -> Granted | None:
         """``grant`` if its lease is still live (a grant that raced with the withdrawal)."""
         return grant if grant is not None and grant.lease_id in self._engine().leases else None
 
-    def give_back(self, at: float, grant: Grant) -> None:
+    def give_back(self, at: float, grant: Granted) -> None:
         """Release a grant nobody waits for any more (its caller left as it came)."""
         if grant.lease_id in self._engine().leases:
             with contextlib.suppress(RequestError):  # ended meanwhile

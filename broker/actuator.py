@@ -43,12 +43,12 @@ from bursar.broker.backends.base import PlaceFailed, PoolBackend, apply_decision
 from bursar.broker.clock import Clock, as_clock
 from bursar.broker.decisions import (
     Decision,
-    Expire,
-    PowerOff,
-    PowerOn,
-    PreemptWarning,
+    Expired,
+    PoweredOff,
+    PoweredOn,
+    PreemptWarned,
     Released,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.events import Event, LeaseLost
 
@@ -162,9 +162,9 @@ _POOL_LANE = ""
 
 def _lane(d: Decision) -> str | None:
     """Which lane a decision's backend call runs on; None if it needs none."""
-    if isinstance(d, PowerOn | PowerOff):
+    if isinstance(d, PoweredOn | PoweredOff):
         return _POOL_LANE
-    if isinstance(d, Revoke | Expire | Released | PreemptWarning):
+    if isinstance(d, Revoked | Expired | Released | PreemptWarned):
         return d.lease_id
     return placed_by(d)
 
@@ -247,7 +247,7 @@ class ThreadedActuator(Actuator):
                 else:
                     self._freeing.pop(n, None)
             return _Call(d, tuple(after))
-        if isinstance(d, Revoke | Expire | Released):
+        if isinstance(d, Revoked | Expired | Released):
             done = threading.Event()
             for n in self._nodes.pop(d.lease_id, ()):
                 self._freeing.setdefault(n, []).append(done)

@@ -32,7 +32,7 @@ class Decision:
 
 
 @dataclass(frozen=True, slots=True)
-class Grant(Decision):
+class Granted(Decision):
     kind: ClassVar[str] = "grant"
     lease_id: str
     campaign: str
@@ -52,7 +52,7 @@ class Grant(Decision):
 
 
 @dataclass(frozen=True, slots=True)
-class Queue(Decision):
+class Queued(Decision):
     kind: ClassVar[str] = "queue"
     request_id: str
     campaign: str
@@ -62,7 +62,7 @@ class Queue(Decision):
 
 
 @dataclass(frozen=True, slots=True)
-class Reject(Decision):
+class Rejected(Decision):
     """A non-blocking request (or a renewal) that cannot be served now."""
 
     kind: ClassVar[str] = "reject"
@@ -81,7 +81,7 @@ class Cancelled(Decision):
 
 
 @dataclass(frozen=True, slots=True)
-class Activate(Decision):
+class Activated(Decision):
     """A reclaim- or cold-path lease whose resources are now usable."""
 
     kind: ClassVar[str] = "activate"
@@ -89,11 +89,11 @@ class Activate(Decision):
     campaign: str
     nodes: tuple[str, ...]
     pieces: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    """Node name → units per dimension of the lease on that node, as on Grant."""
+    """Node name → units per dimension of the lease on that node, as on Granted."""
 
 
 @dataclass(frozen=True, slots=True)
-class PreemptWarning(Decision):
+class PreemptWarned(Decision):
     kind: ClassVar[str] = "preempt_warning"
     lease_id: str
     campaign: str
@@ -102,7 +102,7 @@ class PreemptWarning(Decision):
 
 
 @dataclass(frozen=True, slots=True)
-class Revoke(Decision):
+class Revoked(Decision):
     kind: ClassVar[str] = "revoke"
     lease_id: str
     campaign: str
@@ -112,7 +112,7 @@ class Revoke(Decision):
 
 
 @dataclass(frozen=True, slots=True)
-class Expire(Decision):
+class Expired(Decision):
     kind: ClassVar[str] = "expire"
     lease_id: str
     campaign: str
@@ -139,7 +139,7 @@ class Renewed(Decision):
 
 
 @dataclass(frozen=True, slots=True)
-class MeterGrant(Decision):
+class Metered(Decision):
     kind: ClassVar[str] = "meter"
     campaign: str
     dim: str
@@ -151,14 +151,14 @@ class MeterGrant(Decision):
 
 
 @dataclass(frozen=True, slots=True)
-class PowerOn(Decision):
+class PoweredOn(Decision):
     kind: ClassVar[str] = "power_on"
     nodes: tuple[str, ...]
     ready_by: float
 
 
 @dataclass(frozen=True, slots=True)
-class PowerOff(Decision):
+class PoweredOff(Decision):
     """Idle nodes not needed for the warm reserve or headroom go cold."""
 
     kind: ClassVar[str] = "power_off"
@@ -177,19 +177,19 @@ class CampaignSet(Decision):
 DECISION_TYPES: dict[str, type[Decision]] = {
     cls.kind: cls
     for cls in (
-        Grant,
-        Queue,
-        Reject,
+        Granted,
+        Queued,
+        Rejected,
         Cancelled,
-        Activate,
-        PreemptWarning,
-        Revoke,
-        Expire,
+        Activated,
+        PreemptWarned,
+        Revoked,
+        Expired,
         Released,
         Renewed,
-        MeterGrant,
-        PowerOn,
-        PowerOff,
+        Metered,
+        PoweredOn,
+        PoweredOff,
         CampaignSet,
     )
 }

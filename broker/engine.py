@@ -33,14 +33,14 @@ from bursar.broker.decisions import (
     CampaignSet,
     Cancelled,
     Decision,
-    Expire,
-    Grant,
-    MeterGrant,
-    Queue,
-    Reject,
+    Expired,
+    Granted,
+    Metered,
+    Queued,
+    Rejected,
     Released,
     Renewed,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.events import (
     CancelRequest,
@@ -121,11 +121,11 @@ class Engine:
         self.events_applied += 1
         self.idempotency.forget(self.now)
         out, self._out = self._out, []
-        if isinstance(own, Queue):
+        if isinstance(own, Queued):
             # Queued, then granted by the admission pass of the same event: the grant is the
             # answer (the caller must not wait for what it already has).
             for d in out:
-                if isinstance(d, Grant) and d.lease_id == own.request_id:
+                if isinstance(d, Granted) and d.lease_id == own.request_id:
                     own = d
         return Outcome(tuple(out), own)
 
@@ -328,7 +328,7 @@ class Engine:
         c = self.campaigns[ls.campaign]
         if ls.state is LeaseState.PREEMPTING:
             return self._emit(
-                Reject(
+                Rejected(
                     self.now,
                     ls.id,
                     ls.campaign,
@@ -343,7 +343,7 @@ class Engine:
         inputs = self._inputs(c, ls.size)
         if admission.over_burst(others, ls.size, c.burst):
             return self._emit(
-                Reject(
+                Rejected(
                     self.now,
                     ls.id,
                     ls.campaign,
@@ -359,7 +359,7 @@ class Engine:
             inputs = {**inputs, "bucket_short": short}
             wait = self.ledger.bucket_wait(c, rate, ext, self.now)
             return self._emit(
-                Reject(self.now, ls.id, ls.campaign, Reason.BUCKET_EMPTY, wait, inputs)
+                Rejected(self.now, ls.id, ls.campaign, Reason.BUCKET_EMPTY, wait, inputs)
             )
         price = self.ledger.price()
         credit_rate = self.ledger.credit_rate(price, ls.size)
@@ -378,7 +378,7 @@ class Engine:
     def _on_release(self, e: Release) -> Decision | None:
         ls = self.leases.get(e.lease_id)
         # A lease reclaimed while the clock advanced to this event has already ended
-        # (its Revoke is among this event's decisions): nothing is left to release.
+        # (its Revoked is among this event's decisions): nothing is left to release.
         if ls is not None:
             return self._end(ls, LeaseState.RELEASED, "released")
         return None
@@ -416,7 +416,7 @@ class Engine:
         out = meter(b, env, float(e.amount), self.policy.meter_window_s)
         b.take(out.granted)
         return self._emit(
-            MeterGrant(
+            Metered(
                 self.now,
                 e.campaign,
                 e.dim,
@@ -452,7 +452,7 @@ class Engine:
             },
         }
 
-    def _try(self, p: Pending, barrier: bool) -> Grant | tuple[Reason, dict[str, Any]]:
+    def _try(self, p: Pending, barrier: bool) -> Granted | tuple[Reason, dict[str, Any]]:
         """Grant ``p`` now if every rule allows; otherwise (reason, details for the record)."""
         c = self.campaigns[p.campaign]
         size = p.size
@@ -509,7 +509,7 @@ class Engine:
 
     def _grant(
         self, p: Pending, c: CampaignState, plan: paths.Plan, rate: dims.Vec, own: dims.Vec
-    ) -> Grant:
+    ) -> Granted:
         inputs = self._inputs(c, p.size)
         inputs["path_split"] = {
             "warm": dims.as_dict(plan.warm),
@@ -551,7 +551,7 @@ class Engine:
         self.ledger.firm_started(ls)
         if ls.ready:
             self.placement.activate(ls)
-        grant = Grant(
+        grant = Granted(
             at=self.now,
             lease_id=ls.id,
             campaign=ls.campaign,
@@ -581,9 +581,9 @@ class Engine:
         if state is LeaseState.RELEASED:
             decision = Released(self.now, ls.id, ls.campaign, total_refund, refund_credits)
         elif state is LeaseState.EXPIRED:
-            decision = Expire(self.now, ls.id, ls.campaign)
+            decision = Expired(self.now, ls.id, ls.campaign)
         else:
-            decision = Revoke(self.now, ls.id, ls.campaign, cause, total_refund, refund_credits)
+            decision = Revoked(self.now, ls.id, ls.campaign, cause, total_refund, refund_credits)
         self._emit(decision)
         self._out.extend(self.placement.release(ls, self.now))
         if ls.preemptible and was is LeaseState.ACTIVE:
@@ -621,7 +621,7 @@ class Engine:
         wait = self.ledger.estimate_wait(c, p.size, p.duration_s, reason, self.now)
         if not p.blocking:
             retry = max(self.policy.min_retry_s, wait)
-            reject = self._emit(Reject(self.now, p.id, p.campaign, reason, retry, inputs))
+            reject = self._emit(Rejected(self.now, p.id, p.campaign, reason, retry, inputs))
             self.idempotency.answer(p.id, reject)
             return reject
         self.queue.add(p)
@@ -629,7 +629,7 @@ class Engine:
         self.queue.set_reason(p, reason, self.now)
         if reason is Reason.BUCKET_EMPTY:
             self._schedule_wake(p)
-        return self._emit(Queue(self.now, p.id, p.campaign, reason, wait, inputs))
+        return self._emit(Queued(self.now, p.id, p.campaign, reason, wait, inputs))
 
     def _unqueue(self, p: Pending) -> None:
         """Take ``p`` out of the queue (granted or cancelled); the next one heads it."""
@@ -698,7 +698,7 @@ class Engine:
                 continue
             behind = barrier is not None and barrier < (-p.lease_class.rank, p.seq)
             result = self._try(p, behind)
-            if isinstance(result, Grant):
+            if isinstance(result, Granted):
                 self._unqueue(p)
                 head = queue.head(p.campaign, p.lease_class)
                 if head is not None:

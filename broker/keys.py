@@ -28,7 +28,7 @@ class KeyRecord:
     request_id: str
     at: float
     answer: Decision | None = None
-    """The Grant or Reject the request got (None while it waits in the queue)."""
+    """The Granted or Rejected the request got (None while it waits in the queue)."""
 
 
 def request_fingerprint(e: RequestLease) -> str:
@@ -67,7 +67,7 @@ class Keys:
             self._unanswered[request_id] = rec
 
     def answer(self, request_id: str, decision: Decision) -> None:
-        """The request got its Grant or Reject: a retry now gets that."""
+        """The request got its Granted or Rejected: a retry now gets that."""
         rec = self._unanswered.pop(request_id, None)
         if rec is not None:
             rec.answer = decision

@@ -4,9 +4,9 @@
 engine made them (the order the journal records), and it reads like that list (iterate,
 index, ``len``). Two things make it more than a list:
 
-* ``own`` is the decision that answers the event's own request, if it has one: the Grant,
-  Queue or Reject of a RequestLease (the Grant if the request was queued and granted in the
-  same pass), the Renewed or Reject of a Renew, the Released of a Release, the MeterGrant of
+* ``own`` is the decision that answers the event's own request, if it has one: the Granted,
+  Queued or Rejected of a RequestLease (the Granted if the request was queued and granted in the
+  same pass), the Renewed or Rejected of a Renew, the Released of a Release, the Metered of
   a Meter, ... Callers read it instead of searching the list for "their" decision.
 * ``seq`` is the journal entry that records the event, set by the runtime once the entry is
   committed (0 before). A decision's position in the journal is ``(seq, index)``: what Watch

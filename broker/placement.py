@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from bursar.broker import dims, paths
-from bursar.broker.decisions import Activate, Decision, PreemptWarning
+from bursar.broker.decisions import Activated, Decision, PreemptWarned
 from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.ledger import Ledger, id_order
 from bursar.broker.policy import PolicySpec
@@ -71,7 +71,7 @@ class Placement:
 
     def _reclaim(
         self, claimant: Lease, need: dims.Vec, deadline: float, now: float
-    ) -> list[PreemptWarning]:
+    ) -> list[PreemptWarned]:
         leases = self._leases
         candidates = sorted(
             (ls for ls in leases.values() if ls.preemptible and ls.state is LeaseState.ACTIVE),
@@ -86,7 +86,7 @@ class Placement:
             claimant.claims[victim_id] = take
             self._ledger.not_reclaimable(victim)
             self._timers.push(deadline, TimerKind.DEADLINE, victim_id)
-            out.append(PreemptWarning(now, victim_id, victim.campaign, deadline, claimant.id))
+            out.append(PreemptWarned(now, victim_id, victim.campaign, deadline, claimant.id))
         return out
 
     def activate(self, ls: Lease) -> None:
@@ -95,17 +95,17 @@ class Placement:
         # nodes or on capacity still being handed over.
         self._ledger.activated(ls)
 
-    def maybe_activate(self, ls: Lease, now: float) -> Activate | None:
+    def maybe_activate(self, ls: Lease, now: float) -> Activated | None:
         """Activate a starting lease that waits for nothing any more."""
         if ls.state is LeaseState.STARTING and ls.ready:
             self.activate(ls)
             nodes = self._pool.nodes
             names = tuple(nodes[i].name for i in sorted(ls.pieces))
             pieces = {nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())}
-            return Activate(now, ls.id, ls.campaign, names, pieces)
+            return Activated(now, ls.id, ls.campaign, names, pieces)
         return None
 
-    def node_ready(self, i: int, now: float) -> list[Activate]:
+    def node_ready(self, i: int, now: float) -> list[Activated]:
         """Node ``i`` finished booting: the leases waiting only for it become active."""
         out = []
         for lid in sorted(self.node_waiters.pop(i, set()), key=id_order):
@@ -135,7 +135,7 @@ class Placement:
     def node_lost(self, i: int) -> None:
         self.node_waiters.pop(i, None)
 
-    def release(self, ls: Lease, now: float) -> list[Activate]:
+    def release(self, ls: Lease, now: float) -> list[Activated]:
         """Free an ending lease's pieces: claimed ones go to their claimants (which may then
         become active), the rest back to the pool."""
         leases = self._leases

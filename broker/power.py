@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from bursar.broker import dims
-from bursar.broker.decisions import PowerOff, PowerOn
+from bursar.broker.decisions import PoweredOff, PoweredOn
 from bursar.broker.policy import PolicySpec
 from bursar.broker.pool import PoolState, Power
 from bursar.broker.timers import TimerKind
@@ -39,20 +39,20 @@ class PowerControl:
         self.idle_since: dict[int, float] = {}
         """Powered, unused nodes (by index) and when their idle spell began."""
 
-    def boot(self, need: dims.Vec, now: float) -> PowerOn | None:
-        """Boot cold nodes to cover ``need``; the PowerOn to send, if any node boots."""
+    def boot(self, need: dims.Vec, now: float) -> PoweredOn | None:
+        """Boot cold nodes to cover ``need``; the PoweredOn to send, if any node boots."""
         booted = self._pool.boot(need, now, self._boot_latency_s)
         if not booted:
             return None
         nodes = self._pool.nodes
-        return PowerOn(now, tuple(nodes[i].name for i in booted), now + self._boot_latency_s)
+        return PoweredOn(now, tuple(nodes[i].name for i in booted), now + self._boot_latency_s)
 
-    def boot_for(self, need: dims.Vec, now: float) -> PowerOn | None:
+    def boot_for(self, need: dims.Vec, now: float) -> PoweredOn | None:
         """Boot what the cold path needs beyond the capacity already booting."""
         _, boot_free, _, _ = self._pool.totals()
         return self.boot(dims.vmax0(dims.sub(need, boot_free)), now)
 
-    def keep_warm(self, reserve: dims.Vec, now: float) -> PowerOn | None:
+    def keep_warm(self, reserve: dims.Vec, now: float) -> PoweredOn | None:
         """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""
         on_free, boot_free, cold, _ = self._pool.totals()
         target = dims.add(reserve, self.headroom)
@@ -80,7 +80,7 @@ class PowerControl:
         since = self.idle_since.get(self._pool.index[name])
         return None if since is None else since + (self._idle_s or 0.0)
 
-    def power_off_if_idle(self, name: str, reserve: dims.Vec, now: float) -> PowerOff | None:
+    def power_off_if_idle(self, name: str, reserve: dims.Vec, now: float) -> PoweredOff | None:
         """Power an idle node down if the warm reserve and headroom stay covered without it;
         otherwise start a new idle spell and look again after another ``power_down_idle_s``."""
         pool = self._pool
@@ -96,7 +96,7 @@ class PowerControl:
             return None
         pool.set_power(i, Power.COLD)
         del self.idle_since[i]
-        return PowerOff(now, (name,))
+        return PoweredOff(now, (name,))
 
     def node_ready(self, i: int, now: float) -> None:
         self._pool.set_power(i, Power.ON)

@@ -35,16 +35,16 @@ from rich.table import Table
 from bursar.broker.audit import audit
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
-    Activate,
+    Activated,
     Decision,
-    Expire,
-    Grant,
-    MeterGrant,
-    PreemptWarning,
-    Queue,
-    Reject,
+    Expired,
+    Granted,
+    Metered,
+    PreemptWarned,
+    Queued,
+    Rejected,
     Released,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import Event, Meter, NodeLost, Release, RequestLease
@@ -69,24 +69,24 @@ class Trace:
 
 
 def _why(d: Decision) -> str:
-    if isinstance(d, Grant):
+    if isinstance(d, Granted):
         waited = d.inputs.get("waited_s", 0.0)
         guar = "within its guarantee" if d.inputs.get("within_guarantee") else "above guarantee"
         return (
             f"{d.path.value} path, {guar}, active at t={d.starts_at:.0f}s; "
             f"waited {waited:.0f}s; price {d.price:.2f}; prepaid {d.tokens:.0f} tokens"
         )
-    if isinstance(d, Queue | Reject):
-        what = "queued" if isinstance(d, Queue) else "refused"
-        wait = d.estimated_wait_s if isinstance(d, Queue) else d.retry_after_s
+    if isinstance(d, Queued | Rejected):
+        what = "queued" if isinstance(d, Queued) else "refused"
+        wait = d.estimated_wait_s if isinstance(d, Queued) else d.retry_after_s
         return f"{what}: {d.reason.explanation} (wait ~{wait:.0f}s)"
-    if isinstance(d, PreemptWarning):
+    if isinstance(d, PreemptWarned):
         return f"reclaimed for {d.for_request}; drain by t={d.deadline:.0f}s"
-    if isinstance(d, Revoke):
+    if isinstance(d, Revoked):
         return f"revoked ({d.cause}); refunded {d.refund_credits:.1f} credits"
     if isinstance(d, Released):
         return f"released early; refunded {d.refund_tokens:.0f} tokens"
-    if isinstance(d, MeterGrant):
+    if isinstance(d, Metered):
         return f"{d.granted:.0f} of {d.requested:.0f} now, rest in {d.wait_s:.1f}s"
     return ""
 
@@ -113,17 +113,17 @@ class Demo:
         if isinstance(event, RequestLease):
             # The lease id is the request id; the engine numbers requests in order.
             for d in decisions:
-                if isinstance(d, Grant | Queue | Reject) and _subject(d)[1]:
+                if isinstance(d, Granted | Queued | Rejected) and _subject(d)[1]:
                     tr.requested_at.setdefault(_subject(d)[1], event.at)
         for d in decisions:
             campaign, ref = _subject(d)
             tr.counts[(campaign, d.kind)] += 1
-            if isinstance(d, Grant) and d.starts_at <= d.at:
+            if isinstance(d, Granted) and d.starts_at <= d.at:
                 tr.latency[campaign].append(d.at - tr.requested_at.get(ref, d.at))
-            if isinstance(d, Activate):
+            if isinstance(d, Activated):
                 tr.latency[campaign].append(d.at - tr.requested_at.get(ref, d.at))
-            if not isinstance(d, Expire | MeterGrant) or (
-                isinstance(d, MeterGrant) and tr.counts[(campaign, "meter")] <= 3
+            if not isinstance(d, Expired | Metered) or (
+                isinstance(d, Metered) and tr.counts[(campaign, "meter")] <= 3
             ):
                 why = _why(d)
                 if why:
@@ -157,7 +157,7 @@ class Demo:
             self.trace.refused.append(f"t={at:.0f}s {campaign}: {exc}")
             return ""
         for d in decisions:
-            if isinstance(d, Grant | Queue | Reject) and d.campaign == campaign:
+            if isinstance(d, Granted | Queued | Rejected) and d.campaign == campaign:
                 return _subject(d)[1]
         return ""
 

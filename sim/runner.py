@@ -21,15 +21,15 @@ from typing import Any
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
-    Activate,
+    Activated,
     Decision,
-    Expire,
-    Grant,
-    MeterGrant,
-    Reject,
+    Expired,
+    Granted,
+    Metered,
+    Rejected,
     Released,
     Renewed,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
@@ -129,18 +129,18 @@ class SimBroker:
     def _on_decisions(self, event: Event, decisions: Sequence[Decision]) -> None:
         k = self.kernel
         for d in decisions:
-            if isinstance(d, Grant):
+            if isinstance(d, Granted):
                 s = self.signals(d.lease_id)
                 s.granted.succeed(k, d)
                 if d.starts_at <= d.at:
                     s.active.succeed(k, True)
-            elif isinstance(d, Activate):
+            elif isinstance(d, Activated):
                 sig = self.signals(d.lease_id).active
                 if not sig.fired:
                     sig.succeed(k, True)
-            elif isinstance(d, Revoke | Expire | Released):
+            elif isinstance(d, Revoked | Expired | Released):
                 s = self.signals(d.lease_id)
-                cause = d.cause if isinstance(d, Revoke) else d.kind
+                cause = d.cause if isinstance(d, Revoked) else d.kind
                 if not s.active.fired:
                     s.active.succeed(k, False)
                 if not s.end.fired:
@@ -150,7 +150,7 @@ class SimBroker:
             fn(event, decisions)
 
 
-def _lease(g: Grant) -> Lease:
+def _lease(g: Granted) -> Lease:
     return granted(
         g.lease_id, g.campaign, g.size, g.path.value, g.at, g.starts_at, g.expires_at, g.nodes
     )
@@ -201,9 +201,9 @@ class SimCtx:
             if exc.code is ErrorCode.OUT_OF_RANGE:
                 raise refused("OUT_OF_RANGE", math.inf) from None
             raise
-        if isinstance(first, Grant):
+        if isinstance(first, Granted):
             return _lease(first)
-        if isinstance(first, Reject):
+        if isinstance(first, Rejected):
             raise refused(first.reason.value, first.retry_after_s)
         rid = first.request_id
         got = await Wait(self.sim.signals(rid).granted, timeout)
@@ -237,7 +237,7 @@ class SimCtx:
         own = decisions.own
         if isinstance(own, Renewed):
             return dataclasses.replace(lease, expires_at=own.expires_at)
-        if isinstance(own, Reject):
+        if isinstance(own, Rejected):
             raise refused(own.reason.value, own.retry_after_s)
         raise refused("ENDED", math.inf)
 
@@ -275,7 +275,7 @@ class SimCtx:
             Meter(at=self.now(), campaign=self.campaign, dim=dim, amount=amount)
         )
         m = decisions.own
-        assert isinstance(m, MeterGrant), m
+        assert isinstance(m, Metered), m
         return MeterResult(m.requested, m.granted, m.wait_s)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str = "") -> None:

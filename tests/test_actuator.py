@@ -22,7 +22,7 @@ from bursar.broker.actuator import InlineActuator, Placed, ThreadedActuator, act
 from bursar.broker.backends.base import NO_PIECES, Pieces, PlaceFailed, PoolBackend
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.clock import ManualClock
-from bursar.broker.decisions import Grant, LeasePath, PowerOn, Released, Revoke
+from bursar.broker.decisions import Granted, LeasePath, PoweredOn, Released, Revoked
 from bursar.broker.events import Event, LeaseLost, NodeReady, RequestLease
 from bursar.broker.policy import NodeGroup, PoolSpec
 from bursar.broker.runtime import Broker
@@ -94,8 +94,8 @@ def _spec(boot: float = 60.0) -> PoolSpec:
     )
 
 
-def _grant(lease_id: str, node: str, at: float = START) -> Grant:
-    return Grant(
+def _grant(lease_id: str, node: str, at: float = START) -> Granted:
+    return Granted(
         at=at,
         lease_id=lease_id,
         campaign="c",
@@ -212,7 +212,7 @@ def test_the_poller_reports_the_backends_events_when_they_fall_due() -> None:
     act = ThreadedActuator(pool, clock)
     reports = Reports(act, clock)
     try:
-        act.actuate([PowerOn(at=START, nodes=("n002",), ready_by=START + 30)])
+        act.actuate([PoweredOn(at=START, nodes=("n002",), ready_by=START + 30)])
         assert act.wait_idle(10)
         # The poller sleeps on the clock until the boot is due, then reads the event.
         clock.set(START + 30)
@@ -255,15 +255,15 @@ def test_a_failed_placement_ends_the_lease_through_the_journal(
         placed: list[Placed] = []
         b.listen_placed(placed.append)
         grant = b.submit(RequestLease(START + 1, "sci", {"gpu": 8}, 60)).own
-        assert isinstance(grant, Grant) and grant.lease_id == "L1"
+        assert isinstance(grant, Granted) and grant.lease_id == "L1"
         assert grant.pieces == {grant.nodes[0]: {"gpu": 8.0}}
         ok = b.submit(RequestLease(START + 2, "sci", {"gpu": 8}, 60)).own
-        assert isinstance(ok, Grant)
+        assert isinstance(ok, Granted)
         if threaded:
             assert isinstance(b.actuator, ThreadedActuator) and b.actuator.wait_idle(10)
         b.catch_up(START + 3)
         entries = list(b.journal.entries())
-        (rev,) = [d for _, _, ds in entries for d in ds if isinstance(d, Revoke)]
+        (rev,) = [d for _, _, ds in entries for d in ds if isinstance(d, Revoked)]
         assert rev.lease_id == "L1" and rev.cause == "slurm: salloc: Job violates accounting policy"
         assert "L1" in b.engine.ended and ok.lease_id in b.engine.leases
         # The inline actuator placed L2 inside its submit; the threaded one reports it.
@@ -295,7 +295,7 @@ def test_the_inline_actuator_places_before_submit_returns(tmp_path: Path) -> Non
     with _broker(tmp_path, pool, threaded=False) as b:
         assert isinstance(b.actuator, InlineActuator) and not b.actuator.asynchronous
         grant = b.submit(RequestLease(START + 1, "sci", {"gpu": 8}, 60)).own
-        assert isinstance(grant, Grant)
+        assert isinstance(grant, Granted)
         assert dict(pool.placements()) == {grant.lease_id: grant.nodes}
 
 

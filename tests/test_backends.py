@@ -10,7 +10,15 @@ import pytest
 from bursar.broker.backends.base import BackendError, NodeState, PoolBackend, apply_decision
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.config import parse_config
-from bursar.broker.decisions import Activate, Expire, Grant, LeasePath, PowerOn, Released, Revoke
+from bursar.broker.decisions import (
+    Activated,
+    Expired,
+    Granted,
+    LeasePath,
+    PoweredOn,
+    Released,
+    Revoked,
+)
 from bursar.broker.events import NodeLost, NodeReady
 from bursar.broker.policy import NodeGroup, PoolSpec
 
@@ -223,11 +231,11 @@ def test_same_calls_give_same_events() -> None:
 
 
 def test_apply_decision_drives_the_backend(pool: SimulatedPool) -> None:
-    apply_decision(pool, PowerOn(at=0.0, nodes=("n002",), ready_by=60.0))
+    apply_decision(pool, PoweredOn(at=0.0, nodes=("n002",), ready_by=60.0))
     assert _states(pool)["n002"] is BOOTING
 
-    def grant(lease: str, nodes: tuple[str, ...], at: float, starts: float) -> Grant:
-        return Grant(
+    def grant(lease: str, nodes: tuple[str, ...], at: float, starts: float) -> Granted:
+        return Granted(
             at=at,
             lease_id=lease,
             campaign="c",
@@ -245,13 +253,13 @@ def test_apply_decision_drives_the_backend(pool: SimulatedPool) -> None:
     apply_decision(pool, grant("C", ("n002",), at=1.0, starts=60.0))  # cold: placed later
     assert dict(pool.placements()) == {"W": ("n000",)}
     pool.due_events(60.0)
-    apply_decision(pool, Activate(at=60.0, lease_id="C", campaign="c", nodes=("n002",)))
+    apply_decision(pool, Activated(at=60.0, lease_id="C", campaign="c", nodes=("n002",)))
     assert dict(pool.placements()) == {"W": ("n000",), "C": ("n002",)}
 
     apply_decision(pool, Released(at=70.0, lease_id="W", campaign="c", refund_tokens=0.0,
                                   refund_credits=0.0))  # fmt: skip
-    apply_decision(pool, Expire(at=80.0, lease_id="C", campaign="c"))
-    apply_decision(pool, Revoke(at=90.0, lease_id="gone", campaign="c", cause="x",
+    apply_decision(pool, Expired(at=80.0, lease_id="C", campaign="c"))
+    apply_decision(pool, Revoked(at=90.0, lease_id="gone", campaign="c", cause="x",
                                 refund_tokens=0.0, refund_credits=0.0))  # fmt: skip
     assert dict(pool.placements()) == {}
     assert Counter(_states(pool).values()) == {ON: 3, COLD: 1}
@@ -294,9 +302,9 @@ def test_engine_cold_path_lease_is_placed_when_its_nodes_are_ready() -> None:
     for spec in cfg.campaigns:
         feed(CreateCampaign(at=0.0, spec=spec))
     feed(RequestLease(at=1.0, campaign="sci", size={"gpu": 48}, duration_s=600.0))
-    (grant,) = [d for d in decisions if isinstance(d, Grant)]
+    (grant,) = [d for d in decisions if isinstance(d, Granted)]
     assert grant.starts_at == 61.0
-    assert any(isinstance(d, PowerOn) and d.ready_by == 61.0 for d in decisions)
+    assert any(isinstance(d, PoweredOn) and d.ready_by == 61.0 for d in decisions)
 
     t = 1.0
     while True:
@@ -310,7 +318,7 @@ def test_engine_cold_path_lease_is_placed_when_its_nodes_are_ready() -> None:
         if not events:
             feed(Tick(at=t))
 
-    (act,) = [d for d in decisions if isinstance(d, Activate)]
+    (act,) = [d for d in decisions if isinstance(d, Activated)]
     assert act.at == 61.0 and act.lease_id == grant.lease_id
     assert backend.placements()[grant.lease_id] == act.nodes
     assert all(backend.node_states()[n] is ON for n in act.nodes)

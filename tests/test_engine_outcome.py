@@ -12,14 +12,14 @@ from bursar.broker import codec
 from bursar.broker.decisions import (
     CampaignSet,
     Cancelled,
-    Grant,
-    MeterGrant,
-    PreemptWarning,
-    Queue,
-    Reject,
+    Granted,
+    Metered,
+    PreemptWarned,
+    Queued,
+    Rejected,
     Released,
     Renewed,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.engine import KEY_WINDOW_S
 from bursar.broker.envelope import DimEnvelope
@@ -53,19 +53,19 @@ def two_campaigns(**policy):
 def test_a_request_is_answered_by_its_own_decision_not_by_others_grants():
     eng = two_campaigns()
     assert isinstance(
-        eng.apply(RequestLease(0, "a", {"gpu": 16}, 100)).own, Grant
+        eng.apply(RequestLease(0, "a", {"gpu": 16}, 100)).own, Granted
     )  # L1 fills the pool
     queued = eng.apply(RequestLease(1, "b", {"gpu": 8}, 100))  # L2 waits
-    assert isinstance(queued.own, Queue) and queued.own.request_id == "L2"
+    assert isinstance(queued.own, Queued) and queued.own.request_id == "L2"
     # Releasing L1 grants L2 as an effect; the release's own answer is its Released.
     out = eng.apply(Release(2, "L1"))
     assert isinstance(out.own, Released) and out.own.lease_id == "L1"
-    assert [type(d) for d in out.effects] == [Grant]
+    assert [type(d) for d in out.effects] == [Granted]
     assert out.effects[0].lease_id == "L2"
     # A new request in the same event as older grants: the answer is the new one's.
     eng.apply(RequestLease(3, "b", {"gpu": 8}, 100))  # L3 granted (pool has 8 left)
     out = eng.apply(RequestLease(4, "a", {"gpu": 1}, 100, blocking=False))
-    assert isinstance(out.own, Reject) and out.own.request_id == "L4"
+    assert isinstance(out.own, Rejected) and out.own.request_id == "L4"
 
 
 def test_every_kind_of_event_names_its_own_answer():
@@ -76,12 +76,12 @@ def test_every_kind_of_event_names_its_own_answer():
     )
     assert isinstance(eng.apply(CreateCampaign(0, gpu_campaign("z", 0, 1, 1))).own, CampaignSet)
     g = eng.apply(RequestLease(0, "a", {"gpu": 8}, 100)).own
-    assert isinstance(g, Grant) and g.lease_id == "L1"
+    assert isinstance(g, Granted) and g.lease_id == "L1"
     assert isinstance(eng.apply(Renew(10, "L1", 200)).own, Renewed)
-    assert isinstance(eng.apply(Meter(11, "a", "inference", 10)).own, MeterGrant)
+    assert isinstance(eng.apply(Meter(11, "a", "inference", 10)).own, Metered)
     assert eng.apply(Tick(12)).own is None
     lost = eng.apply(LeaseLost(13, "L1", "gone")).own
-    assert isinstance(lost, Revoke) and lost.cause == "gone"
+    assert isinstance(lost, Revoked) and lost.cause == "gone"
     # Ended already: the event has nothing left to answer.
     assert eng.apply(LeaseLost(14, "L1", "again")).own is None
 
@@ -96,8 +96,8 @@ def test_queued_and_granted_in_the_same_pass_answers_with_the_grant():
     )
     eng.apply(RequestLease(0, "p", {"gpu": 8}, 100))
     out = eng.apply(RequestLease(1, "f", {"gpu": 8}, 100))
-    assert isinstance(out.own, Grant) and out.own.lease_id == "L2"
-    assert [type(d) for d in out.effects] == [PreemptWarning]
+    assert isinstance(out.own, Granted) and out.own.lease_id == "L2"
+    assert [type(d) for d in out.effects] == [PreemptWarned]
 
 
 def test_outcome_reads_like_the_list_of_decisions():
@@ -128,7 +128,7 @@ def test_a_key_names_one_request_and_remembers_its_answer():
     eng = two_campaigns()
     eng.apply(RequestLease(0, "a", {"gpu": 4}, 100, idempotency_key="k1"))
     rec = eng.key_record("a", "k1")
-    assert rec is not None and rec.request_id == "L1" and isinstance(rec.answer, Grant)
+    assert rec is not None and rec.request_id == "L1" and isinstance(rec.answer, Granted)
     # Keys are per campaign: b may use the same one.
     eng.apply(RequestLease(1, "b", {"gpu": 4}, 100, idempotency_key="k1"))
     assert eng.key_record("b", "k1").request_id == "L2"
@@ -155,7 +155,7 @@ def test_a_queued_request_gets_its_answer_when_granted_and_frees_its_key_when_wi
     eng.apply(RequestLease(1, "b", {"gpu": 8}, 100, idempotency_key="w"))
     assert eng.key_record("b", "w").answer is None
     eng.apply(Tick(10))
-    assert isinstance(eng.key_record("b", "w").answer, Grant)
+    assert isinstance(eng.key_record("b", "w").answer, Granted)
     eng.apply(RequestLease(11, "b", {"gpu": 16}, 100, idempotency_key="q"))  # L3 above burst
     eng.apply(CancelRequest(12, "L3"))
     assert eng.key_record("b", "q") is None
@@ -167,7 +167,7 @@ def test_a_rejected_request_keeps_its_refusal():
     eng = two_campaigns()
     eng.apply(RequestLease(0, "a", {"gpu": 16}, 10))
     eng.apply(RequestLease(1, "b", {"gpu": 8}, 100, blocking=False, idempotency_key="r"))
-    assert isinstance(eng.key_record("b", "r").answer, Reject)
+    assert isinstance(eng.key_record("b", "r").answer, Rejected)
 
 
 def test_keys_are_forgotten_after_the_window():
@@ -243,8 +243,8 @@ def test_every_request_gets_exactly_one_own_answer_about_itself(requests):
             assert exc.field == "idempotency_key"
             continue
         own = out.own
-        assert isinstance(own, Grant | Queue | Reject)
-        rid = own.lease_id if isinstance(own, Grant) else own.request_id
+        assert isinstance(own, Granted | Queued | Rejected)
+        rid = own.lease_id if isinstance(own, Granted) else own.request_id
         assert own.campaign == campaign and rid == f"L{eng._seq}"
         assert own not in out.effects
         if key:

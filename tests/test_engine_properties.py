@@ -8,7 +8,7 @@ powered-on node exactly when its ``ready_by`` comes, and checks after every even
 * held <= capacity per node and in total, pieces match holdings (``check_invariants``);
 * no campaign above its burst ceiling; every bucket level within [0, B];
 * prepaid: each campaign's consumption over [0, t] (the integral of its leases' sizes from
-  grant to end, rebuilt from Grant/Released/Expire/Revoke decisions) <= B + R t;
+  grant to end, rebuilt from Granted/Released/Expired/Revoked decisions) <= B + R t;
 * isolation: a request entirely within its campaign's unmet guarantee (and not queued
   behind its own campaign's earlier request, which the first-come-first-served rule makes
   it wait for) is granted and starts within grace + boot latency; at once where the warm
@@ -33,14 +33,14 @@ from bursar.broker.decisions import (
     DECISION_TYPES,
     Cancelled,
     Decision,
-    Expire,
-    Grant,
-    MeterGrant,
-    PowerOn,
-    Queue,
-    Reject,
+    Expired,
+    Granted,
+    Metered,
+    PoweredOn,
+    Queued,
+    Rejected,
     Released,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
@@ -253,19 +253,19 @@ class Run:
 
     def observe(self, out: list[Decision]) -> None:
         for d in out:
-            if isinstance(d, Grant):
+            if isinstance(d, Granted):
                 h = Held(d.campaign, dims.vec(d.size), d.at)
                 self.live[d.lease_id] = h
                 self.history.append(h)
                 p = self.promises.pop(d.lease_id, None)
                 if p is not None:
                     assert d.starts_at <= p.deadline + TOL, ("isolation: started late", p, d)
-            elif isinstance(d, Released | Expire | Revoke):
+            elif isinstance(d, Released | Expired | Revoked):
                 self.live.pop(d.lease_id).ended_at = d.at
-            elif isinstance(d, PowerOn):
+            elif isinstance(d, PoweredOn):
                 for n in d.nodes:
                     self.booting[n] = d.ready_by
-            elif isinstance(d, Reject) and d.request_id in self.promises:
+            elif isinstance(d, Rejected) and d.request_id in self.promises:
                 raise AssertionError(("isolation: refused", self.promises[d.request_id], d))
             elif isinstance(d, Cancelled):
                 self.promises.pop(d.request_id, None)
@@ -321,7 +321,7 @@ class Run:
             self.requests += 1
             assert any(getattr(d, "lease_id", getattr(d, "request_id", None)) == rid for d in out)
             if promise and rid not in self.eng.leases and rid not in self.eng.ended:
-                assert any(isinstance(d, Queue) and d.request_id == rid for d in out), out
+                assert any(isinstance(d, Queued) and d.request_id == rid for d in out), out
         elif kind in ("release", "renew"):
             if not self.eng.leases:
                 return
@@ -519,7 +519,7 @@ def test_isolation_when_the_reserve_must_boot(sc):
 
 
 def _codec_cases():
-    """A MeterGrant on an unlimited rate bucket (inputs.level = None), a BUCKET_EMPTY Queue."""
+    """A Metered on an unlimited rate bucket (inputs.level = None), a BUCKET_EMPTY Queued."""
     pool = PoolSpec(groups=(NodeGroup(count=4, resources={"gpu": 8}, warm=4),))
     eng = Engine(pool, PolicySpec())
     spec = CampaignSpec(
@@ -531,8 +531,8 @@ def _codec_cases():
     out += eng.apply(RequestLease(at=0, campaign="b", size={"gpu": 16}, duration_s=100))
     out += eng.apply(RequestLease(at=0, campaign="b", size={"gpu": 1}, duration_s=10))
     meter, queue = out[0], out[2]
-    assert isinstance(meter, MeterGrant) and meter.inputs["level"] is None
-    assert isinstance(queue, Queue) and queue.reason is Reason.BUCKET_EMPTY
+    assert isinstance(meter, Metered) and meter.inputs["level"] is None
+    assert isinstance(queue, Queued) and queue.reason is Reason.BUCKET_EMPTY
     return {"meter_unlimited_bucket": meter, "queue_bucket_empty": queue}
 
 

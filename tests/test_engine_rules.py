@@ -11,19 +11,19 @@ from conftest import build_engine, gpu_campaign
 
 from bursar.broker import codec, dims, paths
 from bursar.broker.decisions import (
-    Activate,
+    Activated,
     Cancelled,
-    Expire,
-    Grant,
+    Expired,
+    Granted,
     LeasePath,
-    MeterGrant,
-    PowerOn,
-    PreemptWarning,
-    Queue,
-    Reject,
+    Metered,
+    PoweredOn,
+    PreemptWarned,
+    Queued,
+    Rejected,
     Released,
     Renewed,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.envelope import DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
@@ -71,7 +71,7 @@ def gpu(vec):
 def test_warm_path_is_active_at_once():
     eng = build_engine(campaigns=[gpu_campaign("victim", 8, 8, 16, 6000, INTERACTIVE)])
     out = eng.apply(req(1, "victim", 8, 60))
-    assert kinds(out) == ["Grant"]
+    assert kinds(out) == ["Granted"]
     g = out[0]
     assert (g.lease_id, g.path, g.starts_at, g.expires_at) == ("L1", LeasePath.WARM, 1, 61)
     assert g.nodes == ("node000",)
@@ -93,7 +93,7 @@ def reclaim_setup():
     )
     # Preemptible: warm beyond reserve (8) + headroom (8) only.
     out = eng.apply(req(0, "bf", 48, 1000))
-    assert kinds(out) == ["Grant"] and out[0].path is LeasePath.WARM
+    assert kinds(out) == ["Granted"] and out[0].path is LeasePath.WARM
     assert gpu(eng.reclaimable) == 48
     return eng
 
@@ -102,7 +102,7 @@ def test_reclaim_path_warns_then_revokes_and_activates_at_the_deadline():
     eng = reclaim_setup()
     # sci may use warm beyond the victim's reserve (64 - 48 - 8 = 8), the rest is reclaimed.
     out = eng.apply(req(10, "sci", 24, 100))
-    assert kinds(out) == ["PreemptWarning", "Grant"]
+    assert kinds(out) == ["PreemptWarned", "Granted"]
     w, g = out
     assert (w.lease_id, w.campaign, w.deadline, w.for_request) == ("L1", "bf", 40, "L2")
     assert g.path is LeasePath.RECLAIM
@@ -119,7 +119,7 @@ def test_reclaim_path_warns_then_revokes_and_activates_at_the_deadline():
 
     assert eng.apply(Tick(at=39.5)) == []
     out = eng.apply(Tick(at=40))
-    assert kinds(out) == ["Revoke", "Activate"]
+    assert kinds(out) == ["Revoked", "Activated"]
     r, a = out
     assert (r.at, r.lease_id, r.cause) == (40, "L1", "reclaimed")
     bf_grant_credits = 48 * 1.0 * 1000 / 3600  # price 1 at zero pressure
@@ -134,7 +134,7 @@ def test_reclaim_path_warns_then_revokes_and_activates_at_the_deadline():
 def test_cold_path_powers_on_and_activates_when_the_nodes_are_ready():
     eng = build_engine(warm_headroom={}, campaigns=[gpu_campaign("sci", 0, 8, 64, None)])
     out = eng.apply(req(5, "sci", 48, 100))
-    assert kinds(out) == ["PowerOn", "Grant"]
+    assert kinds(out) == ["PoweredOn", "Granted"]
     p, g = out
     assert p.nodes == ("node004", "node005") and p.ready_by == 65
     assert g.path is LeasePath.COLD
@@ -147,7 +147,7 @@ def test_cold_path_powers_on_and_activates_when_the_nodes_are_ready():
     assert eng.lease("L1").state is LeaseState.STARTING
     assert eng.apply(NodeReady(at=70, node="node004")) == []
     out = eng.apply(NodeReady(at=71, node="node005"))
-    assert kinds(out) == ["Activate"]
+    assert kinds(out) == ["Activated"]
     assert (out[0].at, out[0].lease_id) == (71, "L1")
     assert eng.lease("L1").state is LeaseState.ACTIVE
     eng.check_invariants()
@@ -155,7 +155,7 @@ def test_cold_path_powers_on_and_activates_when_the_nodes_are_ready():
 
 def test_cold_path_start_delay_is_prepaid():
     eng = build_engine(warm_headroom={}, campaigns=[gpu_campaign("sci", 0, 8, 64, 100_000)])
-    g = one(eng.apply(req(5, "sci", 48, 100)), Grant)
+    g = one(eng.apply(req(5, "sci", 48, 100)), Granted)
     assert g.tokens == (48 - 8) * (60 + 100)
     assert eng.bucket_level("sci", "gpu") == 100_000 - 40 * 160
 
@@ -166,7 +166,7 @@ def test_keep_warm_boots_for_reserve_plus_headroom():
         campaigns=[gpu_campaign("victim", 8, 8, 16, None), gpu_campaign("a", 0, 0, 64)]
     )
     out = eng.apply(req(1, "a", 24, 100))
-    assert kinds(out) == ["Grant", "PowerOn"]
+    assert kinds(out) == ["Granted", "PoweredOn"]
     assert out[1].nodes == ("node004",) and out[1].ready_by == 61
 
 
@@ -210,7 +210,7 @@ def _above_burst():
 
 def _bucket_empty():
     eng = build_engine(campaigns=[gpu_campaign("a", 0, 8, 32, 800)])
-    assert one(eng.apply(req(0, "a", 16, 100)), Grant).tokens == 800
+    assert one(eng.apply(req(0, "a", 16, 100)), Granted).tokens == 800
     # Above R the level neither drains nor refills: it refills once the lease ends.
     return eng, 10, "a", 4, 90.0
 
@@ -256,12 +256,12 @@ def test_refusal_reason_and_wait(setup, reason, blocking):
     assert len(out) == 1
     d = out[0]
     if blocking:
-        assert isinstance(d, Queue)
+        assert isinstance(d, Queued)
         assert (d.request_id, d.reason, d.estimated_wait_s) == ("L2", reason, wait)
         assert list(eng.pending) == ["L2"]
         assert eng.pending["L2"].reason is reason
     else:
-        assert isinstance(d, Reject)
+        assert isinstance(d, Rejected)
         assert (d.request_id, d.reason, d.retry_after_s) == ("L2", reason, wait)
         assert not eng.pending
     assert "L2" not in eng.leases
@@ -275,7 +275,7 @@ def test_bucket_empty_request_is_granted_when_the_bucket_has_refilled():
     # t=100: the lease expires, the bucket refills at R=8 from 0; 4 GPUs above 0 < R need
     # nothing: held 0 + 4 <= R, so the queued request goes through at once.
     out = eng.apply(Tick(at=100))
-    assert kinds(out) == ["Expire", "Grant"]
+    assert kinds(out) == ["Expired", "Granted"]
     assert out[1].lease_id == "L2" and out[1].tokens == 0.0 and out[1].at == 100
 
 
@@ -285,8 +285,8 @@ def test_bucket_wake_ups_do_not_multiply():
     eng = build_engine(
         nodes=2, warm=0, warm_headroom={}, campaigns=[gpu_campaign("x", 0, 0, 16, 100)]
     )
-    q1 = one(eng.apply(req(0, "x", 8, 10)), Queue)
-    q2 = one(eng.apply(req(0, "x", 8, 10, lease_class=OPPORTUNISTIC)), Queue)
+    q1 = one(eng.apply(req(0, "x", 8, 10)), Queued)
+    q2 = one(eng.apply(req(0, "x", 8, 10, lease_class=OPPORTUNISTIC)), Queued)
     assert q1.reason is q2.reason is Reason.BUCKET_EMPTY
     eng.apply(Tick(at=10))  # 2^11 = 2048 timers by now (0.4 s); by t=20 it takes minutes
     assert len(eng.timers) < 100
@@ -296,12 +296,12 @@ def test_bucket_empty_wakes_at_the_refill_time():
     eng = build_engine(campaigns=[gpu_campaign("a", 0, 8, 32, 800)])
     eng.apply(req(0, "a", 16, 100))
     out = eng.apply(req(10, "a", 12, 50))  # needs above(0, 12, 8) * 50 = 200 later
-    assert one(out, Queue).reason is Reason.BUCKET_EMPTY
+    assert one(out, Queued).reason is Reason.BUCKET_EMPTY
     out = eng.apply(Tick(at=100))
-    assert kinds(out) == ["Expire"]
+    assert kinds(out) == ["Expired"]
     assert eng.next_timer() == 125  # 200 tokens at 8/s
     out = eng.apply(Tick(at=125))
-    g = one(out, Grant)
+    g = one(out, Granted)
     assert (g.at, g.lease_id, g.tokens) == (125, "L2", 200)
     assert eng.bucket_level("a", "gpu") == 0
 
@@ -310,7 +310,7 @@ def test_lease_preempting_refuses_renewal():
     eng = reclaim_setup()
     eng.apply(req(10, "sci", 24, 100))
     out = eng.apply(Renew(at=20, lease_id="L1", duration_s=100))
-    assert len(out) == 1 and isinstance(out[0], Reject)
+    assert len(out) == 1 and isinstance(out[0], Rejected)
     assert (out[0].reason, out[0].request_id, out[0].retry_after_s) == (
         Reason.LEASE_PREEMPTING,
         "L1",
@@ -353,14 +353,14 @@ def test_prepaid_charges_the_above_R_part_for_the_whole_duration(held, size, dur
     if held:
         eng.apply(req(0, "a", held, 1000 if held <= 8 else 100))
     before = eng.bucket_level("a", "gpu")
-    g = one(eng.apply(req(0, "a", size, duration)), Grant)
+    g = one(eng.apply(req(0, "a", size, duration)), Granted)
     assert g.tokens == tokens
     assert eng.bucket_level("a", "gpu") == before - tokens
 
 
 def test_refund_of_unused_tokens_on_early_release():
     eng = build_engine(campaigns=[gpu_campaign("a", 0, 8, 32, 6000)])
-    assert one(eng.apply(req(0, "a", 16, 100)), Grant).tokens == 800
+    assert one(eng.apply(req(0, "a", 16, 100)), Granted).tokens == 800
     assert eng.bucket_level("a", "gpu") == 5200
     assert eng.apply(Tick(at=40)) == []
     assert eng.bucket_level("a", "gpu") == 5200  # above R: no refill, no drain
@@ -392,7 +392,7 @@ def test_grant_instant_lets_a_lease_exceed_what_prepaid_allows():
     assert (e.value.code, e.value.field) == (ErrorCode.OUT_OF_RANGE, "duration_s")
 
     eng = build_engine(enforcement=Enforcement.GRANT_INSTANT, campaigns=[spec])
-    g = one(eng.apply(req(0, "a", 16, 1000)), Grant)
+    g = one(eng.apply(req(0, "a", 16, 1000)), Granted)
     assert (g.tokens, g.expires_at) == (0.0, 1000)
     eng.apply(Tick(at=50))
     assert eng.bucket_level("a", "gpu") == 400  # drains at u - R = 8/s
@@ -412,7 +412,7 @@ def test_grant_instant_refuses_an_above_R_lease_on_an_empty_bucket():
     eng.apply(Tick(at=200))
     assert eng.bucket_level("a", "gpu") == 0
     out = eng.apply(req(200, "a", 1, 10, blocking=False))
-    assert kinds(out) == ["Reject"] and out[0].reason is Reason.BUCKET_EMPTY
+    assert kinds(out) == ["Rejected"] and out[0].reason is Reason.BUCKET_EMPTY
 
 
 # --------------------------------------------------------------------------- renewal
@@ -441,14 +441,14 @@ def test_renewal_refused_on_an_empty_bucket():
     eng = build_engine(campaigns=[gpu_campaign("a", 0, 8, 32, 800)])
     eng.apply(req(0, "a", 16, 100))
     out = eng.apply(Renew(at=50, lease_id="L1", duration_s=100))
-    assert len(out) == 1 and isinstance(out[0], Reject)
+    assert len(out) == 1 and isinstance(out[0], Rejected)
     assert (out[0].reason, out[0].request_id, out[0].retry_after_s) == (
         Reason.BUCKET_EMPTY,
         "L1",
         50,  # the level stays 0 while above R; it refills once the lease ends
     )
     assert eng.lease("L1").expires_at == 100
-    assert kinds(eng.apply(Tick(at=100))) == ["Expire"]
+    assert kinds(eng.apply(Tick(at=100))) == ["Expired"]
 
 
 def test_renewal_of_a_lease_at_R_is_free():
@@ -467,7 +467,7 @@ def test_expiry_at_expires_at():
     assert eng.next_timer() == 61
     assert eng.apply(Tick(at=60.999)) == []
     out = eng.apply(Tick(at=61))
-    assert kinds(out) == ["Expire"]
+    assert kinds(out) == ["Expired"]
     assert (out[0].at, out[0].lease_id, out[0].campaign) == (61, "L1", "a")
     assert eng.leases == {} and {k: v.state for k, v in eng.ended.items()} == {
         "L1": LeaseState.EXPIRED
@@ -480,7 +480,7 @@ def test_expiry_fires_at_its_own_time_when_a_later_event_arrives():
     eng = build_engine(campaigns=[gpu_campaign("a", 0, 8, 16), gpu_campaign("b", 0, 8, 16)])
     eng.apply(req(1, "a", 8, 60))
     out = eng.apply(req(500, "b", 8, 60))
-    assert kinds(out) == ["Expire", "Grant"]
+    assert kinds(out) == ["Expired", "Granted"]
     assert out[0].at == 61 and out[1].at == 500
 
 
@@ -506,7 +506,7 @@ def test_cancel_of_a_queued_request():
     assert eng.pending == {}
     assert eng.pressure() == 1.0
     # Capacity freed later goes to nobody.
-    assert kinds(eng.apply(Tick(at=100))) == ["Expire"]
+    assert kinds(eng.apply(Tick(at=100))) == ["Expired"]
 
 
 def test_release_of_a_starting_claimant_keeps_the_victim_revoked_at_its_deadline():
@@ -516,7 +516,7 @@ def test_release_of_a_starting_claimant_keeps_the_victim_revoked_at_its_deadline
     assert kinds(out) == ["Released"]
     eng.check_invariants()
     out = eng.apply(Tick(at=40))
-    assert kinds(out) == ["Revoke"] and out[0].lease_id == "L1"
+    assert kinds(out) == ["Revoked"] and out[0].lease_id == "L1"
     eng.check_invariants()
 
 
@@ -524,7 +524,7 @@ def test_victim_released_during_grace_hands_over_at_once():
     eng = reclaim_setup()
     eng.apply(req(10, "sci", 24, 100))
     out = eng.apply(Release(at=20, lease_id="L1"))
-    assert kinds(out) == ["Released", "Activate"]
+    assert kinds(out) == ["Released", "Activated"]
     assert out[1].lease_id == "L2" and out[1].at == 20
     eng.check_invariants()
 
@@ -535,11 +535,11 @@ def test_victim_released_during_grace_hands_over_at_once():
 def test_idle_node_powers_down_after_power_down_idle_s():
     eng = build_engine(nodes=2, warm=2, warm_headroom={}, campaigns=[gpu_campaign("a", 0, 16, 16)])
     eng.apply(req(0, "a", 8, 100))
-    assert kinds(eng.apply(Tick(at=100))) == ["Expire"]
+    assert kinds(eng.apply(Tick(at=100))) == ["Expired"]
     assert eng.next_timer() == 700
     assert eng.apply(Tick(at=699)) == []
     out = eng.apply(Tick(at=700))
-    assert kinds(out) == ["PowerOff"] and (out[0].at, out[0].nodes) == (700, ("node000",))
+    assert kinds(out) == ["PoweredOff"] and (out[0].at, out[0].nodes) == (700, ("node000",))
     assert eng.pool.totals()[2] == (8.0, 64.0, 512.0)  # node000 is cold again
     assert eng.next_timer() is None
 
@@ -569,12 +569,12 @@ def test_power_down_keeps_the_reserve_warm():
     eng.apply(req(0, "victim", 8, 10))  # L1 on node000
     eng.apply(req(0, "other", 1, 1000))  # L2: 1 GPU on node001
     out = eng.apply(req(0, "other", 8, 100))  # L3: 7 warm + 1 cold: node003 boots
-    assert kinds(out) == ["PowerOn", "Grant"] and out[0].nodes == ("node003",)
+    assert kinds(out) == ["PoweredOn", "Granted"] and out[0].nodes == ("node003",)
     eng.apply(Release(at=1, lease_id="L3"))  # node003 keeps booting, empty
     eng.apply(Tick(at=10))  # L1 ends: node000 idle, 23 GPUs warm and free, reserve 16
     eng.apply(Tick(at=15))  # node000's power-down check
     assert gpu(eng.pool.totals()[0]) >= gpu(eng.reserve)  # the reserve is still warm
-    g = one(eng.apply(req(16, "victim", 16, 60)), Grant)
+    g = one(eng.apply(req(16, "victim", 16, 60)), Granted)
     assert (g.path, g.starts_at) == (LeasePath.WARM, 16)
 
 
@@ -612,7 +612,7 @@ def test_invariants_hold_after_an_update_lowers_the_burst_below_holdings():
         "CampaignSet"
     ]
     # New leases and renewals are refused above the new ceiling...
-    assert one(eng.apply(Renew(at=2, lease_id="L1", duration_s=100)), Reject).reason is (
+    assert one(eng.apply(Renew(at=2, lease_id="L1", duration_s=100)), Rejected).reason is (
         Reason.ABOVE_BURST
     )
     # ...but holding above it until the leases end is allowed.
@@ -640,12 +640,12 @@ def test_admission_order_class_then_deficit_then_arrival():
         eng.apply(req(0, "filler", 8, 1000))  # L1..L4
     eng.apply(req(0, "b", 8, 1000))  # L5
     for at, name in [(1, "b"), (2, "a"), (3, "c"), (4, "a2")]:  # L6..L9
-        assert one(eng.apply(req(at, name, 8, 1000)), Queue).reason is Reason.POOL_FULL
+        assert one(eng.apply(req(at, name, 8, 1000)), Queued).reason is Reason.POOL_FULL
     assert [p.id for p in eng.queued()] == ["L8", "L7", "L9", "L6"]
     granted = []
     for i, at in enumerate([10, 11, 12, 13]):
         out = eng.apply(Release(at=at, lease_id=f"L{i + 1}"))
-        granted.append(one(out, Grant).lease_id)
+        granted.append(one(out, Granted).lease_id)
     # c (interactive) first; a and a2 tie on deficit 1 (arrival decides); b has deficit 0.
     assert granted == ["L8", "L7", "L9", "L6"]
 
@@ -654,10 +654,10 @@ def test_within_a_campaign_first_come_first_served():
     eng, at, name, _, _ = _pool_full()
     eng.apply(req(at, name, 16, 100))  # L2, POOL_FULL
     out = eng.apply(req(at, name, 8, 100))  # L3 waits behind L2 even if it would fit
-    q = one(out, Queue)
+    q = one(out, Queued)
     assert (q.reason, q.inputs["behind"]) == (Reason.POOL_FULL, "L2")
     out = eng.apply(Tick(at=100))
-    assert kinds(out) == ["Expire", "Grant", "Grant"]
+    assert kinds(out) == ["Expired", "Granted", "Granted"]
     assert [d.lease_id for d in out[1:]] == ["L2", "L3"]
 
 
@@ -677,13 +677,13 @@ def hol_setup():
         ],
     )
     eng.apply(req(0, "filler", 40, 1000))  # L1
-    assert one(eng.apply(req(0, "big", 32, 1000)), Queue).reason is Reason.POOL_FULL  # L2
+    assert one(eng.apply(req(0, "big", 32, 1000)), Queued).reason is Reason.POOL_FULL  # L2
     return eng
 
 
 def test_small_request_passes_a_blocked_big_one_before_patience():
     eng = hol_setup()
-    g = one(eng.apply(req(10, "small", 8, 1000)), Grant)  # skip-ahead
+    g = one(eng.apply(req(10, "small", 8, 1000)), Granted)  # skip-ahead
     assert g.lease_id == "L3"
     assert eng.next_timer() == 300
 
@@ -692,20 +692,20 @@ def test_after_patience_the_big_request_blocks_later_ones_except_own_guarantee()
     eng = hol_setup()
     eng.apply(req(10, "small", 8, 1000))  # L3 granted, free 16 (8 reserved)
     assert eng.apply(Tick(at=300)) == []
-    q = one(eng.apply(req(310, "small", 8, 1000)), Queue)  # L4
+    q = one(eng.apply(req(310, "small", 8, 1000)), Queued)  # L4
     assert (q.request_id, q.reason) == ("L4", Reason.HEAD_OF_LINE)
     r = one(
-        eng.apply(req(311, "small", 8, 1000, lease_class=OPPORTUNISTIC, blocking=False)), Reject
+        eng.apply(req(311, "small", 8, 1000, lease_class=OPPORTUNISTIC, blocking=False)), Rejected
     )
     assert r.reason is Reason.HEAD_OF_LINE
     # Within its own unmet guarantee: drawn from its own reserve, not blocked.
-    g = one(eng.apply(req(320, "guarded", 8, 1000)), Grant)  # L6
+    g = one(eng.apply(req(320, "guarded", 8, 1000)), Granted)  # L6
     assert (g.lease_id, g.path, g.starts_at) == ("L6", LeasePath.WARM, 320)
     # Beyond it: blocked like everyone else.
-    assert one(eng.apply(req(330, "guarded", 8, 1000)), Queue).reason is Reason.HEAD_OF_LINE
+    assert one(eng.apply(req(330, "guarded", 8, 1000)), Queued).reason is Reason.HEAD_OF_LINE
     # Capacity freed: the aged request goes first, then the rest in order.
     out = eng.apply(Release(at=400, lease_id="L1"))
-    assert [d.lease_id for d in out if isinstance(d, Grant)] == ["L2", "L4", "L7"]
+    assert [d.lease_id for d in out if isinstance(d, Granted)] == ["L2", "L4", "L7"]
     assert eng.pending == {}
     eng.check_invariants()
 
@@ -723,7 +723,7 @@ def test_aged_request_does_not_block_a_higher_class():
     eng.apply(req(0, "filler", 40, 1000))
     eng.apply(req(0, "big", 32, 1000))
     eng.apply(Tick(at=400))
-    assert one(eng.apply(req(400, "boss", 8, 100)), Grant).path is LeasePath.WARM
+    assert one(eng.apply(req(400, "boss", 8, 100)), Granted).path is LeasePath.WARM
 
 
 def test_request_that_turns_pool_blocked_still_ages():
@@ -736,13 +736,13 @@ def test_request_that_turns_pool_blocked_still_ages():
             gpu_campaign("small", 0, 64, 64),
         ],
     )
-    assert one(eng.apply(req(0, "big", 16, 100)), Grant).tokens == 800  # bucket now 0
-    assert one(eng.apply(req(0, "big", 40, 10)), Queue).reason is Reason.BUCKET_EMPTY  # L2
+    assert one(eng.apply(req(0, "big", 16, 100)), Granted).tokens == 800  # bucket now 0
+    assert one(eng.apply(req(0, "big", 40, 10)), Queued).reason is Reason.BUCKET_EMPTY  # L2
     eng.apply(req(120, "other", 32, 2000))  # L3: free 32 < 40
     eng.apply(Tick(at=140))  # bucket refilled to 320: L2 is now blocked by the pool
     assert eng.pending["L2"].reason is Reason.POOL_FULL
     eng.apply(Tick(at=600))  # queued 600 s, pool-blocked for 460 s: past patience either way
-    assert one(eng.apply(req(600, "small", 8, 100)), Queue).reason is Reason.HEAD_OF_LINE
+    assert one(eng.apply(req(600, "small", 8, 100)), Queued).reason is Reason.HEAD_OF_LINE
 
 
 def test_bucket_wake_up_does_not_bypass_an_aged_request():
@@ -756,13 +756,13 @@ def test_bucket_wake_up_does_not_bypass_an_aged_request():
         ],
     )
     eng.apply(req(0, "other", 32, 5000))  # L1
-    assert one(eng.apply(req(0, "x", 5, 100)), Grant).tokens == 400  # L2, bucket 0
-    assert one(eng.apply(req(0, "big", 40, 100)), Queue).reason is Reason.POOL_FULL  # L3
-    assert one(eng.apply(req(0, "x", 4, 100)), Queue).reason is Reason.BUCKET_EMPTY  # L4
+    assert one(eng.apply(req(0, "x", 5, 100)), Granted).tokens == 400  # L2, bucket 0
+    assert one(eng.apply(req(0, "big", 40, 100)), Queued).reason is Reason.POOL_FULL  # L3
+    assert one(eng.apply(req(0, "x", 4, 100)), Queued).reason is Reason.BUCKET_EMPTY  # L4
     eng.apply(Tick(at=350))  # L3 aged at 300; x's bucket refills 1/s from t=100
-    assert one(eng.apply(req(350, "other", 1, 10)), Queue).reason is Reason.HEAD_OF_LINE
+    assert one(eng.apply(req(350, "other", 1, 10)), Queued).reason is Reason.HEAD_OF_LINE
     out = eng.apply(Tick(at=400))  # L4's bucket is full enough now; L3 precedes it
-    assert not [d for d in out if isinstance(d, Grant)]
+    assert not [d for d in out if isinstance(d, Granted)]
     assert eng.pending["L4"].reason is Reason.HEAD_OF_LINE
 
 
@@ -777,13 +777,13 @@ def test_request_within_own_unmet_guarantee_is_served_warm_while_others_burst():
         ]
     )
     # 32 warm GPUs, 8 reserved for the victim: the storm gets 24 warm and 8 cold.
-    g = one(eng.apply(req(0, "storm", 32, 1000)), Grant)
+    g = one(eng.apply(req(0, "storm", 32, 1000)), Granted)
     assert g.path is LeasePath.COLD
     assert g.inputs["path_split"]["warm"] == {"gpu": 24.0}
     # Storm asks again: nothing warm beyond the reserve, so more cold.
-    assert one(eng.apply(req(0.5, "storm", 8, 1000)), Grant).path is LeasePath.COLD
+    assert one(eng.apply(req(0.5, "storm", 8, 1000)), Granted).path is LeasePath.COLD
     out = eng.apply(req(1, "victim", 8, 60))
-    g = one(out, Grant)
+    g = one(out, Granted)
     assert (g.path, g.starts_at) == (LeasePath.WARM, 1)
     assert g.inputs["within_guarantee"] is True
     assert eng.lease(g.lease_id).state is LeaseState.ACTIVE
@@ -794,13 +794,13 @@ def test_reserve_on_booting_nodes_is_not_handed_out_by_the_cold_path():
     # 2 nodes x 8 GPUs, both cold; the victim's guarantee is the whole of one node.
     eng = build_engine(nodes=2, warm=0, warm_headroom={})
     out = eng.apply(CreateCampaign(at=0, spec=gpu_campaign("victim", 8, 8, 8)))
-    assert kinds(out) == ["CampaignSet", "PowerOn"]  # node000 boots for the reserve
+    assert kinds(out) == ["CampaignSet", "PoweredOn"]  # node000 boots for the reserve
     eng.apply(CreateCampaign(at=0, spec=gpu_campaign("other", 0, 16, 16)))
     # "other" has no guarantee: at most 16 - 8 = 8 GPUs are its to take.
     out = eng.apply(req(1, "other", 16, 3600))
-    assert not [d for d in out if isinstance(d, Grant)], out
+    assert not [d for d in out if isinstance(d, Granted)], out
     eng.apply(NodeReady(at=60, node="node000"))
-    g = one(eng.apply(req(62, "victim", 8, 60)), Grant)
+    g = one(eng.apply(req(62, "victim", 8, 60)), Granted)
     assert g.starts_at <= 62 + 30 + 60
 
 
@@ -813,9 +813,9 @@ def test_part_above_guarantee_must_leave_others_unmet_guarantees():
     )
     assert gpu(eng.reserve) == 16
     # sci may take its own 8 plus what is left after the victim's 8: 24 in all.
-    assert one(eng.apply(req(0, "sci", 24, 100)), Grant).path is LeasePath.WARM
-    assert one(eng.apply(req(1, "sci", 8, 100)), Queue).reason is Reason.GUARANTEE_RESERVED
-    assert one(eng.apply(req(2, "victim", 8, 100)), Grant).path is LeasePath.WARM
+    assert one(eng.apply(req(0, "sci", 24, 100)), Granted).path is LeasePath.WARM
+    assert one(eng.apply(req(1, "sci", 8, 100)), Queued).reason is Reason.GUARANTEE_RESERVED
+    assert one(eng.apply(req(2, "victim", 8, 100)), Granted).path is LeasePath.WARM
 
 
 def test_preemptible_requests_leave_reserve_and_headroom_idle():
@@ -829,15 +829,15 @@ def test_preemptible_requests_leave_reserve_and_headroom_idle():
         ],
     )
     # 32 warm: 8 reserve + 8 headroom stay idle for preemptible use.
-    assert one(eng.apply(req(0, "bf", 16, 100)), Grant).path is LeasePath.WARM
-    q = one(eng.apply(req(1, "bf", 8, 100)), Queue)
+    assert one(eng.apply(req(0, "bf", 16, 100)), Granted).path is LeasePath.WARM
+    q = one(eng.apply(req(1, "bf", 8, 100)), Queued)
     assert q.reason is Reason.GUARANTEE_RESERVED
     assert gpu(eng.pool.totals()[0]) == 16
     # Firm work may use the headroom but not the reserve; beyond that it reclaims.
-    assert one(eng.apply(req(2, "sci", 8, 100)), Grant).path is LeasePath.WARM
+    assert one(eng.apply(req(2, "sci", 8, 100)), Granted).path is LeasePath.WARM
     out = eng.apply(req(3, "sci", 8, 100))
-    assert kinds(out) == ["PreemptWarning", "Grant"] and out[1].path is LeasePath.RECLAIM
-    assert one(eng.apply(req(4, "victim", 8, 100)), Grant).path is LeasePath.WARM
+    assert kinds(out) == ["PreemptWarned", "Granted"] and out[1].path is LeasePath.RECLAIM
+    assert one(eng.apply(req(4, "victim", 8, 100)), Granted).path is LeasePath.WARM
     eng.check_invariants()
 
 
@@ -870,7 +870,7 @@ def test_congestion_price_rises_with_pressure(held, queued, pressure):
     if held:
         eng.apply(req(0, "a", held, 100))
     if queued:
-        assert one(eng.apply(req(0, "b", queued, 100)), Queue)
+        assert one(eng.apply(req(0, "b", queued, 100)), Queued)
     assert eng.pressure() == pressure
     assert eng.price() == 2.0 * math.exp(3.0 * pressure)
 
@@ -878,11 +878,11 @@ def test_congestion_price_rises_with_pressure(held, queued, pressure):
 def test_price_is_base_at_zero_pressure_and_charged_at_grant():
     eng = build_engine(price_base=3.0, campaigns=[gpu_campaign("a", 0, 64, 64)])
     assert eng.price() == 3.0
-    g = one(eng.apply(req(0, "a", 16, 3600)), Grant)
+    g = one(eng.apply(req(0, "a", 16, 3600)), Granted)
     assert g.price == 3.0
     assert g.credits == pytest.approx(3.0 * 16, rel=1e-12)  # price x units x hours
     assert eng.price() == 3.0 * math.exp(2.0 * 16 / 64)
-    g2 = one(eng.apply(req(0, "a", 16, 1800)), Grant)
+    g2 = one(eng.apply(req(0, "a", 16, 1800)), Granted)
     assert g2.price == eng.price() / math.exp(2.0 * 16 / 64)
     assert g2.price > g.price
 
@@ -895,7 +895,7 @@ def test_price_counts_dominant_share_for_multi_dimensional_leases():
     )
     g = one(
         eng.apply(RequestLease(at=0, campaign="a", size={"gpu": 1, "cpu": 256}, duration_s=3600)),
-        Grant,
+        Granted,
     )
     # cpu share 256/512 = 1/2 of the pool -> charged as 32 GPUs.
     assert g.credits == pytest.approx(32.0, rel=1e-12)
@@ -931,7 +931,7 @@ def test_metering_grants_up_to_bucket_and_burst_and_says_how_long_to_wait(env, a
     eng = metered(*env)
     for (at, amount), (granted, wait) in zip(amounts, expected, strict=True):
         out = eng.apply(Meter(at=at, campaign="m", dim="inference", amount=amount))
-        assert len(out) == 1 and isinstance(out[0], MeterGrant)
+        assert len(out) == 1 and isinstance(out[0], Metered)
         m = out[0]
         assert (m.requested, m.granted, m.wait_s) == (amount, granted, wait)
 
@@ -984,7 +984,7 @@ def test_state_digest_tracks_state_and_is_reproducible():
 
 def test_decisions_expose_their_rule_inputs():
     eng = reclaim_setup()
-    g = one(eng.apply(req(10, "sci", 24, 100)), Grant)
+    g = one(eng.apply(req(10, "sci", 24, 100)), Granted)
     assert g.inputs["class_rank"] == 1
     assert g.inputs["deficit"] == 1.0
     assert g.inputs["tokens"] == {"gpu": 100_000}
@@ -995,7 +995,7 @@ def test_decisions_expose_their_rule_inputs():
 
 
 @pytest.mark.parametrize(
-    "cls", [Activate, Expire, PowerOn, PreemptWarning, Released, Renewed, Revoke]
+    "cls", [Activated, Expired, PoweredOn, PreemptWarned, Released, Renewed, Revoked]
 )
 def test_decision_kinds_are_journal_kinds(cls):
     from bursar.broker.decisions import DECISION_TYPES

@@ -8,7 +8,7 @@ import math
 import pytest
 from conftest import build_engine, gpu_campaign
 
-from bursar.broker.decisions import Grant
+from bursar.broker.decisions import Granted
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
@@ -186,7 +186,7 @@ def test_bad_input_is_refused_and_changes_nothing(event, code, field, words):
     assert eng.next_timer() == timer
     # The engine still works as if the bad call never happened.
     out = eng.apply(Tick(at=45))
-    assert [type(d).__name__ for d in out] == ["Expire", "Grant"]
+    assert [type(d).__name__ for d in out] == ["Expired", "Granted"]
     eng.check_invariants()
 
 
@@ -245,11 +245,11 @@ def test_event_for_a_lease_revoked_while_the_clock_advances(event):
     eng = _preempted_during_advance()
     out = eng.apply(event)
     assert [(type(d).__name__, getattr(d, "lease_id", None)) for d in out] == [
-        ("Expire", "L2"),
-        ("PreemptWarning", "L1"),
-        ("Grant", "L3"),
-        ("Revoke", "L1"),
-        ("Activate", "L3"),
+        ("Expired", "L2"),
+        ("PreemptWarned", "L1"),
+        ("Granted", "L3"),
+        ("Revoked", "L1"),
+        ("Activated", "L3"),
     ]
     assert eng.ended["L1"].state is LeaseState.REVOKED
     eng.check_invariants()
@@ -262,11 +262,11 @@ def test_control_same_sequence_with_a_tick_first():
     eng = _preempted_during_advance()
     out = eng.apply(Tick(at=200))
     assert [type(d).__name__ for d in out] == [
-        "Expire",
-        "PreemptWarning",
-        "Grant",
-        "Revoke",
-        "Activate",
+        "Expired",
+        "PreemptWarned",
+        "Granted",
+        "Revoked",
+        "Activated",
     ]
     with pytest.raises(RequestError) as exc:
         eng.apply(Release(at=200, lease_id="L1"))
@@ -276,7 +276,7 @@ def test_control_same_sequence_with_a_tick_first():
 def test_cancel_of_a_request_granted_while_the_clock_advances_does_not_crash():
     eng = _preempted_during_advance()
     out = eng.apply(CancelRequest(at=200, request_id="L3"))
-    grants = [d for d in out if isinstance(d, Grant)]
+    grants = [d for d in out if isinstance(d, Granted)]
     assert [g.lease_id for g in grants] == ["L3"]
     assert "L3" not in eng.pending
     eng.check_invariants()

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from bursar.broker import codec
 from bursar.broker.audit import audit
-from bursar.broker.decisions import Decision, Expire, Grant, PreemptWarning, Released, Revoke
+from bursar.broker.decisions import Decision, Expired, Granted, PreemptWarned, Released, Revoked
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import JournalError, RequestError
@@ -51,7 +51,7 @@ CAMPAIGNS = (
         preemptible=True,
     ),
 )
-_ENDS = (Revoke, Expire, Released)
+_ENDS = (Revoked, Expired, Released)
 
 
 def drive(engine: Engine, n_events: int, seed: int = 0) -> Iterator[tuple[Event, list[Decision]]]:
@@ -90,9 +90,9 @@ def drive(engine: Engine, n_events: int, seed: int = 0) -> Iterator[tuple[Event,
         except RequestError:
             continue
         for d in decisions:
-            if isinstance(d, Grant):
+            if isinstance(d, Granted):
                 live[d.lease_id] = d.expires_at
-            elif isinstance(d, PreemptWarning) and d.lease_id in live:
+            elif isinstance(d, PreemptWarned) and d.lease_id in live:
                 live[d.lease_id] = min(live[d.lease_id], d.deadline)
             elif isinstance(d, _ENDS):
                 live.pop(d.lease_id, None)
@@ -126,7 +126,7 @@ def state_dir(tmp_path: Path) -> Path:
 def test_append_and_read_round_trip(tmp_path: Path) -> None:
     engine = Engine(DEMO_POOL)
     recorded = list(drive(engine, 300))
-    assert any(isinstance(d, Grant) for _, ds in recorded for d in ds)
+    assert any(isinstance(d, Granted) for _, ds in recorded for d in ds)
     with Journal.open(tmp_path / "j.sqlite", DEMO_POOL) as j:
         seqs = [j.append(e, ds) for e, ds in recorded]
         assert seqs == list(range(1, 301))
@@ -390,7 +390,7 @@ _CHILD = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
 from test_journal import DEMO_POOL, drive
-from bursar.broker.decisions import Grant
+from bursar.broker.decisions import Granted
 from bursar.broker.engine import Engine
 from bursar.broker.journal import Journal
 
@@ -399,7 +399,7 @@ engine = Engine(DEMO_POOL)
 for event, decisions in drive(engine, int(sys.argv[3])):
     journal.append(event, decisions)
     for d in decisions:
-        if isinstance(d, Grant):
+        if isinstance(d, Granted):
             sys.stdout.write(d.lease_id + "\n")
             sys.stdout.flush()
 print("DONE", flush=True)
@@ -435,7 +435,7 @@ def test_acknowledged_grants_survive_sigkill(tmp_path: Path) -> None:
 
     with Journal.open(path) as j:
         granted = Counter(
-            d.lease_id for _, _, ds in j.entries() for d in ds if isinstance(d, Grant)
+            d.lease_id for _, _, ds in j.entries() for d in ds if isinstance(d, Granted)
         )
         report = audit(j)
         engine = replay(j)

@@ -295,7 +295,7 @@ def test_engine_tries_the_next_aged_head_in_the_same_pass() -> None:
     """Found by trace replay: when the aged head-of-line request was granted in an
     admission pass, the next aged request became the barrier but was not tried in that
     pass, and waited with capacity free for it until the next release."""
-    from bursar.broker.decisions import Grant
+    from bursar.broker.decisions import Granted
     from bursar.broker.events import CreateCampaign, Release, RequestLease, Tick
     from bursar.sim.replay.mapping import Envelope
     from bursar.sim.replay.policies.bursar import campaign_spec, engine_for
@@ -308,7 +308,7 @@ def test_engine_tries_the_next_aged_head_in_the_same_pass() -> None:
     e.apply(RequestLease(1, "b", {"cpu": 6}, 100))  # L2, aged at 6
     e.apply(RequestLease(2, "c", {"cpu": 4}, 100))  # L3, aged at 7
     e.apply(Tick(10))
-    granted = [d.lease_id for d in e.apply(Release(50, "L1")) if isinstance(d, Grant)]
+    granted = [d.lease_id for d in e.apply(Release(50, "L1")) if isinstance(d, Granted)]
     assert granted == ["L2", "L3"]  # both fit in the 10 freed: 6 + 4
 
 
@@ -329,10 +329,10 @@ def test_engine_price_survives_a_deep_queue() -> None:
     for i in range(400):  # 4,000 units queued on a 10-unit pool: pressure 400
         e.apply(RequestLease(1 + i * 0.001, "a", {"cpu": 10}, 100))
     decisions = e.apply(Release(10, "L1"))  # the next grant prices the lease
-    from bursar.broker.decisions import Grant
+    from bursar.broker.decisions import Granted
     from bursar.broker.price import MAX_PRESSURE, price
 
-    (grant,) = [d for d in decisions if isinstance(d, Grant)]
+    (grant,) = [d for d in decisions if isinstance(d, Granted)]
     assert grant.lease_id == "L2"
     assert price(1.0, 2.0, 400.0) == price(1.0, 2.0, MAX_PRESSURE) < float("inf")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bursar.broker.config import default_config
-from bursar.broker.decisions import Activate, Grant, LeasePath
+from bursar.broker.decisions import Activated, Granted, LeasePath
 from bursar.broker.errors import JournalError, RequestError
 from bursar.broker.events import NodeReady, Release, RequestLease, Tick
 from bursar.broker.journal import Journal
@@ -28,11 +28,11 @@ def test_cold_path_lease_activates_when_the_simulated_pool_reports_its_nodes(
         (grant,) = [
             d
             for d in b.submit(RequestLease(1.0, "backfill", {"gpu": 64}, 600))
-            if isinstance(d, Grant)
+            if isinstance(d, Granted)
         ]
         assert grant.path is LeasePath.COLD and grant.starts_at == 61.0
         out = b.catch_up(61.0)
-        assert next(d for d in out if isinstance(d, Activate)).lease_id == grant.lease_id
+        assert next(d for d in out if isinstance(d, Activated)).lease_id == grant.lease_id
         events = [e for _, e, _ in b.journal.entries()]
         assert sum(isinstance(e, NodeReady) for e in events) == 8
         assert set(b.backend.placements()[grant.lease_id]) == set(grant.nodes)

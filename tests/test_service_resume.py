@@ -10,7 +10,7 @@ import pytest
 from service_support import config, fails, run, serve
 
 from bursar.broker.backends.simulated import SimulatedPool
-from bursar.broker.decisions import Grant
+from bursar.broker.decisions import Granted
 from bursar.broker.events import RequestLease
 from bursar.broker.runtime import Broker, pool_view
 from bursar.protos.bursar.v1 import broker_pb2 as pb
@@ -21,7 +21,7 @@ def test_resume_backend_rebuilds_the_node_states_the_live_pool_had(tmp_path: Pat
         b.submit(RequestLease(101.0, "sci", {"gpu": 8}, 600))  # w000
         b.submit(RequestLease(101.5, "other", {"gpu": 8}, 600))  # w001
         out = b.submit(RequestLease(102.0, "sci", {"gpu": 8}, 600))  # the cold node boots
-        cold = next(d for d in out if isinstance(d, Grant))
+        cold = next(d for d in out if isinstance(d, Granted))
         b.backend.fail("w001", 102.2)  # a node is lost: other's lease is revoked
         b.catch_up(102.3)
         live = dict(b.backend.node_states())

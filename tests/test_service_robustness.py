@@ -14,7 +14,7 @@ import grpc
 from service_support import POOL, config, fails, md, run, serve
 
 from bursar.broker.audit import audit
-from bursar.broker.decisions import Cancelled, Grant, Released
+from bursar.broker.decisions import Cancelled, Granted, Released
 from bursar.broker.events import CancelRequest, Release, RequestLease
 from bursar.broker.service.limits import LimitSettings
 from bursar.protos.bursar.v1 import broker_pb2 as pb
@@ -192,7 +192,7 @@ def test_many_concurrent_clients_lose_and_duplicate_no_grant(tmp_path: Path) -> 
             grants, released, withdrawn = [], Counter(), set()
             for _, event, decisions in c.core.broker.journal.entries():
                 for d in decisions:
-                    if isinstance(d, Grant):
+                    if isinstance(d, Granted):
                         grants.append(d.lease_id)
                     elif isinstance(d, Released):
                         released[d.lease_id] += 1

@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from bursar.broker.decisions import Grant, MeterGrant
+from bursar.broker.decisions import Granted, Metered
 from bursar.sim.kernel import Kernel
 from bursar.sim.runner import Params, SimBroker, SimCtx, in_use, open_broker, scenario_config
 from bursar.workflows.agents import Adaptive, Backfill, Naive, Probe, Storm, Victim
@@ -20,16 +20,16 @@ class Harness:
         self.kernel = Kernel()
         self.sim = SimBroker(self.kernel, self.broker)
         self.ctxs: dict[str, SimCtx] = {}
-        self.grants: list[Grant] = []
-        self.meters: list[MeterGrant] = []
+        self.grants: list[Granted] = []
+        self.meters: list[Metered] = []
         self.sim.listeners.append(self._on)
         self.samples: list[tuple[float, dict[str, float]]] = []
 
     def _on(self, event: Any, decisions: Any) -> None:
         for d in decisions:
-            if isinstance(d, Grant):
+            if isinstance(d, Granted):
                 self.grants.append(d)
-            elif isinstance(d, MeterGrant):
+            elif isinstance(d, Metered):
                 self.meters.append(d)
 
     def add(self, name: str, agent: Any) -> SimCtx:

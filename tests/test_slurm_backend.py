@@ -28,7 +28,7 @@ from slurm_support import (
 from bursar.broker.backends.slurm import SlurmPool, discover_pool, gres_count, gres_indices
 from bursar.broker.codec import decode_event
 from bursar.broker.config import parse_config
-from bursar.broker.decisions import Decision, Grant, PreemptWarning, Revoke
+from bursar.broker.decisions import Decision, Granted, PreemptWarned, Revoked
 from bursar.broker.errors import ConfigError, RequestError
 from bursar.broker.events import Event, LeaseLost, NodeLost, Release, RequestLease
 from bursar.broker.pool import NodeState
@@ -67,9 +67,11 @@ def test_engine_revokes_a_lost_lease_with_the_backends_reason() -> None:
     from conftest import build_engine, gpu_campaign
 
     eng = build_engine(campaigns=[gpu_campaign("a", sustained=8, burst=16)])
-    (grant,) = [d for d in eng.apply(RequestLease(1, "a", {"gpu": 4}, 60)) if isinstance(d, Grant)]
+    (grant,) = [
+        d for d in eng.apply(RequestLease(1, "a", {"gpu": 4}, 60)) if isinstance(d, Granted)
+    ]
     (rev,) = eng.apply(LeaseLost(2, grant.lease_id, "slurm job 9 CANCELLED outside the broker"))
-    assert isinstance(rev, Revoke) and rev.cause == "slurm job 9 CANCELLED outside the broker"
+    assert isinstance(rev, Revoked) and rev.cause == "slurm job 9 CANCELLED outside the broker"
     assert eng.apply(LeaseLost(3, grant.lease_id, "again")) == []  # already over: no-op
     with pytest.raises(RequestError, match="cause"):
         eng.apply(LeaseLost(4, grant.lease_id, ""))
@@ -106,12 +108,12 @@ def open_broker(tmp_path: Path, pre: str, **kw: object) -> tuple[Broker, SlurmPo
     return Broker.open(tmp_path / "state", cfg, pool, at=time.time()), pool
 
 
-def grant_of(decisions: list[Decision]) -> Grant:
-    (g,) = [d for d in decisions if isinstance(d, Grant)]
+def grant_of(decisions: list[Decision]) -> Granted:
+    (g,) = [d for d in decisions if isinstance(d, Granted)]
     return g
 
 
-def request(b: Broker, campaign: str, size: dict[str, float], duration_s: float = 600) -> Grant:
+def request(b: Broker, campaign: str, size: dict[str, float], duration_s: float = 600) -> Granted:
     return grant_of(b.submit(RequestLease(time.time(), campaign, size, duration_s)))
 
 
@@ -190,7 +192,7 @@ def test_revocation_signals_then_cancels_and_the_claimant_gets_the_nodes(
     until(started.exists, 10, "the workers to start")
     t0 = time.time()
     ds = b.submit(RequestLease(t0, "sci", {"gpu": 16}, 600))
-    (warn,) = [d for d in ds if isinstance(d, PreemptWarning)]
+    (warn,) = [d for d in ds if isinstance(d, PreemptWarned)]
     assert warn.lease_id == fill.lease_id
     until(flag.exists, 10, "the step to get SIGUSR1 at the warning")
     assert job_state(int(alloc["job_id"])) == "RUNNING"  # still held during the grace period
@@ -219,7 +221,7 @@ def test_what_slurm_does_behind_the_brokers_back_ends_leases(
     # An admin cancels one allocation: its lease ends as revoked, with Slurm's reason.
     subprocess.run(["scancel", str(ja)], check=True)
     revoked = until(
-        lambda: [d for d in poll(b) if isinstance(d, Revoke) and d.lease_id == a.lease_id],
+        lambda: [d for d in poll(b) if isinstance(d, Revoked) and d.lease_id == a.lease_id],
         10,
         "the lease of the cancelled allocation to end",
     )
@@ -243,7 +245,7 @@ def test_what_slurm_does_behind_the_brokers_back_ends_leases(
     hog = salloc(f"other-{pre}", "-w", "node3,node4", "-N2", "--gres=gpu:8")
     try:
         big = request(b, "sci", {"gpu": 24})
-        (rev,) = [d for d in poll(b) if isinstance(d, Revoke)]
+        (rev,) = [d for d in poll(b) if isinstance(d, Revoked)]
         assert rev.lease_id == big.lease_id and rev.cause.startswith("slurm: salloc")
     finally:
         subprocess.run(["scancel", str(hog)], check=True)

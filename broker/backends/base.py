@@ -26,15 +26,15 @@ from types import MappingProxyType
 from typing import ClassVar
 
 from bursar.broker.decisions import (
-    Activate,
+    Activated,
     Decision,
-    Expire,
-    Grant,
-    PowerOff,
-    PowerOn,
-    PreemptWarning,
+    Expired,
+    Granted,
+    PoweredOff,
+    PoweredOn,
+    PreemptWarned,
     Released,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.errors import BursarError
 from bursar.broker.events import Event
@@ -54,8 +54,8 @@ __all__ = [
 ]
 
 Pieces = Mapping[str, Mapping[str, float]]
-"""A lease's placement: node name → units per dimension on that node (as on Grant and
-Activate)."""
+"""A lease's placement: node name → units per dimension on that node (as on Granted and
+Activated)."""
 
 NO_PIECES: Pieces = MappingProxyType({})
 
@@ -155,9 +155,9 @@ NO_ALLOCATION: Mapping[str, str] = MappingProxyType({})
 def placed_by(decision: Decision) -> str | None:
     """The lease a decision places on its nodes, if it places one: a grant that starts at
     once (warm path), or the activation of one that waited for a grace period or a boot."""
-    if isinstance(decision, Grant):
+    if isinstance(decision, Granted):
         return decision.lease_id if decision.starts_at <= decision.at else None
-    if isinstance(decision, Activate):
+    if isinstance(decision, Activated):
         return decision.lease_id
     return None
 
@@ -171,16 +171,16 @@ def apply_decision(backend: PoolBackend, decision: Decision, now: float | None =
     worker thread that runs behind passes the time it acts at).
     """
     at = decision.at if now is None else now
-    if isinstance(decision, PowerOn):
+    if isinstance(decision, PoweredOn):
         backend.start(decision.nodes, at)
-    elif isinstance(decision, PowerOff):
+    elif isinstance(decision, PoweredOff):
         backend.stop(decision.nodes, at)
-    elif isinstance(decision, Grant | Activate):
+    elif isinstance(decision, Granted | Activated):
         if placed_by(decision) is not None:
             backend.place(decision.lease_id, decision.nodes, at, decision.pieces)
-    elif isinstance(decision, Revoke | Expire | Released):
+    elif isinstance(decision, Revoked | Expired | Released):
         backend.unplace(decision.lease_id, at)
-    elif isinstance(decision, PreemptWarning):
+    elif isinstance(decision, PreemptWarned):
         backend.warn(decision.lease_id, decision.deadline, at)
 
 

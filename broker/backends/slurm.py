@@ -16,7 +16,7 @@ shell that makes its decisions real on Slurm, and tells it what Slurm did behind
   because Slurm cannot run a job step on none; memory is asked for only when the piece has
   some. The job is named ``{job_prefix}-{lease id}``; its id, nodes and GPU indices are
   what :meth:`SlurmPool.allocation` reports for the lease. The pieces come with the engine's
-  Grant or Activate decision. A Slurm refusal raises ``PlaceFailed``: the actuator ends the
+  Granted or Activated decision. A Slurm refusal raises ``PlaceFailed``: the actuator ends the
   lease with Slurm's answer as the cause (``LeaseLost``: the grant is already journaled).
   ``salloc`` may wait up to ``allocate_timeout_s``; the pool is ``slow``, so the service
   makes allocations on the actuator's worker threads, never on its event loop.

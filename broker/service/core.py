@@ -10,7 +10,7 @@ coroutines on that loop, never from a thread. The core owns
 * a background timer task that sleeps until the engine's next timer (expiry, revocation,
   wake-up) or the backend's next event (a node ready) and then catches up;
 * the waiters of blocking Acquire calls (a future per queued request, resolved by the
-  Grant decision the runtime's listener sees);
+  Granted decision the runtime's listener sees);
 * the Watch subscriptions (lease events) and the supply-change signal for WatchSupply;
 * the tokens, the per-client limits and the metrics;
 * for a slow backend (Slurm), the leases whose placement is under way: the actuator makes
@@ -45,16 +45,16 @@ from bursar.broker.clock import wait_for as wait_for_clock
 from bursar.broker.codec import decision_from_dict
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
-    Activate,
+    Activated,
     Decision,
-    Expire,
-    Grant,
-    MeterGrant,
-    PreemptWarning,
-    Reject,
+    Expired,
+    Granted,
+    Metered,
+    PreemptWarned,
+    Rejected,
     Released,
     Renewed,
-    Revoke,
+    Revoked,
 )
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, LeaseClass
@@ -101,12 +101,12 @@ REPLAY_LIMIT = 10_000
 """Journal entries a Watch with ``from_seq`` may replay before following live."""
 
 _EVENT_KIND = {
-    Grant: pb.LEASE_EVENT_KIND_GRANTED,
-    Activate: pb.LEASE_EVENT_KIND_ACTIVATED,
-    PreemptWarning: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
+    Granted: pb.LEASE_EVENT_KIND_GRANTED,
+    Activated: pb.LEASE_EVENT_KIND_ACTIVATED,
+    PreemptWarned: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
     Renewed: pb.LEASE_EVENT_KIND_RENEWED,
-    Revoke: pb.LEASE_EVENT_KIND_REVOKED,
-    Expire: pb.LEASE_EVENT_KIND_EXPIRED,
+    Revoked: pb.LEASE_EVENT_KIND_REVOKED,
+    Expired: pb.LEASE_EVENT_KIND_EXPIRED,
     Released: pb.LEASE_EVENT_KIND_RELEASED,
 }
 _END_KIND = {
@@ -138,7 +138,7 @@ def _version() -> str:
 class _Waiter:
     """The calls waiting for one queued request: the first, and any retries with its key."""
 
-    future: asyncio.Future[Grant]
+    future: asyncio.Future[Granted]
     queued_at: float
     estimate_s: float
     calls: int = 1
@@ -439,7 +439,7 @@ class ServiceCore:
         self.metrics.on_decisions(outcome)
         asynchronous = self.broker.actuator.asynchronous
         for index, d in enumerate(outcome):
-            if isinstance(d, Grant):
+            if isinstance(d, Granted):
                 w = self._waiters.get(d.lease_id)
                 if w is not None and not w.future.done():
                     w.future.set_result(d)
@@ -453,7 +453,7 @@ class ServiceCore:
                     )
                 placing.held.append((d, outcome.seq, index))
                 continue
-            if isinstance(d, Revoke | Expire | Released) and d.lease_id in self._placing:
+            if isinstance(d, Revoked | Expired | Released) and d.lease_id in self._placing:
                 self._placed(d.lease_id)  # ended first (the allocation failed): in order
             if self._subs and type(d) in _EVENT_KIND:
                 self._publish(d, outcome.seq, index)
@@ -549,7 +549,7 @@ class ServiceCore:
         lease_class: LeaseClass | None,
         labels: dict[str, str],
         key: str = "",
-    ) -> tuple[Grant, float]:
+    ) -> tuple[Granted, float]:
         """Request a lease; return the grant and the seconds it waited in the queue.
 
         With an idempotency ``key`` already used by this campaign, nothing is submitted: the
@@ -573,12 +573,12 @@ class ServiceCore:
             ),
         )
         first = call.start()
-        if isinstance(first, Grant):
+        if isinstance(first, Granted):
             if not call.replayed:
                 self._observe_grant(first, t0)
             await self._until_placed(first.lease_id)
             return first, first.at - call.request.at if not call.replayed else 0.0
-        if isinstance(first, Reject):
+        if isinstance(first, Rejected):
             raise Refused(
                 first.reason, first.retry_after_s, campaign=campaign, request_id=first.request_id
             )
@@ -626,14 +626,14 @@ class ServiceCore:
         with contextlib.suppress(RequestError):  # ended meanwhile
             self._submit(Release(at=self.now(), lease_id=lease_id))
 
-    def _observe_grant(self, grant: Grant, t0: float) -> None:
+    def _observe_grant(self, grant: Granted, t0: float) -> None:
         self.metrics.grant_latency.labels(grant.path.value).observe(time.monotonic() - t0)
 
     def renew(self, lease_id: str, duration_s: float) -> Renewed:
         own = self._submit(Renew(at=self.now(), lease_id=lease_id, duration_s=duration_s)).own
         if isinstance(own, Renewed):
             return own
-        if isinstance(own, Reject):
+        if isinstance(own, Rejected):
             raise Refused(own.reason, own.retry_after_s, campaign=own.campaign, request_id=lease_id)
         raise self._ended_error(lease_id)
 
@@ -809,17 +809,17 @@ class ServiceCore:
         except RequestError:  # forgotten (ended long ago): the decision is all there is
             lease = pb.Lease(lease_id=lease_id, campaign=d.campaign)  # type: ignore[attr-defined]
         ev = pb.LeaseEvent(kind=kind, at=d.at, seq=seq, index=index)
-        if isinstance(d, Grant):
+        if isinstance(d, Granted):
             lease.state = convert.state_to_proto(
                 LeaseState.ACTIVE if d.starts_at <= d.at else LeaseState.STARTING
             )
             lease.starts_at, lease.expires_at = d.starts_at, d.expires_at
-        elif isinstance(d, Activate):
+        elif isinstance(d, Activated):
             lease.state = convert.state_to_proto(LeaseState.ACTIVE)
             lease.nodes[:] = list(d.nodes)
         elif isinstance(d, Renewed):
             lease.expires_at = d.expires_at
-        elif isinstance(d, PreemptWarning):
+        elif isinstance(d, PreemptWarned):
             lease.state = convert.state_to_proto(LeaseState.PREEMPTING)
             lease.preempt_deadline = d.deadline
             ev.deadline = d.deadline
@@ -831,7 +831,7 @@ class ServiceCore:
             }.get(kind, LeaseState.REVOKED)
             lease.state = convert.state_to_proto(state)
             lease.ended_at = d.at
-            if isinstance(d, Revoke):
+            if isinstance(d, Revoked):
                 ev.cause = d.cause
                 lease.end_cause = d.cause
         ev.lease.CopyFrom(lease)
@@ -857,11 +857,11 @@ class ServiceCore:
         visible = None if principal.admin else {principal.campaign or ""}
         return convert.supply_to_proto(supply(self.engine), self.engine, now, visible, units, dim)
 
-    def meter(self, campaign: str, dim: str, amount: float) -> MeterGrant:
+    def meter(self, campaign: str, dim: str, amount: float) -> Metered:
         if self._closing:
             raise ShuttingDown("the request")
         own = self._submit(Meter(at=self.now(), campaign=campaign, dim=dim, amount=amount)).own
-        assert isinstance(own, MeterGrant), own
+        assert isinstance(own, Metered), own
         return own
 
     # ------------------------------------------------------------------ journal, status
@@ -930,7 +930,7 @@ def _lock_state_dir(state: Path) -> int:
     return fd
 
 
-def _result(fut: asyncio.Future[Grant]) -> Grant | None:
+def _result(fut: asyncio.Future[Granted]) -> Granted | None:
     """The future's grant, if it has one."""
     if fut.done() and not fut.cancelled() and fut.exception() is None:
         return fut.result()

@@ -252,7 +252,7 @@ TABLE: tuple[Row, ...] = (
     _request_row(ErrorCode.ALREADY_EXISTS, grpc.StatusCode.ALREADY_EXISTS, False),
     _request_row(ErrorCode.FAILED_PRECONDITION, _FP, False),
     _request_row(ErrorCode.OUT_OF_RANGE, grpc.StatusCode.OUT_OF_RANGE, True),
-    # The engine's refusals (Reject decisions, or a blocking Acquire's last Queue reason).
+    # The engine's refusals (Rejected decisions, or a blocking Acquire's last Queued reason).
     _refused_row(Reason.ABOVE_BURST, _RE, retry=True, quota=True),
     _refused_row(Reason.BUCKET_EMPTY, _RE, retry=True, quota=True),
     _refused_row(Reason.GUARANTEE_RESERVED, _RE, retry=True, quota=False),

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from bursar.broker.decisions import Grant, Queue
+from bursar.broker.decisions import Granted, Queued
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import CreateCampaign, Release, RequestLease, Tick
@@ -81,7 +81,7 @@ class BursarPolicy:
         out = self.engine.apply(event)  # type: ignore[arg-type]
         self.decisions += len(out)
         for d in out:
-            if isinstance(d, Grant):
+            if isinstance(d, Granted):
                 if d.starts_at != d.at:
                     raise AssertionError(
                         f"the engine granted {d.lease_id} on the {d.path.value} path starting "
@@ -113,8 +113,8 @@ class BursarPolicy:
             )
         )
         if not any(
-            (isinstance(d, Grant) and d.lease_id == rid)
-            or (isinstance(d, Queue) and d.request_id == rid)
+            (isinstance(d, Granted) and d.lease_id == rid)
+            or (isinstance(d, Queued) and d.request_id == rid)
             for d in out
         ):
             raise AssertionError(f"the engine did not answer request {rid} (job {w.job_id[j]})")
