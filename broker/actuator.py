@@ -3,7 +3,7 @@
 A request ends at the journal commit: the engine has decided and the journal holds it.
 Making the decisions real (power a node on, make a lease's Slurm allocation, cancel it,
 signal it) is the actuator's job, and what comes of it is reported back as *reports* that
-the broker takes in like any other input (``Broker.catch_up``):
+the broker takes in like any other input (``Runtime.catch_up``):
 
 * an engine event (``NodeReady``, ``NodeLost``, ``LeaseLost``), submitted through the
   normal path and journaled. A placement the backend cannot make (``PlaceFailed``) is a

@@ -1,6 +1,6 @@
 """The imperative shell around the engine: journal first, then the pool backend.
 
-``Broker.submit(event)`` is the one way anything reaches the engine:
+``Runtime.submit(event)`` is the one way anything reaches the engine:
 
 1. the engine validates and decides (a bad event raises ``RequestError``: nothing changed);
 2. the event and its decisions are appended to the journal and committed;
@@ -65,7 +65,7 @@ def pool_view(
     return nodes, placements
 
 
-class Broker:
+class Runtime:
     def __init__(
         self,
         engine: Engine,
@@ -93,7 +93,7 @@ class Broker:
         at: float = 0.0,
         durability: str = "normal",
         actuator: Callable[[PoolBackend], Actuator] = InlineActuator,
-    ) -> Broker:
+    ) -> Runtime:
         """Open the broker whose journal is in ``state_dir``: replay it if it exists,
         otherwise start a new one and create the config's campaigns at time ``at``.
 
@@ -166,7 +166,7 @@ class Broker:
         self.actuator.close()
         self.journal.close()
 
-    def __enter__(self) -> Broker:
+    def __enter__(self) -> Runtime:
         return self
 
     def __exit__(self, *exc: object) -> None:

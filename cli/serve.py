@@ -199,7 +199,7 @@ def serve_command(
         click.echo(f"bursar serve: listening on {r.address} (gRPC, {tls})")
         if r.metrics_port is not None:
             click.echo(f"bursar serve: metrics on http://{host}:{r.metrics_port}/metrics")
-        j = core.broker.journal
+        j = core.runtime.journal
         click.echo(f"bursar serve: journal {j.path} ({j.last_seq} entries)")
         click.echo(f"bursar serve: admin token in {core.admin_token_path}")
         if core.issued_at_start:

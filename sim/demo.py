@@ -1,7 +1,7 @@
 """The flagship demo: a scripted 30-minute session on the 512-GPU pool, in virtual time.
 
 The five campaigns of the flagship pool each play a short script against the real engine,
-journal and simulated pool (through ``Broker``, the same shell the service uses):
+journal and simulated pool (through ``Runtime``, the same shell the service uses):
 
 * backfill fills idle capacity with preemptible leases (cold path: nodes boot);
 * naive-sci demands 256 GPUs at once (reclaim path: backfill is warned, then revoked);
@@ -49,7 +49,7 @@ from bursar.broker.decisions import (
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import Event, Meter, NodeLost, Release, RequestLease
 from bursar.broker.lease import LeaseState
-from bursar.broker.runtime import Broker
+from bursar.broker.runtime import Runtime
 
 DURATION_S = 1800.0
 
@@ -102,7 +102,7 @@ class Demo:
         self.out = out
         self.config = config
         self.trace = Trace()
-        self.broker = Broker.open(out, config)
+        self.broker = Runtime.open(out, config)
         self.broker.listen(self._record)
         self._record_state(0.0)
 

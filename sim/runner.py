@@ -1,10 +1,10 @@
-"""The simulator: the kernel drives the real ``Broker`` (engine -> journal -> simulated pool)
+"""The simulator: the kernel drives the real ``Runtime`` (engine -> journal -> simulated pool)
 and the agents of ``bursar.workflows`` in virtual time.
 
 ``SimBroker`` is the kernel's source of broker timers (the engine's expiries, revocations
 and wake-ups, the simulated pool's boots) and turns decisions into the signals the agents
 wait on. ``SimCtx`` is the agents' ``Ctx`` in virtual time: a call to the broker is one
-``Broker.submit`` at the kernel's clock; ``sleep`` and waits are kernel commands.
+``Runtime.submit`` at the kernel's clock; ``sleep`` and waits are kernel commands.
 Nothing here decides anything the engine decides.
 """
 
@@ -37,7 +37,7 @@ from bursar.broker.events import Event, Meter, Release, Renew, RequestLease
 from bursar.broker.journal import JOURNAL_FILENAME
 from bursar.broker.lease import LeaseState
 from bursar.broker.outcome import Outcome
-from bursar.broker.runtime import Broker
+from bursar.broker.runtime import Runtime
 from bursar.sim.kernel import Kernel, Signal, Sleep, Wait
 from bursar.workflows.api import Lease, MeterResult, SupplyView, granted, refused
 
@@ -92,9 +92,9 @@ class _LeaseSignals:
 
 
 class SimBroker:
-    """A ``Broker`` on the kernel's clock: the kernel's source of broker timers."""
+    """A ``Runtime`` on the kernel's clock: the kernel's source of broker timers."""
 
-    def __init__(self, kernel: Kernel, broker: Broker) -> None:
+    def __init__(self, kernel: Kernel, broker: Runtime) -> None:
         self.kernel = kernel
         self.broker = broker
         self.leases: dict[str, _LeaseSignals] = {}
@@ -285,15 +285,15 @@ class SimCtx:
         self.records.append((kind, {"campaign": self.campaign, "t": self.now(), **data}))
 
 
-def open_broker(state_dir: Path, config: Config) -> Broker:
+def open_broker(state_dir: Path, config: Config) -> Runtime:
     """A fresh broker in ``state_dir`` (an existing journal there is removed first)."""
     state_dir.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm"):
         (state_dir / (JOURNAL_FILENAME + suffix)).unlink(missing_ok=True)
-    return Broker.open(state_dir, config)
+    return Runtime.open(state_dir, config)
 
 
-def in_use(broker: Broker) -> dict[str, float]:
+def in_use(broker: Runtime) -> dict[str, float]:
     """GPUs in use per campaign: active leases (placed), not starting ones."""
     out: dict[str, float] = dict.fromkeys(broker.engine.campaigns, 0.0)
     for ls in broker.engine.leases.values():

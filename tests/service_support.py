@@ -125,7 +125,7 @@ class Client:
         return md(self.admin_token if who == "admin" else self.tokens[who])
 
     def journal_len(self) -> int:
-        return self.core.broker.journal.last_seq
+        return self.core.runtime.journal.last_seq
 
     async def acquire(
         self, who: str, gpus: float, duration_s: float = 30.0, timeout_s: float = 0.0, **kw: Any

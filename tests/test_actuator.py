@@ -25,7 +25,7 @@ from bursar.broker.clock import ManualClock
 from bursar.broker.decisions import Granted, LeasePath, PoweredOn, Released, Revoked
 from bursar.broker.events import Event, LeaseLost, NodeReady, RequestLease
 from bursar.broker.policy import NodeGroup, PoolSpec
-from bursar.broker.runtime import Broker
+from bursar.broker.runtime import Runtime
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
 
@@ -234,15 +234,15 @@ def test_the_service_factory_threads_only_slow_backends() -> None:
 # ------------------------------------------------------------------------------ broker
 
 
-def _broker(tmp_path: Path, pool: SimulatedPool, threaded: bool) -> Broker:
+def _broker(tmp_path: Path, pool: SimulatedPool, threaded: bool) -> Runtime:
     if threaded:
         clock = ManualClock(START + 2)  # report times: after the requests below
 
         def threads(backend: PoolBackend) -> ThreadedActuator:
             return ThreadedActuator(backend, clock)
 
-        return Broker.open(tmp_path, config(), pool, at=START, actuator=threads)
-    return Broker.open(tmp_path, config(), pool, at=START)
+        return Runtime.open(tmp_path, config(), pool, at=START, actuator=threads)
+    return Runtime.open(tmp_path, config(), pool, at=START)
 
 
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline", "threaded"])
@@ -308,7 +308,7 @@ def test_the_service_answers_other_acquires_while_one_allocation_is_slow(tmp_pat
 
     async def scenario() -> None:
         async with serve(tmp_path, backend=pool) as c:
-            assert isinstance(c.core.broker.actuator, ThreadedActuator)
+            assert isinstance(c.core.runtime.actuator, ThreadedActuator)
             first = asyncio.ensure_future(c.acquire("sci", 8))
             try:
                 await until(lambda: "L1" in c.core.engine.leases)

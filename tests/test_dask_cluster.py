@@ -137,7 +137,7 @@ def test_a_revoked_job_with_two_processes_is_replaced_at_once(tmp_path: Path) ->
                 assert victim.lease is not None
                 t_lost = time.monotonic()
                 for node in victim.lease.nodes:
-                    srv.core.broker.backend.fail(node, srv.core.now(), repair_after_s=0.5)
+                    srv.core.runtime.backend.fail(node, srv.core.now(), repair_after_s=0.5)
                 srv.core._wake.set()
                 assert sum(f.done() for f in futs) < 100, "the loss came too late"
                 await until(lambda: victim in cluster.ended_jobs, 10, "the revoked job closed")

@@ -11,12 +11,12 @@ from bursar.broker.decisions import Activated, Granted, LeasePath
 from bursar.broker.errors import JournalError, RequestError
 from bursar.broker.events import NodeReady, Release, RequestLease, Tick
 from bursar.broker.journal import Journal
-from bursar.broker.runtime import Broker
+from bursar.broker.runtime import Runtime
 
 
 def test_fresh_broker_creates_the_config_campaigns(tmp_path: Path) -> None:
     config = default_config()
-    with Broker.open(tmp_path, config) as b:
+    with Runtime.open(tmp_path, config) as b:
         assert sorted(b.engine.campaigns) == sorted(c.name for c in config.campaigns)
         assert len(b.journal) == len(config.campaigns)
 
@@ -24,7 +24,7 @@ def test_fresh_broker_creates_the_config_campaigns(tmp_path: Path) -> None:
 def test_cold_path_lease_activates_when_the_simulated_pool_reports_its_nodes(
     tmp_path: Path,
 ) -> None:
-    with Broker.open(tmp_path, default_config()) as b:
+    with Runtime.open(tmp_path, default_config()) as b:
         (grant,) = [
             d
             for d in b.submit(RequestLease(1.0, "backfill", {"gpu": 64}, 600))
@@ -39,7 +39,7 @@ def test_cold_path_lease_activates_when_the_simulated_pool_reports_its_nodes(
 
 
 def test_bad_input_changes_neither_engine_nor_journal(tmp_path: Path) -> None:
-    with Broker.open(tmp_path, default_config()) as b:
+    with Runtime.open(tmp_path, default_config()) as b:
         before = (b.engine.state_digest(), b.journal.sha256())
         with pytest.raises(RequestError):
             b.submit(RequestLease(5.0, "victim", {"gpu": -1}, 60))
@@ -48,7 +48,7 @@ def test_bad_input_changes_neither_engine_nor_journal(tmp_path: Path) -> None:
 
 def test_restart_resumes_with_every_lease_intact(tmp_path: Path) -> None:
     config = default_config()
-    with Broker.open(tmp_path, config) as b:
+    with Runtime.open(tmp_path, config) as b:
         b.submit(RequestLease(1.0, "victim", {"gpu": 8}, 600))
         b.submit(RequestLease(2.0, "adaptive-sci", {"gpu": 128}, 600))
         b.submit(Release(3.0, "L1"))
@@ -57,7 +57,7 @@ def test_restart_resumes_with_every_lease_intact(tmp_path: Path) -> None:
         nodes, placed = dict(b.backend.node_states()), dict(b.backend.placements())
         next_ready = b.backend.next_event_time()
         assert next_ready is not None
-    with Broker.open(tmp_path, config) as again:
+    with Runtime.open(tmp_path, config) as again:
         assert again.engine.state_digest() == digest
         # The backend adopts the pool the journal describes, boots still under way.
         assert dict(again.backend.node_states()) == nodes
@@ -70,7 +70,7 @@ def test_restart_resumes_with_every_lease_intact(tmp_path: Path) -> None:
 
 
 def test_listeners_hear_only_what_is_already_journaled(tmp_path: Path) -> None:
-    with Broker.open(tmp_path, default_config()) as b:
+    with Runtime.open(tmp_path, default_config()) as b:
         seen: list[int] = []
         b.listen(lambda event, decisions: seen.append(len(b.journal)))
         n = len(b.journal)
@@ -79,7 +79,7 @@ def test_listeners_hear_only_what_is_already_journaled(tmp_path: Path) -> None:
 
 
 def test_a_failed_journal_write_stops_the_broker(tmp_path: Path) -> None:
-    b = Broker.open(tmp_path, default_config())
+    b = Runtime.open(tmp_path, default_config())
     b.journal.close()  # any write now fails
     with pytest.raises(Exception):  # noqa: B017 - sqlite's own error, whatever it is
         b.submit(RequestLease(1.0, "victim", {"gpu": 8}, 60))

@@ -62,7 +62,7 @@ class DroppingProxy:
 
 
 def _requests(c) -> list[RequestLease]:
-    return [e for _, e, _ in c.core.broker.journal.entries() if isinstance(e, RequestLease)]
+    return [e for _, e, _ in c.core.runtime.journal.entries() if isinstance(e, RequestLease)]
 
 
 def test_an_acquire_retried_after_a_lost_reply_gives_one_lease(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_a_failing_journal_append_fails_the_call_and_changes_nothing(tmp_path: P
             # fails (busy) like a full disk or a failing device would.
             blocker = sqlite3.connect(tmp_path / "journal.sqlite", isolation_level=None)
             blocker.execute("PRAGMA busy_timeout = 0")
-            c.core.broker.journal._conn.execute("PRAGMA busy_timeout = 0")
+            c.core.runtime.journal._conn.execute("PRAGMA busy_timeout = 0")
             blocker.execute("BEGIN IMMEDIATE")
             try:
                 d = await fails(c.acquire("sci", 2))

@@ -239,7 +239,7 @@ def test_blocking_acquire_that_times_out_withdraws_its_request(tmp_path: Path) -
             assert not c.core.engine.pending
             kinds = [
                 d.kind
-                for _, _, ds in c.core.broker.journal.entries()
+                for _, _, ds in c.core.runtime.journal.entries()
                 for d in ds
                 if getattr(d, "request_id", None) == err.metadata["request_id"]
             ]
@@ -374,7 +374,7 @@ def test_status_health_reflection_and_metrics(tmp_path: Path) -> None:
             names = {s.name for s in resp.list_services_response.service}
             assert {"bursar.v1.Broker", "bursar.v1.Admin", "grpc.health.v1.Health"} <= names
 
-            c.core.metrics.refresh(c.core.broker, c.core.now(), 0)
+            c.core.metrics.refresh(c.core.runtime, c.core.now(), 0)
             url = f"http://127.0.0.1:{c.running.metrics_port}/metrics"
             text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
             body = text.decode()

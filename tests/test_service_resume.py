@@ -12,12 +12,12 @@ from service_support import config, fails, run, serve
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.decisions import Granted
 from bursar.broker.events import RequestLease
-from bursar.broker.runtime import Broker, pool_view
+from bursar.broker.runtime import Runtime, pool_view
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
 
 def test_resume_backend_rebuilds_the_node_states_the_live_pool_had(tmp_path: Path) -> None:
-    with Broker.open(tmp_path, config(), at=100.0) as b:
+    with Runtime.open(tmp_path, config(), at=100.0) as b:
         b.submit(RequestLease(101.0, "sci", {"gpu": 8}, 600))  # w000
         b.submit(RequestLease(101.5, "other", {"gpu": 8}, 600))  # w001
         out = b.submit(RequestLease(102.0, "sci", {"gpu": 8}, 600))  # the cold node boots
@@ -43,7 +43,7 @@ def test_a_journal_write_failure_stops_the_server(tmp_path: Path) -> None:
             async with serve(tmp_path) as c:
                 await c.acquire("sci", 8)
                 # The disk goes away under the broker.
-                c.core.broker.journal._conn.close()
+                c.core.runtime.journal._conn.close()
                 d = await fails(c.acquire("sci", 8))
                 assert d.code == grpc.StatusCode.UNAVAILABLE and d.reason == "JOURNAL_FAILED"
                 d = await fails(c.acquire("sci", 1))

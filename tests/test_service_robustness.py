@@ -190,7 +190,7 @@ def test_many_concurrent_clients_lose_and_duplicate_no_grant(tmp_path: Path) -> 
             # service when a waiting client's timeout raced with it; every client's
             # lease was released exactly once.
             grants, released, withdrawn = [], Counter(), set()
-            for _, event, decisions in c.core.broker.journal.entries():
+            for _, event, decisions in c.core.runtime.journal.entries():
                 for d in decisions:
                     if isinstance(d, Granted):
                         grants.append(d.lease_id)
@@ -205,14 +205,14 @@ def test_many_concurrent_clients_lose_and_duplicate_no_grant(tmp_path: Path) -> 
             assert not (set(granted) & withdrawn)
             assert all(released[lid] == 1 for lid in grants)
             requests = sum(
-                isinstance(e, RequestLease) for _, e, _ in c.core.broker.journal.entries()
+                isinstance(e, RequestLease) for _, e, _ in c.core.runtime.journal.entries()
             )
             assert requests == CLIENTS * ROUNDS
-            releases = sum(isinstance(e, Release) for _, e, _ in c.core.broker.journal.entries())
+            releases = sum(isinstance(e, Release) for _, e, _ in c.core.runtime.journal.entries())
             assert releases == len(granted)
             assert not c.core.engine.leases and not c.core.engine.pending
             c.core.engine.check_invariants()
-            report = audit(c.core.broker.journal)
+            report = audit(c.core.runtime.journal)
             assert report.ok and report.events_checked == c.journal_len()
 
             # Each campaign's Watch stream saw each of its grants exactly once.

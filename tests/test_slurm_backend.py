@@ -32,7 +32,7 @@ from bursar.broker.decisions import Decision, Granted, PreemptWarned, Revoked
 from bursar.broker.errors import ConfigError, RequestError
 from bursar.broker.events import Event, LeaseLost, NodeLost, Release, RequestLease
 from bursar.broker.pool import NodeState
-from bursar.broker.runtime import Broker
+from bursar.broker.runtime import Runtime
 from bursar.providers.launch import launch_argv
 
 # ------------------------------------------------------------------------------ no cluster
@@ -102,10 +102,10 @@ def on_slurm(f: Callable[..., None]) -> Callable[..., None]:
     return pytest.mark.slow(pytest.mark.usefixtures("slurm_cluster")(f))
 
 
-def open_broker(tmp_path: Path, pre: str, **kw: object) -> tuple[Broker, SlurmPool]:
+def open_broker(tmp_path: Path, pre: str, **kw: object) -> tuple[Runtime, SlurmPool]:
     cfg = slurm_config(pre, **kw)  # type: ignore[arg-type]
     pool = slurm_backend(cfg)
-    return Broker.open(tmp_path / "state", cfg, pool, at=time.time()), pool
+    return Runtime.open(tmp_path / "state", cfg, pool, at=time.time()), pool
 
 
 def grant_of(decisions: list[Decision]) -> Granted:
@@ -113,11 +113,11 @@ def grant_of(decisions: list[Decision]) -> Granted:
     return g
 
 
-def request(b: Broker, campaign: str, size: dict[str, float], duration_s: float = 600) -> Granted:
+def request(b: Runtime, campaign: str, size: dict[str, float], duration_s: float = 600) -> Granted:
     return grant_of(b.submit(RequestLease(time.time(), campaign, size, duration_s)))
 
 
-def poll(b: Broker) -> list[Decision]:
+def poll(b: Runtime) -> list[Decision]:
     return b.catch_up(time.time())
 
 
@@ -252,7 +252,7 @@ def test_what_slurm_does_behind_the_brokers_back_ends_leases(
     b.close()
 
 
-def _journal_events(b: Broker) -> list[Event]:
+def _journal_events(b: Runtime) -> list[Event]:
     return [decode_event(ev) for _, ev, _ in b.journal.raw_entries()]
 
 

@@ -126,7 +126,7 @@ class PoolBackend(abc.ABC):
         state (with, for a booting node, when it is due ready) and the nodes of every
         active lease. A simulated pool simply becomes that; a real one reconciles it with
         what is actually running (a new journal has no leases: whatever a real backend finds of
-        earlier ones belongs to none). ``Broker.open`` calls it once, before anything else."""
+        earlier ones belongs to none). ``Runtime.open`` calls it once, before anything else."""
 
     @abc.abstractmethod
     def due_events(self, now: float) -> list[Event]:

@@ -1,7 +1,8 @@
-"""The service core: the ``Broker`` runtime on the event loop, and what calls wait for.
+"""The service core: the ``Runtime`` (the shell around the engine) on the event loop, and
+what calls wait for.
 
 Everything here runs on one asyncio event loop: the engine is single-threaded, and
-``Broker.submit`` (engine, then journal commit, then backend) is called only from
+``Runtime.submit`` (engine, then journal commit, then backend) is called only from
 coroutines on that loop, never from a thread. The core owns
 
 * the clock (a ``bursar.broker.clock.Clock``, the wall clock unless a test gives a
@@ -73,7 +74,7 @@ from bursar.broker.events import (
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.outcome import Outcome
-from bursar.broker.runtime import Broker
+from bursar.broker.runtime import Runtime
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal, TokenStore, load_admin_token
 from bursar.broker.service.errors import (
@@ -204,7 +205,7 @@ class Subscription:
 class ServiceCore:
     def __init__(
         self,
-        broker: Broker,
+        runtime: Runtime,
         tokens: TokenStore,
         *,
         limits: LimitSettings,
@@ -213,7 +214,7 @@ class ServiceCore:
         admin_token_path: Path,
         issued_at_start: Sequence[str] = (),
     ) -> None:
-        self.broker = broker
+        self.runtime = runtime
         self.tokens = tokens
         self._clock = as_clock(clock)
         self.limits = ClientLimits(limits, self._clock)
@@ -222,7 +223,7 @@ class ServiceCore:
         self.admin_token_path = admin_token_path
         self.issued_at_start = tuple(issued_at_start)
         self.version = _version()
-        self._last = broker.engine.now
+        self._last = runtime.engine.now
         self.started_at = self.now()
         self._waiters: dict[str, _Waiter] = {}
         self._subs: set[Subscription] = set()
@@ -233,8 +234,8 @@ class ServiceCore:
         self._fatal: BaseException | None = None
         self._lock: int | None = None
         self._placing: dict[str, _Placing] = {}
-        broker.listen(self._on_decisions)
-        broker.listen_placed(self._on_placed)
+        runtime.listen(self._on_decisions)
+        runtime.listen_placed(self._on_placed)
 
     # ------------------------------------------------------------------ opening
 
@@ -289,7 +290,7 @@ class ServiceCore:
             else:
                 config = default_config()
         # A slow backend (Slurm) is driven from worker threads, never from the event loop.
-        broker = Broker.open(
+        broker = Runtime.open(
             state,
             config,
             backend,
@@ -320,11 +321,11 @@ class ServiceCore:
 
     @property
     def engine(self) -> Engine:
-        return self.broker.engine
+        return self.runtime.engine
 
     def now(self) -> float:
         """Wall-clock seconds since the epoch, never earlier than any time used before."""
-        t = max(self._clock.now(), self.broker.engine.now, self._last)
+        t = max(self._clock.now(), self.runtime.engine.now, self._last)
         self._last = t
         return t
 
@@ -338,11 +339,11 @@ class ServiceCore:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to wake
                 loop.call_soon_threadsafe(self._wake.set)
 
-        self.broker.actuator.on_report(reported)
+        self.runtime.actuator.on_report(reported)
         try:
             await self._run_timers()
         finally:
-            self.broker.actuator.on_report(None)
+            self.runtime.actuator.on_report(None)
 
     async def _run_timers(self) -> None:
         while not self._stop.is_set():
@@ -363,12 +364,12 @@ class ServiceCore:
 
     async def run_metrics(self, interval_s: float = 1.0) -> None:
         while not self._stop.is_set():
-            self.metrics.refresh(self.broker, self.now(), self.limits.open_streams)
+            self.metrics.refresh(self.runtime, self.now(), self.limits.open_streams)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval_s)
 
     def _next_due(self) -> float | None:
-        times = [self.engine.next_timer(), self.broker.actuator.next_report_time()]
+        times = [self.engine.next_timer(), self.runtime.actuator.next_report_time()]
         present = [t for t in times if t is not None]
         return min(present) if present else None
 
@@ -398,7 +399,7 @@ class ServiceCore:
         """Close the journal (every append is already committed) and the token store."""
         self.metrics.stop_http()
         self.tokens.close()
-        self.broker.close()
+        self.runtime.close()
         if self._lock is not None:
             os.close(self._lock)  # releases the state directory
             self._lock = None
@@ -411,14 +412,14 @@ class ServiceCore:
 
     def _submit(self, event: Event) -> Outcome:
         try:
-            return self.broker.submit(event)
+            return self.runtime.submit(event)
         except JournalError as exc:
             self._failed(exc)
             raise
 
     def _submit_catch_up(self) -> None:
         try:
-            self.broker.catch_up(self.now())
+            self.runtime.catch_up(self.now())
         except JournalError as exc:
             self._failed(exc)
             raise
@@ -427,7 +428,7 @@ class ServiceCore:
         # An append the journal refused was rolled back (the engine is as the journal has
         # it): that call fails, the next may work. Only a broker that could not roll back
         # stops the service.
-        if not self.broker.broken:
+        if not self.runtime.broken:
             return
         if self._fatal is None:
             log.error("journal write failed; the broker stops taking requests: %s", exc)
@@ -437,7 +438,7 @@ class ServiceCore:
     def _on_decisions(self, _event: Event, outcome: Outcome) -> None:
         """The runtime's listener: called after each applied event's journal commit."""
         self.metrics.on_decisions(outcome)
-        asynchronous = self.broker.actuator.asynchronous
+        asynchronous = self.runtime.actuator.asynchronous
         for index, d in enumerate(outcome):
             if isinstance(d, Granted):
                 w = self._waiters.get(d.lease_id)
@@ -511,7 +512,7 @@ class ServiceCore:
     def _live_lease_proto(self, ls: Lease) -> pb.Lease:
         out = convert.lease_to_proto(self.engine, ls)
         # A real backend (Slurm) says how to run inside the lease's resources.
-        out.allocation.update(self.broker.backend.allocation(ls.id))
+        out.allocation.update(self.runtime.backend.allocation(ls.id))
         return out
 
     def _lease_campaign(self, lease_id: str) -> str | None:
@@ -560,7 +561,7 @@ class ServiceCore:
         t0 = time.monotonic()
         call = AcquireCall(
             self._submit,
-            lambda: self.broker.engine,
+            lambda: self.runtime.engine,
             RequestLease(
                 at=self.now(),
                 campaign=campaign,
@@ -680,7 +681,7 @@ class ServiceCore:
 
     def _catch_up(self, now: float) -> None:
         try:
-            self.broker.catch_up(now)
+            self.runtime.catch_up(now)
         except JournalError as exc:
             self._failed(exc)
             raise
@@ -762,7 +763,7 @@ class ServiceCore:
             sub.snapshot.append(ev)
 
     def _replay_into(self, sub: Subscription, from_seq: int, from_index: int) -> None:
-        last = self.broker.journal.last_seq
+        last = self.runtime.journal.last_seq
         if from_seq > last + 1:
             raise RequestError(
                 ErrorCode.OUT_OF_RANGE,
@@ -777,7 +778,7 @@ class ServiceCore:
                 f"entry {from_seq} is more than {REPLAY_LIMIT} entries behind the journal's "
                 f"end ({last}); open the stream without from_seq for a snapshot",
             )
-        for seq, decisions in self.broker.journal.decisions_from(from_seq, REPLAY_LIMIT):
+        for seq, decisions in self.runtime.journal.decisions_from(from_seq, REPLAY_LIMIT):
             for index, d in enumerate(decisions):
                 if d["kind"] not in _LEASE_KINDS or (seq, index) < (from_seq, from_index):
                     continue
@@ -881,7 +882,7 @@ class ServiceCore:
         index), and the seq the next page starts at (0: no more)."""
         if not principal.admin:
             campaign = principal.acting_for(campaign)
-        return self.broker.journal.find_decisions(
+        return self.runtime.journal.find_decisions(
             start_seq=start_seq,
             campaign=campaign,
             kinds=kinds,
@@ -937,7 +938,7 @@ def _result(fut: asyncio.Future[Granted]) -> Granted | None:
     return None
 
 
-def _withdraw_orphans(broker: Broker, now: float) -> None:
+def _withdraw_orphans(broker: Runtime, now: float) -> None:
     """Cancel the requests that were queued when the last server stopped.
 
     Each belonged to a blocking Acquire call that the stop cut off: nobody is waiting for

@@ -29,7 +29,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from bursar.broker.decisions import Decision
-from bursar.broker.runtime import Broker
+from bursar.broker.runtime import Runtime
 from bursar.broker.service.convert import bucket_levels
 from bursar.broker.supply import supply
 
@@ -111,7 +111,7 @@ class Metrics:
         for d in decisions:
             self.decisions.labels(d.kind).inc()
 
-    def refresh(self, broker: Broker, now: float, open_streams: int) -> None:
+    def refresh(self, broker: Runtime, now: float, open_streams: int) -> None:
         eng = broker.engine
         self.leases.clear()
         counts: dict[tuple[str, str], int] = {}

@@ -220,7 +220,7 @@ class BrokerServicer(_Base):
         if len(req.lease_ids) > 1000:
             raise RequestError(ErrorCode.INVALID_ARGUMENT, "lease_ids", "at most 1000 leases")
         sub = self.core.watch(who, req.campaign, req.lease_ids, req.from_seq, req.from_index)
-        resume = self.core.broker.journal.last_seq + 1
+        resume = self.core.runtime.journal.last_seq + 1
         yield _Headers(((RESUME_METADATA, str(resume)),))
         try:
             for ev in sub.snapshot:
@@ -310,7 +310,7 @@ class BrokerServicer(_Base):
             now=core.now(),
             engine_now=eng.now,
             started_at=core.started_at,
-            journal_entries=core.broker.journal.last_seq,
+            journal_entries=core.runtime.journal.last_seq,
             campaigns=len(eng.campaigns),
             leases=len(eng.leases),
             pending=len(eng.pending),
