@@ -9,9 +9,10 @@ the broker takes in like any other input (``Runtime.catch_up``):
   normal path and journaled. A placement the backend cannot make (``PlaceFailed``) is a
   ``LeaseLost`` with the backend's answer as the cause: the lease ends, and its holder
   hears it on its Watch stream;
-* :class:`Placed`: a lease's resources are usable now (its allocation is ready). Nothing
-  in the engine changes, so it is not journaled; the broker tells its placement listeners
-  (the service answers the Acquire and sends the Watch event that waited for it).
+* :class:`Placed`: a lease's resources are usable now (its allocation is ready). The
+  runtime journals it as an ``AllocationReady`` event with the backend's allocation
+  details; the engine records an ``Allocated`` decision, the service answers the Acquire
+  that waited for it, and the holder's Watch stream hears ALLOCATED, in journal order.
 
 Two actuators, one interface:
 

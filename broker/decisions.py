@@ -166,6 +166,16 @@ class PoweredOff(Decision):
 
 
 @dataclass(frozen=True, slots=True)
+class Allocated(Decision):
+    """A lease's allocation on the backend is ready: how to run inside it."""
+
+    kind: ClassVar[str] = "allocated"
+    lease_id: str
+    campaign: str
+    allocation: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class CampaignSet(Decision):
     """A campaign created or updated (with the envelope now in force)."""
 
@@ -191,5 +201,6 @@ DECISION_TYPES: dict[str, type[Decision]] = {
         PoweredOn,
         PoweredOff,
         CampaignSet,
+        Allocated,
     )
 }

@@ -30,6 +30,7 @@ from bursar.broker import admission, dims, invariants, isolation, paths, validat
 from bursar.broker import price as pricing
 from bursar.broker.codec import dumps, plain
 from bursar.broker.decisions import (
+    Allocated,
     CampaignSet,
     Cancelled,
     Decision,
@@ -43,6 +44,7 @@ from bursar.broker.decisions import (
     Revoked,
 )
 from bursar.broker.events import (
+    AllocationReady,
     CancelRequest,
     CreateCampaign,
     Event,
@@ -408,6 +410,12 @@ class Engine:
             return self._end(ls, LeaseState.REVOKED, e.cause)
         return None
 
+    def _on_allocation_ready(self, e: AllocationReady) -> Decision | None:
+        ls = self.leases.get(e.lease_id)
+        if ls is None:
+            return None  # ended while its allocation was being made
+        return self._emit(Allocated(self.now, ls.id, ls.campaign, dict(e.allocation)))
+
     def _on_meter(self, e: Meter) -> Decision:
         c = self.campaigns[e.campaign]
         b = c.rate_buckets[e.dim]
@@ -747,6 +755,7 @@ _HANDLERS = {
     NodeReady: Engine._on_node_ready,
     NodeLost: Engine._on_node_lost,
     LeaseLost: Engine._on_lease_lost,
+    AllocationReady: Engine._on_allocation_ready,
     Meter: Engine._on_meter,
 }
 

@@ -115,6 +115,18 @@ class LeaseLost(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class AllocationReady(Event):
+    """The backend reports a lease's allocation made (a Slurm job running on its nodes):
+    ``allocation`` says how to run inside it (the backend's own keys: job id, ...). Nothing
+    in the lease's state changes; the engine records it so that the holder hears of it in
+    journal order. A lease that has already ended is left alone."""
+
+    kind: ClassVar[str] = "allocation_ready"
+    lease_id: str
+    allocation: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Meter(Event):
     """Ask to consume ``amount`` unit-seconds of a rate dimension (MB for fs_bw, tokens for
     inference)."""
@@ -138,6 +150,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeReady,
         NodeLost,
         LeaseLost,
+        AllocationReady,
         Meter,
     )
 }

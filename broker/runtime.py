@@ -32,7 +32,7 @@ from bursar.broker.config import Config
 from bursar.broker.decisions import Decision
 from bursar.broker.engine import Engine
 from bursar.broker.errors import JournalError
-from bursar.broker.events import CreateCampaign, Event, Tick
+from bursar.broker.events import AllocationReady, CreateCampaign, Event, Tick
 from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
 from bursar.broker.lease import LeaseState
 from bursar.broker.outcome import Outcome
@@ -42,9 +42,6 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[Event, Outcome], None]
 """Told of every committed event and its outcome (``outcome.seq`` is its journal entry)."""
-
-PlacedListener = Callable[[Placed], None]
-"""Told when a lease's placement is done (an asynchronous actuator's ``Placed`` report)."""
 
 
 def pool_view(
@@ -80,7 +77,6 @@ class Runtime:
         if self.actuator.backend is not backend:
             raise ValueError("the actuator drives another backend than the broker's")
         self._listeners: list[Listener] = []
-        self._placed_listeners: list[PlacedListener] = []
         self._broken: BaseException | None = None
 
     @classmethod
@@ -126,10 +122,6 @@ class Runtime:
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def listen_placed(self, listener: PlacedListener) -> None:
-        """Hear of placements done by an asynchronous actuator (called from ``catch_up``)."""
-        self._placed_listeners.append(listener)
-
     def submit(self, event: Event) -> Outcome:
         """Catch up with the backend and the engine's timers, then apply ``event``."""
         self.catch_up(event.at)
@@ -149,9 +141,13 @@ class Runtime:
             if t_reports is not None and t_reports == t:
                 for r in self.actuator.due(t):
                     if isinstance(r, Placed):
-                        for placed in self._placed_listeners:
-                            placed(r)
-                        continue
+                        # Journaled like any report, so that the holder hears of the
+                        # allocation in journal order (and a resumed Watch replays it).
+                        r = AllocationReady(
+                            at=r.at,
+                            lease_id=r.lease_id,
+                            allocation=dict(self.backend.allocation(r.lease_id) or {}),
+                        )
                     if r.at < self.engine.now:
                         # A worker thread's report, stamped before the engine moved on.
                         r = dataclasses.replace(r, at=self.engine.now)

@@ -16,6 +16,7 @@ from bursar.broker import admission, dims
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
+    AllocationReady,
     CancelRequest,
     CreateCampaign,
     Event,
@@ -273,6 +274,16 @@ def _lease_lost(eng: Engine, e: LeaseLost) -> None:
         raise bad("cause", "must say why the lease's resources are gone")
 
 
+def _allocation_ready(eng: Engine, e: AllocationReady) -> None:
+    if not isinstance(e.lease_id, str) or not e.lease_id:
+        raise bad("lease_id", "must be a lease id such as 'L7'")
+    a = e.allocation
+    if not isinstance(a, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in a.items()
+    ):
+        raise bad("allocation", "must map names to strings (e.g. {'job_id': '42'})")
+
+
 def _meter(eng: Engine, e: Meter) -> None:
     c = _campaign(eng, e.campaign)
     if e.dim not in dims.RATE:
@@ -294,5 +305,6 @@ _VALIDATORS: dict[type, Callable[[Engine, Any], None]] = {
     NodeReady: _node,
     NodeLost: _node,
     LeaseLost: _lease_lost,
+    AllocationReady: _allocation_ready,
     Meter: _meter,
 }

@@ -22,8 +22,8 @@ from bursar.broker.actuator import InlineActuator, Placed, ThreadedActuator, act
 from bursar.broker.backends.base import NO_PIECES, Pieces, PlaceFailed, PoolBackend
 from bursar.broker.backends.simulated import SimulatedPool
 from bursar.broker.clock import ManualClock
-from bursar.broker.decisions import Granted, LeasePath, PoweredOn, Released, Revoked
-from bursar.broker.events import Event, LeaseLost, NodeReady, RequestLease
+from bursar.broker.decisions import Allocated, Granted, LeasePath, PoweredOn, Released, Revoked
+from bursar.broker.events import AllocationReady, Event, LeaseLost, NodeReady, RequestLease
 from bursar.broker.policy import NodeGroup, PoolSpec
 from bursar.broker.runtime import Runtime
 from bursar.protos.bursar.v1 import broker_pb2 as pb
@@ -252,8 +252,6 @@ def test_a_failed_placement_ends_the_lease_through_the_journal(
     pool = GatedPool(config().pool) if threaded else _RefusingPool(config().pool)
     pool.refuse("L1", "slurm: salloc: Job violates accounting policy")
     with _broker(tmp_path, pool, threaded) as b:
-        placed: list[Placed] = []
-        b.listen_placed(placed.append)
         grant = b.submit(RequestLease(START + 1, "sci", {"gpu": 8}, 60)).own
         assert isinstance(grant, Granted) and grant.lease_id == "L1"
         assert grant.pieces == {grant.nodes[0]: {"gpu": 8.0}}
@@ -266,8 +264,18 @@ def test_a_failed_placement_ends_the_lease_through_the_journal(
         (rev,) = [d for _, _, ds in entries for d in ds if isinstance(d, Revoked)]
         assert rev.lease_id == "L1" and rev.cause == "slurm: salloc: Job violates accounting policy"
         assert "L1" in b.engine.ended and ok.lease_id in b.engine.leases
-        # The inline actuator placed L2 inside its submit; the threaded one reports it.
-        assert placed == ([Placed(ok.lease_id, placed[0].at)] if threaded else [])
+        # The inline actuator placed L2 inside its submit; the threaded one reports it, and
+        # the report is journaled: the engine records the allocation in journal order.
+        ready = [e for _, e, _ in entries if isinstance(e, AllocationReady)]
+        allocated = [d for _, _, ds in entries for d in ds if isinstance(d, Allocated)]
+        if threaded:
+            assert [e.lease_id for e in ready] == [ok.lease_id]
+            assert [(d.lease_id, d.allocation) for d in allocated] == [
+                (ok.lease_id, ready[0].allocation)
+            ]
+            assert ready[0].allocation == {"backend": "gated", "nodes": ok.nodes[0]}
+        else:
+            assert ready == [] and allocated == []
         lost = [e for _, e, _ in entries if isinstance(e, LeaseLost)]
         assert [e.lease_id for e in lost] == ["L1"]
 
@@ -316,27 +324,36 @@ def test_the_service_answers_other_acquires_while_one_allocation_is_slow(tmp_pat
                 other = await asyncio.wait_for(c.acquire("sci", 8), 5)
                 assert other.lease.lease_id == "L2" and not first.done()
                 assert other.lease.allocation == {"backend": "gated", "nodes": "w001"}
-                # A stream opened now shows L2; L1 once its allocation is ready.
+                # A stream opened now shows both; L1 has no allocation yet.
                 watch = c.broker.Watch(pb.WatchRequest(), metadata=c.as_("sci"))
-                snap = await asyncio.wait_for(watch.read(), 5)
-                assert (snap.kind, snap.lease.lease_id) == (pb.LEASE_EVENT_KIND_ACTIVATED, "L2")
-                assert snap.snapshot and not first.done()
-                # A stream that replays the journal has L2's grant, not yet L1's.
+                snaps = [await asyncio.wait_for(watch.read(), 5) for _ in range(2)]
+                assert [(e.lease.lease_id, e.snapshot) for e in snaps] == [
+                    ("L1", True),
+                    ("L2", True),
+                ]
+                assert not snaps[0].lease.allocation and snaps[1].lease.allocation
+                assert not first.done()
+                # A stream that replays the journal has both grants and L2's allocation, in
+                # journal order.
                 replay = c.broker.Watch(pb.WatchRequest(from_seq=1), metadata=c.as_("sci"))
-                again = await asyncio.wait_for(replay.read(), 5)
-                assert (again.kind, again.lease.lease_id) == (pb.LEASE_EVENT_KIND_GRANTED, "L2")
+                grants = [await asyncio.wait_for(replay.read(), 5) for _ in range(3)]
+                assert [(e.kind, e.lease.lease_id) for e in grants] == [
+                    (pb.LEASE_EVENT_KIND_GRANTED, "L1"),
+                    (pb.LEASE_EVENT_KIND_GRANTED, "L2"),
+                    (pb.LEASE_EVENT_KIND_ALLOCATED, "L2"),
+                ]
+                assert grants[0].seq < grants[1].seq < grants[2].seq
             finally:
                 slow.set()
             answer = await asyncio.wait_for(first, 5)
             assert answer.lease.allocation == {"backend": "gated", "nodes": "w000"}
-            ev = await asyncio.wait_for(watch.read(), 5)
-            assert (ev.kind, ev.lease.lease_id) == (pb.LEASE_EVENT_KIND_GRANTED, "L1")
-            assert ev.lease.allocation["nodes"] == "w000" and not ev.snapshot
-            # Sent late, it keeps its place in the journal: before L2's grant.
-            assert 0 < ev.seq < again.seq
-            # Once on each stream: after it, the replaying stream hears L2's release next.
-            late = await asyncio.wait_for(replay.read(), 5)
-            assert (late.kind, late.lease.lease_id, late.seq) == (ev.kind, "L1", ev.seq)
+            # Its allocation is journaled when it is ready, after L2's grant: every stream
+            # hears it there, with the allocation, once.
+            for stream in (watch, replay):
+                ev = await asyncio.wait_for(stream.read(), 5)
+                assert (ev.kind, ev.lease.lease_id) == (pb.LEASE_EVENT_KIND_ALLOCATED, "L1")
+                assert ev.lease.allocation["nodes"] == "w000" and not ev.snapshot
+                assert ev.seq > grants[2].seq
             await c.broker.Release(pb.ReleaseRequest(lease_id="L2"), metadata=c.as_("sci"))
             for stream in (watch, replay):
                 end = await asyncio.wait_for(stream.read(), 5)

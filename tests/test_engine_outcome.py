@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from bursar.broker import codec
 from bursar.broker.decisions import (
+    Allocated,
     CampaignSet,
     Cancelled,
     Granted,
@@ -25,6 +26,7 @@ from bursar.broker.engine import KEY_WINDOW_S
 from bursar.broker.envelope import DimEnvelope
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
+    AllocationReady,
     CancelRequest,
     CreateCampaign,
     LeaseLost,
@@ -249,3 +251,22 @@ def test_every_request_gets_exactly_one_own_answer_about_itself(requests):
         assert own not in out.effects
         if key:
             assert eng.key_record(campaign, key).request_id == rid
+
+
+def test_an_allocation_ready_is_recorded_for_a_live_lease_and_ignored_after_its_end():
+    eng = two_campaigns()
+    eng.apply(RequestLease(0, "a", {"gpu": 4}, 100))
+    before = {k: v for k, v in eng.state_dict().items() if k != "now"}
+    out = eng.apply(AllocationReady(1, "L1", {"backend": "slurm", "job_id": "42"}))
+    assert isinstance(out.own, Allocated)
+    assert out.own.allocation == {"backend": "slurm", "job_id": "42"}
+    assert (out.own.lease_id, out.own.campaign, out.effects) == ("L1", "a", ())
+    # A record, not a change: the engine's state is as it was, but for its clock.
+    assert {k: v for k, v in eng.state_dict().items() if k != "now"} == before
+    eng.apply(Release(2, "L1"))
+    assert eng.apply(AllocationReady(3, "L1", {"job_id": "42"})).own is None
+    with pytest.raises(RequestError) as e:
+        eng.apply(AllocationReady(4, "L1", {"job_id": 42}))  # type: ignore[dict-item]
+    assert e.value.field == "allocation"
+    restored = codec.decode_event(codec.encode(AllocationReady(5, "L9", {"job_id": "7"})))
+    assert restored == AllocationReady(5, "L9", {"job_id": "7"})

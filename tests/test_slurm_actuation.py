@@ -10,6 +10,7 @@ its holder hears it on its Watch stream.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
@@ -109,10 +110,13 @@ def test_a_slow_allocation_holds_up_no_other_request(tmp_path: Path, job_prefix:
         # The slow Acquire answered once its allocation was ready, and carries it.
         assert waited >= SLOW_S and lease.state is LeaseState.ACTIVE
         assert lease.allocation["backend"] == "slurm" and lease.allocation["nodes"]
-        # Its holder's stream heard the grant only then, with the allocation.
-        ev = next(e for e in events if e.lease.id == "L2")
-        assert ev.kind is LeaseEventKind.GRANTED and not ev.snapshot
-        assert ev.lease.allocation["job_id"] == lease.allocation["job_id"]
+        # Its holder's stream heard the grant at once, then the allocation once it was
+        # ready, journaled after the other leases' cycles.
+        l2 = list(itertools.islice((e for e in events if e.lease.id == "L2"), 2))
+        assert [e.kind for e in l2] == [LeaseEventKind.GRANTED, LeaseEventKind.ALLOCATED]
+        assert not l2[0].lease.allocation and not any(e.snapshot for e in l2)
+        assert l2[1].lease.allocation["job_id"] == lease.allocation["job_id"]
+        assert l2[0].seq < l2[1].seq
         events.close()
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bursar.broker.acquisition import AcquireCall
-from bursar.broker.actuator import Placed, actuator_for
+from bursar.broker.actuator import actuator_for
 from bursar.broker.backends.base import PoolBackend, placed_by
 from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
 from bursar.broker.clock import wait_for as wait_for_clock
@@ -47,6 +47,7 @@ from bursar.broker.codec import decision_from_dict
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activated,
+    Allocated,
     Decision,
     Expired,
     Granted,
@@ -109,6 +110,7 @@ _EVENT_KIND = {
     Revoked: pb.LEASE_EVENT_KIND_REVOKED,
     Expired: pb.LEASE_EVENT_KIND_EXPIRED,
     Released: pb.LEASE_EVENT_KIND_RELEASED,
+    Allocated: pb.LEASE_EVENT_KIND_ALLOCATED,
 }
 _END_KIND = {
     LeaseState.RELEASED: pb.LEASE_EVENT_KIND_RELEASED,
@@ -150,8 +152,7 @@ class _Placing:
     """A lease whose placement an asynchronous actuator is making, and what waits for it."""
 
     done: asyncio.Future[None]
-    held: list[tuple[Decision, int, int]] = field(default_factory=list)
-    """Watch events held back until the placement is done: (decision, seq, index)."""
+    """Resolved by the lease's Allocated decision (or its end)."""
 
 
 @dataclass(eq=False)
@@ -235,7 +236,6 @@ class ServiceCore:
         self._lock: int | None = None
         self._placing: dict[str, _Placing] = {}
         runtime.listen(self._on_decisions)
-        runtime.listen_placed(self._on_placed)
 
     # ------------------------------------------------------------------ opening
 
@@ -445,43 +445,22 @@ class ServiceCore:
                 if w is not None and not w.future.done():
                     w.future.set_result(d)
             lease_id = placed_by(d)
-            if asynchronous and lease_id is not None:
-                # Its allocation is being made: the Watch event waits until it is ready.
-                placing = self._placing.get(lease_id)
-                if placing is None:
-                    placing = self._placing[lease_id] = _Placing(
-                        asyncio.get_running_loop().create_future()
-                    )
-                placing.held.append((d, outcome.seq, index))
-                continue
-            if isinstance(d, Revoked | Expired | Released) and d.lease_id in self._placing:
-                self._placed(d.lease_id)  # ended first (the allocation failed): in order
+            if asynchronous and lease_id is not None and lease_id not in self._placing:
+                # Its allocation is being made: its Acquire answers once it is ready.
+                self._placing[lease_id] = _Placing(asyncio.get_running_loop().create_future())
+            if isinstance(d, Allocated | Revoked | Expired | Released):
+                self._placed(d.lease_id)  # allocated, or ended first (the allocation failed)
             if self._subs and type(d) in _EVENT_KIND:
                 self._publish(d, outcome.seq, index)
         self._wake.set()
         self._notify_supply()
 
-    def _on_placed(self, report: Placed) -> None:
-        """The runtime's placement listener: a lease's allocation is ready."""
-        self._placed(report.lease_id)
-        self._notify_supply()
-
     def _placed(self, lease_id: str) -> None:
-        """A lease's placement is over (done, failed, or the service stops): send the Watch
-        events it held back and let its Acquire answer."""
+        """A lease's placement is over (allocated, or the lease ended first): let its
+        Acquire answer."""
         placing = self._placing.pop(lease_id, None)
-        if placing is None:
-            return
-        for d, seq, index in placing.held:
-            if self._subs:
-                self._publish(d, seq, index)
-        if not placing.done.done():
+        if placing is not None and not placing.done.done():
             placing.done.set_result(None)
-
-    def _held(self, lease_id: str, seq: int, index: int) -> bool:
-        """Whether the Watch event of that decision waits for the lease's placement."""
-        placing = self._placing.get(lease_id)
-        return placing is not None and any((s, i) == (seq, index) for _, s, i in placing.held)
 
     async def _until_placed(self, lease_id: str) -> None:
         """Wait until the lease's placement is over (at once if none is under way)."""
@@ -741,8 +720,6 @@ class ServiceCore:
                 key=lambda x: int(x[1:]),
             )
         for lid in targets:
-            if lid in self._placing:
-                continue  # its allocation is being made: the stream hears of it once ready
             ls = self.engine.leases.get(lid)
             if ls is not None:
                 lease = self._live_lease_proto(ls)
@@ -784,8 +761,6 @@ class ServiceCore:
                     continue
                 if not sub.wants(d["campaign"], d["lease_id"]):
                     continue
-                if self._held(d["lease_id"], seq, index):
-                    continue  # sent live once the lease's allocation is ready
                 ev = self._event_for(decision_from_dict(d), seq, index)
                 sub.snapshot.append(ev)
                 if sub.remaining is not None and ev.kind in _END_KINDS:
@@ -820,6 +795,9 @@ class ServiceCore:
             lease.nodes[:] = list(d.nodes)
         elif isinstance(d, Renewed):
             lease.expires_at = d.expires_at
+        elif isinstance(d, Allocated):
+            lease.allocation.clear()
+            lease.allocation.update(d.allocation)
         elif isinstance(d, PreemptWarned):
             lease.state = convert.state_to_proto(LeaseState.PREEMPTING)
             lease.preempt_deadline = d.deadline

@@ -153,6 +153,10 @@ class LeaseHandle:
             return  # a stale snapshot (e.g. a Watch event older than a renewal's answer)
         if old is not None and old.ended and not lease.ended:
             return
+        if old is not None and old.allocation and not lease.allocation and not lease.ended:
+            # An event decided before the allocation was made (a GRANTED read after the
+            # Acquire's answer): the allocation stays what the broker last said.
+            lease = dataclasses.replace(lease, allocation=old.allocation)
         if old is not None and lease.ended and not lease.size:
             # The broker describes an ended lease by its end only: keep what it was.
             lease = dataclasses.replace(

@@ -58,6 +58,7 @@ class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_KIND_POWER_ON: _ClassVar[DecisionKind]
     DECISION_KIND_CAMPAIGN: _ClassVar[DecisionKind]
     DECISION_KIND_POWER_OFF: _ClassVar[DecisionKind]
+    DECISION_KIND_ALLOCATED: _ClassVar[DecisionKind]
 
 class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -69,6 +70,7 @@ class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEASE_EVENT_KIND_REVOKED: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_EXPIRED: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_RELEASED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_ALLOCATED: _ClassVar[LeaseEventKind]
 LEASE_STATE_UNSPECIFIED: LeaseState
 LEASE_STATE_STARTING: LeaseState
 LEASE_STATE_ACTIVE: LeaseState
@@ -106,6 +108,7 @@ DECISION_KIND_METER: DecisionKind
 DECISION_KIND_POWER_ON: DecisionKind
 DECISION_KIND_CAMPAIGN: DecisionKind
 DECISION_KIND_POWER_OFF: DecisionKind
+DECISION_KIND_ALLOCATED: DecisionKind
 LEASE_EVENT_KIND_UNSPECIFIED: LeaseEventKind
 LEASE_EVENT_KIND_GRANTED: LeaseEventKind
 LEASE_EVENT_KIND_ACTIVATED: LeaseEventKind
@@ -114,6 +117,7 @@ LEASE_EVENT_KIND_RENEWED: LeaseEventKind
 LEASE_EVENT_KIND_REVOKED: LeaseEventKind
 LEASE_EVENT_KIND_EXPIRED: LeaseEventKind
 LEASE_EVENT_KIND_RELEASED: LeaseEventKind
+LEASE_EVENT_KIND_ALLOCATED: LeaseEventKind
 
 class Lease(_message.Message):
     __slots__ = ("lease_id", "campaign", "state", "size", "path", "lease_class", "preemptible", "granted_at", "starts_at", "expires_at", "preempt_deadline", "nodes", "labels", "ended_at", "end_cause", "allocation")
