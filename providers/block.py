@@ -64,6 +64,7 @@ from bursar.providers.client import (
     LeaseEvent,
     LeaseEventKind,
     LeaseHandle,
+    LoopThread,
     Refused,
     Unavailable,
 )
@@ -299,70 +300,6 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
         target=main, name=f"bursar {getattr(fn, '__name__', 'call')}", daemon=True
     ).start()
     return await fut
-
-
-class LoopThread:
-    """An event loop on a daemon thread, where the blocks of a synchronous plugin API
-    (Parsl's provider, Ray's node provider) live; :meth:`call` runs a coroutine there
-    from any other thread and waits for it."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("LoopThread.call from its own loop would deadlock")
-        if self.loop.is_closed():
-            coro.close()
-            raise RuntimeError("the loop is closed")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result(timeout)
-        except BaseException:
-            fut.cancel()
-            raise
-
-    def wait_set(self, events: list[asyncio.Event], timeout: float | None) -> None:
-        """Wait, from another thread, until every one of the loop's ``events`` is set, or
-        ``timeout``."""
-
-        async def all_set() -> None:
-            waits = [asyncio.ensure_future(e.wait()) for e in events]
-            _, pending = await asyncio.wait(waits, timeout=timeout)
-            for w in pending:
-                w.cancel()
-
-        if events:
-            self.call(all_set())
-
-    def soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Call ``fn(*args)`` on the loop (from any thread); nothing if it is closed."""
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(fn, *args)
-
-    def close(self) -> None:
-        if self.loop.is_closed():
-            return
-
-        async def finish() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        with contextlib.suppress(Exception):
-            self.call(finish(), 10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self.loop.close()
 
 
 # ---------------------------------------------------------------------------------------

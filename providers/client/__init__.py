@@ -44,6 +44,7 @@ from bursar.providers.client._errors import Refused as Refused
 from bursar.providers.client._errors import Unauthenticated as Unauthenticated
 from bursar.providers.client._errors import Unavailable as Unavailable
 from bursar.providers.client._lease import LeaseHandle as LeaseHandle
+from bursar.providers.client._loop import LoopThread as LoopThread
 from bursar.providers.client._sync import AdminClient as AdminClient
 from bursar.providers.client._sync import BrokerClient as BrokerClient
 from bursar.providers.client._sync import SyncLeaseHandle as SyncLeaseHandle
@@ -92,6 +93,7 @@ __all__ = [
     "LeaseHandle",
     "LeasePath",
     "LeaseState",
+    "LoopThread",
     "MeterResult",
     "NotFound",
     "OutOfRange",

@@ -13,7 +13,6 @@ raises RuntimeError instead.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import random
 import threading
@@ -34,6 +33,7 @@ from bursar.providers.client._aio import AsyncAdminClient, AsyncBrokerClient
 from bursar.providers.client._backoff import Backoff
 from bursar.providers.client._channel import DEFAULT_TARGET, Tls
 from bursar.providers.client._lease import LeaseHandle
+from bursar.providers.client._loop import LoopThread
 from bursar.providers.client._types import (
     BrokerStatus,
     Campaign,
@@ -51,65 +51,16 @@ __all__ = ["AdminClient", "BrokerClient", "SyncLeaseHandle"]
 T = TypeVar("T")
 
 
-class _LoopThread:
-    """An event loop running forever on a daemon thread."""
-
-    def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError(
-                "a sync Bursar client was called from its own event-loop thread (from a "
-                "callback?); that would deadlock: do the work in another thread"
-            )
-        if self.loop.is_closed():
-            coro.close()
-            raise RuntimeError("the client is closed")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return fut.result(timeout)
-        except BaseException:
-            fut.cancel()  # KeyboardInterrupt, a timeout: do not leave the call running
-            raise
-
-    def stop(self) -> None:
-        if self.loop.is_closed():
-            return
-
-        async def finish() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self.loop.shutdown_asyncgens()
-            await self.loop.shutdown_default_executor()
-
-        if threading.current_thread() is not self._thread:
-            with contextlib.suppress(RuntimeError):
-                asyncio.run_coroutine_threadsafe(finish(), self.loop).result(10)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(10)
-            self.loop.close()
-
-
 async def _anext(agen: AsyncIterator[T]) -> T:
     return await agen.__anext__()
 
 
 class _SyncClient:
     def __init__(self, name: str) -> None:
-        self._loop = _LoopThread(name)
+        self._loop = LoopThread(name, owner="a sync Bursar client")
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return self._loop.run(coro, timeout)
+        return self._loop.call(coro, timeout)
 
     def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         try:
@@ -184,7 +135,7 @@ class BrokerClient(_SyncClient):
         if not self._loop.loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 self._run(self._aio.close())
-            self._loop.stop()
+            self._loop.close()
 
     def acquire(
         self,
@@ -415,7 +366,7 @@ class AdminClient(_SyncClient):
         if not self._loop.loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 self._run(self._aio.close())
-            self._loop.stop()
+            self._loop.close()
 
     def create_campaign(self, spec: CampaignSpec) -> CreatedCampaign:
         return self._run(self._aio.create_campaign(spec))
