@@ -132,6 +132,14 @@ async def wait_event_until(clock: Clock, event: asyncio.Event, t: float) -> bool
     """
     if event.is_set():
         return True
+    if type(clock) is SystemClock:
+        # The wall clock: asyncio's own timeout, without the two tasks the general case
+        # needs (this wait runs once per request in the service's timer task). Waking a
+        # little early is harmless: callers check the time again.
+        timeout = max(0.0, t - clock.now()) if math.isfinite(t) else None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+        return event.is_set()
     waiter = asyncio.ensure_future(event.wait())
     tasks: set[asyncio.Future[object]] = {waiter}
     if math.isfinite(t):

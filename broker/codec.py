@@ -39,38 +39,63 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return names
 
 
+_PASS = frozenset({str, int, bool, type(None)})
+"""Types written as they are (exact types: an enum built on int or str is not one of them)."""
+
+
+def _finite(v: Any) -> bool:
+    return type(v) is float and v - v == 0.0
+
+
 def plain(x: Any) -> Any:
     """Enums to values, dataclasses and mappings to dicts, non-finite floats to strings."""
-    # Ordered by how often each kind occurs in a journal row: this runs on every append.
-    if isinstance(x, _SCALARS):
+    # This runs on every journal append: exact-type checks first, and the scalars of a
+    # dict or list are taken as they are without a call per value.
+    t = type(x)
+    if t in _PASS:
         return x
-    if isinstance(x, float):
+    if t is float:
         if x - x == 0.0:  # finite
             return x
         return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
-    if isinstance(x, dict):
-        return {str(k): plain(v) for k, v in x.items()}
-    if isinstance(x, enum.Enum):
-        return x.value
-    if isinstance(x, tuple | list):
-        return [plain(v) for v in x]
-    if isinstance(x, CampaignSpec):
+    if t is dict:
         return {
-            "name": x.name,
-            "lease_class": x.lease_class.value,
-            "preemptible": x.preemptible,
-            "envelopes": {d: plain(e) for d, e in sorted(x.envelopes.items())},
+            (k if type(k) is str else str(k)): (
+                v if type(v) in _PASS or _finite(v) else plain(v)
+            )
+            for k, v in x.items()
         }
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        cls = type(x)
-        out = {name: plain(getattr(x, name)) for name in _field_names(cls)}
-        for name, default in _OMITTED[cls]:
+    names = _FIELDS.get(t)
+    if names is not None or (dataclasses.is_dataclass(x) and not isinstance(x, type)):
+        if t is CampaignSpec:
+            return _campaign(x)
+        if names is None:
+            names = _field_names(t)
+        out = {name: plain(getattr(x, name)) for name in names}
+        for name, default in _OMITTED[t]:
             if out[name] == default:
                 del out[name]
         return out
-    if isinstance(x, Mapping):
+    if isinstance(x, _SCALARS):
+        return x
+    if isinstance(x, float):
+        return plain(float(x))
+    if isinstance(x, enum.Enum):
+        return x.value
+    if isinstance(x, tuple | list):
+        return [v if type(v) in _PASS or _finite(v) else plain(v) for v in x]
+    if isinstance(x, dict | Mapping):
         return {str(k): plain(v) for k, v in x.items()}
     return x
+
+
+def _campaign(x: CampaignSpec) -> dict[str, Any]:
+    return {
+        "name": x.name,
+        "lease_class": x.lease_class.value,
+        "preemptible": x.preemptible,
+        "envelopes": {d: plain(e) for d, e in sorted(x.envelopes.items())},
+    }
 
 
 def to_dict(obj: Event | Decision) -> dict[str, Any]:

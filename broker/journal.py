@@ -11,9 +11,10 @@ row. The file holds everything a replay needs: the pool and policy specs live in
             decisions TEXT NOT NULL)                     -- JSON list of canonical decisions
     decision_index(seq, idx, kind, campaign, ref, at)    -- one row per decision, derived
 
-``decision_index`` is kept by a trigger in the same statement as the entry, so queries
-(ListDecisions by campaign, lease, kind or time) read indexed columns instead of scanning
-the entries' text; it is derived data, outside the canonical form and the hashes.
+``decision_index`` is brought up to date in bulk (before a query reads it, and every second
+by the service), so queries (ListDecisions by campaign, lease, kind or time) read indexed
+columns instead of scanning the entries' text; it is derived data, outside the canonical
+form and the hashes.
 
 Durability. The database runs in WAL mode and :meth:`Journal.append` commits before it
 returns, so a decision acknowledged after ``append`` survives the process being killed
@@ -93,10 +94,11 @@ _SCHEMA = (
     "CREATE TABLE entries (seq INTEGER PRIMARY KEY, event TEXT NOT NULL, decisions TEXT NOT NULL)",
 )
 
-# The decision index: one row per decision, with the columns queries filter on, kept by a
-# trigger inside the INSERT's own transaction (so the append stays one autocommit statement
-# and the index can never disagree with the entries). It is derived data: the canonical
-# form and the hashes read only ``entries``, and an index lost or missing is rebuilt.
+# The decision index: one row per decision, with the columns queries filter on. It is
+# derived data (the canonical form and the hashes read only ``entries``) and is brought up
+# to date in bulk, by one INSERT ... SELECT over the entries not indexed yet, before a query
+# reads it and from the service's background task: keeping it in the append itself (a
+# trigger) cost 25 us on top of the append's 14 us (measured), on every request.
 _INDEX_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS decision_index (seq INTEGER NOT NULL, idx INTEGER NOT NULL, "
     "kind TEXT NOT NULL, campaign TEXT, ref TEXT, at REAL, PRIMARY KEY (seq, idx)) WITHOUT ROWID",
@@ -110,16 +112,11 @@ _INDEX_ROWS = (
     "coalesce(json_extract(d.value, '$.lease_id'), json_extract(d.value, '$.request_id')), "
     "json_extract(d.value, '$.at') FROM json_each({decisions}) AS d"
 )
-_INDEX_TRIGGER = (
-    "CREATE TRIGGER IF NOT EXISTS decision_index_fill AFTER INSERT ON entries BEGIN "
-    "INSERT INTO decision_index (seq, idx, kind, campaign, ref, at) "
-    + _INDEX_ROWS.format(seq="NEW.seq", decisions="NEW.decisions")
-    + "; END"
-)
 _INDEX_BACKFILL = (
     "INSERT OR IGNORE INTO decision_index (seq, idx, kind, campaign, ref, at) "
     + _INDEX_ROWS.format(seq="e.seq", decisions="e.decisions").replace(
-        "FROM json_each(e.decisions) AS d", "FROM entries AS e, json_each(e.decisions) AS d"
+        "FROM json_each(e.decisions) AS d",
+        "FROM entries AS e, json_each(e.decisions) AS d WHERE e.seq > ?",
     )
 )
 
@@ -266,7 +263,7 @@ def _create(
 ) -> dict[str, str]:
     if pool is None:
         raise JournalError(f"{path} is empty; to create a journal there, pass the pool spec")
-    for statement in (*_SCHEMA, *_INDEX_SCHEMA, _INDEX_TRIGGER):
+    for statement in (*_SCHEMA, *_INDEX_SCHEMA):
         conn.execute(statement)
     meta = {
         "format": FORMAT,
@@ -303,6 +300,8 @@ class Journal:
         self._meta_line = meta_line
         row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
         self._last_seq: int = row[0]
+        self._indexed = 0
+        """The last entry whose decisions are in the decision index (the writer's view)."""
 
     # ----- opening
 
@@ -543,22 +542,43 @@ class Journal:
     # ----- the decision index
 
     def ensure_index(self) -> None:
-        """Create the decision index if this journal predates it, filling it from the entries.
+        """Create the decision index if this journal predates it, and bring it up to date.
 
         Called by the writer when it opens the journal (readers never write)."""
+        with self._lock, self._write_errors(self._last_seq):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                # A trigger kept the index in earlier builds: the bulk update replaces it.
+                self._conn.execute("DROP TRIGGER IF EXISTS decision_index_fill")
+                for statement in _INDEX_SCHEMA:
+                    self._conn.execute(statement)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._indexed = self._conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM decision_index"
+            ).fetchone()[0]
+        self.update_index()
+
+    def update_index(self) -> int:
+        """Index the decisions of the entries appended since the last update, in one
+        statement; returns how many entries it indexed. Only the writer calls it."""
         with self._lock:
-            tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master")}
-            if "decision_index_fill" in tables:
-                return
-            with self._write_errors(self._last_seq):
+            last = self._last_seq
+            if self._indexed >= last:
+                return 0
+            start = self._indexed
+            with self._write_errors(last):
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
-                    for statement in (*_INDEX_SCHEMA, _INDEX_TRIGGER, _INDEX_BACKFILL):
-                        self._conn.execute(statement)
+                    self._conn.execute(_INDEX_BACKFILL, (start,))
                     self._conn.execute("COMMIT")
                 except BaseException:
                     self._conn.execute("ROLLBACK")
                     raise
+            self._indexed = last
+            return last - start
 
     def find_decisions(
         self,
@@ -576,6 +596,7 @@ class Journal:
         never splits an entry (unless one entry alone has more); the second value is the seq
         to start the next page from, 0 when there is no more.
         """
+        self.update_index()
         where = ["seq >= ?"]
         args: list[Any] = [max(1, start_seq)]
         if campaign:

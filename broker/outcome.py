@@ -15,7 +15,6 @@ index, ``len``). Two things make it more than a list:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
@@ -38,7 +37,8 @@ class Outcome(Sequence[Decision]):
 
     def committed(self, seq: int) -> Outcome:
         """This outcome as recorded by journal entry ``seq``."""
-        return dataclasses.replace(self, seq=seq)
+        # Not dataclasses.replace: this runs on every request, and replace costs 3 us.
+        return Outcome(self.decisions, self.own, seq)
 
     def index(self, decision: Decision, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
         """The position of ``decision`` (by identity) among the decisions."""

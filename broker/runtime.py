@@ -176,7 +176,7 @@ class Runtime:
             )
         outcome = self.engine.apply(event)
         try:
-            seq = self.journal.append(event, outcome)
+            seq = self.journal.append(event, outcome.decisions)
         except BaseException as exc:
             self._roll_back(exc)
             raise

@@ -363,8 +363,14 @@ class ServiceCore:
             raise self._fatal
 
     async def run_metrics(self, interval_s: float = 1.0) -> None:
+        """Refresh the metrics, and the journal's decision index (in bulk, off the requests'
+        path, so that a ListDecisions after a busy spell has little left to index)."""
         while not self._stop.is_set():
             self.metrics.refresh(self.runtime, self.now(), self.limits.open_streams)
+            try:
+                self.runtime.journal.update_index()
+            except JournalError as exc:  # the next query tries again (and says why)
+                log.warning("could not update the journal's decision index: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval_s)
 
@@ -439,13 +445,13 @@ class ServiceCore:
         """The runtime's listener: called after each applied event's journal commit."""
         self.metrics.on_decisions(outcome)
         asynchronous = self.runtime.actuator.asynchronous
-        for index, d in enumerate(outcome):
+        for index, d in enumerate(outcome.decisions):
             if isinstance(d, Granted):
                 w = self._waiters.get(d.lease_id)
                 if w is not None and not w.future.done():
                     w.future.set_result(d)
-            lease_id = placed_by(d)
-            if asynchronous and lease_id is not None and lease_id not in self._placing:
+            lease_id = placed_by(d) if asynchronous else None
+            if lease_id is not None and lease_id not in self._placing:
                 # Its allocation is being made: its Acquire answers once it is ready.
                 self._placing[lease_id] = _Placing(asyncio.get_running_loop().create_future())
             if isinstance(d, Allocated | Revoked | Expired | Released):
@@ -491,7 +497,9 @@ class ServiceCore:
     def _live_lease_proto(self, ls: Lease) -> pb.Lease:
         out = convert.lease_to_proto(self.engine, ls)
         # A real backend (Slurm) says how to run inside the lease's resources.
-        out.allocation.update(self.runtime.backend.allocation(ls.id))
+        allocation = self.runtime.backend.allocation(ls.id)
+        if allocation:  # the simulated pool has none: skip the proto map's update
+            out.allocation.update(allocation)
         return out
 
     def _lease_campaign(self, lease_id: str) -> str | None:
@@ -607,7 +615,7 @@ class ServiceCore:
             self._submit(Release(at=self.now(), lease_id=lease_id))
 
     def _observe_grant(self, grant: Granted, t0: float) -> None:
-        self.metrics.grant_latency.labels(grant.path.value).observe(time.monotonic() - t0)
+        self.metrics.observe_grant(grant.path.value, time.monotonic() - t0)
 
     def renew(self, lease_id: str, duration_s: float) -> Renewed:
         own = self._submit(Renew(at=self.now(), lease_id=lease_id, duration_s=duration_s)).own

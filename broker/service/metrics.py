@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -95,6 +97,8 @@ class Metrics:
         self.decisions = Counter(
             "bursar_decisions", "Decisions made by this process", ["kind"], registry=r
         )
+        self._by_kind: dict[str, Any] = {}
+        self._by_path: dict[str, Any] = {}
         self.rpc_errors = Counter(
             "bursar_rpc_errors",
             "Calls that ended in an error status",
@@ -107,9 +111,20 @@ class Metrics:
 
     # ----- updates (event loop)
 
-    def on_decisions(self, decisions: list[Decision] | tuple[Decision, ...]) -> None:
+    def on_decisions(self, decisions: Iterable[Decision]) -> None:
         for d in decisions:
-            self.decisions.labels(d.kind).inc()
+            child = self._by_kind.get(d.kind)
+            if child is None:
+                # prometheus_client's labels() costs microseconds per call; a request makes
+                # two or three decisions, so the children are looked up once and kept.
+                child = self._by_kind[d.kind] = self.decisions.labels(d.kind)
+            child.inc()
+
+    def observe_grant(self, path: str, seconds: float) -> None:
+        child = self._by_path.get(path)
+        if child is None:
+            child = self._by_path[path] = self.grant_latency.labels(path)
+        child.observe(seconds)
 
     def refresh(self, broker: Runtime, now: float, open_streams: int) -> None:
         eng = broker.engine
