@@ -116,7 +116,7 @@ _INDEX_BACKFILL = (
     "INSERT OR IGNORE INTO decision_index (seq, idx, kind, campaign, ref, at) "
     + _INDEX_ROWS.format(seq="e.seq", decisions="e.decisions").replace(
         "FROM json_each(e.decisions) AS d",
-        "FROM entries AS e, json_each(e.decisions) AS d WHERE e.seq > ?",
+        "FROM entries AS e, json_each(e.decisions) AS d WHERE e.seq > ? AND e.seq <= ?",
     )
 )
 
@@ -561,18 +561,21 @@ class Journal:
             ).fetchone()[0]
         self.update_index()
 
-    def update_index(self) -> int:
-        """Index the decisions of the entries appended since the last update, in one
-        statement; returns how many entries it indexed. Only the writer calls it."""
+    def update_index(self, limit: int | None = None) -> int:
+        """Index the decisions of the entries appended since the last update (at most
+        ``limit`` entries), in one statement; returns how many entries it indexed. Only the
+        writer calls it."""
         with self._lock:
             last = self._last_seq
             if self._indexed >= last:
                 return 0
             start = self._indexed
+            if limit is not None:
+                last = min(last, start + limit)
             with self._write_errors(last):
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
-                    self._conn.execute(_INDEX_BACKFILL, (start,))
+                    self._conn.execute(_INDEX_BACKFILL, (start, last))
                     self._conn.execute("COMMIT")
                 except BaseException:
                     self._conn.execute("ROLLBACK")

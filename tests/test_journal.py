@@ -139,6 +139,43 @@ def test_append_and_read_round_trip(tmp_path: Path) -> None:
     assert [_canon(ds) for _, _, ds in read] == [_canon(ds) for _, ds in recorded]
 
 
+def test_the_decision_index_answers_as_a_scan_of_the_entries_would(tmp_path: Path) -> None:
+    engine = Engine(DEMO_POOL)
+    recorded = list(drive(engine, 400, seed=3))
+    with Journal.open(tmp_path / "j.sqlite", DEMO_POOL) as j:
+        j.ensure_index()
+        for e, ds in recorded[:150]:
+            j.append(e, ds)
+        assert j.update_index(100) == 100 and j.update_index(100) == 50
+        assert j.update_index() == 0
+        for e, ds in recorded[150:]:
+            j.append(e, ds)  # not indexed yet: a query brings the index up to date
+        every = [
+            (seq, i, d) for seq, _, ds in j.raw_entries() for i, d in enumerate(json.loads(ds))
+        ]
+        campaigns = sorted({d["campaign"] for _, _, d in every if "campaign" in d})
+        refs = sorted({d.get("lease_id") or d.get("request_id") for _, _, d in every} - {None})
+        for campaign in ["", *campaigns[:3]]:
+            for kinds in ((), ("grant",), ("revoke", "expire")):
+                for ref in ("", *refs[:2]):
+                    want = [
+                        (seq, i, d)
+                        for seq, i, d in every
+                        if (not campaign or d.get("campaign") == campaign)
+                        and (not kinds or d["kind"] in kinds)
+                        and (not ref or ref in (d.get("lease_id"), d.get("request_id")))
+                    ]
+                    got, start = [], 1
+                    while True:  # page through, 7 at a time
+                        page, start = j.find_decisions(
+                            start_seq=start, campaign=campaign, kinds=kinds, ref=ref, limit=7
+                        )
+                        got += page
+                        if not start:
+                            break
+                    assert got == want, (campaign, kinds, ref)
+
+
 def test_entries_start_and_tail(tmp_path: Path) -> None:
     engine = Engine(DEMO_POOL)
     recorded = list(drive(engine, 50))

@@ -99,6 +99,9 @@ MAX_WAIT_S = 3600.0
 STREAM_BACKLOG = 10_000
 """Events a Watch stream may fall behind before it is closed (StreamOverflow)."""
 
+INDEX_SLICE = 200
+"""Journal entries the background task adds to the decision index at a time (about 0.7 ms)."""
+
 REPLAY_LIMIT = 10_000
 """Journal entries a Watch with ``from_seq`` may replay before following live."""
 
@@ -368,7 +371,10 @@ class ServiceCore:
         while not self._stop.is_set():
             self.metrics.refresh(self.runtime, self.now(), self.limits.open_streams)
             try:
-                self.runtime.journal.update_index()
+                # In slices, yielding between them: one second of a busy broker's entries
+                # at once would hold up its requests for milliseconds.
+                while self.runtime.journal.update_index(INDEX_SLICE) == INDEX_SLICE:
+                    await asyncio.sleep(0)
             except JournalError as exc:  # the next query tries again (and says why)
                 log.warning("could not update the journal's decision index: %s", exc)
             with contextlib.suppress(TimeoutError):
