@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -232,6 +233,10 @@ class ServiceCore:
         self._waiters: dict[str, _Waiter] = {}
         self._subs: set[Subscription] = set()
         self._wake = asyncio.Event()
+        self._sleeping_until = -math.inf
+        """When the timer task wakes unless woken earlier; -inf while it is not asleep."""
+        self._sleeping_for: float | None = None
+        """The timer it sleeps for (None: it sleeps for the one-minute cap)."""
         self._stop = asyncio.Event()
         self._supply_changed = asyncio.Event()
         self._closing = False
@@ -353,6 +358,7 @@ class ServiceCore:
             if self._fatal is not None:
                 raise self._fatal
             self._wake.clear()
+            self._sleeping_until = -math.inf  # awake: decisions need not wake it
             due = self._next_due()
             wall = self._clock.now()
             if due is not None and due <= wall:
@@ -361,7 +367,12 @@ class ServiceCore:
             # Until the next timer on the clock or a decision's wake-up; a minute at most, as
             # a backend's next event may move without one.
             until = wall + 60.0 if due is None else min(wall + 60.0, due)
-            await wait_event_until(self._clock, self._wake, until)
+            self._sleeping_until = until
+            self._sleeping_for = due if until == due else None
+            try:
+                await wait_event_until(self._clock, self._wake, until)
+            finally:
+                self._sleeping_until = -math.inf
         if self._fatal is not None:
             raise self._fatal
 
@@ -464,7 +475,16 @@ class ServiceCore:
                 self._placed(d.lease_id)  # allocated, or ended first (the allocation failed)
             if self._subs and type(d) in _EVENT_KIND:
                 self._publish(d, outcome.seq, index)
-        self._wake.set()
+        # Wake the timer task only if what is due next moved: earlier than it sleeps until,
+        # or away from the timer it sleeps for (that one died: a renewal, a release). Most
+        # requests move neither, and a wake-up costs more (a task and a timer on the loop)
+        # than looking.
+        if self._sleeping_until > -math.inf:
+            due = self._next_due()
+            if (due is not None and due < self._sleeping_until) or (
+                self._sleeping_for is not None and due != self._sleeping_for
+            ):
+                self._wake.set()
         self._notify_supply()
 
     def _placed(self, lease_id: str) -> None:
