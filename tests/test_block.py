@@ -123,9 +123,10 @@ def test_a_refused_block_asks_again_when_its_clock_says_so(tmp_path: Path) -> No
             await until(lambda: b.retry_at is not None)
             assert b.state is State.REQUESTED and b.refusals == ["ABOVE_BURST"]
             assert b.retry_at is not None and 1.0 <= b.retry_at - clock.now() <= 5.0
+            # It waits on the clock for the retry time, and only there: nothing asks again
+            # before the clock says so.
             await until(lambda: clock.next_deadline() == b.retry_at)
-            await asyncio.sleep(0.3)
-            assert b.attempts == 1  # nothing asks again before the clock says so
+            assert b.attempts == 1
             await client.release(other.id)
             clock.set(b.retry_at)
             await until(lambda: b.state is State.RUNNING, 10)
@@ -185,7 +186,8 @@ def test_an_unrenewable_lease_drains_its_margin_before_it_expires(tmp_path: Path
             due = expires - 5.0
             await until(lambda: clock.next_deadline() == due)
             clock.set(due - 0.5)
-            await asyncio.sleep(0.2)
+            # Not due yet: it still sleeps for exactly that time.
+            await until(lambda: due in clock.deadlines())
             assert b.state is State.RUNNING
             clock.set(due)
             await asyncio.wait_for(b.done.wait(), 10)
@@ -269,15 +271,18 @@ def test_a_process_tree_is_stopped_whole_and_nothing_else(tmp_path: Path) -> Non
 
 def test_a_cancel_while_the_broker_does_not_answer_ends_the_block_at_once() -> None:
     async def scenario() -> None:
-        async with AsyncBrokerClient("127.0.0.1:1", "t", backoff=FAST, retry_timeout_s=60) as c:
-            b = Block("b", c, spec({"cpu": 1}), Recorder())
+        # The client's retry pauses are on a manual clock that never moves: a cancel that
+        # waited for the Acquire to give up would wait for ever.
+        clock = ManualClock(1_750_000_000.0)
+        async with AsyncBrokerClient(
+            "127.0.0.1:1", "t", backoff=FAST, retry_timeout_s=60, clock=clock
+        ) as c:
+            b = Block("b", c, spec({"cpu": 1}), Recorder(), clock=clock)
             b.start()
-            await until(lambda: b.state is State.ACQUIRING)
-            await asyncio.sleep(0.3)  # the Acquire is being retried against nobody
-            t0 = time.monotonic()
+            # The Acquire failed against nobody and its retry pause is on the clock.
+            await until(lambda: b.state is State.ACQUIRING and clock.sleepers() > 0, 10)
             b.cancel()
             await asyncio.wait_for(b.done.wait(), 5)
-            assert time.monotonic() - t0 < 1.0
             assert b.state is State.ENDED and b.cause is Cause.CANCELLED
             assert b.final_state == "none"
 
