@@ -60,9 +60,7 @@ def plain(x: Any) -> Any:
         return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
     if t is dict:
         return {
-            (k if type(k) is str else str(k)): (
-                v if type(v) in _PASS or _finite(v) else plain(v)
-            )
+            (k if type(k) is str else str(k)): (v if type(v) in _PASS or _finite(v) else plain(v))
             for k, v in x.items()
         }
     names = _FIELDS.get(t)
