@@ -352,6 +352,31 @@ def test_audit_reports_a_tampered_row(state_dir: Path) -> None:
     assert "expires_at" in result.output
 
 
+def test_a_journal_from_before_decisions_carried_pieces_audits_clean(tmp_path: Path) -> None:
+    """Grants and activations gained their per-node pieces later: a journal written before
+    is audited on the fields it holds, and a wrong value in any of them is still found."""
+    path = tmp_path / "j.sqlite"
+    record(path, 300)
+    conn = sqlite3.connect(path)
+    stripped = 0
+    with conn:
+        for seq, decisions_json in list(conn.execute("SELECT seq, decisions FROM entries")):
+            decisions = json.loads(decisions_json)
+            for d in decisions:
+                if d["kind"] in ("grant", "activate") and d.pop("pieces", None) is not None:
+                    stripped += 1
+            conn.execute(
+                "UPDATE entries SET decisions = ? WHERE seq = ?", (codec.dumps(decisions), seq)
+            )
+    conn.close()
+    assert stripped > 10
+    with Journal.open(path) as j:
+        assert audit(j).ok
+    seq = _tamper_first_grant(path)
+    with Journal.open(path) as j:
+        assert [m.seq for m in audit(j).mismatches] == [seq]
+
+
 def test_audit_reports_a_row_that_is_not_json(state_dir: Path) -> None:
     path = state_dir / JOURNAL_FILENAME
     record(path, 50)
