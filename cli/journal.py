@@ -26,6 +26,15 @@ _STATE_DIR_HELP = (
     f"is DIR/{JOURNAL_FILENAME}."
 )
 
+_state_dir = click.option(
+    "--state-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help=_STATE_DIR_HELP,
+)
+"""The option both journal commands take: the broker's state directory."""
+
 
 def _fail(message: str, status: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
@@ -63,13 +72,7 @@ def journal() -> None:
 
 
 @journal.command("audit")
-@click.option(
-    "--state-dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    metavar="DIR",
-    help=_STATE_DIR_HELP,
-)
+@_state_dir
 @click.option(
     "--show",
     default=5,
@@ -111,13 +114,7 @@ def audit_cmd(state_dir: Path, show: int) -> None:
 
 
 @journal.command("tail")
-@click.option(
-    "--state-dir",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    metavar="DIR",
-    help=_STATE_DIR_HELP,
-)
+@_state_dir
 @click.option(
     "-n",
     "count",
