@@ -165,6 +165,8 @@ def event_line(ev: LeaseEvent) -> str:
         parts.append(f"for {ev.for_request}")
     if ev.cause:
         parts.append(f"({ev.cause})")
+    if x.allocation.get("job_id"):
+        parts.append(f"{x.allocation.get('backend', 'job')} job {x.allocation['job_id']}")
     if x.expires_at and not x.ended:
         parts.append(f"expires {clock(x.expires_at)}")
     if ev.snapshot:
