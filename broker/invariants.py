@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bursar.broker import dims
-from bursar.broker.pool import Power
+from bursar.broker.pool import NodeState
 
 if TYPE_CHECKING:
     from bursar.broker.engine import Engine
@@ -39,7 +39,7 @@ def check(eng: Engine) -> None:
     for n, used in zip(eng.pool.nodes, per_node, strict=True):
         assert dims.fits(used, n.used) and dims.fits(n.used, used), (n.name, used, n.used)
         assert dims.fits(n.used, n.cap), (n.name, n.used, n.cap)
-        if n.power in (Power.COLD, Power.DOWN):
+        if n.power in (NodeState.COLD, NodeState.DOWN):
             assert dims.is_zero(n.used), (n.name, n.power, n.used)
     total = dims.ZERO
     for name, c in eng.campaigns.items():
@@ -56,6 +56,6 @@ def check(eng: Engine) -> None:
     assert dims.fits(dims.sub(total, claimed), eng.pool.capacity), (total, claimed)
     free, on_cap = eng.pool.recount()
     cached = eng.pool.totals()
-    fresh = (free[Power.ON], free[Power.BOOTING], free[Power.COLD], on_cap)
+    fresh = (free[NodeState.ON], free[NodeState.BOOTING], free[NodeState.COLD], on_cap)
     for x, y in zip(cached, fresh, strict=True):
         assert all(abs(a - b) < 1e-6 for a, b in zip(x, y, strict=True)), (cached, fresh)

@@ -17,7 +17,7 @@ from bursar.broker.decisions import Activated, Decision, PreemptWarned
 from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.ledger import Ledger, id_order
 from bursar.broker.policy import PolicySpec
-from bursar.broker.pool import PoolState, Power
+from bursar.broker.pool import NodeState, PoolState
 from bursar.broker.power import PowerControl
 from bursar.broker.timers import TimerKind, Timers
 
@@ -51,7 +51,7 @@ class Placement:
         pool = self._pool
         out: list[Decision] = []
         if not dims.is_zero(plan.warm):
-            ls.pieces = pool.place(plan.warm, (Power.ON,))
+            ls.pieces = pool.place(plan.warm, (NodeState.ON,))
             self._power.in_use(ls.pieces)
         starts = now
         if not dims.is_zero(plan.reclaim):
@@ -62,7 +62,7 @@ class Placement:
             boot = self._power.boot_for(need, now)
             if boot is not None:
                 out.append(boot)
-            for i, piece in pool.place(need, (Power.BOOTING,)).items():
+            for i, piece in pool.place(need, (NodeState.BOOTING,)).items():
                 ls.pieces[i] = dims.add(ls.pieces.get(i, dims.ZERO), piece)
                 ls.waiting_nodes.add(i)
                 self.node_waiters.setdefault(i, set()).add(ls.id)

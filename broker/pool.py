@@ -31,10 +31,6 @@ class NodeState(enum.Enum):
     """Lost (failure or drain); comes back only when the backend reports it ready."""
 
 
-Power = NodeState
-"""The engine's name for :class:`NodeState` (the same enum)."""
-
-
 @dataclass(slots=True)
 class Node:
     name: str

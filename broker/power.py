@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from bursar.broker import dims
 from bursar.broker.decisions import PoweredOff, PoweredOn
 from bursar.broker.policy import PolicySpec
-from bursar.broker.pool import PoolState, Power
+from bursar.broker.pool import NodeState, PoolState
 from bursar.broker.timers import TimerKind
 
 
@@ -70,7 +70,7 @@ class PowerControl:
     def watch_idle(self, i: int, now: float) -> None:
         """Start an idle spell for node ``i`` if it is powered and unused."""
         n = self._pool.nodes[i]
-        if self._idle_s is not None and n.power is Power.ON and n.used == dims.ZERO:
+        if self._idle_s is not None and n.power is NodeState.ON and n.used == dims.ZERO:
             self.idle_since[i] = now
             self._push_timer(now + self._idle_s, TimerKind.IDLE, n.name)
 
@@ -86,7 +86,7 @@ class PowerControl:
         pool = self._pool
         i = pool.index[name]
         n = pool.nodes[i]
-        if n.power is not Power.ON or n.used != dims.ZERO:
+        if n.power is not NodeState.ON or n.used != dims.ZERO:
             return None
         on_free, _, _, _ = pool.totals()
         need = dims.add(reserve, self.headroom)
@@ -94,14 +94,14 @@ class PowerControl:
         if not dims.fits(need, dims.sub(on_free, n.cap)):
             self.watch_idle(i, now)
             return None
-        pool.set_power(i, Power.COLD)
+        pool.set_power(i, NodeState.COLD)
         del self.idle_since[i]
         return PoweredOff(now, (name,))
 
     def node_ready(self, i: int, now: float) -> None:
-        self._pool.set_power(i, Power.ON)
+        self._pool.set_power(i, NodeState.ON)
         self.watch_idle(i, now)
 
     def node_lost(self, i: int) -> None:
         self.idle_since.pop(i, None)
-        self._pool.set_power(i, Power.DOWN)
+        self._pool.set_power(i, NodeState.DOWN)

@@ -32,7 +32,7 @@ from bursar.broker.events import (
 from bursar.broker.keys import request_fingerprint
 from bursar.broker.lease import EndedLease
 from bursar.broker.policy import Enforcement
-from bursar.broker.pool import Power
+from bursar.broker.pool import NodeState
 
 if TYPE_CHECKING:
     from bursar.broker.engine import Engine
@@ -257,13 +257,13 @@ def _node(eng: Engine, e: NodeReady | NodeLost) -> None:
     if i is None:
         raise bad("node", f"unknown node {e.node!r}", ErrorCode.NOT_FOUND)
     power = eng.pool.nodes[i].power
-    if isinstance(e, NodeReady) and power not in (Power.BOOTING, Power.DOWN):
+    if isinstance(e, NodeReady) and power not in (NodeState.BOOTING, NodeState.DOWN):
         raise bad(
             "node",
             f"node {e.node} is {power.value}, not booting",
             ErrorCode.FAILED_PRECONDITION,
         )
-    if isinstance(e, NodeLost) and power is Power.DOWN:
+    if isinstance(e, NodeLost) and power is NodeState.DOWN:
         raise bad("node", f"node {e.node} is already down", ErrorCode.FAILED_PRECONDITION)
 
 
