@@ -334,6 +334,27 @@ class ProcessTree:
             with contextlib.suppress(psutil.Error):
                 self.create_time = psutil.Process(self.pid).create_time()
 
+    @classmethod
+    def start(
+        cls,
+        argv: list[str],
+        env: dict[str, str],
+        stdout_path: str | os.PathLike[str],
+        stderr_path: str | os.PathLike[str],
+    ) -> ProcessTree:
+        """Start a block's workers: ``argv`` in a session of its own (so that the tree can
+        be found and stopped whole), stdin closed, stdout and stderr to the given files."""
+        with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return cls(proc)
+
     @property
     def returncode(self) -> int | None:
         return self.popen.poll() if self.popen is not None else None
@@ -611,6 +632,17 @@ class Block:
         """The broker took the lease away (preempted, revoked, expired): not a failure
         of the block."""
         return self.cause in (Cause.PREEMPTED, Cause.REVOKED, Cause.EXPIRED)
+
+    @property
+    def refusal(self) -> str:
+        """The last refusal in words, for an engine's status line: reason, the broker's
+        message, the attempt and when the block asks again."""
+        exc = self.last_error
+        assert isinstance(exc, Refused)
+        return (
+            f"{exc.reason}: {exc.message} "
+            f"(attempt {self.attempts}; again in {self.retry.after(exc):.1f} s)"
+        )
 
     @property
     def final_state(self) -> str:

@@ -29,7 +29,6 @@ import contextlib
 import enum
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,7 +56,6 @@ from bursar.providers.client import (
     Backoff,
     Lease,
     LeaseClass,
-    Refused,
     Tls,
 )
 from bursar.providers.dask.config import CONFIG_NAME, ConfigError, bad, setting, walltime_s
@@ -498,18 +496,15 @@ class BursarJob(Job):
         script = base.with_suffix(".sh")
         script.write_text(self.job_script())
         self.stdout_path, self.stderr_path = base.with_suffix(".out"), base.with_suffix(".err")
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            proc = subprocess.Popen(
-                self._worker_argv(lease, script),
-                env=self._worker_env(lease),
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        workers = ProcessTree.start(
+            self._worker_argv(lease, script),
+            self._worker_env(lease),
+            self.stdout_path,
+            self.stderr_path,
+        )
         self.t_workers = time.monotonic()
         self._set(JobState.RUNNING, f"lease {lease.id} on {','.join(lease.nodes) or '?'}")
-        return ProcessTree(proc)
+        return workers
 
     def logs(self) -> dict[str, str]:
         """The workers' stdout and stderr so far."""
@@ -532,13 +527,7 @@ class _JobHooks(Hooks):
     def changed(self, block: Block, old: State, inp: Input) -> None:
         job = self.job
         if inp is Input.REFUSED:
-            exc = block.last_error
-            assert isinstance(exc, Refused)
-            job._set(
-                JobState.REQUESTING,
-                f"refused by the broker: {exc.reason}: {exc.message} "
-                f"(attempt {block.attempts}; again in {block.retry.after(exc):.1f} s)",
-            )
+            job._set(JobState.REQUESTING, f"refused by the broker: {block.refusal}")
         elif inp is Input.UNREACHABLE:
             job._set(
                 JobState.REQUESTING,

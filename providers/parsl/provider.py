@@ -114,7 +114,6 @@ from bursar.providers.client import (
     BursarClientError,
     Lease,
     LeaseClass,
-    Refused,
     Supply,
     Tls,
 )
@@ -294,13 +293,7 @@ class _Block(Hooks):
     def changed(self, block: Block, old: State, inp: Input) -> None:
         n, lid = block.attempts, block.lease_id
         if inp is Input.REFUSED:
-            exc = block.last_error
-            assert isinstance(exc, Refused)
-            self._set(
-                JobState.PENDING,
-                f"lease refused by the broker: {exc.reason}: {exc.message} "
-                f"(attempt {n}; again in {block.retry.after(exc):.1f} s)",
-            )
+            self._set(JobState.PENDING, f"lease refused by the broker: {block.refusal}")
         elif inp is Input.UNREACHABLE:
             self._set(
                 JobState.PENDING,
@@ -362,19 +355,16 @@ class _Block(Hooks):
         with open(base + ".sh", "w") as f:
             f.write(f"{p.worker_init}\n{launch}\n")
         self.stdout_path, self.stderr_path = base + ".out", base + ".err"
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            proc = subprocess.Popen(
-                # On Slurm: srun --jobid=... --overlap, inside the lease's allocation.
-                launch_argv(lease, ["/bin/bash", base + ".sh"]),
-                env=self._environment(lease),
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        workers = ProcessTree.start(
+            # On Slurm: srun --jobid=... --overlap, inside the lease's allocation.
+            launch_argv(lease, ["/bin/bash", base + ".sh"]),
+            self._environment(lease),
+            self.stdout_path,
+            self.stderr_path,
+        )
         self.started_at = time.monotonic()
         self._set(JobState.RUNNING, f"lease {lease.id} on {','.join(lease.nodes) or '?'}")
-        return ProcessTree(proc)
+        return workers
 
     async def drain(self, block: Block, deadline: float | None) -> None:
         # Stop sending the block tasks and let those in flight finish, for most of the
