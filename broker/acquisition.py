@@ -14,14 +14,13 @@ The gRPC service and the simulator both serve Acquire; they differ only in how t
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from bursar.broker.decisions import Granted, Queued, Rejected
 from bursar.broker.engine import Engine, request_fingerprint
 from bursar.broker.errors import RequestError
-from bursar.broker.events import CancelRequest, Event, Release, RequestLease
+from bursar.broker.events import CancelRequest, Event, RequestLease
 from bursar.broker.outcome import Outcome
 from bursar.broker.reasons import Reason
 
@@ -36,8 +35,6 @@ class Waiting:
     queued_at: float
     reason: Reason
     estimated_wait_s: float
-    rejoined: bool = False
-    """True when this call is a keyed retry joining a request that was already waiting."""
 
 
 class AcquireCall:
@@ -65,9 +62,7 @@ class AcquireCall:
             if isinstance(rec.answer, Granted | Rejected):
                 return rec.answer
             p = engine.pending[rec.request_id]
-            self.waiting = Waiting(
-                rec.request_id, p.queued_at, p.reason or Reason.POOL_FULL, 0.0, rejoined=True
-            )
+            self.waiting = Waiting(rec.request_id, p.queued_at, p.reason or Reason.POOL_FULL, 0.0)
             return self.waiting
         # A key reused for a different request is refused by the engine's validation.
         own = self._submit(req).own
@@ -93,12 +88,6 @@ class AcquireCall:
     def live(self, grant: Granted | None) -> Granted | None:
         """``grant`` if its lease is still live (a grant that raced with the withdrawal)."""
         return grant if grant is not None and grant.lease_id in self._engine().leases else None
-
-    def give_back(self, at: float, grant: Granted) -> None:
-        """Release a grant nobody waits for any more (its caller left as it came)."""
-        if grant.lease_id in self._engine().leases:
-            with contextlib.suppress(RequestError):  # ended meanwhile
-                self._submit(Release(at=at, lease_id=grant.lease_id))
 
     def refusal(self, at: float, min_retry_s: float) -> tuple[Reason, float, float]:
         """(why it still waited, retry after, seconds waited) for a withdrawn request."""

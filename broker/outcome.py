@@ -40,14 +40,6 @@ class Outcome(Sequence[Decision]):
         # Not dataclasses.replace: this runs on every request, and replace costs 3 us.
         return Outcome(self.decisions, self.own, seq)
 
-    def index(self, decision: Decision, start: int = 0, stop: int | None = None) -> int:  # type: ignore[override]
-        """The position of ``decision`` (by identity) among the decisions."""
-        end = len(self.decisions) if stop is None else stop
-        for i in range(start, end):
-            if self.decisions[i] is decision:
-                return i
-        raise ValueError("decision not in this outcome")
-
     @overload
     def __getitem__(self, i: int) -> Decision: ...
     @overload
@@ -67,9 +59,3 @@ class Outcome(Sequence[Decision]):
         if isinstance(other, list | tuple):
             return list(self.decisions) == list(other)
         return NotImplemented
-
-    def __add__(self, other: Sequence[Decision]) -> list[Decision]:
-        return [*self.decisions, *other]
-
-    def __radd__(self, other: Sequence[Decision]) -> list[Decision]:
-        return [*other, *self.decisions]

@@ -24,7 +24,6 @@ from bursar.protos.bursar.v1 import broker_pb2 as pb
 __all__ = [
     "MAX_ID_LEN",
     "MAX_LABELS",
-    "bucket_levels",
     "campaign_to_proto",
     "check_id",
     "check_labels",
@@ -198,12 +197,6 @@ def spec_to_proto(spec: CampaignSpec) -> pb.CampaignSpec:
     return out
 
 
-def bucket_levels(engine: Engine, campaign: str, at: float) -> dict[str, float]:
-    """Bucket level per dimension at time ``at`` (>= the engine's clock), +Inf if unlimited
-    (the engine computes them: one rule for a bucket's level)."""
-    return engine.bucket_levels(campaign, at)
-
-
 def campaign_to_proto(
     engine: Engine, name: str, at: float, token_issued_at: float
 ) -> admin_pb2.Campaign:
@@ -212,7 +205,7 @@ def campaign_to_proto(
     return admin_pb2.Campaign(
         spec=spec_to_proto(c.spec),
         held=dims.as_dict(c.held),
-        bucket=bucket_levels(engine, name, at),
+        bucket=engine.bucket_levels(name, at),
         credits=c.credits,
         leases=len(c.leases),
         queued=queued,
@@ -255,7 +248,7 @@ def supply_to_proto(
             continue
         cs = out.campaigns[name]
         cs.held.update(c.held)
-        cs.bucket.update(bucket_levels(engine, name, at))
+        cs.bucket.update(engine.bucket_levels(name, at))
         cs.time_to_empty_s.update({d: v for d, v in c.time_to_empty_s.items() if v is not None})
         cs.headroom_to_burst.update(c.headroom_to_burst)
         cs.unmet_guarantee.update(c.unmet_guarantee)

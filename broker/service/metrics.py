@@ -32,7 +32,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from bursar.broker.decisions import Decision
 from bursar.broker.runtime import Runtime
-from bursar.broker.service.convert import bucket_levels
 from bursar.broker.supply import supply
 
 __all__ = ["Metrics"]
@@ -141,7 +140,7 @@ class Metrics:
             queued[p.campaign] = queued.get(p.campaign, 0) + 1
         for name in eng.campaigns:
             self.pending.labels(name).set(queued.get(name, 0))
-            for d, level in bucket_levels(eng, name, now).items():
+            for d, level in eng.bucket_levels(name, now).items():
                 self.bucket.labels(name, d).set(level)
         s = supply(eng)
         self.price.set(s.price)
