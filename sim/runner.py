@@ -107,7 +107,7 @@ class SimBroker:
     def next_time(self) -> float | None:
         ts = [
             t
-            for t in (self.broker.engine.next_timer(), self.broker.backend.next_event_time())
+            for t in (self.broker.engine.next_timer(), self.broker.actuator.next_report_time())
             if t is not None
         ]
         return min(ts) if ts else None
