@@ -59,3 +59,10 @@ class Outcome(Sequence[Decision]):
         if isinstance(other, list | tuple):
             return list(self.decisions) == list(other)
         return NotImplemented
+
+    def __add__(self, other: Sequence[Decision]) -> list[Decision]:
+        # Concatenates like the list of decisions it replaced (``a + b``, ``a += b``).
+        return [*self.decisions, *other]
+
+    def __radd__(self, other: Sequence[Decision]) -> list[Decision]:
+        return [*other, *self.decisions]
