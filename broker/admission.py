@@ -1,10 +1,19 @@
 """The admission rule: who is considered first, and what a campaign may take.
 
-Order. Pending requests are considered by (class rank, highest first; fair-share
-deficit, largest first; arrival sequence). A campaign's deficit is
-``1 - max_d(held_d / R_d)`` over the placed dimensions with a sustained rate R_d > 0:
-a campaign holding nothing has deficit 1, one at its sustained rate 0, one above it
-negative. Within one campaign and class, requests are served first come, first served.
+Order. Pending requests are considered by (class rank, highest first; fair-share usage,
+lowest first; arrival sequence). The fair-share factor is Slurm's multifactor one,
+``F = 2^(-U/S)``: ``U`` is the campaign's share of the pool's decayed usage and ``S`` its
+share of the sustained rates. Usage decays with a half-life ``h``
+(``PolicySpec.fairshare_half_life_s``, 7 days by default): a lease of size ``s`` held over
+[t1, t2] adds ``integral of w(s) 2^(-(now - t)/h) dt`` with ``w(s) = max_d s_d / R_d``
+over the dimensions with a sustained rate ``R_d > 0`` (the lease in multiples of the
+campaign's own rate, in its dominant dimension). Since the pool-wide sums are common to
+every campaign, ordering by F is ordering by ``u = U_c / R_c``, the campaign's decayed
+usage in seconds at its sustained rate, lowest first; a campaign with no sustained rate
+has share 0 and comes last. Usage is counted for a lease's whole term when it is granted
+or renewed and given back for the part not used when it ends early (as tokens are), so
+the order changes only at those events. With the half-life set to None the order is
+(class, arrival).
 
 Per-campaign checks, in this order (the first that fails is the reason):
 
@@ -17,12 +26,13 @@ Pool checks (isolation, then path) live in ``isolation.py`` and ``paths.py``.
 
 Head of line. A request that fails for pool reasons does not block the requests behind
 it: they may be granted past it (skip-ahead). Once it has waited ``hol_patience_s``
-(300 s by default) it becomes *aged*, and from then on no request after it in the order
-may take pool capacity (they queue with ``HEAD_OF_LINE``) until it is granted, except
-requests that fit entirely inside their own campaign's unmet guarantee, which draw on
-their own reserve. Leases have bounded durations, so the aged head is served within its
-patience plus the longest running lease; a small request waits behind a large one at
-most that long, never forever.
+(300 s by default) it becomes *aged*, and the first aged requests hold reservations
+(``reservations.py``): a request behind them (lower class, or the same class and
+younger) is granted only if it leaves every reservation whole, else it queues with
+``HEAD_OF_LINE``; requests that fit entirely inside their own campaign's unmet guarantee
+draw on their own reserve and are exempt. Leases have bounded durations and a renewal that
+would push a reservation later is refused, so an aged request is served by its
+reservation.
 """
 
 from __future__ import annotations
@@ -37,13 +47,18 @@ from bursar.broker.reasons import Reason
 POOL_REASONS = frozenset({Reason.POOL_FULL, Reason.GUARANTEE_RESERVED, Reason.HEAD_OF_LINE})
 
 
-def deficit(held: dims.Vec, sustained: dims.Vec) -> float:
-    ratios = [h / r for h, r in zip(held, sustained, strict=True) if r > 0]
-    return 1.0 - (max(ratios) if ratios else 0.0)
+def usage_weight(size: dims.Vec, sustained: dims.Vec) -> float:
+    """A lease's weight in its campaign's fair-share usage: its size in multiples of the
+    campaign's sustained rate, in the dominant dimension (0 where no rate is set)."""
+    return max((s / r for s, r in zip(size, sustained, strict=True) if r > 0), default=0.0)
 
 
-def order_key(rank: int, deficit_: float, seq: int) -> tuple[int, float, int]:
-    return (-rank, -deficit_, seq)
+def has_share(sustained: dims.Vec) -> bool:
+    return any(r > 0 for r in sustained)
+
+
+def order_key(rank: int, usage: float, seq: int) -> tuple[int, float, int]:
+    return (-rank, usage, seq)
 
 
 def over_burst(held: dims.Vec, size: dims.Vec, burst: dims.Vec) -> bool:

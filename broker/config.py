@@ -174,12 +174,30 @@ class _Policy(_Table):
     warm_headroom: _PlacedTable = Field(default_factory=_PlacedTable)  # type: ignore[valid-type]
     enforcement: Enforcement = Field(default=_POLICY_DEFAULTS["enforcement"], strict=False)
     hol_patience_s: float = Field(default=_POLICY_DEFAULTS["hol_patience_s"], ge=0)
+    reservations: int = Field(default=_POLICY_DEFAULTS["reservations"], ge=1, le=64)
+    fairshare_half_life_s: float | None = Field(
+        default=_POLICY_DEFAULTS["fairshare_half_life_s"], gt=0
+    )
     max_lease_s: float = Field(default=_POLICY_DEFAULTS["max_lease_s"], gt=0)
     min_retry_s: float = Field(default=_POLICY_DEFAULTS["min_retry_s"], ge=0)
     price_base: float = Field(default=_POLICY_DEFAULTS["price_base"], ge=0)
     price_k: float = Field(default=_POLICY_DEFAULTS["price_k"], ge=0)
     meter_window_s: float = Field(default=_POLICY_DEFAULTS["meter_window_s"], gt=0)
     power_down_idle_s: float | None = Field(default=_POLICY_DEFAULTS["power_down_idle_s"], ge=0)
+
+    @field_validator("fairshare_half_life_s", mode="before")
+    @classmethod
+    def _fairshare_off(cls, v: Any) -> Any:
+        # TOML has no null: "off" orders requests within a class by arrival only.
+        if v == "off":
+            return None
+        if isinstance(v, str):
+            raise PydanticCustomError(
+                "fairshare_value",
+                'expected a half-life in seconds > 0 or the string "off" (got {got})',
+                {"got": repr(v)},
+            )
+        return v
 
 
 class _Envelope(_Table):
@@ -401,6 +419,8 @@ def _build(
         warm_headroom=p.warm_headroom.model_dump(exclude_unset=True),
         enforcement=p.enforcement,
         hol_patience_s=p.hol_patience_s,
+        reservations=p.reservations,
+        fairshare_half_life_s=p.fairshare_half_life_s,
         max_lease_s=p.max_lease_s,
         min_retry_s=p.min_retry_s,
         price_base=p.price_base,

@@ -26,7 +26,7 @@ import heapq
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from bursar.broker import admission, dims, invariants, isolation, paths, validation
+from bursar.broker import admission, dims, invariants, isolation, paths, reservations, validation
 from bursar.broker import price as pricing
 from bursar.broker.codec import dumps, plain
 from bursar.broker.decisions import (
@@ -108,6 +108,9 @@ class Engine:
         )
         self.headroom = self.power.headroom
         self._out: list[Decision] = []
+        self._profile: reservations.Profile | None = None
+        self._profile_fresh = False
+        """The reservations as of this admission pass (built lazily, see ``_reservations``)."""
 
     # ------------------------------------------------------------------ public API
 
@@ -116,6 +119,7 @@ class Engine:
         answering its own request. Bad input raises, changing nothing."""
         validation.validate(self, event)
         self._out = []
+        self._profile_fresh = False
         self._advance(event.at)
         handler = _HANDLERS[type(event)]
         own = handler(self, event)
@@ -157,6 +161,11 @@ class Engine:
 
     def price(self) -> float:
         return self.ledger.price()
+
+    def reservation(self, request_id: str) -> float | None:
+        """When a waiting request's reservation starts, if it holds one (as of the last
+        admission pass)."""
+        return self.queue.reserved.get(request_id)
 
     def pressure(self) -> float:
         return self.ledger.pressure()
@@ -201,6 +210,7 @@ class Engine:
                     "buckets": {d: [b.level, b.at] for d, b in sorted(c.buckets.items())},
                     "rate_buckets": {d: [b.level, b.at] for d, b in sorted(c.rate_buckets.items())},
                     "leases": sorted(c.leases),
+                    "usage": c.usage,
                 }
                 for name, c in sorted(self.campaigns.items())
             },
@@ -229,6 +239,7 @@ class Engine:
                 for p in sorted(self.queue.pending.values(), key=lambda p: p.seq)
             ],
             "aged": sorted(self.queue.aged),
+            "usage_ref": self.ledger.usage_ref,
         }
 
     def state_digest(self) -> str:
@@ -252,6 +263,8 @@ class Engine:
                 self._end(self.leases[ref], LeaseState.REVOKED, "reclaimed")
             elif kind is TimerKind.AGE:
                 self.queue.age(ref)
+                # The next pass gives it its reservation, if it is among the first aged.
+                self.queue.dirty.add(self.queue.pending[ref].campaign)
             elif kind is TimerKind.WAKE:
                 self.queue.wake(ref)
             elif kind is TimerKind.IDLE:
@@ -304,7 +317,7 @@ class Engine:
         if head is not None:
             # First come, first served within a campaign and class: wait behind the head.
             return self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
-        result = self._try(p, self.queue.barrier_before(p))
+        result = self._try(p, self._reservations() if self.queue.barrier_before(p) else None)
         if isinstance(result, tuple):
             return self._refuse(p, *result)
         return result
@@ -354,6 +367,24 @@ class Engine:
                     inputs,
                 )
             )
+        if ext > 0 and not ls.preemptible and not dims.fits(c.held, c.guarantee):
+            # The extension is an admission decision too: it may not push a reservation
+            # later (the lease's capacity was counted as returning at its old expiry).
+            # Leases of a campaign within its guarantee hold their own share and are exempt.
+            self._profile_fresh = False
+            profile = self._reservations()
+            if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):
+                first = min(r.at for r in profile.reservations.values())
+                return self._emit(
+                    Rejected(
+                        self.now,
+                        ls.id,
+                        ls.campaign,
+                        Reason.HEAD_OF_LINE,
+                        max(self.policy.min_retry_s, first - self.now),
+                        {**inputs, "reserved_from": first},
+                    )
+                )
         short = admission.bucket_short(
             c.buckets, c.held, rate, ext, self.now, self.policy.enforcement
         )
@@ -369,6 +400,9 @@ class Engine:
         if ext > 0:
             ls.segments.append(Segment(ls.expires_at, new_end, rate, credit_rate))
         self.ledger.firm_renewed(ls, new_end)
+        self._charge_usage(c, ls.size, ls.expires_at, new_end, +1)
+        self.queue.rekey(c.spec.name)
+        self._profile_fresh = False
         ls.expires_at = new_end
         self.timers.push(new_end, TimerKind.EXPIRE, ls.id)
         return self._emit(
@@ -445,7 +479,7 @@ class Engine:
         on_free, boot_free, cold, _ = self.pool.totals()
         return {
             "class_rank": c.spec.lease_class.rank,
-            "deficit": c.deficit,
+            "usage_s": self.ledger.decayed_usage(c, self.now),
             "held": dims.as_dict(c.held),
             # None stands for an unlimited bucket: inputs stay plain JSON data.
             "tokens": {
@@ -460,8 +494,12 @@ class Engine:
             },
         }
 
-    def _try(self, p: Pending, barrier: bool) -> Granted | tuple[Reason, dict[str, Any]]:
-        """Grant ``p`` now if every rule allows; otherwise (reason, details for the record)."""
+    def _try(
+        self, p: Pending, behind: reservations.Profile | None
+    ) -> Granted | tuple[Reason, dict[str, Any]]:
+        """Grant ``p`` now if every rule allows; otherwise (reason, details for the record).
+        ``behind`` is the reservations ``p`` comes after, if any: it must leave them whole
+        unless it fits within its campaign's own unmet guarantee."""
         c = self.campaigns[p.campaign]
         size = p.size
         if admission.over_burst(c.held, size, c.burst):
@@ -472,8 +510,8 @@ class Engine:
         if short:
             return Reason.BUCKET_EMPTY, {"bucket_short": short}
         own = c.unmet
-        if barrier and not isolation.within_own_guarantee(size, own):
-            return Reason.HEAD_OF_LINE, {}
+        if behind is not None and isolation.within_own_guarantee(size, own):
+            behind = None
         preemptible = c.spec.preemptible
         on_free, _, _, _ = self.pool.totals()
         limit, cold_avail = self._capacity_for(c)
@@ -488,6 +526,11 @@ class Engine:
             reason = Reason.GUARANTEE_RESERVED if dims.fits(size, everything) else Reason.POOL_FULL
             return reason, {}
         delay = self._start_delay(plan)
+        if behind is not None:
+            start = self.now + delay
+            if not behind.admits(size, start, start + p.duration_s, p.id):
+                first = min(r.at for r in behind.reservations.values())
+                return Reason.HEAD_OF_LINE, {"reserved_from": first}
         if delay > 0 and enforcement is Enforcement.PREPAID:
             short = admission.bucket_short(
                 c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
@@ -495,6 +538,70 @@ class Engine:
             if short:
                 return Reason.BUCKET_EMPTY, {"bucket_short": short}
         return self._grant(p, c, plan, rate, own)
+
+    # ------------------------------------------------------------------ reservations
+
+    def _reservations(self) -> reservations.Profile | None:
+        """The reservations of the first aged requests (``PolicySpec.reservations`` of them)
+        and the capacity profile they were cut from; None when no request holds one. Built
+        at most once per event and admission pass, and again after a holder is granted."""
+        if self._profile_fresh:
+            return self._profile
+        self._profile_fresh = True
+        self._profile = None
+        holders = self.queue.aged_front(self.policy.reservations)
+        self.queue.reserved = {}
+        if not holders:
+            return None
+        now = self.now
+        ledger = self.ledger
+        on_free, boot_free, cold, _ = self.pool.totals()
+        base = dims.vmax0(dims.sub(on_free, ledger.reserve))
+        # Reserve not yet warm is booting: the cold path cannot hand it out (as _capacity_for).
+        short = dims.vmax0(dims.sub(ledger.reserve, on_free))
+        cold_avail = dims.vmax0(dims.sub(dims.add(boot_free, cold), short))
+        early: list[reservations.Step] = []
+        if not dims.is_zero(ledger.reclaimable):
+            early.append((now + self.policy.grace_s, ledger.reclaimable))
+        if not dims.is_zero(cold_avail):
+            early.append((now + self.pool_spec.boot_latency_s, cold_avail))
+        early.sort(key=lambda st: st[0])
+        guaranteed = {
+            name: (c.guarantee, c.held)
+            for name, c in self.campaigns.items()
+            if not c.spec.preemptible and not dims.is_zero(c.guarantee)
+        }
+        ends = ((t, camp, size) for t, _, size, camp in ledger.firm_ends)
+        steps = heapq.merge(early, reservations.firm_steps(ends, guaranteed), key=lambda st: st[0])
+        profile = reservations.Profile(now, base, steps)
+        for p in holders:
+            c = self.campaigns[p.campaign]
+            r = profile.reserve(p.id, p.size, p.duration_s, c.unmet, now)
+            self.queue.reserved[p.id] = r.at
+        self._profile = profile
+        return profile
+
+    def _reserved_granted(self, p: Pending, ls: Lease, own: dims.Vec) -> None:
+        """Keep this pass's reservations true after a grant: a holder's grant frees its
+        reservation (the next aged request may take its place); any other grant past them
+        holds its capacity over its span."""
+        if not self._profile_fresh or self._profile is None:
+            return
+        if p.id in self._profile.reservations:
+            self._profile_fresh = False
+        elif not isolation.within_own_guarantee(p.size, own):
+            self._profile.take(p.size, ls.starts_at, ls.expires_at)
+
+    def _charge_usage(
+        self, c: CampaignState, size: dims.Vec, start: float, end: float, sign: int
+    ) -> None:
+        ledger = self.ledger
+        if not ledger.fairshare:
+            return
+        if ledger.rebase_usage(self.now, self.campaigns.values()):
+            for name in self.campaigns:
+                self.queue.rekey(name)
+        ledger.charge_usage(c, size, start, end, sign)
 
     def _capacity_for(self, c: CampaignState) -> tuple[dims.Vec, dims.Vec]:
         """(warm limit, cold capacity) a request of ``c`` may use under the isolation rule."""
@@ -552,11 +659,13 @@ class Engine:
         credit_rate = self.ledger.credit_rate(price, p.size)
         tokens, credits = self.ledger.charge(c, rate, credit_rate, span, self.now)
         ls.segments.append(Segment(self.now, ls.expires_at, rate, credit_rate))
+        self._charge_usage(c, p.size, self.now, ls.expires_at, +1)
         self._set_held(c, dims.add(c.held, p.size))
         c.leases.add(ls.id)
         self.leases[ls.id] = ls
         self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
         self.ledger.firm_started(ls)
+        self._reserved_granted(p, ls, own)
         if ls.ready:
             self.placement.activate(ls)
         grant = Granted(
@@ -593,6 +702,8 @@ class Engine:
         else:
             decision = Revoked(self.now, ls.id, ls.campaign, cause, total_refund, refund_credits)
         self._emit(decision)
+        if ls.expires_at > self.now:
+            self._charge_usage(c, ls.size, self.now, ls.expires_at, -1)
         self._out.extend(self.placement.release(ls, self.now))
         if ls.preemptible and was is LeaseState.ACTIVE:
             self.ledger.not_reclaimable(ls)
@@ -673,6 +784,7 @@ class Engine:
             queue.dirty.clear()
             return
         scan_pool = queue.pool_dirty
+        self._profile_fresh = False
         heap = queue.dirty_heads()
         heapq.heapify(heap)
         queue.pool_dirty = False
@@ -690,7 +802,9 @@ class Engine:
         cursor: HeadEntry | None = None
         seen: set[str] = set()
         while True:
-            nxt = queue.next_pool_head(cursor, barrier, seen, bound) if scan_pool else None
+            # Every pool-blocked head is a candidate, behind the reservations or not: those
+            # behind may still start if they leave the reservations whole (backfill).
+            nxt = queue.next_pool_head(cursor, None, seen, bound) if scan_pool else None
             if heap and (nxt is None or heap[0][0] < nxt[:3]):
                 _, rid = heapq.heappop(heap)
                 if rid in seen or rid not in pending:
@@ -705,7 +819,7 @@ class Engine:
             if not queue.is_head(p):
                 continue
             behind = barrier is not None and barrier < (-p.lease_class.rank, p.seq)
-            result = self._try(p, behind)
+            result = self._try(p, self._reservations() if behind else None)
             if isinstance(result, Granted):
                 self._unqueue(p)
                 head = queue.head(p.campaign, p.lease_class)
@@ -726,8 +840,13 @@ class Engine:
                 self._schedule_wake(p)
             if barrier is None and reason in admission.POOL_REASONS and p.id in queue.aged:
                 barrier = queue.barrier()
+                self._profile_fresh = False
         # Heads that became heads during this pass were pushed and looked at already.
         queue.dirty.clear()
+        if barrier is not None:
+            self._reservations()  # what the queue reports (estimates, reasons) reads
+        elif queue.reserved:
+            queue.reserved = {}
 
     def _emit(self, d: D) -> D:
         self._out.append(d)

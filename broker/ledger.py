@@ -11,6 +11,7 @@ would wait.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -26,6 +27,9 @@ from bursar.broker.pool import PoolState
 from bursar.broker.reasons import Reason
 
 EPS = 1e-9
+LN2 = math.log(2.0)
+REBASE_HALF_LIVES = 64.0
+"""Rebase scaled usage once it is 2^64 times its decayed value (far from overflow)."""
 
 
 def id_order(lease_id: str) -> int:
@@ -46,8 +50,12 @@ class CampaignState:
     burst: dims.Vec = dims.ZERO
     unmet: dims.Vec = dims.ZERO
     """max(0, guarantee - held); zero for a preemptible campaign. Cached: read per decision."""
-    deficit: float = 1.0
-    """Fair-share deficit (admission.deficit). Cached: read per decision."""
+    usage: float = 0.0
+    """Decayed fair-share usage, scaled to the ledger's reference time (``Ledger.usage``)."""
+    fair: float = 0.0
+    """Its place in the fair-share order (``admission.order_key``): ``usage`` over the
+    campaign's rates, +inf for a campaign with no sustained rate, 0 with fair share off.
+    Cached: read per decision."""
 
     def set_spec(self, spec: CampaignSpec, now: float) -> None:
         self.spec = spec
@@ -70,7 +78,18 @@ class CampaignState:
         self.unmet = (
             dims.ZERO if self.spec.preemptible else isolation.unmet(self.guarantee, self.held)
         )
-        self.deficit = admission.deficit(self.held, self.sustained)
+
+    def refresh_fair(self, on: bool) -> None:
+        if not on:
+            self.fair = 0.0
+        elif admission.has_share(self.sustained):
+            self.fair = self.usage
+        else:
+            self.fair = float("inf")
+
+
+def _end_entry(ls: Lease, end: float) -> tuple[float, int, dims.Vec, str]:
+    return (end, id_order(ls.id), ls.size, ls.campaign)
 
 
 class Ledger:
@@ -87,6 +106,7 @@ class Ledger:
         "queued_demand",
         "reclaimable",
         "reserve",
+        "usage_ref",
     )
 
     def __init__(
@@ -106,10 +126,15 @@ class Ledger:
         self.queued_demand: dims.Vec = dims.ZERO
         """What non-preemptible requests wait for."""
         self.firm_ends: SortedList = SortedList()
-        """Firm (non-preemptible) leases by (end time, number, size): what frees capacity,
-        and when."""
+        """Firm (non-preemptible) leases by (end time, number, size, campaign): what frees
+        capacity, and when."""
         self.max_guarantee = 0.0
         """The largest guarantee in the primary dimension."""
+        self.usage_ref: float | None = None
+        """The reference time of the campaigns' scaled usage (set at the first charge): a
+        usage is stored multiplied by ``2^((now - usage_ref)/h)``, so that it need not be
+        decayed as time passes: every campaign's decays by the same factor, and order is
+        kept."""
 
     # ------------------------------------------------------------------ holding
 
@@ -131,6 +156,7 @@ class Ledger:
     def open(self, c: CampaignState) -> None:
         """A new campaign: its guarantee joins the reserve."""
         self.reserve = dims.add(self.reserve, c.unmet)
+        c.refresh_fair(self.fairshare)
         self.max_guarantee = max(self.max_guarantee, c.guarantee[self._primary])
 
     def respec(
@@ -140,6 +166,7 @@ class Ledger:
         every campaign, ``c`` included."""
         before = c.unmet
         c.set_spec(spec, now)
+        c.refresh_fair(self.fairshare)
         self.reserve = dims.vmax0(dims.add(dims.sub(self.reserve, before), c.unmet))
         campaigns = list(every)
         # Preemptibility may have changed: firm holdings are summed afresh.
@@ -148,6 +175,49 @@ class Ledger:
             if not other.spec.preemptible:
                 self.firm_held = dims.add(self.firm_held, other.held)
         self.max_guarantee = max(x.guarantee[self._primary] for x in campaigns)
+
+    # ------------------------------------------------------------------ fair share
+
+    @property
+    def fairshare(self) -> bool:
+        return self._policy.fairshare_half_life_s is not None
+
+    def charge_usage(
+        self, c: CampaignState, size: dims.Vec, start: float, end: float, sign: int = 1
+    ) -> None:
+        """Count (+1) or give back (-1) ``size`` held over [start, end] in ``c``'s usage."""
+        h = self._policy.fairshare_half_life_s
+        if h is None or end <= start:
+            return
+        w = admission.usage_weight(size, c.sustained)
+        if w <= 0:
+            return
+        if self.usage_ref is None:
+            self.usage_ref = start
+        ref = self.usage_ref
+        amount = w * h / LN2 * (2.0 ** ((end - ref) / h) - 2.0 ** ((start - ref) / h))
+        c.usage = max(0.0, c.usage + sign * amount)
+        c.refresh_fair(True)
+
+    def rebase_usage(self, now: float, every: Iterable[CampaignState]) -> bool:
+        """Move the reference time to ``now`` once the scale grows large (a uniform rescale:
+        the order is unchanged, the stored numbers stay small); True if it moved."""
+        h = self._policy.fairshare_half_life_s
+        if h is None or self.usage_ref is None or (now - self.usage_ref) / h < REBASE_HALF_LIVES:
+            return False
+        factor = 2.0 ** (-(now - self.usage_ref) / h)
+        for c in every:
+            c.usage *= factor
+            c.refresh_fair(True)
+        self.usage_ref = now
+        return True
+
+    def decayed_usage(self, c: CampaignState, now: float) -> float:
+        """``c``'s usage decayed to ``now``: seconds at its sustained rate."""
+        h = self._policy.fairshare_half_life_s
+        if h is None or self.usage_ref is None:
+            return 0.0
+        return c.usage * 2.0 ** (-(now - self.usage_ref) / h)
 
     def add_demand(self, c: CampaignState, size: dims.Vec, sign: int) -> None:
         """A request of ``c`` joins (+1) or leaves (-1) the queue."""
@@ -171,17 +241,17 @@ class Ledger:
 
     def firm_started(self, ls: Lease) -> None:
         if not ls.preemptible:
-            self.firm_ends.add((ls.expires_at, id_order(ls.id), ls.size))
+            self.firm_ends.add(_end_entry(ls, ls.expires_at))
 
     def firm_renewed(self, ls: Lease, new_end: float) -> None:
         """Call before ``ls.expires_at`` moves to ``new_end``."""
         if not ls.preemptible:
-            self.firm_ends.remove((ls.expires_at, id_order(ls.id), ls.size))
-            self.firm_ends.add((new_end, id_order(ls.id), ls.size))
+            self.firm_ends.remove(_end_entry(ls, ls.expires_at))
+            self.firm_ends.add(_end_entry(ls, new_end))
 
     def firm_ended(self, ls: Lease) -> None:
         if not ls.preemptible:
-            self.firm_ends.remove((ls.expires_at, id_order(ls.id), ls.size))
+            self.firm_ends.remove(_end_entry(ls, ls.expires_at))
 
     # ------------------------------------------------------------------ price and charges
 
@@ -290,7 +360,7 @@ class Ledger:
             have = dims.add(have, self.reclaimable)
         short = dims.vmax0(dims.sub(size, have))
         freed = dims.ZERO
-        for t, _, piece in self.firm_ends:
+        for t, _, piece, _ in self.firm_ends:
             freed = dims.add(freed, piece)
             if dims.fits(short, freed):
                 grace = policy.grace_s if not dims.is_zero(self.reclaimable) else 0.0

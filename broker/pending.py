@@ -75,6 +75,7 @@ class Queues:
         "pending",
         "pool_dirty",
         "pool_heads",
+        "reserved",
         "wake_at",
     )
 
@@ -105,12 +106,14 @@ class Queues:
         """Campaigns whose queue heads the next admission pass must try."""
         self.pool_dirty = False
         """Capacity was freed: the next pass scans the pool-blocked heads."""
+        self.reserved: dict[str, float] = {}
+        """The requests holding a reservation, and when it starts (as of the last pass)."""
 
     # ------------------------------------------------------------------ reading
 
     def key(self, p: Pending) -> tuple[int, float, int]:
-        """``p``'s place in admission order (class, fair-share deficit, arrival)."""
-        return admission.order_key(p.lease_class.rank, self._campaigns[p.campaign].deficit, p.seq)
+        """``p``'s place in admission order (class, fair-share usage, arrival)."""
+        return admission.order_key(p.lease_class.rank, self._campaigns[p.campaign].fair, p.seq)
 
     def head(self, campaign: str, lease_class: LeaseClass) -> Pending | None:
         q = self._queues.get((campaign, lease_class))
@@ -156,6 +159,7 @@ class Queues:
 
     def set_reason(self, p: Pending, reason: Reason, now: float) -> None:
         """Record why ``p`` waits, keeping the pool-blocked head index and aged heap current."""
+        was_pool = p.reason in admission.POOL_REASONS
         p.reason = reason
         pool = reason in admission.POOL_REASONS
         if pool and not p.aging:
@@ -165,7 +169,8 @@ class Queues:
         q = self._queues[(p.campaign, p.lease_class)]
         if q[0] == p.id and pool != (p.head_entry is not None):
             self._index_head(p, pool)
-        if pool and p.id in self.aged:
+        if pool and not was_pool and p.id in self.aged:
+            # Once per spell of pool-blocked waiting: the entry stays valid while it lasts.
             heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
 
     def rekey(self, campaign: str) -> None:
@@ -220,6 +225,36 @@ class Queues:
             # Gone, granted, or blocked for its own reasons now; re-pushed if that changes.
             heapq.heappop(heap)
         return None
+
+    def aged_front(self, n: int) -> list[Pending]:
+        """The first ``n`` aged requests still blocked for a pool reason, by (-class rank,
+        arrival), skipping preemptible campaigns' (they yield to everyone and hold no
+        reservation)."""
+        if self.barrier() is None:
+            return []
+        out: list[Pending] = []
+        k = n
+        while True:
+            entries = heapq.nsmallest(k, self._aged_heap)
+            out = []
+            seen: set[str] = set()
+            for _, _, rid in entries:
+                p = self.pending.get(rid)
+                if (
+                    p is None
+                    or rid in seen
+                    or rid not in self.aged
+                    or p.reason not in admission.POOL_REASONS
+                    or self._campaigns[p.campaign].spec.preemptible
+                ):
+                    continue
+                seen.add(rid)
+                out.append(p)
+                if len(out) == n:
+                    return out
+            if k >= len(self._aged_heap):
+                return out
+            k *= 4
 
     def barrier_head(self) -> str:
         """The id of the head-of-line request (call right after ``barrier`` found one)."""

@@ -51,7 +51,13 @@ class PolicySpec:
     """Idle powered capacity beyond the guarantee reserve that preemptible leases may not fill."""
     enforcement: Enforcement = Enforcement.PREPAID
     hol_patience_s: float = 300.0
-    """A pool-blocked request older than this gets first claim on freed capacity."""
+    """A pool-blocked request older than this is *aged*: it may hold a reservation."""
+    reservations: int = 1
+    """How many aged requests hold a reservation (``reservations.py``): 1 is EASY backfill,
+    more is conservative backfill for the first N aged requests."""
+    fairshare_half_life_s: float | None = 604800.0
+    """Half-life of the decayed usage that orders requests within a class (Slurm's
+    ``PriorityDecayHalfLife``, 7 days by default); None orders them by arrival only."""
     max_lease_s: float = 86400.0
     min_retry_s: float = 1.0
     price_base: float = 1.0

@@ -178,6 +178,8 @@ def test_every_policy_field_is_a_config_key(tmp_path: Path) -> None:
         "price_k": 0.5,
         "meter_window_s": 5.0,
         "power_down_idle_s": 120.0,
+        "reservations": 3,
+        "fairshare_half_life_s": 3600.0,
     }
     assert set(overrides) == {f.name for f in dataclasses.fields(PolicySpec)}
     data = tomllib.loads(BASE_TOML)
@@ -188,6 +190,23 @@ def test_every_policy_field_is_a_config_key(tmp_path: Path) -> None:
     for k, v in overrides.items():
         if k not in ("enforcement",):
             assert getattr(policy, k) == v, k
+
+
+def test_fairshare_off_and_bad_values_are_explained(tmp_path: Path) -> None:
+    data = tomllib.loads(BASE_TOML)
+    data["policy"] = {"fairshare_half_life_s": "off"}
+    assert (
+        load_config(_write(tmp_path, "a.yaml", yaml.safe_dump(data))).policy.fairshare_half_life_s
+        is None
+    )
+    data["policy"] = {"fairshare_half_life_s": "weekly"}
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, "b.yaml", yaml.safe_dump(data)))
+    assert "policy.fairshare_half_life_s" in str(err.value) and '"off"' in str(err.value)
+    data["policy"] = {"reservations": 0}
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, "c.yaml", yaml.safe_dump(data)))
+    assert "policy.reservations" in str(err.value)
 
 
 def test_policy_defaults_come_from_policyspec() -> None:

@@ -688,42 +688,82 @@ def test_small_request_passes_a_blocked_big_one_before_patience():
     assert eng.next_timer() == 300
 
 
-def test_after_patience_the_big_request_blocks_later_ones_except_own_guarantee():
-    eng = hol_setup()
-    eng.apply(req(10, "small", 8, 1000))  # L3 granted, free 16 (8 reserved)
-    assert eng.apply(Tick(at=300)) == []
-    q = one(eng.apply(req(310, "small", 8, 1000)), Queued)  # L4
-    assert (q.request_id, q.reason) == ("L4", Reason.HEAD_OF_LINE)
-    r = one(
-        eng.apply(req(311, "small", 8, 1000, lease_class=OPPORTUNISTIC, blocking=False)), Rejected
-    )
-    assert r.reason is Reason.HEAD_OF_LINE
-    # Within its own unmet guarantee: drawn from its own reserve, not blocked.
-    g = one(eng.apply(req(320, "guarded", 8, 1000)), Granted)  # L6
-    assert (g.lease_id, g.path, g.starts_at) == ("L6", LeasePath.WARM, 320)
-    # Beyond it: blocked like everyone else.
-    assert one(eng.apply(req(330, "guarded", 8, 1000)), Queued).reason is Reason.HEAD_OF_LINE
-    # Capacity freed: the aged request goes first, then the rest in order.
-    out = eng.apply(Release(at=400, lease_id="L1"))
-    assert [d.lease_id for d in out if isinstance(d, Granted)] == ["L2", "L4", "L7"]
-    assert eng.pending == {}
-    eng.check_invariants()
-
-
-def test_aged_request_does_not_block_a_higher_class():
+def test_aged_request_holds_a_reservation_and_later_ones_backfill_around_it():
+    # 64 GPUs; filler holds 40 until 1000, guarded's unmet guarantee keeps 8 aside; big (56)
+    # cannot fit until the filler ends: its reservation starts at 1000, and needs all of it.
     eng = build_engine(
         warm=8,
         warm_headroom={},
         campaigns=[
             gpu_campaign("filler", 0, 64, 64),
             gpu_campaign("big", 0, 64, 64),
-            gpu_campaign("boss", 0, 8, 8, lease_class=INTERACTIVE),
+            gpu_campaign("small", 0, 64, 64),
+            gpu_campaign("quick", 0, 64, 64),
+            gpu_campaign("guarded", 8, 8, 16),
         ],
     )
-    eng.apply(req(0, "filler", 40, 1000))
-    eng.apply(req(0, "big", 32, 1000))
-    eng.apply(Tick(at=400))
-    assert one(eng.apply(req(400, "boss", 8, 100)), Granted).path is LeasePath.WARM
+    eng.apply(req(0, "filler", 40, 1000))  # L1
+    assert one(eng.apply(req(0, "big", 56, 1000)), Queued).reason is Reason.POOL_FULL  # L2
+    assert eng.reservation("L2") is None  # not aged yet: no reservation
+    eng.apply(Tick(at=300))
+    assert eng.reservation("L2") == 1000
+    # Ends after the reservation begins, and the reservation needs every unit: blocked.
+    q = one(eng.apply(req(310, "small", 8, 1000)), Queued)  # L3
+    assert (q.reason, q.inputs["reserved_from"]) == (Reason.HEAD_OF_LINE, 1000)
+    r = one(
+        eng.apply(req(311, "small", 8, 1000, lease_class=OPPORTUNISTIC, blocking=False)), Rejected
+    )
+    assert r.reason is Reason.HEAD_OF_LINE
+    # Ends before the reservation begins: backfilled now.
+    g = one(eng.apply(req(312, "quick", 8, 600)), Granted)  # L5, ends 912
+    assert (g.lease_id, g.starts_at, g.expires_at) == ("L5", 312, 912)
+    # Within its own unmet guarantee: drawn from its own reserve, not blocked.
+    g = one(eng.apply(req(320, "guarded", 8, 1000)), Granted)  # L6
+    assert (g.lease_id, g.path, g.starts_at) == ("L6", LeasePath.WARM, 320)
+    # The reservation is kept: big starts when the filler's lease expires, not later.
+    out = eng.apply(Tick(at=1000))
+    assert [d.lease_id for d in out if isinstance(d, Granted)] == ["L2"]
+    eng.check_invariants()
+
+
+def test_backfill_may_use_what_the_reservation_leaves():
+    # big needs 32 of the 56 free at 1000: 24 are left, so a long request of 8 that
+    # runs past the reservation still starts now.
+    eng = hol_setup()  # filler 40 until 1000; big (32) queued; guarded reserves 8
+    eng.apply(Tick(at=300))
+    assert eng.reservation("L2") == 1000
+    assert one(eng.apply(req(310, "small", 24, 5000, blocking=False)), Rejected).reason in (
+        Reason.POOL_FULL,
+        Reason.GUARANTEE_RESERVED,
+    )  # (and it does not fit now anyway)
+    g = one(eng.apply(req(311, "small", 8, 5000)), Granted)
+    assert g.expires_at == 5311
+    # 16 are left at 1000 now; freeing the filler early serves the reservation at once.
+    assert one(eng.apply(Release(at=400, lease_id="L1")), Granted).lease_id == "L2"
+    eng.check_invariants()
+
+
+def test_renewal_that_would_push_a_reservation_later_is_refused():
+    eng = build_engine(
+        warm=8,
+        warm_headroom={},
+        campaigns=[
+            gpu_campaign("filler", 0, 64, 64),
+            gpu_campaign("big", 0, 64, 64),
+            gpu_campaign("other", 0, 64, 64),
+        ],
+    )
+    eng.apply(req(0, "filler", 40, 1000))  # L1
+    eng.apply(req(0, "other", 8, 2000))  # L2
+    eng.apply(req(0, "big", 48, 1000))  # L3: free 16 < 48, reserved from 1000 once aged
+    eng.apply(Tick(at=300))
+    assert eng.reservation("L3") == 1000
+    r = one(eng.apply(Renew(at=500, lease_id="L1", duration_s=1000)), Rejected)
+    assert (r.reason, r.retry_after_s) == (Reason.HEAD_OF_LINE, 500)
+    assert eng.lease("L1").expires_at == 1000  # unchanged
+    # Other's units are not needed at 1000 (16 free + 40 returning >= 48): it may renew.
+    assert one(eng.apply(Renew(at=500, lease_id="L2", duration_s=3000)), Renewed)
+    assert one(eng.apply(Tick(at=1000)), Granted).lease_id == "L3"
 
 
 def test_request_that_turns_pool_blocked_still_ages():
@@ -742,7 +782,9 @@ def test_request_that_turns_pool_blocked_still_ages():
     eng.apply(Tick(at=140))  # bucket refilled to 320: L2 is now blocked by the pool
     assert eng.pending["L2"].reason is Reason.POOL_FULL
     eng.apply(Tick(at=600))  # queued 600 s, pool-blocked for 460 s: past patience either way
-    assert one(eng.apply(req(600, "small", 8, 100)), Queued).reason is Reason.HEAD_OF_LINE
+    assert eng.reservation("L2") == 2120
+    # 30 would still be held at 2120, where only 64 - 40 = 24 are left: it waits.
+    assert one(eng.apply(req(600, "small", 30, 5000)), Queued).reason is Reason.HEAD_OF_LINE
 
 
 def test_bucket_wake_up_does_not_bypass_an_aged_request():
@@ -755,15 +797,34 @@ def test_bucket_wake_up_does_not_bypass_an_aged_request():
             gpu_campaign("x", 0, 1, 64, 400),
         ],
     )
-    eng.apply(req(0, "other", 32, 5000))  # L1
+    eng.apply(req(0, "other", 32, 420))  # L1
     assert one(eng.apply(req(0, "x", 5, 100)), Granted).tokens == 400  # L2, bucket 0
-    assert one(eng.apply(req(0, "big", 40, 100)), Queued).reason is Reason.POOL_FULL  # L3
+    assert one(eng.apply(req(0, "big", 62, 100)), Queued).reason is Reason.POOL_FULL  # L3
     assert one(eng.apply(req(0, "x", 4, 100)), Queued).reason is Reason.BUCKET_EMPTY  # L4
-    eng.apply(Tick(at=350))  # L3 aged at 300; x's bucket refills 1/s from t=100
-    assert one(eng.apply(req(350, "other", 1, 10)), Queued).reason is Reason.HEAD_OF_LINE
-    out = eng.apply(Tick(at=400))  # L4's bucket is full enough now; L3 precedes it
+    eng.apply(Tick(at=350))  # L3 aged at 300, reserved from 420 (2 left there)
+    assert eng.reservation("L3") == 420
+    assert one(eng.apply(req(350, "other", 3, 1000)), Queued).reason is Reason.HEAD_OF_LINE
+    out = eng.apply(Tick(at=400))  # L4's bucket is full enough now; it would run past 420
     assert not [d for d in out if isinstance(d, Granted)]
     assert eng.pending["L4"].reason is Reason.HEAD_OF_LINE
+    out = eng.apply(Tick(at=420))
+    assert next(d.lease_id for d in out if isinstance(d, Granted)) == "L3"
+
+
+def test_aged_request_does_not_block_a_higher_class():
+    eng = build_engine(
+        warm=8,
+        warm_headroom={},
+        campaigns=[
+            gpu_campaign("filler", 0, 64, 64),
+            gpu_campaign("big", 0, 64, 64),
+            gpu_campaign("boss", 0, 8, 8, lease_class=INTERACTIVE),
+        ],
+    )
+    eng.apply(req(0, "filler", 40, 1000))
+    eng.apply(req(0, "big", 32, 1000))
+    eng.apply(Tick(at=400))
+    assert one(eng.apply(req(400, "boss", 8, 100)), Granted).path is LeasePath.WARM
 
 
 # --------------------------------------------------------------------------- isolation
@@ -986,7 +1047,7 @@ def test_decisions_expose_their_rule_inputs():
     eng = reclaim_setup()
     g = one(eng.apply(req(10, "sci", 24, 100)), Granted)
     assert g.inputs["class_rank"] == 1
-    assert g.inputs["deficit"] == 1.0
+    assert g.inputs["usage_s"] == 0.0
     assert g.inputs["tokens"] == {"gpu": 100_000}
     assert g.inputs["pool"]["reserve"] == {"gpu": 8.0}
     assert g.inputs["pool"]["reclaimable"] == {"gpu": 48.0}

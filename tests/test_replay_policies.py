@@ -104,18 +104,27 @@ def test_conservative_compresses_after_an_early_end(tmp_path: Path) -> None:
 
 
 def test_bursar_skips_ahead_until_the_head_ages(tmp_path: Path) -> None:
-    # Job 2 (8 procs) is blocked by job 1. Job 4 (4 procs) fits at 60: with the broker's
-    # default patience (300 s) it skips ahead; with 50 s, job 2 has aged at 51 and holds
-    # the line, so job 4 waits for capacity behind it (job 2 runs [100, 110)).
+    # Job 2 (8 procs) is blocked by job 1. Job 4 (4 procs for 50 s) fits at 60 and would
+    # still hold 4 at 100: with the broker's default patience (300 s) it skips ahead (and
+    # job 2 waits for it); with 50 s, job 2 has aged at 51 and holds a reservation from
+    # 100 that needs 8 of the 10, so job 4 waits behind it (job 2 runs [100, 110)).
     rows = [
         (0, 100, 6, 100, 1),
         (1, 10, 8, 10, 2),
         (2, 10, 4, 10, 3),  # skips ahead at once (job 2 not aged yet)
-        (60, 10, 4, 10, 4),
+        (60, 50, 4, 50, 4),
     ]
     path = swf(tmp_path, rows)
-    assert starts(path, "bursar") == [0, 100, 2, 60]
+    assert starts(path, "bursar") == [0, 110, 2, 60]
     assert starts(path, "bursar", ReplayConfig(hol_patience_s=50)) == [0, 100, 2, 110]
+
+
+def test_bursar_backfills_what_ends_before_the_reservation(tmp_path: Path) -> None:
+    # As above, but job 4 ends at 70, before job 2's reservation at 100: EASY backfill.
+    rows = [(0, 100, 6, 100, 1), (1, 10, 8, 10, 2), (60, 10, 4, 10, 4)]
+    path = swf(tmp_path, rows)
+    assert starts(path, "bursar", ReplayConfig(hol_patience_s=50)) == [0, 100, 60]
+    assert starts(path, "easy") == [0, 100, 60]
 
 
 def test_bursar_envelope_burst_caps_a_campaign(tmp_path: Path) -> None:

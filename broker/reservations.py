@@ -1,0 +1,216 @@
+"""Reservations: when capacity returns, and who may start before it does (backfill).
+
+Every firm lease has an expiry, so the broker knows when capacity comes back better than a
+batch scheduler, which only has estimates. ``Profile`` is that knowledge as a step
+function: the capacity a pool request could take at each future instant, beyond what the
+campaigns' unmet guarantees keep aside,
+
+* now: the warm capacity left after the guarantee reserve;
+* after the grace period: what active preemptible leases hold (the reclaim path);
+* after the boot latency: booting and cold nodes (the cold path);
+* at each firm lease's expiry: its size, less what its campaign's unmet guarantee grows
+  by when it ends (that part returns to the campaign's own reserve).
+
+The aged requests (their head-of-line patience ran out) at the front, up to
+``PolicySpec.reservations`` of them, each get a reservation: the earliest instant at which
+their size fits for their whole span (start delay plus duration), taken out of the profile
+in order. One reservation is EASY backfill; more is conservative backfill for the first N.
+
+Any other request behind them (lower class, or the same class and younger) may start now
+only if it leaves every reservation whole: it ends, by its expiry, before the reservations
+it overlaps begin, or it fits in what they leave. What it takes is then taken out of the
+profile too, so the next candidate sees it. A renewal is the same question about the
+lease's extension (its capacity was counted as returning at its old expiry): one that would
+push a reservation later is refused. Requests and renewals within their campaign's own
+unmet guarantee are exempt: they draw on their own reserve, which the profile never counts.
+
+The profile is pure arithmetic over vectors the engine hands in; it is rebuilt by the
+engine whenever a reservation holder is granted, and lazily once per admission pass.
+Approximations, each erring towards later reservations rather than broken ones: booting
+nodes count from the full boot latency; a preemptible lease that ends on its own before
+the grace period is counted at the grace period; the own-guarantee reserve of a holder's
+campaign is taken at its value now.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from bursar.broker import dims
+
+Step = tuple[float, dims.Vec]
+"""An instant and the capacity that returns then."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    request_id: str
+    at: float
+    """When the request's size fits (its lease would be granted then)."""
+    until: float
+    """The end of its span: ``at`` plus its start delay and duration."""
+    size: dims.Vec
+
+
+@dataclass(slots=True)
+class _Window:
+    start: float
+    end: float
+    size: dims.Vec
+    reserved: bool
+    """A reservation's window (checked against); else a backfilled lease's (only taken)."""
+    rank: int = 0
+    """A reservation's place in the order they were made."""
+
+
+class Profile:
+    """Future free capacity as a step function, with reservations and backfills taken out.
+
+    ``steps`` must come in time order; they are read lazily, only as far as a question
+    needs (a reservation's end, a candidate's expiry).
+    """
+
+    __slots__ = ("_avail", "_next", "_steps", "_times", "_windows", "reservations")
+
+    def __init__(self, now: float, base: dims.Vec, steps: Iterator[Step]) -> None:
+        self._times: list[float] = [now]
+        self._avail: list[dims.Vec] = [base]
+        """Capacity returned by each breakpoint, before windows are taken out (non-decreasing
+        in every dimension: capacity only returns)."""
+        self._steps = steps
+        self._next: Step | None = next(steps, None)
+        self._windows: list[_Window] = []
+        self.reservations: dict[str, Reservation] = {}
+
+    # ------------------------------------------------------------------ reading
+
+    def _extend(self, t: float) -> None:
+        """Read steps up to and including ``t``."""
+        times, avail = self._times, self._avail
+        while self._next is not None and self._next[0] <= t:
+            at, gain = self._next
+            if at <= times[-1]:
+                avail[-1] = dims.add(avail[-1], gain)
+            else:
+                times.append(at)
+                avail.append(dims.add(avail[-1], gain))
+            self._next = next(self._steps, None)
+
+    def _raw(self, t: float) -> dims.Vec:
+        self._extend(t)
+        return self._avail[bisect.bisect_right(self._times, t) - 1]
+
+    def _taken(self, t: float) -> dims.Vec:
+        out = dims.ZERO
+        for w in self._windows:
+            if w.start <= t < w.end:
+                out = dims.add(out, w.size)
+        return out
+
+    def free_at(self, t: float) -> dims.Vec:
+        """What is left at ``t`` once every window is taken out (may be negative where a
+        backfilled lease uses capacity no reservation needed)."""
+        return dims.sub(self._raw(t), self._taken(t))
+
+    def _drops(self, start: float, end: float) -> list[float]:
+        """The instants in [start, end) at which free capacity can fall: ``start`` and the
+        windows' starts (returned capacity only grows, so nothing else lowers it)."""
+        return [start, *sorted({w.start for w in self._windows if start < w.start < end})]
+
+    # ------------------------------------------------------------------ reserving
+
+    def reserve(
+        self, request_id: str, size: dims.Vec, span: float, own: dims.Vec, earliest: float
+    ) -> Reservation:
+        """Give ``request_id`` the earliest start at or after ``earliest`` at which ``size``
+        fits for ``span`` seconds, with ``own`` (its campaign's unmet guarantee) added to
+        what it may use, and take its window out of the profile."""
+        t = earliest
+        while True:
+            bad = self._first_short(size, t, t + span, own)
+            if bad is None:
+                break
+            t = self._after(bad)
+            if math.isinf(t):
+                break
+        r = Reservation(request_id, t, t + span, size)
+        self._windows.append(_Window(t, t + span, size, True, len(self.reservations)))
+        self.reservations[request_id] = r
+        return r
+
+    def _first_short(self, size: dims.Vec, start: float, end: float, own: dims.Vec) -> float | None:
+        """The first instant in [start, end) at which ``size`` does not fit; None if it fits
+        throughout."""
+        for t in self._drops(start, end):
+            if not dims.fits(size, dims.add(self.free_at(t), own)):
+                return t
+        return None
+
+    def _after(self, t: float) -> float:
+        """The next instant after ``t`` at which free capacity grows (a step or a window's
+        end); +inf if none is left."""
+        self._extend(t)
+        i = bisect.bisect_right(self._times, t)
+        if i == len(self._times) and self._next is not None:
+            self._extend(self._next[0])
+        cands = [self._times[i]] if i < len(self._times) else []
+        cands.extend(w.end for w in self._windows if w.end > t)
+        return min(cands) if cands else math.inf
+
+    # ------------------------------------------------------------------ backfill
+
+    def admits(
+        self, size: dims.Vec, start: float, end: float, request_id: str | None = None
+    ) -> bool:
+        """Would holding ``size`` over [start, end) leave every reservation whole? Only the
+        instants inside a reservation's window matter: elsewhere the caller has checked
+        capacity now, and nothing is promised later. A holder (``request_id``) only has to
+        leave the reservations made before its own whole; its own window does not count."""
+        own = self.reservations.get(request_id or "")
+        upto = len(self.reservations) if own is None else self._rank(request_id or "")
+        for w in self._windows:
+            if not w.reserved or w.rank >= upto or w.end <= start or w.start >= end:
+                continue
+            lo, hi = max(start, w.start), min(end, w.end)
+            for t in self._drops(lo, hi):
+                if not dims.fits(size, self.free_at(t)):
+                    return False
+        return True
+
+    def _rank(self, request_id: str) -> int:
+        return list(self.reservations).index(request_id)
+
+    def take(self, size: dims.Vec, start: float, end: float) -> None:
+        """A lease was granted over [start, end) past the reservations: later candidates
+        must see what it holds."""
+        if end > start and not dims.is_zero(size):
+            self._windows.append(_Window(start, end, size, False))
+
+
+def firm_steps(
+    ends: Iterable[tuple[float, str, dims.Vec]],
+    unmet_growth: dict[str, tuple[dims.Vec, dims.Vec]],
+) -> Iterator[Step]:
+    """Capacity returned by firm leases at their expiry, in time order.
+
+    ``ends`` is (expiry, campaign, size) in time order; ``unmet_growth`` maps each
+    campaign to (guarantee, held now): as its leases end, its unmet guarantee grows back
+    and that part of the returned capacity goes to its own reserve, not the pool.
+    """
+    held = {name: h for name, (_, h) in unmet_growth.items()}
+    for at, campaign, size in ends:
+        g_h = unmet_growth.get(campaign)
+        if g_h is None:
+            yield at, size
+            continue
+        guarantee = g_h[0]
+        before = held[campaign]
+        after = dims.vmax0(dims.sub(before, size))
+        held[campaign] = after
+        grown = dims.sub(
+            dims.vmax0(dims.sub(guarantee, after)), dims.vmax0(dims.sub(guarantee, before))
+        )
+        yield at, dims.vmax0(dims.sub(size, grown))
