@@ -313,9 +313,10 @@ class Engine:
             key=e.idempotency_key,
         )
         self.idempotency.record(e, rid, self.now)
-        head = self.queue.head(p.campaign, p.lease_class)
+        head = self.queue.holds_back(p.campaign, p.lease_class)
         if head is not None:
-            # First come, first served within a campaign and class: wait behind the head.
+            # First come, first served within a campaign and class while the head waits on
+            # the campaign's own limits: wait behind it.
             return self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
         result = self._try(p, self._reservations() if self.queue.barrier_before(p) else None)
         if isinstance(result, tuple):
@@ -566,11 +567,7 @@ class Engine:
         if not dims.is_zero(cold_avail):
             early.append((now + self.pool_spec.boot_latency_s, cold_avail))
         early.sort(key=lambda st: st[0])
-        guaranteed = {
-            name: (c.guarantee, c.held)
-            for name, c in self.campaigns.items()
-            if not c.spec.preemptible and not dims.is_zero(c.guarantee)
-        }
+        guaranteed = {name: (c.guarantee, c.held) for name, c in ledger.guaranteed.items()}
         ends = ((t, camp, size) for t, _, size, camp in ledger.firm_ends)
         steps = heapq.merge(early, reservations.firm_steps(ends, guaranteed), key=lambda st: st[0])
         profile = reservations.Profile(now, base, steps)
@@ -816,7 +813,7 @@ class Engine:
                 break
             seen.add(rid)
             p = pending[rid]
-            if not queue.is_head(p):
+            if not queue.may_try(p):
                 continue
             behind = barrier is not None and barrier < (-p.lease_class.rank, p.seq)
             result = self._try(p, self._reservations() if behind else None)

@@ -102,6 +102,7 @@ class Ledger:
         "_primary",
         "firm_ends",
         "firm_held",
+        "guaranteed",
         "max_guarantee",
         "queued_demand",
         "reclaimable",
@@ -130,6 +131,8 @@ class Ledger:
         capacity, and when."""
         self.max_guarantee = 0.0
         """The largest guarantee in the primary dimension."""
+        self.guaranteed: dict[str, CampaignState] = {}
+        """The firm campaigns with a guarantee (their unmet part returns to their reserve)."""
         self.usage_ref: float | None = None
         """The reference time of the campaigns' scaled usage (set at the first charge): a
         usage is stored multiplied by ``2^((now - usage_ref)/h)``, so that it need not be
@@ -157,6 +160,7 @@ class Ledger:
         """A new campaign: its guarantee joins the reserve."""
         self.reserve = dims.add(self.reserve, c.unmet)
         c.refresh_fair(self.fairshare)
+        self._classify(c)
         self.max_guarantee = max(self.max_guarantee, c.guarantee[self._primary])
 
     def respec(
@@ -167,6 +171,7 @@ class Ledger:
         before = c.unmet
         c.set_spec(spec, now)
         c.refresh_fair(self.fairshare)
+        self._classify(c)
         self.reserve = dims.vmax0(dims.add(dims.sub(self.reserve, before), c.unmet))
         campaigns = list(every)
         # Preemptibility may have changed: firm holdings are summed afresh.
@@ -175,6 +180,12 @@ class Ledger:
             if not other.spec.preemptible:
                 self.firm_held = dims.add(self.firm_held, other.held)
         self.max_guarantee = max(x.guarantee[self._primary] for x in campaigns)
+
+    def _classify(self, c: CampaignState) -> None:
+        if not c.spec.preemptible and not dims.is_zero(c.guarantee):
+            self.guaranteed[c.spec.name] = c
+        else:
+            self.guaranteed.pop(c.spec.name, None)
 
     # ------------------------------------------------------------------ fair share
 

@@ -1,12 +1,16 @@
 """The queue: requests waiting for a grant, and the indexes the admission pass reads.
 
-Requests wait first come, first served within a (campaign, class) queue; only a queue's
-head is ever tried. Beside the queues ``Queues`` keeps, incrementally:
+Requests wait first come, first served within a (campaign, class) queue while its head
+waits on the campaign's own limits (burst, bucket): the requests behind it are not tried.
+A head blocked only by the pool does not hold its campaign's later requests back: they
+are tried like any other (a pool-blocked request may be passed, within its campaign as
+across campaigns; the reservations keep that from starving it). Beside the queues
+``Queues`` keeps, incrementally:
 
-* the heads blocked for a pool reason, in admission order, with their sizes in the primary
-  dimension (a pass walks them in order, skips those too big for what is free, and stops
-  once nothing left could fit), and which of them lie within their campaign's unmet
-  guarantee (exempt from the head-of-line barrier);
+* the requests blocked for a pool reason, in admission order, with their sizes in the
+  primary dimension (a pass walks them in order, skips those too big for what is free,
+  and stops once nothing left could fit), and which of them lie within their campaign's
+  unmet guarantee (exempt from the reservations);
 * the aged requests (their head-of-line patience ran out) and, by (-class rank, arrival),
   those still blocked for a pool reason: the top is the head-of-line barrier;
 * the wake-up set per bucket-blocked campaign, and what the next pass must look at (the
@@ -53,8 +57,8 @@ class Pending:
     aging: bool = False
     """An age timer (head-of-line patience) is set for it."""
     head_entry: HeadEntry | None = None
-    """Its entry in the pool-blocked head index while it heads its queue and is blocked
-    for a pool reason; None otherwise."""
+    """Its entry in the pool-blocked index while it is blocked for a pool reason; None
+    otherwise."""
 
 
 class Queues:
@@ -64,6 +68,7 @@ class Queues:
         "_aged_heap",
         "_by_campaign",
         "_campaigns",
+        "_indexed",
         "_patience_s",
         "_pool_sizes",
         "_primary",
@@ -100,6 +105,8 @@ class Queues:
         self.pool_heads: SortedList = SortedList()
         self._pool_sizes: SortedList = SortedList()
         self.guarantee_heads: dict[str, None] = {}
+        self._indexed: dict[str, dict[str, None]] = {}
+        """Each campaign's requests in the pool-blocked index."""
         self.wake_at: dict[str, float] = {}
         """When each bucket-blocked campaign's queue is looked at again (the earliest asked)."""
         self.dirty: set[str] = set()
@@ -121,6 +128,19 @@ class Queues:
 
     def is_head(self, p: Pending) -> bool:
         return self._queues[(p.campaign, p.lease_class)][0] == p.id
+
+    def may_try(self, p: Pending) -> bool:
+        """``p`` heads its queue, or the head waits only for the pool (see the module doc)."""
+        head = self.pending[self._queues[(p.campaign, p.lease_class)][0]]
+        return head is p or head.reason in admission.POOL_REASONS
+
+    def holds_back(self, campaign: str, lease_class: LeaseClass) -> Pending | None:
+        """The head a new request of this queue must wait behind (one blocked by its
+        campaign's own limits), or None when it may be tried itself."""
+        head = self.head(campaign, lease_class)
+        if head is None or head.reason in admission.POOL_REASONS:
+            return None
+        return head
 
     def ordered(self) -> list[Pending]:
         """Every waiting request in admission order."""
@@ -166,19 +186,29 @@ class Queues:
             # Patience counts from arrival, whatever the request first waited for.
             p.aging = True
             self._push_timer(max(now, p.queued_at + self._patience_s), TimerKind.AGE, p.id)
-        q = self._queues[(p.campaign, p.lease_class)]
-        if q[0] == p.id and pool != (p.head_entry is not None):
+        if pool != (p.head_entry is not None):
             self._index_head(p, pool)
         if pool and not was_pool and p.id in self.aged:
             # Once per spell of pool-blocked waiting: the entry stays valid while it lasts.
             heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
 
     def rekey(self, campaign: str) -> None:
-        """A campaign's deficit changed: move its indexed heads to their new place."""
-        for lc in self._by_campaign.get(campaign, ()):
-            p = self.pending[self._queues[(campaign, lc)][0]]
-            if p.head_entry is not None:
-                self._index_head(p, True)
+        """A campaign's holding or usage changed: move its indexed requests to their new
+        place in the order, and refresh which lie within its unmet guarantee."""
+        ids = self._indexed.get(campaign)
+        if not ids:
+            return
+        c = self._campaigns[campaign]
+        first = self.pending[next(iter(ids))]
+        if first.head_entry is not None and first.head_entry[1] != c.fair:
+            for rid in list(ids):
+                self._index_head(self.pending[rid], True)
+        elif not dims.is_zero(c.guarantee):
+            for rid in ids:
+                if isolation.within_own_guarantee(self.pending[rid].size, c.unmet):
+                    self.guarantee_heads[rid] = None
+                else:
+                    self.guarantee_heads.pop(rid, None)
 
     def age(self, request_id: str) -> None:
         """``request_id``'s patience ran out: it may become the head-of-line barrier."""
@@ -203,11 +233,16 @@ class Queues:
             self.pool_heads.remove(p.head_entry)
             self._pool_sizes.remove(p.size[self._primary])
             p.head_entry = None
+            ids = self._indexed[p.campaign]
+            del ids[p.id]
+            if not ids:
+                del self._indexed[p.campaign]
         self.guarantee_heads.pop(p.id, None)
         if on:
             p.head_entry = (*self.key(p), p.id)
             self.pool_heads.add(p.head_entry)
             self._pool_sizes.add(p.size[self._primary])
+            self._indexed.setdefault(p.campaign, {})[p.id] = None
             if isolation.within_own_guarantee(p.size, self._campaigns[p.campaign].unmet):
                 self.guarantee_heads[p.id] = None
 

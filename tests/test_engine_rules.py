@@ -650,15 +650,27 @@ def test_admission_order_class_then_deficit_then_arrival():
     assert granted == ["L8", "L7", "L9", "L6"]
 
 
-def test_within_a_campaign_first_come_first_served():
-    eng, at, name, _, _ = _pool_full()
-    eng.apply(req(at, name, 16, 100))  # L2, POOL_FULL
-    out = eng.apply(req(at, name, 8, 100))  # L3 waits behind L2 even if it would fit
-    q = one(out, Queued)
-    assert (q.reason, q.inputs["behind"]) == (Reason.POOL_FULL, "L2")
+def test_within_a_campaign_first_come_first_served_while_the_head_waits_on_its_limits():
+    eng = build_engine(nodes=4, warm=4, warm_headroom={}, campaigns=[gpu_campaign("b", 0, 8, 16)])
+    eng.apply(req(0, "b", 8, 100))  # L1
+    assert one(eng.apply(req(1, "b", 16, 100)), Queued).reason is Reason.ABOVE_BURST  # L2
+    q = one(eng.apply(req(2, "b", 8, 100)), Queued)  # L3 would fit its burst: waits behind L2
+    assert (q.reason, q.inputs["behind"]) == (Reason.ABOVE_BURST, "L2")
     out = eng.apply(Tick(at=100))
-    assert kinds(out) == ["Expired", "Granted", "Granted"]
-    assert [d.lease_id for d in out[1:]] == ["L2", "L3"]
+    assert kinds(out) == ["Expired", "Granted"]
+    assert out[1].lease_id == "L2"
+    assert one(eng.apply(Release(at=101, lease_id="L2")), Granted).lease_id == "L3"
+
+
+def test_a_head_blocked_by_the_pool_does_not_hold_its_campaign_back():
+    eng, at, name, _, _ = _pool_full()  # a holds 32 of 32 until 100
+    eng.apply(Release(at=at, lease_id="L1"))
+    eng.apply(req(at, "a", 24, 1000))  # L2: 8 left
+    assert one(eng.apply(req(at, name, 16, 100)), Queued).reason is Reason.POOL_FULL  # L3
+    g = one(eng.apply(req(at, name, 8, 100)), Granted)  # L4 passes its own campaign's L3
+    assert g.lease_id == "L4"
+    out = eng.apply(Release(at=50, lease_id="L2"))
+    assert [d.lease_id for d in out if isinstance(d, Granted)] == ["L3"]
 
 
 # --------------------------------------------------------------------------- head of line
