@@ -796,6 +796,10 @@ class Engine:
             for rid in extra:
                 heapq.heappush(heap, (queue.key(pending[rid]), rid))
         bound = self.ledger.pool_bound()
+        _, boot_free, cold, _ = self.pool.totals()
+        warm_only = (
+            dims.is_zero(self.ledger.reclaimable) and dims.is_zero(boot_free) and dims.is_zero(cold)
+        )
         cursor: HeadEntry | None = None
         seen: set[str] = set()
         while True:
@@ -816,7 +820,19 @@ class Engine:
             if not queue.may_try(p):
                 continue
             behind = barrier is not None and barrier < (-p.lease_class.rank, p.seq)
-            result = self._try(p, self._reservations() if behind else None)
+            profile = self._reservations() if behind else None
+            if (
+                profile is not None
+                and warm_only
+                and not profile.admits(p.size, self.now, self.now + p.duration_s, p.id)
+                and not isolation.within_own_guarantee(p.size, self.campaigns[p.campaign].unmet)
+            ):
+                # Every path is warm (nothing reclaimable or cold), so it would start now
+                # and the reservations say no: skip the full check (the common case in a
+                # long queue, where most heads are tried and stay blocked).
+                queue.set_reason(p, Reason.HEAD_OF_LINE, self.now)
+                continue
+            result = self._try(p, profile)
             if isinstance(result, Granted):
                 self._unqueue(p)
                 head = queue.head(p.campaign, p.lease_class)

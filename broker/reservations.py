@@ -128,7 +128,7 @@ class Profile:
         """Give ``request_id`` the earliest start at or after ``earliest`` at which ``size``
         fits for ``span`` seconds, with ``own`` (its campaign's unmet guarantee) added to
         what it may use, and take its window out of the profile."""
-        t = earliest
+        t = earliest if self._windows else self._first_fit(size, own, earliest)
         while True:
             bad = self._first_short(size, t, t + span, own)
             if bad is None:
@@ -140,6 +140,25 @@ class Profile:
         self._windows.append(_Window(t, t + span, size, True, len(self.reservations)))
         self.reservations[request_id] = r
         return r
+
+    def _first_fit(self, size: dims.Vec, own: dims.Vec, earliest: float) -> float:
+        """With no window taken yet capacity only grows: the first breakpoint at which
+        ``size`` fits is the answer (read straight down the steps)."""
+        times, avail = self._times, self._avail
+        i = max(0, bisect.bisect_right(times, earliest) - 1)
+        while True:
+            if dims.fits(size, dims.add(avail[i], own)):
+                return max(times[i], earliest)
+            if i + 1 < len(times):
+                i += 1
+                continue
+            if self._next is None:
+                return math.inf
+            # Read the next instant's steps (into the last breakpoint if at the same time).
+            before = len(times)
+            self._extend(self._next[0])
+            if len(times) > before:
+                i += 1
 
     def _first_short(self, size: dims.Vec, start: float, end: float, own: dims.Vec) -> float | None:
         """The first instant in [start, end) at which ``size`` does not fit; None if it fits
