@@ -261,12 +261,17 @@ def _metrics(
         rs = tasks.get(name, [])
         done = sum(r["value"] for r in rs if r["done"])
         started = sum(r["value"] for r in rs)
-        io_lost = sum(r["value"] for r in rs if not r["done"] and r["io_wait_s"] > 0)
+        # Lost to I/O: it would have finished within its lease without its I/O waits. A
+        # lost task whose compute time alone overran the lease was lost to the lease's
+        # length, whatever its I/O.
+        io_lost = sum(r["value"] for r in rs if not r["done"] and r["compute_fits"])
+        lease_lost = sum(r["value"] for r in rs if not r["done"] and not r["compute_fits"])
         return {
             "science": round(done, 3),
             "started": round(started, 3),
             "lost_to_io": round(io_lost, 3),
             "io_loss_fraction": round(io_lost / started, 4) if started else 0.0,
+            "lost_to_lease_length": round(lease_lost, 3),
             "tasks_done": sum(1 for r in rs if r["done"]),
             "tasks_lost": sum(1 for r in rs if not r["done"]),
             "credits": round(credits.get(name, 0.0), 3),
