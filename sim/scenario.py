@@ -53,12 +53,14 @@ class SeedRun:
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
-def _agents(seed: int, params: Params, duration: float) -> dict[str, Any]:
+def _agents(seed: int, cfg: Config, params: Params, duration: float) -> dict[str, Any]:
     tasks = task_set(seed)
     agents: dict[str, Any] = {
         "victim": Victim(until=duration),
         "adaptive-sci": Adaptive(tasks=list(tasks)),
-        "naive-sci": Naive(tasks=list(tasks)),
+        # Naive sizes its leases to compute time, so the broker's longest lease bounds
+        # which tasks it can run at all.
+        "naive-sci": Naive(tasks=list(tasks), max_lease_s=cfg.policy.max_lease_s),
         "storm": Storm(start_s=STORM_START_S, length_s=STORM_LENGTH_S),
     }
     if params.backfill:
@@ -166,7 +168,7 @@ def run_seed(
     cfg = scenario_config(params)
     tr = simulate(
         cfg,
-        _agents(seed, params, duration),
+        _agents(seed, cfg, params, duration),
         seed,
         state_dir,
         duration,
@@ -236,12 +238,15 @@ def _metrics(
 
     lat: dict[str, list[dict[str, Any]]] = {}
     tasks: dict[str, list[dict[str, Any]]] = {}
+    unfit: dict[str, list[dict[str, Any]]] = {}
     inference: list[dict[str, Any]] = []
     for kind, r in records:
         if kind == "latency":
             lat.setdefault(r["campaign"], []).append(r)
         elif kind == "task":
             tasks.setdefault(r["campaign"], []).append(r)
+        elif kind == "unfit":
+            unfit.setdefault(r["campaign"], []).append(r)
         elif kind == "inference":
             inference.append(r)
 
@@ -274,6 +279,9 @@ def _metrics(
             "lost_to_lease_length": round(lease_lost, 3),
             "tasks_done": sum(1 for r in rs if r["done"]),
             "tasks_lost": sum(1 for r in rs if not r["done"]),
+            # Never started: no lease the agent may ask for could hold them.
+            "tasks_unfit": len(unfit.get(name, [])),
+            "unfit_value": round(sum(r["value"] for r in unfit.get(name, [])), 3),
             "credits": round(credits.get(name, 0.0), 3),
         }
 
