@@ -9,15 +9,18 @@ claims (enforcement, overbooking) are in test_sim_experiments.py.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bursar.broker.audit import audit
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.cli.main import main
-from bursar.sim.scenario import SeedRun, claims, run_seed
+from bursar.sim.scenario import IDLE_KINDS, SeedRun, claims, run_seed
 
 SHORT_S = 2400.0  # 40 minutes: the storm starts at 30
 
@@ -56,6 +59,24 @@ def test_sim_run_cli_writes_report_metrics_and_a_state_dir(tmp_path: Path) -> No
     res = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(out)])
     assert res.exit_code == 0, res.output
     assert m["journals"]["5"]["sha256"] in res.output
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), minutes=st.integers(20, 45))
+def test_idle_breakdown_accounts_for_every_idle_gpu(seed: int, minutes: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        r = run_seed(seed, Path(d), duration=minutes * 60.0)
+    s = r.series
+    for i in range(len(s["t"])):
+        held = sum(xs[i] for xs in s["held"].values())
+        kinds = [s["idle"][k][i] for k in IDLE_KINDS]
+        assert all(x >= -1e-6 for x in kinds), (s["t"][i], kinds)
+        assert held + sum(kinds) == pytest.approx(512.0, abs=0.01)
+        by_campaign = sum(xs[i] for xs in s["idle_reserve"].values())
+        assert by_campaign == pytest.approx(s["idle"]["reserve"][i], abs=0.01)
+    idle = r.metrics["idle_gpus"]
+    assert sum(idle[k] for k in IDLE_KINDS) == pytest.approx(idle["total"], abs=0.05)
+    assert idle["total"] == pytest.approx(512.0 * (1 - r.metrics["utilisation"]), abs=0.1)
 
 
 @pytest.fixture(scope="module")
