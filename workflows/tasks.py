@@ -88,17 +88,24 @@ def task_set(seed: int, n: int = 240) -> list[Task]:
 
 
 async def _metered(ctx: Ctx, dim: str, amount: float) -> float:
-    """Consume ``amount`` of a rate dimension; returns the seconds spent waiting for it."""
+    """Consume ``amount`` of a rate dimension; returns the seconds spent waiting for it.
+
+    A throttled grant comes with how long the rest will take (at the burst rate, or at
+    the sustained rate for what the bucket cannot cover). The task uses what it was
+    granted for as long as a piece that size of the rest takes at that pace, then asks for
+    the rest; on its last call it waits out the whole rest. It so waits about as long as
+    the broker says the rest takes, whatever the meter window. (Sleeping the whole wait
+    before each piece would wait it again for every piece that one window allows.)"""
     waited = 0.0
     rest = amount
-    for _ in range(MAX_METER_CALLS):
-        if rest <= 1e-6:
-            return waited
+    for call in range(MAX_METER_CALLS):
         r = await ctx.meter(dim, rest)
         rest -= r.granted
         if rest <= 1e-6:
             return waited
-        wait = min(max(r.wait_s, 1.0), 3600.0)
+        last = call == MAX_METER_CALLS - 1
+        wait = r.wait_s if last else r.wait_s * min(1.0, r.granted / rest)
+        wait = min(max(wait, 1.0), 3600.0)
         await ctx.sleep(wait)
         waited += wait
     return waited
