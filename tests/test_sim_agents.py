@@ -163,10 +163,26 @@ def test_naive_reports_tasks_no_lease_can_hold(tmp_path: Path) -> None:
     h.add("naive-sci", Naive(tasks=tasks, max_lease_s=1200.0))
     h.run(3600)
     unfit = h.records("naive-sci", "unfit")
-    assert [(r["id"], r["value"]) for r in unfit] == [(1, 30.0), (2, 40.0)]
+    assert [(r["id"], r["why"]) for r in unfit] == [
+        (1, "LONGER_THAN_MAX_LEASE"),
+        (2, "WIDER_THAN_LEASE"),
+    ]
     done = h.records("naive-sci", "task")
     assert sorted(r["id"] for r in done) == [0, 3] and all(r["done"] for r in done)
     assert all(g.expires_at - g.starts_at <= 1200.0 for g in h.grants)
+
+
+def test_naive_reports_the_task_whose_lease_its_bucket_can_never_pay(tmp_path: Path) -> None:
+    # 256 GPUs for 2400 s prepay 128 x 2400 = 307,200 GPU-s above the sustained rate,
+    # more than naive's whole 300,000 GPU-s bucket: the broker refuses it for good, so
+    # naive drops the task that sized that lease and leases for the rest.
+    tasks = [Task(0, 32.0, 2400.0, 10.0, 0.0, 0.0), Task(1, 32.0, 600.0, 10.0, 0.0, 0.0)]
+    h = Harness(tmp_path)
+    h.add("naive-sci", Naive(tasks=tasks))
+    h.run(3600)
+    assert [(r["id"], r["why"]) for r in h.records("naive-sci", "unfit")] == [(0, "OUT_OF_RANGE")]
+    [done] = h.records("naive-sci", "task")
+    assert done["id"] == 1 and done["done"]
 
 
 def test_a_task_throttled_past_its_lease_is_lost_to_io_not_to_the_lease(tmp_path: Path) -> None:

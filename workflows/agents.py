@@ -238,19 +238,26 @@ class Naive(_Science):
     next one. It adds no overhead of its own: none for I/O, which it ignores, and none for
     start-up, since a lease's time runs from when it is usable, when its tasks start. A
     task that cannot fit any lease (longer than ``max_lease_s``, the broker's longest
-    lease, or wider than ``gpus``) is recorded as ``unfit`` and never started."""
+    lease, or wider than ``gpus``) is recorded as ``unfit`` and never started; so is the
+    task that sized a lease the broker says it will never grant (under prepaid
+    enforcement, more above the sustained rate than the whole bucket holds)."""
 
     gpus: float = 256.0
     max_lease_s: float = 86400.0
+    """The broker's longest lease (the policy default; the scenario passes its policy's)."""
 
     async def run(self, ctx: Ctx) -> None:
         todo = self._fitting(ctx, self.queue())
         while todo:
+            batch = self._batch(todo)
+            lease_s = min(max(t.duration_s for t in batch), self.max_lease_s)
             try:
-                lease = await ctx.acquire(
-                    self.gpus, self._lease_s(todo), blocking=True, timeout=3600.0
-                )
-            except Refused:
+                lease = await ctx.acquire(self.gpus, lease_s, blocking=True, timeout=3600.0)
+            except Refused as exc:
+                if math.isinf(exc.retry_after):
+                    longest = max(batch, key=lambda t: t.duration_s)
+                    todo.remove(longest)
+                    self._unfit(ctx, longest, exc.reason)
                 continue
             if not await ctx.wait_active(lease):
                 continue
@@ -277,29 +284,35 @@ class Naive(_Science):
         """The tasks some lease can hold; the others are reported, not silently lost."""
         out = []
         for t in tasks:
-            if t.duration_s <= self.max_lease_s and t.gpus <= self.gpus:
-                out.append(t)
+            if t.duration_s > self.max_lease_s:
+                self._unfit(ctx, t, "LONGER_THAN_MAX_LEASE")
+            elif t.gpus > self.gpus:
+                self._unfit(ctx, t, "WIDER_THAN_LEASE")
             else:
-                ctx.record(
-                    "unfit",
-                    id=t.id,
-                    gpus=t.gpus,
-                    value=t.value,
-                    duration_s=t.duration_s,
-                    max_lease_s=self.max_lease_s,
-                    lease_gpus=self.gpus,
-                )
+                out.append(t)
         return out
 
-    def _lease_s(self, todo: list[Task]) -> float:
-        """The longest compute time of the head tasks that fill the lease's GPUs."""
-        free, longest = self.gpus, 0.0
+    def _unfit(self, ctx: Ctx, t: Task, why: str) -> None:
+        ctx.record(
+            "unfit",
+            id=t.id,
+            gpus=t.gpus,
+            value=t.value,
+            duration_s=t.duration_s,
+            why=why,
+            max_lease_s=self.max_lease_s,
+            lease_gpus=self.gpus,
+        )
+
+    def _batch(self, todo: list[Task]) -> list[Task]:
+        """The head tasks that fill the lease's GPUs: they size it."""
+        free, out = self.gpus, []
         for t in todo:
             if t.gpus > free:
                 break
             free -= t.gpus
-            longest = max(longest, t.duration_s)
-        return min(longest, self.max_lease_s)
+            out.append(t)
+        return out
 
     async def _task(self, ctx: Ctx, task: Task, lease: Lease) -> None:
         await run_task(ctx, task, lease, renew=False)
