@@ -43,10 +43,10 @@ def sim() -> None:
 @click.option(
     "--meter-window",
     type=float,
-    default=60.0,
+    default=Params.meter_window_s,
     show_default=True,
-    help="policy.meter_window_s: one Meter grant is at most burst x this (agents meter "
-    "once per task step, not every second).",
+    help="policy.meter_window_s: one Meter grant is at most burst x this (the default is "
+    "the storm's metering period, so one grant covers one period at the burst rate).",
 )
 def run_cmd(
     seed: int | None,

@@ -1,6 +1,6 @@
 """``report.html``: one self-contained page (data and script inline, no network) with an
-animated replay of the run (pool occupancy by campaign, bucket levels, price, probe
-latencies) and the claims table with the measured value beside each."""
+animated replay of the run (pool occupancy by campaign, where the idle GPUs are, bucket
+levels, price, probe latencies) and the claims table with the measured value beside each."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import html
 import json
 from pathlib import Path
 from typing import Any
+
+from bursar.sim.scenario import IDLE_KINDS
 
 __all__ = ["write_report"]
 
@@ -19,6 +21,11 @@ COLORS = {
     "backfill": "#7f7f7f",
     "probe": "#1f77b4",
 }
+
+IDLE_COLORS = dict(
+    zip(IDLE_KINDS, ("#8c564b", "#bcbd22", "#17becf", "#e377c2", "#c7c7c7", "#393b79"), strict=True)
+)
+"""One colour per kind of idle GPUs (``bursar.sim.scenario.idle_gpus``), stacked in order."""
 
 _ERRORS = r"""
 // Record any script error or console.error on the page, for a headless browser test.
@@ -48,21 +55,32 @@ function axes(ctx, w, h, ymax, label, tmax){
 }
 function X(t,w,tmax){ return 50+(w-60)*t/tmax; }
 function Y(v,h,ymax){ return h-25-(h-35)*Math.min(v,ymax)/ymax; }
+// Stacked areas over the first m samples: rows of [colour, values], bottom first.
+function stack(ctx, w, h, ymax, tmax, m, rows){
+  let base = new Array(m).fill(0);
+  for (const [col, vs] of rows){
+    ctx.fillStyle = col || '#000'; ctx.beginPath();
+    ctx.moveTo(X(D.t[0],w,tmax), Y(base[0],h,ymax));
+    const top = [];
+    for (let i=0;i<m;i++){ top.push(base[i]+vs[i]); ctx.lineTo(X(D.t[i],w,tmax), Y(top[i],h,ymax)); }
+    for (let i=m-1;i>=0;i--) ctx.lineTo(X(D.t[i],w,tmax), Y(base[i],h,ymax));
+    ctx.closePath(); ctx.globalAlpha=0.8; ctx.fill(); ctx.globalAlpha=1; base = top;
+  }
+}
 function draw(upto){
   const tmax = D.t[D.t.length-1] || 1;
   const n = D.t.findIndex(t => t > upto); const m = n < 0 ? D.t.length : n;
   // Occupancy, stacked
   let c = sel('occ'), ctx = c.getContext('2d'), w=c.width, h=c.height;
   axes(ctx,w,h,D.capacity,'GPUs in use by campaign (pool '+D.capacity+')',tmax);
-  let base = new Array(m).fill(0);
-  for (const nm of names){
-    ctx.fillStyle = colors[nm] || '#000'; ctx.beginPath();
-    ctx.moveTo(X(D.t[0],w,tmax), Y(base[0],h,D.capacity));
-    const top = [];
-    for (let i=0;i<m;i++){ top.push(base[i]+D.held[nm][i]); ctx.lineTo(X(D.t[i],w,tmax), Y(top[i],h,D.capacity)); }
-    for (let i=m-1;i>=0;i--) ctx.lineTo(X(D.t[i],w,tmax), Y(base[i],h,D.capacity));
-    ctx.closePath(); ctx.globalAlpha=0.8; ctx.fill(); ctx.globalAlpha=1; base = top;
-  }
+  stack(ctx, w, h, D.capacity, tmax, m, names.map(nm => [colors[nm], D.held[nm]]));
+  // Idle GPUs by where they are, stacked on the same scale
+  c = sel('idle'); ctx = c.getContext('2d'); w=c.width; h=c.height;
+  const kinds = Object.keys(D.idle_colors);
+  let imax = 1;
+  for (let i=0;i<D.t.length;i++){ let v=0; for (const k of kinds) v+=D.idle[k][i]; imax=Math.max(imax,v); }
+  axes(ctx,w,h,imax,'idle GPUs by where they are (stacked: '+kinds.join(', ')+')',tmax);
+  stack(ctx, w, h, imax, tmax, m, kinds.map(k => [D.idle_colors[k], D.idle[k]]));
   // Buckets
   c = sel('bkt'); ctx = c.getContext('2d'); w=c.width; h=c.height;
   let bmax = 1; for (const nm in D.bucket) for (const v of D.bucket[nm]) bmax=Math.max(bmax,v);
@@ -104,6 +122,8 @@ sel('slider').oninput = e => { if (playing){ clearInterval(playing); playing=nul
 sel('play').onclick = play;
 const legend = sel('legend');
 for (const nm of names){ const s=document.createElement('span'); s.innerHTML='<b style="color:'+(colors[nm]||'#000')+'">&#9632;</b> '+nm+' &nbsp; '; legend.appendChild(s); }
+const idleLegend = sel('idle-legend');
+for (const k in D.idle_colors){ const s=document.createElement('span'); s.innerHTML='<b style="color:'+D.idle_colors[k]+'">&#9632;</b> '+k+' &nbsp; '; idleLegend.appendChild(s); }
 draw(Infinity);
 const charts = Array.from(document.querySelectorAll('canvas'));
 const pix = charts.map(painted);
@@ -133,6 +153,8 @@ def write_report(
         "held": series["held"],
         "bucket": series["bucket"],
         "price": series["price"],
+        "idle": series["idle"],
+        "idle_colors": IDLE_COLORS,
         "probe": probe,
         "victim": victim,
         "colors": COLORS,
@@ -181,6 +203,8 @@ broker shell, journal and simulated pool, in virtual time. Claims are pooled ove
  style="width:60%"> <span id="clock"></span></p>
 <div id="legend"></div>
 <canvas id="occ" width="1000" height="260"></canvas>
+<div id="idle-legend"></div>
+<canvas id="idle" width="1000" height="170"></canvas>
 <canvas id="bkt" width="1000" height="170"></canvas>
 <canvas id="price" width="1000" height="140"></canvas>
 <canvas id="lat" width="1000" height="170"></canvas>

@@ -55,9 +55,13 @@ class Params:
     """Run the preemptible backfill tier."""
     probe: bool = True
     """Add the probe campaign (guarantee 0, 128 GPUs every 5 minutes)."""
-    meter_window_s: float = 60.0
-    """Agents meter I/O once per step (minutes), not every second: one meter call may
-    take up to burst x window units."""
+    meter_window_s: float = 10.0
+    """One meter call may take up to burst x window units at once. 10 s is the storm's
+    metering period (it meters inference every 10 s for 10 s' worth): one grant then
+    covers one period at the burst rate, so the cap is the envelope's burst ceiling. A
+    shorter window caps a client that meters every 10 s below its burst (1 s: a tenth of
+    it, under even its sustained rate); a longer one lets one call take several periods
+    of burst at once. Tasks meter once per step, in window-sized pieces."""
 
 
 PROBE = CampaignSpec(

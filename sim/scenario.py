@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bursar.broker.config import Config
+from bursar.broker.engine import Engine
+from bursar.broker.lease import LeaseState
+from bursar.broker.pool import NodeState
 from bursar.sim.kernel import Kernel
 from bursar.sim.runner import Params, SimBroker, SimCtx, in_use, open_broker, scenario_config
 from bursar.workflows.agents import Adaptive, Backfill, Naive, Probe, Storm, Victim
@@ -25,9 +28,11 @@ from bursar.workflows.tasks import task_set
 
 __all__ = [
     "DURATION_S",
+    "IDLE_KINDS",
     "SeedRun",
     "Trace",
     "claims",
+    "idle_gpus",
     "max_excess",
     "percentile",
     "run_seed",
@@ -39,6 +44,60 @@ SAMPLE_S = 10.0
 STORM_START_S = 1800.0
 STORM_LENGTH_S = 1800.0
 BUCKET_CAMPAIGNS = ("victim", "adaptive-sci", "naive-sci", "storm")
+
+
+IDLE_KINDS = ("reserve", "headroom", "grace", "booting", "cold", "other")
+"""Where idle GPUs are, in ``idle_gpus``'s order of attribution."""
+_GPU = 0  # the gpu component of the engine's placed vectors
+
+
+def idle_gpus(engine: Engine) -> tuple[dict[str, float], dict[str, float]]:
+    """Where the pool's idle GPUs (not held by an active or preempting lease, the ones
+    utilisation counts) are now: ``(by kind, reserve by campaign)``; the kinds sum to the
+    idle GPUs.
+
+    - ``booting``: nodes powering on, and the warm part of a starting lease that still
+      waits for one of them;
+    - ``grace``: the warm part of a starting lease that waits for reclaimed capacity (its
+      victims are draining their grace period);
+    - ``cold``: powered-off nodes;
+    - warm free GPUs are the guarantee ``reserve`` first (each campaign's share in
+      proportion to its unmet guarantee), then the warm ``headroom``, then ``other``
+      (warm and unclaimed: nobody asked, or no request fits it), with down nodes.
+    """
+    pool = engine.pool
+    off = dict.fromkeys((NodeState.BOOTING, NodeState.COLD, NodeState.DOWN), 0.0)
+    for n in pool.nodes:
+        if n.power in off:
+            off[n.power] += n.cap[_GPU]
+    booting, grace = off[NodeState.BOOTING], 0.0
+    for ls in engine.leases.values():
+        if ls.state is not LeaseState.STARTING:
+            continue
+        warm = sum(x[_GPU] for i, x in ls.pieces.items() if pool.nodes[i].power is NodeState.ON)
+        if ls.waiting_nodes:
+            booting += warm
+        else:
+            grace += warm
+    free_on = pool.totals()[0][_GPU]
+    reserve = engine.ledger.reserve[_GPU]
+    reserved = min(free_on, reserve)
+    by_campaign = {
+        name: reserved * c.unmet[_GPU] / reserve
+        for name, c in engine.campaigns.items()
+        if reserve > 0 and c.unmet[_GPU] > 0
+    }
+    headroom = min(free_on - reserved, engine.headroom[_GPU])
+    other = free_on - reserved - headroom + off[NodeState.DOWN]
+    kinds = {
+        "reserve": reserved,
+        "headroom": headroom,
+        "grace": grace,
+        "booting": booting,
+        "cold": off[NodeState.COLD],
+        "other": other,
+    }
+    return kinds, by_campaign
 
 
 @dataclass
@@ -53,12 +112,14 @@ class SeedRun:
     records: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
-def _agents(seed: int, params: Params, duration: float) -> dict[str, Any]:
+def _agents(seed: int, cfg: Config, params: Params, duration: float) -> dict[str, Any]:
     tasks = task_set(seed)
     agents: dict[str, Any] = {
         "victim": Victim(until=duration),
         "adaptive-sci": Adaptive(tasks=list(tasks)),
-        "naive-sci": Naive(tasks=list(tasks)),
+        # Naive sizes its leases to compute time, so the broker's longest lease bounds
+        # which tasks it can run at all.
+        "naive-sci": Naive(tasks=list(tasks), max_lease_s=cfg.policy.max_lease_s),
         "storm": Storm(start_s=STORM_START_S, length_s=STORM_LENGTH_S),
     }
     if params.backfill:
@@ -124,6 +185,8 @@ def simulate(
         "held": {n: [] for n in names},
         "price": [],
         "bucket": {n: [] for n in buckets},
+        "idle": {k: [] for k in IDLE_KINDS},
+        "idle_reserve": {n: [] for n in names},
     }
 
     def sample() -> None:
@@ -134,6 +197,11 @@ def simulate(
         for n in names:
             series["held"][n].append(use.get(n, 0.0))
         series["price"].append(round(eng.price(), 4))
+        kinds, reserve = idle_gpus(eng)
+        for k, x in kinds.items():
+            series["idle"][k].append(round(x, 3))
+        for n in names:
+            series["idle_reserve"][n].append(round(reserve.get(n, 0.0), 3))
         enf = eng.policy.enforcement
         for n in buckets:
             c = eng.campaigns[n]
@@ -166,7 +234,7 @@ def run_seed(
     cfg = scenario_config(params)
     tr = simulate(
         cfg,
-        _agents(seed, params, duration),
+        _agents(seed, cfg, params, duration),
         seed,
         state_dir,
         duration,
@@ -236,12 +304,15 @@ def _metrics(
 
     lat: dict[str, list[dict[str, Any]]] = {}
     tasks: dict[str, list[dict[str, Any]]] = {}
+    unfit: dict[str, list[dict[str, Any]]] = {}
     inference: list[dict[str, Any]] = []
     for kind, r in records:
         if kind == "latency":
             lat.setdefault(r["campaign"], []).append(r)
         elif kind == "task":
             tasks.setdefault(r["campaign"], []).append(r)
+        elif kind == "unfit":
+            unfit.setdefault(r["campaign"], []).append(r)
         elif kind == "inference":
             inference.append(r)
 
@@ -261,20 +332,38 @@ def _metrics(
         rs = tasks.get(name, [])
         done = sum(r["value"] for r in rs if r["done"])
         started = sum(r["value"] for r in rs)
-        io_lost = sum(r["value"] for r in rs if not r["done"] and r["io_wait_s"] > 0)
+        # Lost to I/O: it would have finished within its lease without its I/O waits. A
+        # lost task whose compute time alone overran the lease was lost to the lease's
+        # length, whatever its I/O.
+        io_lost = sum(r["value"] for r in rs if not r["done"] and r["compute_fits"])
+        lease_lost = sum(r["value"] for r in rs if not r["done"] and not r["compute_fits"])
         return {
             "science": round(done, 3),
             "started": round(started, 3),
             "lost_to_io": round(io_lost, 3),
             "io_loss_fraction": round(io_lost / started, 4) if started else 0.0,
+            "lost_to_lease_length": round(lease_lost, 3),
             "tasks_done": sum(1 for r in rs if r["done"]),
             "tasks_lost": sum(1 for r in rs if not r["done"]),
+            # Never started: no lease the agent may ask for could hold them.
+            "tasks_unfit": len(unfit.get(name, [])),
+            "unfit_value": round(sum(r["value"] for r in unfit.get(name, [])), 3),
             "credits": round(credits.get(name, 0.0), 3),
         }
 
     ad, nv = science("adaptive-sci"), science("naive-sci")
+
+    def avg(xs: list[float]) -> float:
+        return round(sum(xs) / len(xs), 2) if xs else 0.0
+
+    idle: dict[str, Any] = {k: avg(series["idle"][k]) for k in IDLE_KINDS}
+    idle["reserve_by_campaign"] = {
+        n: avg(xs) for n, xs in series["idle_reserve"].items() if any(xs)
+    }
+    idle["total"] = round(cap - sum(total) / len(total), 2) if total else 0.0
     return {
         "utilisation": round(util, 4),
+        "idle_gpus": idle,
         "storm": {
             "max_interval_excess_gpu_s": round(excess, 1),
             "bucket_gpu_s": B,
@@ -439,7 +528,15 @@ def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[st
             "probe time to 128 GPUs (p50 / p95)",
             "p50 about grace + 2 s",
             "(measured only)",
-            f"{percentile(probe, 0.5)} / {percentile(probe, 0.95)} s (n={len(probe)})",
+            f"{_secs(percentile(probe, 0.5))} / {_secs(percentile(probe, 0.95))} s "
+            f"(n={len(probe)})",
+            True,
+        ),
+        row(
+            "idle GPUs, time-averaged, by where they are",
+            "-",
+            "(measured only)",
+            _idle_text([m["idle_gpus"] for m in ms]),
             True,
         ),
         row(
@@ -453,3 +550,18 @@ def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[st
             audits is not None and all(a.ok for a in audits),
         ),
     ]
+
+
+def _secs(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
+def _idle_text(idle: list[dict[str, Any]]) -> str:
+    """The seeds' mean idle breakdown in one line: kinds, then the reserve by campaign."""
+    n = len(idle)
+    kinds = {k: sum(i[k] for i in idle) / n for k in (*IDLE_KINDS, "total")}
+    names = sorted({c for i in idle for c in i["reserve_by_campaign"]})
+    by = {c: sum(i["reserve_by_campaign"].get(c, 0.0) for i in idle) / n for c in names}
+    reserve = ", ".join(f"{c} {x:.1f}" for c, x in sorted(by.items(), key=lambda kv: -kv[1]))
+    rest = ", ".join(f"{k} {kinds[k]:.1f}" for k in IDLE_KINDS[1:])
+    return f"{kinds['total']:.1f} GPUs idle: reserve {kinds['reserve']:.1f} ({reserve}), {rest}"

@@ -41,7 +41,7 @@ function el(id) {
 }
 els['data'] = {textContent: DATA};
 globalThis.document = {getElementById: el, createElement: () => ({}), body: {dataset: {}},
-  querySelectorAll: () => ['occ', 'bkt', 'price', 'lat'].map(el)};
+  querySelectorAll: () => ['occ', 'idle', 'bkt', 'price', 'lat'].map(el)};
 globalThis.location = {hash: ''};
 globalThis.window = globalThis;
 globalThis.setInterval = (f) => { for (let i = 0; i < 250; i++) f(); return 1; };
@@ -132,8 +132,8 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     # #play starts the animated replay on load: 200 frames, 40 ms apart (virtual time).
     body = _body(page.as_uri() + "#play", tmp_path / "profile", 10_000)
     assert body.get("data-js-errors") == "0", body.get("data-js-error-text")
-    assert body.get("data-charts") == "4"
-    assert body.get("data-charts-rendered") == "4", body.get("data-painted-pixels")
+    assert body.get("data-charts") == "5"
+    assert body.get("data-charts-rendered") == "5", body.get("data-painted-pixels")
     assert all(int(n) > 2000 for n in (body["data-painted-pixels"] or "").split(","))
     assert body.get("data-replay-done") == "1" and int(body["data-replay-frames"] or 0) >= 200
 

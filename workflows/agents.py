@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from bursar.workflows.api import Ctx, Lease, Refused
-from bursar.workflows.tasks import Task, run_task, task_set
+from bursar.workflows.tasks import TIME_EPS_S, Task, run_task, task_set
 
 __all__ = ["Adaptive", "Backfill", "Extractor", "Naive", "Probe", "Storm", "Victim"]
 
@@ -229,38 +229,90 @@ class _Science:
 class Naive(_Science):
     """Same task set as adaptive; demands ``gpus`` GPUs always, whatever the price, and is
     blind to I/O: its lease is sized to the compute time only and never renewed, so a task
-    that I/O throttling slows down is lost when the lease ends."""
+    that I/O throttling slows down is lost when the lease ends.
+
+    Each lease lasts the longest compute time among the tasks at the head of the queue
+    that fill its GPUs. As GPUs free up (by its own bookkeeping: a task takes its compute
+    time) it starts the next task if that task's compute time fits what is left of the
+    lease; once the head of the queue does not fit, it lets the lease run out and sizes the
+    next one. It adds no overhead of its own: none for I/O, which it ignores, and none for
+    start-up, since a lease's time runs from when it is usable, when its tasks start. A
+    task that cannot fit any lease (longer than ``max_lease_s``, the broker's longest
+    lease, or wider than ``gpus``) is recorded as ``unfit`` and never started; so is the
+    task that sized a lease the broker says it will never grant (under prepaid
+    enforcement, more above the sustained rate than the whole bucket holds)."""
 
     gpus: float = 256.0
-    lease_s: float = 1200.0
+    max_lease_s: float = 86400.0
+    """The broker's longest lease (the policy default; the scenario passes its policy's)."""
 
     async def run(self, ctx: Ctx) -> None:
-        todo = self.queue()
+        todo = self._fitting(ctx, self.queue())
         while todo:
+            batch = self._batch(todo)
+            lease_s = min(max(t.duration_s for t in batch), self.max_lease_s)
             try:
-                lease = await ctx.acquire(self.gpus, self.lease_s, blocking=True, timeout=3600.0)
-            except Refused:
+                lease = await ctx.acquire(self.gpus, lease_s, blocking=True, timeout=3600.0)
+            except Refused as exc:
+                if math.isinf(exc.retry_after):
+                    longest = max(batch, key=lambda t: t.duration_s)
+                    todo.remove(longest)
+                    self._unfit(ctx, longest, exc.reason)
                 continue
             if not await ctx.wait_active(lease):
                 continue
             free = self.gpus
             running: list[tuple[float, Task]] = []
-            # Pack tasks onto the lease; start the next as soon as GPUs free up.
-            while todo and ctx.now() < lease.expires_at:
-                while todo and todo[0].gpus <= free:
+            # Pack tasks onto the lease in queue order while the head's compute time fits
+            # what is left of it; start the next as soon as GPUs free up.
+            while todo and ctx.now() + todo[0].duration_s <= lease.expires_at + TIME_EPS_S:
+                if todo[0].gpus <= free:
                     t = todo.pop(0)
                     free -= t.gpus
-                    done_at = ctx.now()
-                    running.append((done_at, t))
+                    running.append((ctx.now(), t))
                     ctx.spawn(self._task(ctx, t, lease), f"naive-{t.id}")
+                    continue
                 # Naive bookkeeping: it expects each task to take its compute time.
-                ends = sorted(s + t.duration_s for s, t in running)
-                nxt = ends[0] if ends else lease.expires_at
-                await ctx.sleep(max(1.0, min(nxt, lease.expires_at) - ctx.now()))
+                nxt = min(s + t.duration_s for s, t in running)
+                await ctx.sleep(max(1.0, nxt - ctx.now()))
                 still = [(s, t) for s, t in running if s + t.duration_s > ctx.now()]
                 free += sum(t.gpus for _, t in running) - sum(t.gpus for _, t in still)
                 running = still
             await ctx.wait_end(lease)
+
+    def _fitting(self, ctx: Ctx, tasks: list[Task]) -> list[Task]:
+        """The tasks some lease can hold; the others are reported, not silently lost."""
+        out = []
+        for t in tasks:
+            if t.duration_s > self.max_lease_s:
+                self._unfit(ctx, t, "LONGER_THAN_MAX_LEASE")
+            elif t.gpus > self.gpus:
+                self._unfit(ctx, t, "WIDER_THAN_LEASE")
+            else:
+                out.append(t)
+        return out
+
+    def _unfit(self, ctx: Ctx, t: Task, why: str) -> None:
+        ctx.record(
+            "unfit",
+            id=t.id,
+            gpus=t.gpus,
+            value=t.value,
+            duration_s=t.duration_s,
+            why=why,
+            max_lease_s=self.max_lease_s,
+            lease_gpus=self.gpus,
+        )
+
+    def _batch(self, todo: list[Task]) -> list[Task]:
+        """The head tasks that fill the lease's GPUs: they size it."""
+        free, out = self.gpus, []
+        for t in todo:
+            if t.gpus > free:
+                break
+            free -= t.gpus
+            out.append(t)
+        return out
 
     async def _task(self, ctx: Ctx, task: Task, lease: Lease) -> None:
         await run_task(ctx, task, lease, renew=False)

@@ -4,7 +4,9 @@ A task computes for ``duration_s`` in ``STEPS`` equal steps; after each step it 
 and writes ``io_mb / STEPS`` MB (metered ``fs_bw``) and asks for ``tokens / STEPS``
 inference tokens (metered ``inference``). Metering throttles at the source: what is not
 granted now is waited for, so I/O throttling slows a task down. A task that is still
-running when its lease ends is lost, with its value.
+running when its lease ends is lost, with its value. Its record says whether its compute
+time alone fitted the lease (``compute_fits``), which tells a loss to I/O waits apart from
+a lease that was too short for the task whatever its I/O.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from bursar.workflows.api import Ctx, Lease
 __all__ = ["STEPS", "Task", "TaskResult", "run_task", "task_set"]
 
 STEPS = 3
+TIME_EPS_S = 1e-6
+"""Tolerance on comparisons with a lease's end: a task is timed as a sum of sleeps, which
+may land a rounding error past an end that was computed as one addition."""
 MAX_METER_CALLS = 12
 """Per step and dimension: a throttled task asks again at most this often, then waits
 out the rest at the wait the broker last gave (keeps the event count sane)."""
@@ -50,6 +55,13 @@ class TaskResult:
     ended: float
     done: bool
     io_wait_s: float
+    lease_end: float
+    """The lease's end as the task last knew it (after any renewal)."""
+
+    @property
+    def compute_fits(self) -> bool:
+        """Whether the task would have finished within ``lease_end`` without its I/O waits."""
+        return self.started + self.task.duration_s <= self.lease_end + TIME_EPS_S
 
 
 def task_set(seed: int, n: int = 240) -> list[Task]:
@@ -76,17 +88,24 @@ def task_set(seed: int, n: int = 240) -> list[Task]:
 
 
 async def _metered(ctx: Ctx, dim: str, amount: float) -> float:
-    """Consume ``amount`` of a rate dimension; returns the seconds spent waiting for it."""
+    """Consume ``amount`` of a rate dimension; returns the seconds spent waiting for it.
+
+    A throttled grant comes with how long the rest will take (at the burst rate, or at
+    the sustained rate for what the bucket cannot cover). The task uses what it was
+    granted for as long as a piece that size of the rest takes at that pace, then asks for
+    the rest; on its last call it waits out the whole rest. It so waits about as long as
+    the broker says the rest takes, whatever the meter window. (Sleeping the whole wait
+    before each piece would wait it again for every piece that one window allows.)"""
     waited = 0.0
     rest = amount
-    for _ in range(MAX_METER_CALLS):
-        if rest <= 1e-6:
-            return waited
+    for call in range(MAX_METER_CALLS):
         r = await ctx.meter(dim, rest)
         rest -= r.granted
         if rest <= 1e-6:
             return waited
-        wait = min(max(r.wait_s, 1.0), 3600.0)
+        last = call == MAX_METER_CALLS - 1
+        wait = r.wait_s if last else r.wait_s * min(1.0, r.granted / rest)
+        wait = min(max(wait, 1.0), 3600.0)
         await ctx.sleep(wait)
         waited += wait
     return waited
@@ -104,7 +123,7 @@ async def run_task(ctx: Ctx, task: Task, lease: Lease, *, renew: bool = False) -
     step = task.duration_s / STEPS
     for k in range(STEPS):
         await ctx.sleep(step)
-        if ctx.now() > lease.expires_at:
+        if ctx.now() > lease.expires_at + TIME_EPS_S:
             break
         if task.io_mb > 0:
             io_wait += await _metered(ctx, "fs_bw", task.io_mb / STEPS)
@@ -117,15 +136,18 @@ async def run_task(ctx: Ctx, task: Task, lease: Lease, *, renew: bool = False) -
             except Refused:
                 continue
     t1 = ctx.now()
-    done = t1 <= lease.expires_at
+    res = TaskResult(task, t0, t1, t1 <= lease.expires_at + TIME_EPS_S, io_wait, lease.expires_at)
     ctx.record(
         "task",
         id=task.id,
         gpus=task.gpus,
         value=task.value,
-        done=done,
+        done=res.done,
         io_wait_s=io_wait,
         started=t0,
         ended=t1,
+        duration_s=task.duration_s,
+        lease_end=res.lease_end,
+        compute_fits=res.compute_fits,
     )
-    return TaskResult(task, t0, t1, done, io_wait)
+    return res
