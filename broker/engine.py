@@ -36,6 +36,7 @@ from bursar.broker.decisions import (
     Decision,
     Expired,
     Granted,
+    LeasePath,
     Metered,
     Queued,
     Rejected,
@@ -43,6 +44,7 @@ from bursar.broker.decisions import (
     Renewed,
     Revoked,
 )
+from bursar.broker.envelope import LeaseClass
 from bursar.broker.events import (
     AllocationReady,
     CancelRequest,
@@ -268,7 +270,9 @@ class Engine:
             elif kind is TimerKind.WAKE:
                 self.queue.wake(ref)
             elif kind is TimerKind.IDLE:
-                self._emit_some(self.power.power_off_if_idle(ref, self.ledger.reserve, self.now))
+                self._emit_some(
+                    self.power.power_off_if_idle(ref, self.ledger.warm_reserve(), self.now)
+                )
             self._settle()
         self.now = to
 
@@ -516,8 +520,24 @@ class Engine:
         preemptible = c.spec.preemptible
         on_free, _, _, _ = self.pool.totals()
         limit, cold_avail = self._capacity_for(c)
-        reclaimable = self.ledger.reclaimable
+        reclaimable = self.ledger.reclaimable_for(c)
         plan = paths.plan(size, limit, reclaimable, cold_avail, preemptible)
+        if (
+            preemptible
+            and plan is not None
+            and plan.path is not LeasePath.WARM
+            and not dims.is_zero(self.ledger.batch_reserve)
+        ):
+            # Only a lease active at once is reclaimable: one that waits for a boot may not
+            # hold any of the batch reserve meanwhile.
+            limit = isolation.warm_limit(on_free, self.ledger.reserve, c.unmet, self.headroom, True)
+            cold_avail = dims.vmax0(
+                dims.add(
+                    dims.add(self.pool.totals()[1], self.pool.totals()[2]),
+                    dims.vmin(limit, dims.ZERO),
+                )
+            )
+            plan = paths.plan(size, limit, reclaimable, cold_avail, preemptible)
         if plan is None:
             unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
             everything = dims.add(
@@ -557,13 +577,15 @@ class Engine:
         now = self.now
         ledger = self.ledger
         on_free, boot_free, cold, _ = self.pool.totals()
-        base = dims.vmax0(dims.sub(on_free, ledger.reserve))
+        warm_reserve = ledger.warm_reserve()
+        base = dims.vmax0(dims.sub(on_free, warm_reserve))
         # Reserve not yet warm is booting: the cold path cannot hand it out (as _capacity_for).
-        short = dims.vmax0(dims.sub(ledger.reserve, on_free))
+        short = dims.vmax0(dims.sub(warm_reserve, on_free))
         cold_avail = dims.vmax0(dims.sub(dims.add(boot_free, cold), short))
         early: list[reservations.Step] = []
-        if not dims.is_zero(ledger.reclaimable):
-            early.append((now + self.policy.grace_s, ledger.reclaimable))
+        reclaim = dims.vmax0(dims.sub(ledger.reclaimable, ledger.lent()))
+        if not dims.is_zero(reclaim):
+            early.append((now + self.policy.grace_s, reclaim))
         if not dims.is_zero(cold_avail):
             early.append((now + self.pool_spec.boot_latency_s, cold_avail))
         early.sort(key=lambda st: st[0])
@@ -603,9 +625,21 @@ class Engine:
     def _capacity_for(self, c: CampaignState) -> tuple[dims.Vec, dims.Vec]:
         """(warm limit, cold capacity) a request of ``c`` may use under the isolation rule."""
         on_free, boot_free, cold, _ = self.pool.totals()
-        limit = isolation.warm_limit(
-            on_free, self.ledger.reserve, c.unmet, self.headroom, c.spec.preemptible
-        )
+        ledger = self.ledger
+        if c.spec.preemptible:
+            limit = isolation.warm_limit(
+                on_free, ledger.reserve, c.unmet, self.headroom, True, ledger.batch_reserve
+            )
+        else:
+            # What preemptible leases hold of the batch reserve is not free warm capacity
+            # to set aside; of this campaign's own part, only what is not lent is warm.
+            lent = ledger.lent()
+            own = c.unmet
+            if not dims.is_zero(lent) and c.spec.lease_class is not LeaseClass.INTERACTIVE:
+                own = dims.vmax0(dims.sub(own, lent))
+            limit = isolation.warm_limit(
+                on_free, dims.vmax0(dims.sub(ledger.reserve, lent)), own, self.headroom, False
+            )
         # A negative limit is reserve (or headroom) not yet warm: it is booting, kept warm
         # by PowerControl.keep_warm, so the cold path may not hand it out either.
         cold_avail = dims.vmax0(dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO)))
@@ -630,10 +664,12 @@ class Engine:
         }
         inputs["within_guarantee"] = isolation.within_own_guarantee(p.size, own)
         inputs["waited_s"] = self.now - p.queued_at
-        # A queued request's own demand does not raise the price it is granted at.
+        # A new lease is priced at the pressure that includes itself, as a renewal is (its
+        # holding is then counted): a queued request's demand is already counted, unless
+        # it waited on its own campaign's envelope (not congestion, so not counted).
         demand = self.ledger.queued_demand
-        if p.id in self.queue.pending and not c.spec.preemptible:
-            demand = dims.vmax0(dims.sub(demand, p.size))
+        if not c.spec.preemptible and not p.counted:
+            demand = dims.add(demand, p.size)
         price = self.ledger.price(demand)
         ls = Lease(
             id=p.id,
@@ -741,16 +777,26 @@ class Engine:
             self.idempotency.answer(p.id, reject)
             return reject
         self.queue.add(p)
-        self.ledger.add_demand(c, p.size, +1)
-        self.queue.set_reason(p, reason, self.now)
+        self._set_reason(p, reason)
         if reason is Reason.BUCKET_EMPTY:
             self._schedule_wake(p)
         return self._emit(Queued(self.now, p.id, p.campaign, reason, wait, inputs))
 
+    def _set_reason(self, p: Pending, reason: Reason) -> None:
+        """Record why ``p`` waits. Only demand the pool cannot serve is congestion: a
+        request waiting on its own campaign's burst or bucket does not raise the price."""
+        self.queue.set_reason(p, reason, self.now)
+        count = reason in admission.POOL_REASONS
+        if count != p.counted:
+            p.counted = count
+            self.ledger.add_demand(self.campaigns[p.campaign], p.size, +1 if count else -1)
+
     def _unqueue(self, p: Pending) -> None:
         """Take ``p`` out of the queue (granted or cancelled); the next one heads it."""
         self.queue.remove(p)
-        self.ledger.add_demand(self.campaigns[p.campaign], p.size, -1)
+        if p.counted:
+            p.counted = False
+            self.ledger.add_demand(self.campaigns[p.campaign], p.size, -1)
 
     def _schedule_wake(self, p: Pending) -> None:
         c = self.campaigns[p.campaign]
@@ -758,7 +804,9 @@ class Engine:
         # The tokens must cover the span the lease would be charged for: its duration plus
         # the start delay of the path that would serve it now.
         limit, cold_avail = self._capacity_for(c)
-        plan = paths.plan(p.size, limit, self.ledger.reclaimable, cold_avail, c.spec.preemptible)
+        plan = paths.plan(
+            p.size, limit, self.ledger.reclaimable_for(c), cold_avail, c.spec.preemptible
+        )
         delay = self._start_delay(plan) if plan is not None else 0.0
         at = self.now + self.ledger.bucket_wait(c, rate, p.duration_s + delay, self.now)
         self.queue.wake_by(p.campaign, at)
@@ -766,7 +814,7 @@ class Engine:
     def _settle(self) -> None:
         """Admission pass, then keep the guarantee reserve and headroom warm."""
         self._admit()
-        boot = self.power.keep_warm(self.ledger.reserve, self.now)
+        boot = self.power.keep_warm(self.ledger.warm_reserve(), self.now)
         if boot is not None:
             self._out.append(boot)
 
@@ -830,7 +878,7 @@ class Engine:
                 # Every path is warm (nothing reclaimable or cold), so it would start now
                 # and the reservations say no: skip the full check (the common case in a
                 # long queue, where most heads are tried and stay blocked).
-                queue.set_reason(p, Reason.HEAD_OF_LINE, self.now)
+                self._set_reason(p, Reason.HEAD_OF_LINE)
                 continue
             result = self._try(p, profile)
             if isinstance(result, Granted):
@@ -848,7 +896,7 @@ class Engine:
                 bound = self.ledger.pool_bound()
                 continue
             reason = result[0]
-            queue.set_reason(p, reason, self.now)
+            self._set_reason(p, reason)
             if reason is Reason.BUCKET_EMPTY:
                 self._schedule_wake(p)
             if barrier is None and reason in admission.POOL_REASONS and p.id in queue.aged:

@@ -8,7 +8,18 @@ summed, is kept warm. A request may use:
   are set aside, then reclaimable (preemptible) capacity, then cold nodes.
 
 Preemptible requests never count toward anyone's guarantee and must also leave the
-pool's warm headroom idle: they may use warm capacity beyond reserve + headroom only.
+pool's warm headroom idle: they may use warm capacity beyond the interactive campaigns'
+reserve + headroom only. They may fill the part of the reserve owed to batch-class
+campaigns, because it is reclaimed from them within one grace period: a batch request
+within its own guarantee is then served within ``grace_s`` (on the reclaim path), never
+later. They never fill an interactive campaign's reserve: that would need an instant
+reclaim, and a preemptible lease's unused remainder is neither free nor reclaimable.
+
+Lending a reserve only to preemptible leases is what keeps it safe to lend: it comes
+back within a grace period whatever happens. Handing an idle reserve to firm work instead
+(say, while its own campaign's queued request is too big for it) breaks the *other*
+campaigns' isolation when it is owed again: it is then restored out of their free warm
+capacity, not out of reclaimable capacity.
 """
 
 from __future__ import annotations
@@ -26,10 +37,11 @@ def warm_limit(
     own_unmet: dims.Vec,
     headroom: dims.Vec,
     preemptible: bool,
+    batch_reserve: dims.Vec = dims.ZERO,
 ) -> dims.Vec:
     """Warm capacity this request may take now (may be negative while a reserve is short)."""
     if preemptible:
-        return dims.sub(dims.sub(on_free, reserve_total), headroom)
+        return dims.sub(dims.sub(on_free, dims.sub(reserve_total, batch_reserve)), headroom)
     return dims.sub(on_free, dims.vmax0(dims.sub(reserve_total, own_unmet)))
 
 

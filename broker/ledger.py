@@ -20,7 +20,7 @@ from sortedcontainers import SortedList
 from bursar.broker import admission, dims, isolation
 from bursar.broker import price as pricing
 from bursar.broker.bucket import Bucket
-from bursar.broker.envelope import CampaignSpec
+from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.lease import Lease
 from bursar.broker.policy import Enforcement, PolicySpec
 from bursar.broker.pool import PoolState
@@ -88,6 +88,10 @@ class CampaignState:
             self.fair = float("inf")
 
 
+def _batch_class(c: CampaignState) -> bool:
+    return not c.spec.preemptible and c.spec.lease_class is not LeaseClass.INTERACTIVE
+
+
 def _end_entry(ls: Lease, end: float) -> tuple[float, int, dims.Vec, str]:
     return (end, id_order(ls.id), ls.size, ls.campaign)
 
@@ -100,6 +104,7 @@ class Ledger:
         "_policy",
         "_pool",
         "_primary",
+        "batch_reserve",
         "firm_ends",
         "firm_held",
         "guaranteed",
@@ -131,6 +136,9 @@ class Ledger:
         capacity, and when."""
         self.max_guarantee = 0.0
         """The largest guarantee in the primary dimension."""
+        self.batch_reserve: dims.Vec = dims.ZERO
+        """The part of the reserve owed to batch-class (not interactive) campaigns: a batch
+        request may wait out a grace period, so preemptible leases may fill it."""
         self.guaranteed: dict[str, CampaignState] = {}
         """The firm campaigns with a guarantee (their unmet part returns to their reserve)."""
         self.usage_ref: float | None = None
@@ -153,6 +161,7 @@ class Ledger:
         c.held = held
         c.refresh()
         self.reserve = dims.vmax0(dims.add(dims.sub(self.reserve, before), c.unmet))
+        self._batch(c, before)
         if not c.spec.preemptible:
             self.firm_held = dims.vmax0(dims.add(dims.sub(self.firm_held, old), held))
 
@@ -161,6 +170,7 @@ class Ledger:
         self.reserve = dims.add(self.reserve, c.unmet)
         c.refresh_fair(self.fairshare)
         self._classify(c)
+        self._batch(c, dims.ZERO)
         self.max_guarantee = max(self.max_guarantee, c.guarantee[self._primary])
 
     def respec(
@@ -174,12 +184,44 @@ class Ledger:
         self._classify(c)
         self.reserve = dims.vmax0(dims.add(dims.sub(self.reserve, before), c.unmet))
         campaigns = list(every)
+        # The class may have changed: the batch part is summed afresh.
+        self.batch_reserve = dims.ZERO
+        for other in campaigns:
+            if _batch_class(other):
+                self.batch_reserve = dims.add(self.batch_reserve, other.unmet)
         # Preemptibility may have changed: firm holdings are summed afresh.
         self.firm_held = dims.ZERO
         for other in campaigns:
             if not other.spec.preemptible:
                 self.firm_held = dims.add(self.firm_held, other.held)
         self.max_guarantee = max(x.guarantee[self._primary] for x in campaigns)
+
+    def _batch(self, c: CampaignState, before: dims.Vec) -> None:
+        if _batch_class(c):
+            self.batch_reserve = dims.vmax0(dims.add(dims.sub(self.batch_reserve, before), c.unmet))
+
+    def lent(self) -> dims.Vec:
+        """The part of the batch reserve that active preemptible leases hold: the reserve
+        not covered by free warm capacity, as far as the batch part and what is
+        reclaimable go."""
+        on_free = self._pool.totals()[0]
+        uncovered = dims.vmax0(dims.sub(self.reserve, on_free))
+        return dims.vmin(uncovered, dims.vmin(self.batch_reserve, self.reclaimable))
+
+    def warm_reserve(self) -> dims.Vec:
+        """The reserve that must stay warm and free: all of it, less what is lent."""
+        return dims.vmax0(dims.sub(self.reserve, self.lent()))
+
+    def reclaimable_for(self, c: CampaignState) -> dims.Vec:
+        """What a firm request of ``c`` may reclaim: the lent part backs the batch reserve
+        and is not the pool's, except for the campaign it is owed to (up to its own unmet
+        guarantee)."""
+        lent = self.lent()
+        if dims.is_zero(lent):
+            return self.reclaimable
+        if _batch_class(c):
+            lent = dims.vmax0(dims.sub(lent, c.unmet))
+        return dims.vmax0(dims.sub(self.reclaimable, lent))
 
     def _classify(self, c: CampaignState) -> None:
         if not c.spec.preemptible and not dims.is_zero(c.guarantee):

@@ -54,6 +54,9 @@ class Pending:
     key: str = ""
     """The client's idempotency key ("" for none)."""
     reason: Reason | None = None
+    counted: bool = False
+    """Its size is in the ledger's queued demand (it waits for the pool, not for its
+    campaign's own envelope)."""
     aging: bool = False
     """An age timer (head-of-line patience) is set for it."""
     head_entry: HeadEntry | None = None

@@ -360,18 +360,19 @@ def test_prepaid_charges_the_above_R_part_for_the_whole_duration(held, size, dur
 
 def test_refund_of_unused_tokens_on_early_release():
     eng = build_engine(campaigns=[gpu_campaign("a", 0, 8, 32, 6000)])
-    assert one(eng.apply(req(0, "a", 16, 100)), Granted).tokens == 800
+    g = one(eng.apply(req(0, "a", 16, 100)), Granted)
+    assert g.tokens == 800
     assert eng.bucket_level("a", "gpu") == 5200
     assert eng.apply(Tick(at=40)) == []
     assert eng.bucket_level("a", "gpu") == 5200  # above R: no refill, no drain
     out = eng.apply(Release(at=40, lease_id="L1"))
     assert kinds(out) == ["Released"]
     assert out[0].refund_tokens == 8 * 60
-    assert out[0].refund_credits == pytest.approx(16 * 60 / 3600, rel=1e-12)
+    assert out[0].refund_credits == pytest.approx(g.price * 16 * 60 / 3600, rel=1e-12)
     assert eng.bucket_level("a", "gpu") == 5680
     eng.apply(Tick(at=50))
     assert eng.bucket_level("a", "gpu") == 5680 + 8 * 10
-    assert eng.campaigns["a"].credits == pytest.approx(16 * 40 / 3600, rel=1e-12)
+    assert eng.campaigns["a"].credits == pytest.approx(g.price * 16 * 40 / 3600, rel=1e-12)
 
 
 def test_release_before_start_refunds_the_whole_prepaid_span():
@@ -896,7 +897,7 @@ def test_preemptible_requests_leave_reserve_and_headroom_idle():
         nodes=4,
         warm=4,
         campaigns=[
-            gpu_campaign("victim", 8, 8, 16),
+            gpu_campaign("victim", 8, 8, 16, lease_class=INTERACTIVE),
             gpu_campaign("sci", 0, 8, 32),
             gpu_campaign("bf", 0, 32, 32, None, OPPORTUNISTIC, preemptible=True),
         ],
@@ -911,6 +912,27 @@ def test_preemptible_requests_leave_reserve_and_headroom_idle():
     out = eng.apply(req(3, "sci", 8, 100))
     assert kinds(out) == ["PreemptWarned", "Granted"] and out[1].path is LeasePath.RECLAIM
     assert one(eng.apply(req(4, "victim", 8, 100)), Granted).path is LeasePath.WARM
+    eng.check_invariants()
+
+
+def test_preemptible_leases_may_fill_a_batch_reserve_and_are_reclaimed_within_grace():
+    eng = build_engine(
+        nodes=4,
+        warm=4,
+        warm_headroom={},
+        campaigns=[
+            gpu_campaign("sci", 8, 8, 16),  # batch class
+            gpu_campaign("bf", 0, 32, 32, None, OPPORTUNISTIC, preemptible=True),
+        ],
+    )
+    # 32 warm, 8 reserved for sci's guarantee: a batch reserve, so backfill may fill it.
+    assert one(eng.apply(req(0, "bf", 32, 1000)), Granted).path is LeasePath.WARM
+    assert gpu(eng.reserve) == 8 and gpu(eng.ledger.warm_reserve()) == 0
+    # sci's request within its guarantee is served by reclaim: within one grace period.
+    out = eng.apply(req(10, "sci", 8, 100))
+    g = one(out, Granted)
+    assert g.path is LeasePath.RECLAIM and g.starts_at - 10 <= eng.policy.grace_s
+    assert one(out, PreemptWarned).lease_id == "L1"
     eng.check_invariants()
 
 
@@ -948,16 +970,28 @@ def test_congestion_price_rises_with_pressure(held, queued, pressure):
     assert eng.price() == 2.0 * math.exp(3.0 * pressure)
 
 
-def test_price_is_base_at_zero_pressure_and_charged_at_grant():
+def test_price_is_base_at_zero_pressure_and_includes_the_new_lease():
     eng = build_engine(price_base=3.0, campaigns=[gpu_campaign("a", 0, 64, 64)])
     assert eng.price() == 3.0
+    # Priced at the pressure with itself counted, as a renewal is: 16 of 64.
     g = one(eng.apply(req(0, "a", 16, 3600)), Granted)
-    assert g.price == 3.0
-    assert g.credits == pytest.approx(3.0 * 16, rel=1e-12)  # price x units x hours
-    assert eng.price() == 3.0 * math.exp(2.0 * 16 / 64)
-    g2 = one(eng.apply(req(0, "a", 16, 1800)), Granted)
-    assert g2.price == eng.price() / math.exp(2.0 * 16 / 64)
-    assert g2.price > g.price
+    assert g.price == pytest.approx(3.0 * math.exp(2.0 * 16 / 64), rel=1e-12)
+    assert g.credits == pytest.approx(g.price * 16, rel=1e-12)  # price x units x hours
+    assert eng.price() == pytest.approx(g.price, rel=1e-12)
+    r = one(eng.apply(Renew(at=10, lease_id="L1", duration_s=3600)), Renewed)
+    assert r.inputs["price"] == pytest.approx(g.price, rel=1e-12)
+    g2 = one(eng.apply(req(20, "a", 16, 1800)), Granted)
+    assert g2.price == pytest.approx(3.0 * math.exp(2.0 * 32 / 64), rel=1e-12)
+
+
+def test_demand_waiting_on_its_own_bucket_is_not_congestion():
+    eng = build_engine(campaigns=[gpu_campaign("a", 0, 8, 64, 800), gpu_campaign("b", 0, 64, 64)])
+    eng.apply(req(0, "a", 16, 100))  # bucket 0 now
+    assert one(eng.apply(req(1, "a", 8, 10)), Queued).reason is Reason.BUCKET_EMPTY
+    assert eng.ledger.queued_demand == dims.ZERO
+    idle = eng.price()
+    eng.apply(req(2, "b", 60, 100))  # 32 free of 64 after a's 16 (default pool)
+    assert eng.price() >= idle
 
 
 def test_price_counts_dominant_share_for_multi_dimensional_leases():
@@ -970,8 +1004,10 @@ def test_price_counts_dominant_share_for_multi_dimensional_leases():
         eng.apply(RequestLease(at=0, campaign="a", size={"gpu": 1, "cpu": 256}, duration_s=3600)),
         Granted,
     )
-    # cpu share 256/512 = 1/2 of the pool -> charged as 32 GPUs.
-    assert g.credits == pytest.approx(32.0, rel=1e-12)
+    # cpu share 256/512 = 1/2 of the pool -> charged as 32 GPUs; the pressure is read in
+    # the primary dimension (1 GPU of 64, the lease itself).
+    assert g.price == pytest.approx(math.exp(2.0 * 1 / 64), rel=1e-12)
+    assert g.credits == pytest.approx(32.0 * g.price, rel=1e-12)
 
 
 # --------------------------------------------------------------------------- metering

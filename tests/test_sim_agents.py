@@ -84,14 +84,16 @@ def test_probe_waits_for_boot_on_a_cold_pool_and_grace_behind_backfill(tmp_path:
     assert lat2 and all(r["path"] == "reclaim" and r["latency"] == 30.0 for r in lat2)
 
 
-def test_backfill_fills_all_but_the_reserve_and_headroom(tmp_path: Path) -> None:
+def test_backfill_fills_all_but_the_interactive_reserve_and_headroom(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.add("backfill", Backfill(until=1200))
     h.sample_every(10.0, 1200)
     h.run(1200)
     late = [s["backfill"] for t, s in h.samples if t >= 600]
-    # 512 - 176 (unmet guarantees, kept warm) - 32 (warm headroom) = 304.
-    assert max(late) == 304.0
+    # 512 - 32 (victim's guarantee: interactive, kept warm) - 32 (warm headroom) = 448 at
+    # most; the batch campaigns' 144 may be filled (they are reclaimed within a grace
+    # period). Backfill takes whole 32-GPU leases: 416.
+    assert max(late) == 416.0
     assert all(g.campaign == "backfill" for g in h.grants)
 
 
