@@ -256,8 +256,13 @@ class Engine:
 
     def _advance(self, to: float) -> None:
         """Run the clock to ``to``, firing each live timer due by then at its own time, with
-        an admission pass after each."""
+        an admission pass after each instant's timers (every lease ending at an instant has
+        ended before anyone is served then: a reservation counts on all of them)."""
+        at: float | None = None
         for t, kind, ref in self.timers.due(to):
+            if at is not None and t != at:
+                self._settle()
+            at = t
             self.now = t
             if kind is TimerKind.EXPIRE:
                 self._end(self.leases[ref], LeaseState.EXPIRED, "expired")
@@ -273,6 +278,7 @@ class Engine:
                 self._emit_some(
                     self.power.power_off_if_idle(ref, self.ledger.warm_reserve(), self.now)
                 )
+        if at is not None:
             self._settle()
         self.now = to
 
@@ -549,7 +555,10 @@ class Engine:
         delay = self._start_delay(plan)
         if behind is not None:
             start = self.now + delay
-            if not behind.admits(size, start, start + p.duration_s, p.id):
+            end = start + p.duration_s
+            if not behind.admits(size, start, end, p.id) or self._crowds_own_holder(
+                p, c, end, behind
+            ):
                 first = min(r.at for r in behind.reservations.values())
                 return Reason.HEAD_OF_LINE, {"reserved_from": first}
         if delay > 0 and enforcement is Enforcement.PREPAID:
@@ -599,6 +608,23 @@ class Engine:
             self.queue.reserved[p.id] = r.at
         self._profile = profile
         return profile
+
+    def _crowds_own_holder(
+        self, p: Pending, c: CampaignState, end: float, profile: reservations.Profile
+    ) -> bool:
+        """Would ``p``, still held when a reservation of its own campaign begins, push that
+        request over the campaign's burst then (so that its reservation is lost)?"""
+        for rid, r in profile.reservations.items():
+            if rid == p.id or end <= r.at:
+                continue
+            holder = self.queue.pending.get(rid)
+            if (
+                holder is not None
+                and holder.campaign == p.campaign
+                and admission.over_burst(dims.add(c.held, p.size), holder.size, c.burst)
+            ):
+                return True
+        return False
 
     def _reserved_granted(self, p: Pending, ls: Lease, own: dims.Vec) -> None:
         """Keep this pass's reservations true after a grant: a holder's grant frees its
@@ -787,6 +813,9 @@ class Engine:
         request waiting on its own campaign's burst or bucket does not raise the price."""
         self.queue.set_reason(p, reason, self.now)
         count = reason in admission.POOL_REASONS
+        if not count and self._profile is not None and p.id in self._profile.reservations:
+            # A holder now waits on its own campaign's limits: it holds no reservation.
+            self._profile_fresh = False
         if count != p.counted:
             p.counted = count
             self.ledger.add_demand(self.campaigns[p.campaign], p.size, +1 if count else -1)
@@ -867,7 +896,10 @@ class Engine:
             p = pending[rid]
             if not queue.may_try(p):
                 continue
-            behind = barrier is not None and barrier < (-p.lease_class.rank, p.seq)
+            # Every request of the holders' class or lower must leave the reservations
+            # whole, older ones too (one that waited on its own campaign's limits has no
+            # claim of its own on the capacity); a holder only those made before its own.
+            behind = barrier is not None and barrier[0] <= -p.lease_class.rank
             profile = self._reservations() if behind else None
             if (
                 profile is not None

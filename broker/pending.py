@@ -299,11 +299,12 @@ class Queues:
         return self._aged_heap[0][2]
 
     def barrier_before(self, p: Pending) -> bool:
-        """True when the head-of-line request precedes ``p`` (same or higher class, older)."""
+        """True when the head-of-line request's reservation binds ``p`` (same or higher
+        class)."""
         if not self._aged_heap:
             return False
         barrier = self.barrier()
-        return barrier is not None and barrier < (-p.lease_class.rank, p.seq)
+        return barrier is not None and barrier[0] <= -p.lease_class.rank
 
     def dirty_heads(self) -> list[tuple[tuple[int, float, int], str]]:
         """(order key, id) of the heads of every queue of the dirty campaigns."""

@@ -11,8 +11,9 @@ powered-on node exactly when its ``ready_by`` comes, and checks after every even
   grant to end, rebuilt from Granted/Released/Expired/Revoked decisions) <= B + R t;
 * isolation: a request entirely within its campaign's unmet guarantee (and not queued
   behind its own campaign's earlier request, which the first-come-first-served rule makes
-  it wait for) is granted and starts within grace + boot latency; at once where the warm
-  pool covers the guarantees and idle nodes stay on;
+  it wait for) is granted and starts within grace + boot latency; where the warm pool
+  covers the guarantees and idle nodes stay on, at once for an interactive campaign and
+  within one grace period for a batch one (preemptible leases may fill its reserve);
 * reclaim and cold leases are active by their starts_at (NodeReady is sent on time);
 * every decision is a journal kind and survives the codec: decode(encode(d)) == d, and
   re-encoding gives the same bytes;
@@ -313,7 +314,12 @@ class Run:
             )
             rid = f"L{self.requests + 1}"  # request ids count accepted requests
             if promise:
-                self.promises[rid] = Promise(rid, t, t + self.bound)
+                bound = self.bound
+                if c.spec.lease_class is not LeaseClass.INTERACTIVE:
+                    # A batch campaign's reserve may be lent to preemptible leases, which
+                    # are reclaimed within one grace period.
+                    bound = max(bound, self.sc.policy.grace_s)
+                self.promises[rid] = Promise(rid, t, t + bound)
             out = self.apply(ev)
             if out is None:
                 self.promises.pop(rid, None)
