@@ -26,7 +26,7 @@ import heapq
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from bursar.broker import admission, dims, invariants, isolation, paths, validation
+from bursar.broker import admission, dims, invariants, isolation, paths, shape, validation
 from bursar.broker import price as pricing
 from bursar.broker.codec import dumps, plain
 from bursar.broker.decisions import (
@@ -287,10 +287,11 @@ class Engine:
         c = self.campaigns[e.campaign]
         self._seq += 1
         rid = f"L{self._seq}"
+        demand = shape.resolve(e.size, e.shape, self.pool.kinds)
         p = Pending(
             id=rid,
             campaign=e.campaign,
-            size=dims.vec(e.size),
+            size=demand.size,
             duration_s=float(e.duration_s),
             lease_class=e.lease_class or c.spec.lease_class,
             blocking=e.blocking,
@@ -298,6 +299,7 @@ class Engine:
             queued_at=self.now,
             labels=dict(e.labels),
             key=e.idempotency_key,
+            demand=demand,
         )
         self.idempotency.record(e, rid, self.now)
         head = self.queue.head(p.campaign, p.lease_class)
@@ -478,15 +480,19 @@ class Engine:
         on_free, _, _, _ = self.pool.totals()
         limit, cold_avail = self._capacity_for(c)
         reclaimable = self.ledger.reclaimable
-        plan = paths.plan(size, limit, reclaimable, cold_avail, preemptible)
+        plan = self.placement.plan(p, limit, cold_avail, preemptible)
         if plan is None:
             unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
             everything = dims.add(
                 dims.add(dims.vmax0(unreserved), cold_avail),
                 dims.ZERO if preemptible else reclaimable,
             )
-            reason = Reason.GUARANTEE_RESERVED if dims.fits(size, everything) else Reason.POOL_FULL
-            return reason, {}
+            # Reserved only if the pieces could be placed without the reserve: a request
+            # that no node shape fits is blocked by the pool, whatever the aggregates say.
+            reserved = dims.fits(size, everything) and (
+                self.placement.plan(p, unreserved, cold_avail, preemptible) is not None
+            )
+            return (Reason.GUARANTEE_RESERVED if reserved else Reason.POOL_FULL), {}
         delay = self._start_delay(plan)
         if delay > 0 and enforcement is Enforcement.PREPAID:
             short = admission.bucket_short(
@@ -650,7 +656,7 @@ class Engine:
         # The tokens must cover the span the lease would be charged for: its duration plus
         # the start delay of the path that would serve it now.
         limit, cold_avail = self._capacity_for(c)
-        plan = paths.plan(p.size, limit, self.ledger.reclaimable, cold_avail, c.spec.preemptible)
+        plan = self.placement.plan(p, limit, cold_avail, c.spec.preemptible)
         delay = self._start_delay(plan) if plan is not None else 0.0
         at = self.now + self.ledger.bucket_wait(c, rate, p.duration_s + delay, self.now)
         self.queue.wake_by(p.campaign, at)

@@ -2,13 +2,16 @@
 
 ``plan`` is pure: it splits a request into the part served from warm capacity, the part
 taken over from preemptible leases after the grace period, and the part placed on
-booting or cold nodes. The engine commits the plan.
+booting or cold nodes, on pool-wide aggregates only. Aggregate fit is necessary for a
+placement, not sufficient: ``placement.Placement.plan`` runs this as the cheap first
+filter, then chooses the node pieces of each part (the ``Plan``'s piece fields), and the
+engine commits that plan.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bursar.broker import dims
 from bursar.broker.decisions import LeasePath
@@ -20,6 +23,12 @@ class Plan:
     warm: dims.Vec
     reclaim: dims.Vec
     cold: dims.Vec
+    warm_pieces: dict[int, dims.Vec] = field(default_factory=dict)
+    """Node index → the warm piece there (empty on an aggregate-only plan)."""
+    claims: tuple[tuple[str, int, dims.Vec], ...] = ()
+    """(victim lease, node index, the part of the victim's piece there taken over)."""
+    cold_pieces: dict[int, dims.Vec] = field(default_factory=dict)
+    """Node index → the piece on a booting node, or on a cold node booted for it."""
 
 
 def plan(

@@ -27,6 +27,7 @@ from sortedcontainers import SortedList
 from bursar.broker import admission, dims, isolation
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.reasons import Reason
+from bursar.broker.shape import Demand
 from bursar.broker.timers import TimerKind
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ class Pending:
     labels: dict[str, str]
     key: str = ""
     """The client's idempotency key ("" for none)."""
+    demand: Demand | None = None
+    """The request's shape resolved against the pool (None: any split of ``size``)."""
     reason: Reason | None = None
     aging: bool = False
     """An age timer (head-of-line patience) is set for it."""

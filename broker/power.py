@@ -47,6 +47,14 @@ class PowerControl:
         nodes = self._pool.nodes
         return PoweredOn(now, tuple(nodes[i].name for i in booted), now + self._boot_latency_s)
 
+    def boot_nodes(self, nodes: Iterable[int], now: float) -> PoweredOn | None:
+        """Boot the given nodes that are cold (the cold pieces of a plan need them)."""
+        booted = self._pool.boot_nodes(nodes, now, self._boot_latency_s)
+        if not booted:
+            return None
+        names = self._pool.nodes
+        return PoweredOn(now, tuple(names[i].name for i in booted), now + self._boot_latency_s)
+
     def boot_for(self, need: dims.Vec, now: float) -> PoweredOn | None:
         """Boot what the cold path needs beyond the capacity already booting."""
         _, boot_free, _, _ = self._pool.totals()

@@ -894,10 +894,11 @@ def test_price_counts_dominant_share_for_multi_dimensional_leases():
         ]
     )
     g = one(
-        eng.apply(RequestLease(at=0, campaign="a", size={"gpu": 1, "cpu": 256}, duration_s=3600)),
+        eng.apply(RequestLease(at=0, campaign="a", size={"gpu": 4, "cpu": 256}, duration_s=3600)),
         Granted,
     )
-    # cpu share 256/512 = 1/2 of the pool -> charged as 32 GPUs.
+    # cpu share 256/512 = 1/2 of the pool -> charged as 32 GPUs. (Four GPUs: each piece is
+    # a GPU with 64 cores, the most one node has.)
     assert g.credits == pytest.approx(32.0, rel=1e-12)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.actuator import actuator_for
-from bursar.broker.backends.base import PoolBackend, placed_by
+from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
 from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
 from bursar.broker.clock import wait_for as wait_for_clock
 from bursar.broker.codec import decision_from_dict
@@ -821,7 +821,7 @@ class ServiceCore:
         ev = pb.LeaseEvent(kind=kind, at=d.at, seq=seq, index=index)
         if isinstance(d, Granted):
             lease.state = convert.state_to_proto(
-                LeaseState.ACTIVE if d.starts_at <= d.at else LeaseState.STARTING
+                LeaseState.ACTIVE if active_at_grant(d) else LeaseState.STARTING
             )
             lease.starts_at, lease.expires_at = d.starts_at, d.expires_at
         elif isinstance(d, Activated):
