@@ -139,6 +139,32 @@ class PoolState:
             n = self.nodes[i]
             self._use(n, tuple(-x for x in dims.vmin(piece, n.used)))
 
+    def fragmentation(self) -> tuple[dims.Vec, dims.Vec]:
+        """(stranded, partial free) over powered nodes, per dimension.
+
+        *Stranded*: free capacity that cannot serve a piece at the pool's typical ratio
+        (its capacity per unit of the primary dimension, e.g. 8 cores and 32 GB per GPU)
+        in whole units of the primary dimension: on each node, what is left of its free
+        capacity after the most such units it can still hold. Free GPUs next to no free
+        CPUs, or free CPUs next to no free GPU, are stranded; on a one-dimensional pool
+        nothing ever is. *Partial free*: free capacity on partly used nodes, which no
+        whole-node (exclusive) request can use. One pass over the nodes.
+        """
+        cap = self.capacity
+        per = cap[self.primary]
+        ratio = tuple(x / per for x in cap) if per > 0 else cap
+        stranded = partial = dims.ZERO
+        for n in self.nodes:
+            if n.power is not NodeState.ON or n.used == dims.ZERO:
+                continue
+            free = n.free
+            partial = dims.add(partial, free)
+            k = min(free[j] / r for j, r in enumerate(ratio) if r > 0)
+            k = max(0.0, float(int(k + 1e-9)))
+            left = dims.vmax0(tuple(f - k * r for f, r in zip(free, ratio, strict=True)))
+            stranded = dims.add(stranded, left)
+        return stranded, partial
+
     def boot_nodes(self, nodes: Iterable[int], now: float, latency: float) -> list[int]:
         """Power on the given nodes that are cold; returns those started."""
         started = []

@@ -87,6 +87,7 @@ from bursar.broker.service.errors import (
 )
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
+from bursar.broker.shape import Shape
 from bursar.broker.supply import supply
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
@@ -563,6 +564,7 @@ class ServiceCore:
         lease_class: LeaseClass | None,
         labels: dict[str, str],
         key: str = "",
+        shape: Shape | None = None,
     ) -> tuple[Granted, float]:
         """Request a lease; return the grant and the seconds it waited in the queue.
 
@@ -584,6 +586,7 @@ class ServiceCore:
                 lease_class=lease_class,
                 labels=labels,
                 idempotency_key=key,
+                shape=shape,
             ),
         )
         first = call.start()
