@@ -5,11 +5,13 @@ resolves it once, at request time, into a ``Demand``: a *unit* vector and a *cou
 units, with the rule for how units may be grouped into node pieces.
 
 * ``TOTAL`` (no shape, today's behaviour): any split, but every piece keeps the request's
-  ratios: 8 GPU + 64 CPU + 256 GB over two nodes is 2 x (4 GPU, 32 CPU, 128 GB). The unit is
-  the size divided by its first named dimension (``gpu``, else ``cpu``, else ``mem_gb``);
-  a multi-dimensional request whose first dimension is a whole number is cut into whole
-  units of it (no piece holds half a GPU). A one-dimensional request is split freely, as
-  before shapes existed.
+  ratios: 8 GPU + 64 CPU + 256 GB over two nodes is 2 x (4 GPU, 32 CPU, 128 GB). A
+  multi-dimensional request of whole numbers is cut into whole multiples of its size over
+  their greatest common divisor (here 1 GPU, 8 CPU, 32 GB), so that every piece holds whole
+  GPUs, cores and GB; one with a fraction somewhere, into units of its first named
+  dimension (``gpu``, else ``cpu``, else ``mem_gb``), whole ones when that amount is whole.
+  The coarser the common divisor, the fewer splits exist: 7 GPU + 13 CPU is one piece.
+  A one-dimensional request is split freely, as before shapes existed.
 * ``NODES`` (``nodes`` x ``per_node``, like ``--nodes N --gpus-per-node G``): exactly N
   pieces equal to the per-node vector, on N distinct nodes.
 * ``WHOLE`` (``exclusive``, like ``--exclusive``): N whole empty nodes; the lease holds
@@ -104,11 +106,17 @@ class Demand:
 
 def total(size: dims.Vec) -> Demand:
     """The demand of a request with no shape: any split keeping the size's ratios."""
+    named = [x for x in size if x > EPS]
+    if len(named) > 1 and all(abs(x - round(x)) < EPS for x in named):
+        # Whole numbers in every dimension: the unit is the size over their greatest common
+        # divisor, so that every piece holds whole GPUs, cores and GB in the size's ratios
+        # (a resource manager allocates no fraction of a core).
+        g = math.gcd(*(round(x) for x in named))
+        return Demand(Mode.TOTAL, tuple(x / g for x in size), float(g), True, size)
     lead = next((j for j, x in enumerate(size) if x > EPS), 0)
     amount = size[lead]
     unit = tuple(x / amount for x in size) if amount > 0 else size
-    named = sum(1 for x in size if x > EPS)
-    whole = named > 1 and abs(amount - round(amount)) < EPS
+    whole = len(named) > 1 and abs(amount - round(amount)) < EPS
     return Demand(Mode.TOTAL, unit, amount, whole, size)
 
 
