@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from bursar.broker import dims
 from bursar.broker.decisions import LeasePath
+from bursar.broker.shape import Demand
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,9 @@ class Plan:
     """(victim lease, node index, the part of the victim's piece there taken over)."""
     cold_pieces: dict[int, dims.Vec] = field(default_factory=dict)
     """Node index → the piece on a booting node, or on a cold node booted for it."""
+    later: Demand | None = None
+    """Set on a plan whose aggregate split is already exact (a one-dimensional request,
+    which any split serves): its pieces are chosen when it is placed, for this demand."""
 
 
 def plan(

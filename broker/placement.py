@@ -73,9 +73,14 @@ class Placement:
         Preemptible requests never reclaim."""
         size = p.size
         reclaimable = self._ledger.reclaimable
-        if paths.plan(size, warm_limit, reclaimable, cold_avail, preemptible) is None:
+        agg = paths.plan(size, warm_limit, reclaimable, cold_avail, preemptible)
+        if agg is None:
             return None
         d = p.demand if p.demand is not None else shape.total(size)
+        if d.any_split:
+            # The aggregate split is exact: choose the pieces only if the plan is placed
+            # (most plans the admission pass makes are not), keeping this call O(1).
+            return paths.Plan(agg.path, agg.warm, agg.reclaim, agg.cold, later=d)
         pool = self._pool
         primary = pool.primary
         count = d.count
@@ -139,19 +144,24 @@ class Placement:
         until they suffice (``everything``: all of them, for a plan that boots the rest)."""
         room: dict[int, dims.Vec] = {}
         owners: dict[int, list[tuple[str, dims.Vec]]] = {}
+        first: dict[int, int] = {}
+        """Node → the position of the first victim with a piece there."""
         have = 0.0
-        for v in self._victims():
+        for k, v in enumerate(self._victims()):
             for i, part in v.pieces.items():
                 if i in exclude or dims.is_zero(part):
                     continue
                 before = shape.units_on(room.get(i, dims.ZERO), d)
                 room[i] = dims.add(room.get(i, dims.ZERO), part)
                 owners.setdefault(i, []).append((v.id, part))
+                first.setdefault(i, k)
                 have += shape.units_on(room[i], d) - before
             if not everything and have + shape.EPS >= rest:
                 break
-        cands = [(0, i, room[i]) for i in sorted(room)]
-        takes = shape.take(d, cands, rest, rest, self._pool.primary)
+        # Pieces draw on victims in their order (the first victims' nodes first), not on
+        # the best-fitting node: a later victim is not preempted to spare an earlier one.
+        cands = [(first[i], i, room[i]) for i in sorted(room)]
+        takes = shape.take(d, cands, rest, rest, self._pool.primary, best_fit=False)
         claims = []
         for i, units in takes:
             want = shape.piece(d, units)
@@ -175,6 +185,24 @@ class Placement:
             return None
         return {i: shape.piece(d, u) for i, u in takes}
 
+    def _pieces(self, plan: paths.Plan, d: shape.Demand) -> paths.Plan:
+        """The node pieces of an aggregate plan of an any-split demand (same choices as
+        ``plan`` makes for other demands: best fit warm, victims in order, then boots)."""
+        pool = self._pool
+        inf = float("inf")
+        warm: dict[int, dims.Vec] = {}
+        if not dims.is_zero(plan.warm):
+            cands = pool.candidates(d, (NodeState.ON,))
+            takes = shape.take(d, cands, d.units(plan.warm), inf, pool.primary)
+            warm = {i: shape.piece(d, u) for i, u in takes}
+        claims: tuple[tuple[str, int, dims.Vec], ...] = ()
+        if not dims.is_zero(plan.reclaim):
+            claims, _ = self._plan_reclaim(d, d.units(plan.reclaim), set(), everything=False)
+        cold: dict[int, dims.Vec] = {}
+        if not dims.is_zero(plan.cold):
+            cold = self._plan_cold(d, d.units(plan.cold), inf) or {}
+        return paths.Plan(plan.path, plan.warm, plan.reclaim, plan.cold, warm, claims, cold)
+
     # ------------------------------------------------------------------ committing
 
     def place(self, ls: Lease, plan: paths.Plan, now: float) -> tuple[float, list[Decision]]:
@@ -182,6 +210,8 @@ class Placement:
         (the victims' warnings, then the boot)."""
         pool = self._pool
         out: list[Decision] = []
+        if plan.later is not None:
+            plan = self._pieces(plan, plan.later)
         if plan.warm_pieces:
             pool.put(plan.warm_pieces)
             ls.pieces = dict(plan.warm_pieces)

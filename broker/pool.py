@@ -120,18 +120,25 @@ class PoolState:
         whole = d.mode is shape.Mode.WHOLE
         unit = d.unit
         zero = dims.ZERO
-        out = []
+        cold = NodeState.COLD
+        with_cold = cold in powers
+        out: list[shape.Candidate] = []
+        append = out.append
         for i, n in enumerate(self.nodes):
-            if n.power not in powers:
+            power = n.power
+            if power is cold:
+                if with_cold and (not whole or n.cap == unit):
+                    append((2, i, n.cap))
                 continue
-            if n.power is NodeState.COLD:
+            if power not in powers:
+                continue
+            u = n.used
+            if u == zero:
                 if not whole or n.cap == unit:
-                    out.append((2, i, n.cap))
-                continue
-            empty = n.used == zero
-            if whole and (not empty or n.cap != unit):
-                continue
-            out.append((1 if empty else 0, i, n.free))
+                    append((1, i, n.cap))
+            elif not whole:
+                c = n.cap
+                append((0, i, (c[0] - u[0], c[1] - u[1], c[2] - u[2])))
         return out
 
     def free_pieces(self, pieces: dict[int, dims.Vec]) -> None:

@@ -103,6 +103,16 @@ class Demand:
     size: dims.Vec
     """The lease's size: ``count`` x ``unit``."""
 
+    @property
+    def any_split(self) -> bool:
+        """One dimension, split freely: every aggregate fit is a node-shaped fit."""
+        return self.mode is Mode.TOTAL and sum(1 for x in self.size if x > EPS) == 1
+
+    def units(self, v: dims.Vec) -> float:
+        """How many units the part ``v`` of this demand is."""
+        j = next(j for j, u in enumerate(self.unit) if u > 0)
+        return v[j] / self.unit[j]
+
 
 def total(size: dims.Vec) -> Demand:
     """The demand of a request with no shape: any split keeping the size's ratios."""
@@ -157,13 +167,20 @@ are used first: partly used nodes, then empty ones, then nodes still to be boote
 
 
 def take(
-    d: Demand, cands: Sequence[Candidate], want: float, limit: float, primary: int
+    d: Demand,
+    cands: Sequence[Candidate],
+    want: float,
+    limit: float,
+    primary: int,
+    best_fit: bool = True,
 ) -> list[tuple[int, float]]:
     """Choose nodes for up to ``min(want, limit)`` units: (node index, units there).
 
     Best fit first (see the module); a ``TOTAL`` amount no single node holds is split over
-    partly used nodes in index order, then empty ones, then nodes to boot. May come back
-    short: the caller compares the sum with what it needs.
+    partly used nodes in index order, then empty ones, then nodes to boot. Without
+    ``best_fit`` a ``TOTAL`` amount is always split in group order (the reclaim path's
+    groups are the victims' order). May come back short: the caller compares the sum with
+    what it needs.
     """
     goal = min(want, limit)
     if d.mode is Mode.TOTAL and d.whole:
@@ -178,33 +195,45 @@ def take(
                 left = dims.sub(avail, d.unit)
                 keyed.append((g, left[primary], left[0], left[1], left[2], i))
         return [(k[-1], 1.0) for k in heapq.nsmallest(n, keyed)]
-    best: tuple[Any, ...] | None = None
+    # One pass: each candidate's room in units (inline: this runs on every placement),
+    # the best single node that holds everything, and the rooms for a split.
     need = piece(d, goal)
-    groups = set()
+    named = [(j, u) for j, u in enumerate(d.unit) if u > 0.0]
+    whole = d.whole
+    rooms: list[tuple[int, int, float]] = []
+    best: tuple[Any, ...] | None = None
     for g, i, avail in cands:
-        groups.add(g)
-        if units_on(avail, d) + EPS >= goal:
-            left = dims.sub(avail, need)
+        k = math.inf
+        for j, u in named:
+            x = avail[j] / u
+            if x < k:
+                k = x
+        if whole:
+            k = math.floor(k + EPS)
+        if k <= EPS or k == math.inf:
+            continue
+        rooms.append((g, i, k))
+        if best_fit and k + EPS >= goal:
+            left = (avail[0] - need[0], avail[1] - need[1], avail[2] - need[2])
             key = (g, left[primary], left[0], left[1], left[2], i)
             if best is None or key < best:
                 best = key
     if best is not None:
         return [(best[-1], goal)]
+    rooms.sort(key=_group)  # stable: index order within a group
     out = []
     rest = goal
-    for group in sorted(groups):
-        for g, i, avail in cands:
-            if g != group:
-                continue
-            k = units_on(avail, d)
-            if k <= EPS:
-                continue
-            t = min(k, rest)
-            out.append((i, t))
-            rest -= t
-            if rest <= EPS:
-                return out
+    for _, i, k in rooms:
+        t = min(k, rest)
+        out.append((i, t))
+        rest -= t
+        if rest <= EPS:
+            break
     return out
+
+
+def _group(room: tuple[int, int, float]) -> int:
+    return room[0]
 
 
 def total_units(takes: Iterable[tuple[int, float]]) -> float:
