@@ -10,7 +10,6 @@ engine commits that plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bursar.broker import dims
@@ -57,23 +56,3 @@ def plan(
         return Plan(LeasePath.COLD, warm, reclaim, dims.vmax0(dims.sub(need, reclaim)))
     return None
 
-
-def choose_victims(
-    need: dims.Vec, candidates: Iterable[tuple[str, dims.Vec]]
-) -> list[tuple[str, dims.Vec]]:
-    """Take whole victims, in the order given, until ``need`` is covered.
-
-    Returns (victim id, the part of it the new lease takes over). The caller orders
-    candidates (lowest class first, youngest first) and has checked they suffice.
-    """
-    out = []
-    rest = need
-    for lease_id, size in candidates:
-        if dims.is_zero(rest):
-            break
-        take = dims.vmin(rest, size)
-        if dims.is_zero(take):
-            continue
-        out.append((lease_id, take))
-        rest = dims.vmax0(dims.sub(rest, take))
-    return out

@@ -55,11 +55,6 @@ class PowerControl:
         names = self._pool.nodes
         return PoweredOn(now, tuple(names[i].name for i in booted), now + self._boot_latency_s)
 
-    def boot_for(self, need: dims.Vec, now: float) -> PoweredOn | None:
-        """Boot what the cold path needs beyond the capacity already booting."""
-        _, boot_free, _, _ = self._pool.totals()
-        return self.boot(dims.vmax0(dims.sub(need, boot_free)), now)
-
     def keep_warm(self, reserve: dims.Vec, now: float) -> PoweredOn | None:
         """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""
         on_free, boot_free, cold, _ = self._pool.totals()

@@ -193,12 +193,6 @@ def test_path_plan_cheapest_first(size, warm, reclaimable, cold, preemptible, ex
         assert (plan.path, plan.warm[0], plan.reclaim[0], plan.cold[0]) == expected
 
 
-def test_choose_victims_takes_whole_victims_in_order():
-    v = lambda x: (float(x), 0.0, 0.0)  # noqa: E731
-    got = paths.choose_victims(v(10), [("L1", v(4)), ("L2", v(0)), ("L3", v(8)), ("L4", v(8))])
-    assert got == [("L1", v(4)), ("L3", v(6))]
-
-
 # --------------------------------------------------------------------------- reasons
 
 

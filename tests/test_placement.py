@@ -221,6 +221,21 @@ def test_reclaimed_pieces_are_on_the_victims_nodes() -> None:
     assert a[0].pieces == {"node000": quarter, "node001": quarter}
 
 
+def test_victims_are_taken_youngest_first_and_only_those_drawn_on_are_warned() -> None:
+    eng = engine(nodes=2, warm=2)
+    assert isinstance(ask(eng, {"gpu": 8}, "bf"), Granted)  # L1, node000
+    eng.apply(Tick(at=1))
+    assert isinstance(ask(eng, {"gpu": 6}, "bf"), Granted)  # L2, the youngest, node001
+    assert pieces(eng, "L2") == {"node001": {"gpu": 6}}
+    out = eng.apply(RequestLease(at=2, campaign="a", size={"gpu": 6}, duration_s=60))
+    eng.check_invariants()
+    warned = [d.lease_id for d in out if type(d).__name__ == "PreemptWarned"]
+    assert warned == ["L2"] and eng.lease("L1").state is LeaseState.ACTIVE
+    # 2 GPUs are free next to L2: warm, on node001; the other 4 come from L2 there.
+    assert out.own.pieces == {"node001": {"gpu": 2}}
+    assert eng.lease("L2").claimed_by == {"L3": {1: dims.vec({"gpu": 4})}}
+
+
 def test_cold_pieces_boot_only_the_nodes_they_are_on() -> None:
     eng = engine(nodes=4, warm=1)
     assert isinstance(ask(eng, {"gpu": 8}, "b"), Granted)
