@@ -55,4 +55,3 @@ def plan(
         reclaim = dims.vmin(need, reclaimable)
         return Plan(LeasePath.COLD, warm, reclaim, dims.vmax0(dims.sub(need, reclaim)))
     return None
-

@@ -129,7 +129,9 @@ def _update(eng: Engine, e: UpdateCampaign) -> None:
 
 def _request(eng: Engine, e: RequestLease) -> None:
     c = _campaign(eng, e.campaign)
-    shaped = e.shape is not None and (bool(e.shape.per_node) or e.shape.exclusive is True)
+    shaped = isinstance(e.shape, shape.Shape) and (
+        bool(e.shape.per_node) or e.shape.exclusive is True
+    )
     if not isinstance(e.size, Mapping) or (not e.size and not shaped):
         raise bad("size", "give a size per dimension, e.g. {'gpu': 8}")
     for d, x in e.size.items():

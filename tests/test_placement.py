@@ -292,6 +292,7 @@ def test_a_zero_grace_reclaim_is_placed_once() -> None:
         ({"gpu": 4}, Shape(nodes=2, per_node={"gpu": 1}), "size", "nodes x per_node"),
         ({"gpu": 1, "cpu": 100}, None, "size", "largest node has 8 GPUs, 64 cores, 256 GB"),
         ({}, Shape(nodes=1, per_node={"tpu": 1}), "shape.per_node", "unknown dimension"),
+        ({"gpu": 1}, {"nodes": 1}, "shape", "expected a Shape"),
     ],
 )
 def test_shape_errors_name_the_field_and_what_is_allowed(size, shape, field, words) -> None:
