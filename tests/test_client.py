@@ -119,6 +119,8 @@ def test_acquire_renew_release_return_typed_leases(tmp_path: Path) -> None:
 def test_acquire_takes_a_shape_as_keywords_or_an_object(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with serve(tmp_path) as c, client(c) as sci:
+            async with sci.held_lease({}, 60, shape=Shape(nodes=2, per_node={"gpu": 2})) as h:
+                assert len(set(h.lease.nodes)) == 2 and dict(h.lease.size) == {"gpu": 4.0}
             two = await sci.acquire({}, 60, blocking=False, nodes=2, per_node={"gpu": 4})
             assert dict(two.size) == {"gpu": 8.0} and len(set(two.nodes)) == 2
             one = await sci.acquire({"gpu": 4}, 60, blocking=False, shape=Shape(nodes=1))

@@ -267,12 +267,14 @@ class AsyncBrokerClient:
         timeout: float | None = None,
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
+        shape: Shape | None = None,
     ) -> LeaseHandle:
         """A lease held for the life of an ``async with`` block: acquired on entry,
         renewed ``renew_margin_s`` before it would expire (default: half its duration,
         at most 60 s), watched (preemption warnings set ``handle.preempted`` and call
         ``on_preempt``, which may be a coroutine function), and released on exit,
-        also when the block raises. See :class:`LeaseHandle`."""
+        also when the block raises. ``shape`` as in :meth:`acquire`. See
+        :class:`LeaseHandle`."""
         return LeaseHandle(
             self,
             dict(size),
@@ -283,6 +285,7 @@ class AsyncBrokerClient:
             timeout=timeout,
             lease_class=lease_class,
             labels=labels,
+            shape=shape,
         )
 
     # ---------------------------------------------------------------- watch

@@ -233,6 +233,7 @@ class BrokerClient(_SyncClient):
         timeout: float | None = None,
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
+        shape: Shape | None = None,
     ) -> SyncLeaseHandle:
         """See :meth:`AsyncBrokerClient.held_lease`. ``on_preempt`` is called in a worker
         thread (never on the loop thread), so it may block and may call this client."""
@@ -246,6 +247,7 @@ class BrokerClient(_SyncClient):
             timeout=timeout,
             lease_class=lease_class,
             labels=labels,
+            shape=shape,
         )
 
 
