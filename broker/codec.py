@@ -17,6 +17,7 @@ from bursar.broker.decisions import DECISION_TYPES, Decision, LeasePath
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import EVENT_TYPES, Event
 from bursar.broker.reasons import Reason
+from bursar.broker.shape import shape_from_dict
 
 _SCALARS = (str, int, bool, type(None))
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -137,6 +138,7 @@ _FIELD_DECODERS = {
     "reason": Reason,
     "path": LeasePath,
     "nodes": tuple,
+    "shape": shape_from_dict,
 }
 
 

@@ -26,7 +26,16 @@ import heapq
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-from bursar.broker import admission, dims, invariants, isolation, paths, reservations, validation
+from bursar.broker import (
+    admission,
+    dims,
+    invariants,
+    isolation,
+    paths,
+    reservations,
+    shape,
+    validation,
+)
 from bursar.broker import price as pricing
 from bursar.broker.codec import dumps, plain
 from bursar.broker.decisions import (
@@ -310,10 +319,11 @@ class Engine:
         c = self.campaigns[e.campaign]
         self._seq += 1
         rid = f"L{self._seq}"
+        demand = shape.resolve(e.size, e.shape, self.pool.kinds)
         p = Pending(
             id=rid,
             campaign=e.campaign,
-            size=dims.vec(e.size),
+            size=demand.size,
             duration_s=float(e.duration_s),
             lease_class=e.lease_class or c.spec.lease_class,
             blocking=e.blocking,
@@ -321,6 +331,7 @@ class Engine:
             queued_at=self.now,
             labels=dict(e.labels),
             key=e.idempotency_key,
+            demand=demand,
         )
         self.idempotency.record(e, rid, self.now)
         head = self.queue.holds_back(p.campaign, p.lease_class)
@@ -527,7 +538,7 @@ class Engine:
         on_free, _, _, _ = self.pool.totals()
         limit, cold_avail = self._capacity_for(c)
         reclaimable = self.ledger.reclaimable_for(c)
-        plan = paths.plan(size, limit, reclaimable, cold_avail, preemptible)
+        plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable)
         if (
             preemptible
             and plan is not None
@@ -537,21 +548,23 @@ class Engine:
             # Only a lease active at once is reclaimable: one that waits for a boot may not
             # hold any of the batch reserve meanwhile.
             limit = isolation.warm_limit(on_free, self.ledger.reserve, c.unmet, self.headroom, True)
+            _, boot_free, cold, _ = self.pool.totals()
             cold_avail = dims.vmax0(
-                dims.add(
-                    dims.add(self.pool.totals()[1], self.pool.totals()[2]),
-                    dims.vmin(limit, dims.ZERO),
-                )
+                dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO))
             )
-            plan = paths.plan(size, limit, reclaimable, cold_avail, preemptible)
+            plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable)
         if plan is None:
             unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
             everything = dims.add(
                 dims.add(dims.vmax0(unreserved), cold_avail),
                 dims.ZERO if preemptible else reclaimable,
             )
-            reason = Reason.GUARANTEE_RESERVED if dims.fits(size, everything) else Reason.POOL_FULL
-            return reason, {}
+            # Reserved only if the pieces could be placed without the reserve: a request
+            # that no node shape fits is blocked by the pool, whatever the aggregates say.
+            reserved = dims.fits(size, everything) and (
+                self.placement.plan(p, unreserved, cold_avail, preemptible) is not None
+            )
+            return (Reason.GUARANTEE_RESERVED if reserved else Reason.POOL_FULL), {}
         delay = self._start_delay(plan)
         if behind is not None:
             start = self.now + delay
@@ -833,8 +846,8 @@ class Engine:
         # The tokens must cover the span the lease would be charged for: its duration plus
         # the start delay of the path that would serve it now.
         limit, cold_avail = self._capacity_for(c)
-        plan = paths.plan(
-            p.size, limit, self.ledger.reclaimable_for(c), cold_avail, c.spec.preemptible
+        plan = self.placement.plan(
+            p, limit, cold_avail, c.spec.preemptible, self.ledger.reclaimable_for(c)
         )
         delay = self._start_delay(plan) if plan is not None else 0.0
         at = self.now + self.ledger.bucket_wait(c, rate, p.duration_s + delay, self.now)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from bursar.broker.envelope import CampaignSpec, LeaseClass
+from bursar.broker.shape import Shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,10 @@ class RequestLease(Event):
     """The client's key for this request ("" for none): a second request of the campaign
     with the same key is refused, since it is a retry of the first (the service answers
     such a retry with the first one's outcome without applying anything)."""
+    shape: Shape | None = field(default=None, metadata={"omit_default": True})
+    """How the lease may be cut into node pieces (``broker/shape.py``); None: any split
+    that keeps the size's ratios. With ``nodes`` x ``per_node`` or ``exclusive`` the size
+    may be left empty: the shape gives it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,18 +32,17 @@ class KeyRecord:
 
 
 def request_fingerprint(e: RequestLease) -> str:
-    """What makes two Acquires the same request: size, duration, class and labels (not the
-    wait, which a retry after a lost reply shortens)."""
-    return dumps(
-        plain(
-            {
-                "size": {d: float(x) for d, x in sorted(e.size.items()) if x},
-                "duration_s": float(e.duration_s),
-                "lease_class": e.lease_class.value if e.lease_class is not None else None,
-                "labels": dict(sorted(e.labels.items())),
-            }
-        )
-    )
+    """What makes two Acquires the same request: size, shape, duration, class and labels
+    (not the wait, which a retry after a lost reply shortens)."""
+    what = {
+        "size": {d: float(x) for d, x in sorted(e.size.items()) if x},
+        "duration_s": float(e.duration_s),
+        "lease_class": e.lease_class.value if e.lease_class is not None else None,
+        "labels": dict(sorted(e.labels.items())),
+    }
+    if e.shape is not None:
+        what["shape"] = e.shape
+    return dumps(plain(what))
 
 
 class Keys:

@@ -88,8 +88,9 @@ class Lease:
     """Victim lease id → capacity this lease takes over when the victim ends."""
     waiting_nodes: set[int] = field(default_factory=set)
     """Booting nodes this lease waits for."""
-    claimed_by: dict[str, dims.Vec] = field(default_factory=dict)
-    """For a PREEMPTING lease: claimant lease id → capacity it takes over."""
+    claimed_by: dict[str, dict[int, dims.Vec]] = field(default_factory=dict)
+    """For a PREEMPTING lease: claimant lease id → node index → the part of this lease's
+    piece there that the claimant takes over."""
     preempt_deadline: float | None = None
     segments: list[Segment] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)

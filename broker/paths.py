@@ -2,16 +2,19 @@
 
 ``plan`` is pure: it splits a request into the part served from warm capacity, the part
 taken over from preemptible leases after the grace period, and the part placed on
-booting or cold nodes. The engine commits the plan.
+booting or cold nodes, on pool-wide aggregates only. Aggregate fit is necessary for a
+placement, not sufficient: ``placement.Placement.plan`` runs this as the cheap first
+filter, then chooses the node pieces of each part (the ``Plan``'s piece fields), and the
+engine commits that plan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bursar.broker import dims
 from bursar.broker.decisions import LeasePath
+from bursar.broker.shape import Demand
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +23,15 @@ class Plan:
     warm: dims.Vec
     reclaim: dims.Vec
     cold: dims.Vec
+    warm_pieces: dict[int, dims.Vec] = field(default_factory=dict)
+    """Node index → the warm piece there (empty on an aggregate-only plan)."""
+    claims: tuple[tuple[str, int, dims.Vec], ...] = ()
+    """(victim lease, node index, the part of the victim's piece there taken over)."""
+    cold_pieces: dict[int, dims.Vec] = field(default_factory=dict)
+    """Node index → the piece on a booting node, or on a cold node booted for it."""
+    later: Demand | None = None
+    """Set on a plan whose aggregate split is already exact (a one-dimensional request,
+    which any split serves): its pieces are chosen when it is placed, for this demand."""
 
 
 def plan(
@@ -43,24 +55,3 @@ def plan(
         reclaim = dims.vmin(need, reclaimable)
         return Plan(LeasePath.COLD, warm, reclaim, dims.vmax0(dims.sub(need, reclaim)))
     return None
-
-
-def choose_victims(
-    need: dims.Vec, candidates: Iterable[tuple[str, dims.Vec]]
-) -> list[tuple[str, dims.Vec]]:
-    """Take whole victims, in the order given, until ``need`` is covered.
-
-    Returns (victim id, the part of it the new lease takes over). The caller orders
-    candidates (lowest class first, youngest first) and has checked they suffice.
-    """
-    out = []
-    rest = need
-    for lease_id, size in candidates:
-        if dims.is_zero(rest):
-            break
-        take = dims.vmin(rest, size)
-        if dims.is_zero(take):
-            continue
-        out.append((lease_id, take))
-        rest = dims.vmax0(dims.sub(rest, take))
-    return out

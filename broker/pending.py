@@ -31,6 +31,7 @@ from sortedcontainers import SortedList
 from bursar.broker import admission, dims, isolation
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.reasons import Reason
+from bursar.broker.shape import Demand
 from bursar.broker.timers import TimerKind
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class Pending:
     labels: dict[str, str]
     key: str = ""
     """The client's idempotency key ("" for none)."""
+    demand: Demand | None = None
+    """The request's shape resolved against the pool (None: any split of ``size``)."""
     reason: Reason | None = None
     counted: bool = False
     """Its size is in the ledger's queued demand (it waits for the pool, not for its

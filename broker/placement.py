@@ -1,21 +1,40 @@
-"""Placement: a granted plan's pieces on nodes, reclaim hand-over, leases waiting on boots.
+"""Placement: a plan's pieces on nodes, reclaim hand-over, leases waiting on boots.
 
-A plan (``paths.plan``) splits a lease into warm, reclaimed and cold parts. The warm part
-is placed on powered nodes at once; the reclaimed part is claimed from preemptible
+``plan`` makes a plan only when its pieces can be placed: the aggregate check
+(``paths.plan``) first, as the cheap filter (nothing is scanned when it says no), then
+node pieces chosen with ``shape.take``: every piece fits one node, a GPU with its CPUs and
+memory, in the request's shape. The parts, in the order tried:
+
+* warm: pieces on powered nodes, within the warm limit (the guarantee reserve and the
+  headroom are pool-wide amounts, so the limit caps the number of units placed warm);
+* reclaim: pieces made of active preemptible victims' pieces, on the victims' nodes.
+  Victims are taken whole in order (lowest class, youngest first) until their pieces can
+  hold the rest; only victims a piece draws from are warned. Approximations: a reclaimed
+  piece is made of victims' capacity only (free capacity next to it on the same node is
+  not added to it: that is warm capacity, under the warm limit), and whole-node
+  (exclusive) requests never reclaim: they are served warm or cold;
+* cold: pieces on booting nodes and on cold nodes booted for them at grant.
+
+The warm part is placed on powered nodes at once; the reclaimed part is claimed from the
 victims, which are warned and handed over at their deadline (when they end, their pieces
-move to the claimants); the cold part is placed on booting nodes, and the lease waits for
-each of them to be ready. A lease is active once it waits for nothing. Each operation
-returns the decisions it caused, in order, for the engine to emit.
+on the claimed nodes move to the claimants); the cold part is placed on booting nodes, and
+the lease waits for each of them to be ready. A lease is active once it waits for nothing.
+Each operation returns the decisions it caused, in order, for the engine to emit.
+
+Cost: ``plan`` is O(1) when the aggregate says no; otherwise a pass over the nodes per
+part tried (O(n), O(n log N) for N-node shapes), and for the reclaim part a sort of the
+reclaimable leases and a pass over the victims' pieces.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from bursar.broker import dims, paths
-from bursar.broker.decisions import Activated, Decision, PreemptWarned
+from bursar.broker import dims, paths, shape
+from bursar.broker.decisions import Activated, Decision, LeasePath, PreemptWarned
 from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.ledger import Ledger, id_order
+from bursar.broker.pending import Pending
 from bursar.broker.policy import PolicySpec
 from bursar.broker.pool import NodeState, PoolState
 from bursar.broker.power import PowerControl
@@ -45,45 +64,200 @@ class Placement:
         self.node_waiters: dict[int, set[str]] = {}
         """Booting nodes (by index) and the leases waiting for them."""
 
+    # ------------------------------------------------------------------ planning
+
+    def plan(
+        self,
+        p: Pending,
+        warm_limit: dims.Vec,
+        cold_avail: dims.Vec,
+        preemptible: bool,
+        reclaimable: dims.Vec | None = None,
+    ) -> paths.Plan | None:
+        """The cheapest plan whose pieces can all be placed now, or None (see the module).
+        Preemptible requests never reclaim; ``reclaimable`` (default: all the ledger's) is
+        what this request may reclaim."""
+        size = p.size
+        if reclaimable is None:
+            reclaimable = self._ledger.reclaimable
+        agg = paths.plan(size, warm_limit, reclaimable, cold_avail, preemptible)
+        if agg is None:
+            return None
+        d = p.demand if p.demand is not None else shape.total(size)
+        if d.any_split:
+            # The aggregate split is exact: choose the pieces only if the plan is placed
+            # (most plans the admission pass makes are not), keeping this call O(1).
+            return paths.Plan(agg.path, agg.warm, agg.reclaim, agg.cold, later=d)
+        pool = self._pool
+        primary = pool.primary
+        count = d.count
+        warm: list[tuple[int, float]] = []
+        warm_avail = dims.vmax0(warm_limit)
+        if not dims.is_zero(dims.vmin(size, warm_avail)):
+            cands = pool.candidates(d, (NodeState.ON,))
+            warm = shape.take(d, cands, count, shape.limit_units(warm_avail, d), primary)
+        warm_pieces = {i: shape.piece(d, u) for i, u in warm}
+        rest = count - shape.total_units(warm)
+        if rest <= shape.EPS:
+            return paths.Plan(LeasePath.WARM, size, dims.ZERO, dims.ZERO, warm_pieces)
+        warm_vec = _sum(warm_pieces.values())
+        need = dims.vmax0(dims.sub(size, warm_vec))
+        # One piece per node: a reclaimed piece may not share a node with a warm one.
+        exclude = set(warm_pieces) if d.mode is not shape.Mode.TOTAL else set()
+        can_reclaim = not preemptible and d.mode is not shape.Mode.WHOLE
+        if can_reclaim and dims.fits(need, reclaimable):
+            claims, got = self._plan_reclaim(d, rest, exclude, everything=False)
+            if got + shape.EPS >= rest:
+                return paths.Plan(LeasePath.RECLAIM, warm_vec, need, dims.ZERO, warm_pieces, claims)
+        cold_units = shape.limit_units(cold_avail, d)
+        if dims.fits(need, cold_avail):
+            cold = self._plan_cold(d, rest, cold_units)
+            if cold is not None:
+                return paths.Plan(LeasePath.COLD, warm_vec, dims.ZERO, need, warm_pieces, (), cold)
+        if can_reclaim and dims.fits(need, dims.add(reclaimable, cold_avail)):
+            claims, got = self._plan_reclaim(d, rest, exclude, everything=True)
+            cold = self._plan_cold(d, rest - got, cold_units)
+            if claims and cold is not None:
+                reclaim = _sum(t for _, _, t in claims)
+                return paths.Plan(
+                    LeasePath.COLD,
+                    warm_vec,
+                    reclaim,
+                    _sum(cold.values()),
+                    warm_pieces,
+                    claims,
+                    cold,
+                )
+        return None
+
+    def _victims(self) -> Iterator[Lease]:
+        """Reclaimable leases in the order they are taken: lowest class, youngest first."""
+        return iter(
+            sorted(
+                (
+                    ls
+                    for ls in self._leases.values()
+                    if ls.preemptible and ls.state is LeaseState.ACTIVE
+                ),
+                key=lambda ls: (ls.lease_class.rank, -ls.granted_at, -id_order(ls.id)),
+            )
+        )
+
+    def _plan_reclaim(
+        self, d: shape.Demand, rest: float, exclude: set[int], everything: bool
+    ) -> tuple[tuple[tuple[str, int, dims.Vec], ...], float]:
+        """Pieces for up to ``rest`` units made of victims' pieces on their nodes: the
+        claims (victim, node, part) and the units they make. Victims are taken in order
+        until they suffice (``everything``: all of them, for a plan that boots the rest)."""
+        room: dict[int, dims.Vec] = {}
+        owners: dict[int, list[tuple[str, dims.Vec]]] = {}
+        first: dict[int, int] = {}
+        """Node → the position of the first victim with a piece there."""
+        have = 0.0
+        for k, v in enumerate(self._victims()):
+            for i, part in v.pieces.items():
+                if i in exclude or dims.is_zero(part):
+                    continue
+                before = shape.units_on(room.get(i, dims.ZERO), d)
+                room[i] = dims.add(room.get(i, dims.ZERO), part)
+                owners.setdefault(i, []).append((v.id, part))
+                first.setdefault(i, k)
+                have += shape.units_on(room[i], d) - before
+            if not everything and have + shape.EPS >= rest:
+                break
+        # Pieces draw on victims in their order (the first victims' nodes first), not on
+        # the best-fitting node: a later victim is not preempted to spare an earlier one.
+        cands = [(first[i], i, room[i]) for i in sorted(room)]
+        takes = shape.take(d, cands, rest, rest, self._pool.primary, best_fit=False)
+        claims = []
+        for i, units in takes:
+            want = shape.piece(d, units)
+            for vid, part in owners[i]:
+                t = dims.vmin(want, part)
+                if dims.is_zero(t):
+                    continue
+                claims.append((vid, i, t))
+                want = dims.vmax0(dims.sub(want, t))
+                if dims.is_zero(want):
+                    break
+        return tuple(claims), shape.total_units(takes)
+
+    def _plan_cold(self, d: shape.Demand, rest: float, limit: float) -> dict[int, dims.Vec] | None:
+        """Pieces for ``rest`` units on booting nodes and cold ones to boot, or None."""
+        if rest <= shape.EPS:
+            return {}
+        cands = self._pool.candidates(d, (NodeState.BOOTING, NodeState.COLD))
+        takes = shape.take(d, cands, rest, limit, self._pool.primary)
+        if shape.total_units(takes) + shape.EPS < rest:
+            return None
+        return {i: shape.piece(d, u) for i, u in takes}
+
+    def _pieces(self, plan: paths.Plan, d: shape.Demand) -> paths.Plan:
+        """The node pieces of an aggregate plan of an any-split demand (same choices as
+        ``plan`` makes for other demands: best fit warm, victims in order, then boots)."""
+        pool = self._pool
+        inf = float("inf")
+        warm: dict[int, dims.Vec] = {}
+        if not dims.is_zero(plan.warm):
+            cands = pool.candidates(d, (NodeState.ON,))
+            takes = shape.take(d, cands, d.units(plan.warm), inf, pool.primary)
+            warm = {i: shape.piece(d, u) for i, u in takes}
+        claims: tuple[tuple[str, int, dims.Vec], ...] = ()
+        if not dims.is_zero(plan.reclaim):
+            claims, _ = self._plan_reclaim(d, d.units(plan.reclaim), set(), everything=False)
+        cold: dict[int, dims.Vec] = {}
+        if not dims.is_zero(plan.cold):
+            cold = self._plan_cold(d, d.units(plan.cold), inf) or {}
+        return paths.Plan(plan.path, plan.warm, plan.reclaim, plan.cold, warm, claims, cold)
+
+    # ------------------------------------------------------------------ committing
+
     def place(self, ls: Lease, plan: paths.Plan, now: float) -> tuple[float, list[Decision]]:
         """Place a new lease's plan; returns when it can start and the decisions caused
         (the victims' warnings, then the boot)."""
         pool = self._pool
         out: list[Decision] = []
-        if not dims.is_zero(plan.warm):
-            ls.pieces = pool.place(plan.warm, (NodeState.ON,))
+        if plan.later is not None:
+            plan = self._pieces(plan, plan.later)
+        if plan.warm_pieces:
+            pool.put(plan.warm_pieces)
+            ls.pieces = dict(plan.warm_pieces)
             self._power.in_use(ls.pieces)
         starts = now
-        if not dims.is_zero(plan.reclaim):
+        if plan.claims:
             starts = now + self._grace_s
-            out.extend(self._reclaim(ls, plan.reclaim, starts, now))
-        if not dims.is_zero(plan.cold):
-            need = plan.cold
-            boot = self._power.boot_for(need, now)
+            out.extend(self._reclaim(ls, plan.claims, starts, now))
+        if plan.cold_pieces:
+            boot = self._power.boot_nodes(sorted(plan.cold_pieces), now)
             if boot is not None:
                 out.append(boot)
-            for i, piece in pool.place(need, (NodeState.BOOTING,)).items():
-                ls.pieces[i] = dims.add(ls.pieces.get(i, dims.ZERO), piece)
+            pool.put(plan.cold_pieces)
+            for i, part in sorted(plan.cold_pieces.items()):
+                ls.pieces[i] = dims.add(ls.pieces.get(i, dims.ZERO), part)
                 ls.waiting_nodes.add(i)
                 self.node_waiters.setdefault(i, set()).add(ls.id)
                 starts = max(starts, pool.nodes[i].ready_at or now)
         return starts, out
 
     def _reclaim(
-        self, claimant: Lease, need: dims.Vec, deadline: float, now: float
+        self,
+        claimant: Lease,
+        claims: tuple[tuple[str, int, dims.Vec], ...],
+        deadline: float,
+        now: float,
     ) -> list[PreemptWarned]:
         leases = self._leases
-        candidates = sorted(
-            (ls for ls in leases.values() if ls.preemptible and ls.state is LeaseState.ACTIVE),
-            key=lambda ls: (ls.lease_class.rank, -ls.granted_at, -id_order(ls.id)),
-        )
+        by_victim: dict[str, dict[int, dims.Vec]] = {}
+        for vid, i, part in claims:
+            on = by_victim.setdefault(vid, {})
+            on[i] = dims.add(on.get(i, dims.ZERO), part)
         out = []
-        for victim_id, take in paths.choose_victims(need, ((v.id, v.size) for v in candidates)):
+        for victim_id, on in by_victim.items():
             victim = leases[victim_id]
             victim.move(LeaseState.PREEMPTING)
             victim.preempt_deadline = deadline
-            victim.claimed_by[claimant.id] = take
-            claimant.claims[victim_id] = take
+            victim.claimed_by[claimant.id] = on
+            claimant.claims[victim_id] = _sum(on.values())
             self._ledger.not_reclaimable(victim)
             self._timers.push(deadline, TimerKind.DEADLINE, victim_id)
             out.append(PreemptWarned(now, victim_id, victim.campaign, deadline, claimant.id))
@@ -149,21 +323,19 @@ class Placement:
         for i in ls.waiting_nodes:
             self.node_waiters.get(i, set()).discard(ls.id)
         out = []
-        # Hand claimed capacity over to the leases that reclaimed it.
-        for cid, take in sorted(ls.claimed_by.items(), key=lambda kv: id_order(kv[0])):
+        # Hand claimed capacity over to the leases that reclaimed it: each claimed part moves
+        # on its own node, so the claimant's pieces stay node-shaped.
+        for cid, on in sorted(ls.claimed_by.items(), key=lambda kv: id_order(kv[0])):
             claimant = leases.get(cid)
             if claimant is None:
                 continue
-            rest = take
-            for i in sorted(ls.pieces):
-                if dims.is_zero(rest):
-                    break
-                move = dims.vmin(rest, ls.pieces[i])
+            for i, part in sorted(on.items()):
+                have = ls.pieces.get(i, dims.ZERO)
+                move = dims.vmin(part, have)
                 if dims.is_zero(move):
                     continue
-                ls.pieces[i] = dims.vmax0(dims.sub(ls.pieces[i], move))
+                ls.pieces[i] = dims.vmax0(dims.sub(have, move))
                 claimant.pieces[i] = dims.add(claimant.pieces.get(i, dims.ZERO), move)
-                rest = dims.vmax0(dims.sub(rest, move))
             claimant.claims.pop(ls.id, None)
             activated = self.maybe_activate(claimant, now)
             if activated is not None:
@@ -173,3 +345,10 @@ class Placement:
         for i in ls.pieces:
             self._power.watch_idle(i, now)
         return out
+
+
+def _sum(vs: object) -> dims.Vec:
+    total = dims.ZERO
+    for v in vs:  # type: ignore[attr-defined]
+        total = dims.add(total, v)
+    return total

@@ -1,16 +1,20 @@
 """The engine's view of the pool: nodes, their power state, and where leases sit.
 
 Aggregates (capacity on, used on, booting, cold) are kept up to date incrementally,
-because the admission rule reads them on every decision.
+because the admission rule reads them on every decision. Which nodes a lease's pieces go
+to is chosen by ``placement`` (with ``shape.take``); this module lists the candidate
+nodes and applies the chosen pieces.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from bursar.broker import dims
+from bursar.broker import dims, shape
 from bursar.broker.policy import PoolSpec
+from bursar.broker.price import primary_index
 
 
 class NodeState(enum.Enum):
@@ -63,6 +67,12 @@ class PoolState:
         for n in self.nodes:
             self.capacity = dims.add(self.capacity, n.cap)
         self.rate_capacity = dict(spec.rate_capacity)
+        self.primary = primary_index(self.capacity)
+        kinds: dict[dims.Vec, int] = {}
+        for n in self.nodes:
+            kinds[n.cap] = kinds.get(n.cap, 0) + 1
+        self.kinds: tuple[tuple[dims.Vec, int], ...] = tuple(kinds.items())
+        """The distinct node capacities, in node order, with how many nodes have each."""
         self._free = {p: dims.ZERO for p in NodeState}
         """Free capacity per power state (for COLD and DOWN nodes: their whole capacity)."""
         self.on_cap = dims.ZERO
@@ -97,41 +107,79 @@ class PoolState:
         n.used = dims.add(n.used, delta)
         self._free[n.power] = dims.sub(self._free[n.power], delta)
 
-    def place(self, need: dims.Vec, powers: tuple[NodeState, ...]) -> dict[int, dims.Vec]:
-        """Split ``need`` over nodes in the given power states, packing partly used nodes first.
+    def put(self, pieces: Mapping[int, dims.Vec]) -> None:
+        """Take the chosen pieces (node index → piece) out of their nodes' free capacity."""
+        for i, piece in pieces.items():
+            self._use(self.nodes[i], piece)
 
-        Returns node index → piece. The caller has checked the aggregate fits, so a
-        componentwise greedy split always succeeds.
-        """
-        # Pack: partly used nodes first, then empty ones, each in index order. This runs on
-        # every grant: full nodes are skipped cheaply and the arithmetic is inline.
-        nodes = self.nodes
+    def candidates(self, d: shape.Demand, powers: tuple[NodeState, ...]) -> list[shape.Candidate]:
+        """The nodes in ``powers`` a piece of ``d`` could go to, in index order, with their
+        free capacity (a cold node's: all of it) and preference group (partly used 0,
+        empty 1, cold 2). One pass over the nodes: this runs on every plan that the
+        aggregate check lets through."""
+        whole = d.mode is shape.Mode.WHOLE
+        unit = d.unit
         zero = dims.ZERO
-        wanted = [k for k, x in enumerate(need) if x > 0]
-        pieces: dict[int, dims.Vec] = {}
-        rest = need
-        for partly in (True, False):
-            for i, n in enumerate(nodes):
-                u = n.used
-                if n.power not in powers or (u != zero) is not partly:
-                    continue
-                cap = n.cap
-                if not any(cap[k] - u[k] > 1e-12 for k in wanted):
-                    continue
-                take = tuple(max(0.0, min(r, c - x)) for r, c, x in zip(rest, cap, u, strict=True))
-                if not any(x > 1e-12 for x in take):
-                    continue
-                self._use(n, take)
-                pieces[i] = take
-                rest = tuple(max(0.0, r - t) for r, t in zip(rest, take, strict=True))
-                if not any(x > 1e-9 for x in rest):
-                    return pieces
-        raise AssertionError(f"placement short by {rest}: aggregate check was wrong")
+        cold = NodeState.COLD
+        with_cold = cold in powers
+        out: list[shape.Candidate] = []
+        append = out.append
+        for i, n in enumerate(self.nodes):
+            power = n.power
+            if power is cold:
+                if with_cold and (not whole or n.cap == unit):
+                    append((2, i, n.cap))
+                continue
+            if power not in powers:
+                continue
+            u = n.used
+            if u == zero:
+                if not whole or n.cap == unit:
+                    append((1, i, n.cap))
+            elif not whole:
+                c = n.cap
+                append((0, i, (c[0] - u[0], c[1] - u[1], c[2] - u[2])))
+        return out
 
     def free_pieces(self, pieces: dict[int, dims.Vec]) -> None:
         for i, piece in pieces.items():
             n = self.nodes[i]
             self._use(n, tuple(-x for x in dims.vmin(piece, n.used)))
+
+    def fragmentation(self) -> tuple[dims.Vec, dims.Vec]:
+        """(stranded, partial free) over powered nodes, per dimension.
+
+        *Stranded*: free capacity that cannot serve a piece at the pool's typical ratio
+        (its capacity per unit of the primary dimension, e.g. 8 cores and 32 GB per GPU)
+        in whole units of the primary dimension: on each node, what is left of its free
+        capacity after the most such units it can still hold. Free GPUs next to no free
+        CPUs, or free CPUs next to no free GPU, are stranded; on a one-dimensional pool
+        nothing ever is. *Partial free*: free capacity on partly used nodes, which no
+        whole-node (exclusive) request can use. One pass over the nodes.
+        """
+        cap = self.capacity
+        per = cap[self.primary]
+        ratio = tuple(x / per for x in cap) if per > 0 else cap
+        stranded = partial = dims.ZERO
+        for n in self.nodes:
+            if n.power is not NodeState.ON or n.used == dims.ZERO:
+                continue
+            free = n.free
+            partial = dims.add(partial, free)
+            k = min(free[j] / r for j, r in enumerate(ratio) if r > 0)
+            k = max(0.0, float(int(k + 1e-9)))
+            left = dims.vmax0(tuple(f - k * r for f, r in zip(free, ratio, strict=True)))
+            stranded = dims.add(stranded, left)
+        return stranded, partial
+
+    def boot_nodes(self, nodes: Iterable[int], now: float, latency: float) -> list[int]:
+        """Power on the given nodes that are cold; returns those started."""
+        started = []
+        for i in nodes:
+            if self.nodes[i].power is NodeState.COLD:
+                self.set_power(i, NodeState.BOOTING, now + latency)
+                started.append(i)
+        return started
 
     def boot(self, need: dims.Vec, now: float, latency: float) -> list[int]:
         """Power on cold nodes, in index order, until their capacity covers ``need``."""

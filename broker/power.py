@@ -47,10 +47,13 @@ class PowerControl:
         nodes = self._pool.nodes
         return PoweredOn(now, tuple(nodes[i].name for i in booted), now + self._boot_latency_s)
 
-    def boot_for(self, need: dims.Vec, now: float) -> PoweredOn | None:
-        """Boot what the cold path needs beyond the capacity already booting."""
-        _, boot_free, _, _ = self._pool.totals()
-        return self.boot(dims.vmax0(dims.sub(need, boot_free)), now)
+    def boot_nodes(self, nodes: Iterable[int], now: float) -> PoweredOn | None:
+        """Boot the given nodes that are cold (the cold pieces of a plan need them)."""
+        booted = self._pool.boot_nodes(nodes, now, self._boot_latency_s)
+        if not booted:
+            return None
+        names = self._pool.nodes
+        return PoweredOn(now, tuple(names[i].name for i in booted), now + self._boot_latency_s)
 
     def keep_warm(self, reserve: dims.Vec, now: float) -> PoweredOn | None:
         """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""

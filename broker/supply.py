@@ -27,6 +27,11 @@ class DimSupply:
     """Held by active preemptible leases: available after the grace period."""
     cold: float
     """On cold or booting nodes: available after (at most) the boot latency."""
+    stranded: float = 0.0
+    """Free on powered nodes but unusable at the pool's typical ratio (free GPUs next to
+    no free cores or memory, and the reverse; see ``PoolState.fragmentation``)."""
+    partial_free: float = 0.0
+    """Free on partly used powered nodes: out of reach of whole-node requests."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +81,7 @@ class Supply:
 def supply(engine: Engine) -> Supply:
     on_free, boot_free, cold, _ = engine.pool.totals()
     reserve = engine.reserve
+    stranded, partial = engine.pool.fragmentation()
     out_dims = {}
     for i, d in enumerate(dims.PLACED):
         if engine.pool.capacity[i] <= 0:
@@ -87,6 +93,8 @@ def supply(engine: Engine) -> Supply:
             available_warm=max(0.0, on_free[i] - reserve[i]),
             reclaimable=engine.reclaimable[i],
             cold=boot_free[i] + cold[i],
+            stranded=stranded[i],
+            partial_free=partial[i],
         )
     queued: dict[str, int] = {}
     for p in engine.pending.values():

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import admission, dims
+from bursar.broker import admission, dims, shape
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
@@ -129,7 +129,10 @@ def _update(eng: Engine, e: UpdateCampaign) -> None:
 
 def _request(eng: Engine, e: RequestLease) -> None:
     c = _campaign(eng, e.campaign)
-    if not isinstance(e.size, Mapping) or not e.size:
+    shaped = isinstance(e.shape, shape.Shape) and (
+        bool(e.shape.per_node) or e.shape.exclusive is True
+    )
+    if not isinstance(e.size, Mapping) or (not e.size and not shaped):
         raise bad("size", "give a size per dimension, e.g. {'gpu': 8}")
     for d, x in e.size.items():
         if d in dims.RATE:
@@ -144,9 +147,19 @@ def _request(eng: Engine, e: RequestLease) -> None:
             raise bad(
                 f"size.{d}", f"campaign {e.campaign!r} has no envelope for {d}; ask the admin"
             )
-    size = dims.vec(e.size)
+    demand = shape.resolve(e.size, e.shape, eng.pool.kinds)
+    size = demand.size
     if dims.is_zero(size):
         raise bad("size", "at least one dimension must be greater than zero")
+    for i, dim in enumerate(dims.PLACED):
+        # Dimensions the shape added (CPUs per GPU, a whole node's memory) need an
+        # envelope as much as named ones.
+        if size[i] > 0 and dim not in c.spec.envelopes:
+            raise bad(
+                "shape",
+                f"the shape gives {size[i]:g} {dims.UNITS[dim]} of {dim}, but campaign "
+                f"{e.campaign!r} has no envelope for {dim}; ask the admin",
+            )
     d = _duration(eng, e.duration_s)
     for i, dim in enumerate(dims.PLACED):
         if size[i] > eng.pool.capacity[i] + EPS:
@@ -162,6 +175,7 @@ def _request(eng: Engine, e: RequestLease) -> None:
                 "and can never be granted",
                 ErrorCode.OUT_OF_RANGE,
             )
+    shape.check_pool(demand, eng.pool.kinds)
     if eng.policy.enforcement is Enforcement.PREPAID:
         need = admission.token_need(dims.ZERO, size, c.sustained)
         for i, dim in enumerate(dims.PLACED):

@@ -182,7 +182,9 @@ def supply_tables(s: Supply) -> list[Table | str]:
     dims = _table("Pool")
     for col in ("dim", "capacity", "warm free", "reserve", "available warm", "reclaimable"):
         dims.add_column(col, justify="left" if col == "dim" else "right")
-    dims.add_column("cold", justify="right")
+    # Fragmentation: free capacity node-shaped requests cannot use (see DimSupply).
+    for col in ("cold", "stranded", "partial free"):
+        dims.add_column(col, justify="right")
     for d, x in s.dims.items():
         dims.add_row(
             d,
@@ -192,6 +194,8 @@ def supply_tables(s: Supply) -> list[Table | str]:
             _num(x.available_warm),
             _num(x.reclaimable),
             _num(x.cold),
+            _num(x.stranded),
+            _num(x.partial_free),
         )
     out: list[Table | str] = [head, dims]
     if s.campaigns:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bursar.broker.acquisition import AcquireCall
+from bursar.broker.backends.base import active_at_grant
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activated,
@@ -136,7 +137,7 @@ class SimBroker:
             if isinstance(d, Granted):
                 s = self.signals(d.lease_id)
                 s.granted.succeed(k, d)
-                if d.starts_at <= d.at:
+                if active_at_grant(d):
                     s.active.succeed(k, True)
             elif isinstance(d, Activated):
                 sig = self.signals(d.lease_id).active

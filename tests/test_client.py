@@ -41,6 +41,7 @@ from bursar.providers.client import (
     OutOfRange,
     PermissionDenied,
     Refused,
+    Shape,
     Supply,
     Unauthenticated,
     Unavailable,
@@ -111,6 +112,31 @@ def test_acquire_renew_release_return_typed_leases(tmp_path: Path) -> None:
             assert supply.time_to.best_s == 0.0
             metered = await sci.meter("inference", 50)
             assert metered == MeterResult(requested=50.0, granted=50.0, wait_s=0.0)
+
+    run(scenario())
+
+
+def test_acquire_takes_a_shape_as_keywords_or_an_object(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as c, client(c) as sci:
+            async with sci.held_lease({}, 60, shape=Shape(nodes=2, per_node={"gpu": 2})) as h:
+                assert len(set(h.lease.nodes)) == 2 and dict(h.lease.size) == {"gpu": 4.0}
+            two = await sci.acquire({}, 60, blocking=False, nodes=2, per_node={"gpu": 4})
+            assert dict(two.size) == {"gpu": 8.0} and len(set(two.nodes)) == 2
+            one = await sci.acquire({"gpu": 4}, 60, blocking=False, shape=Shape(nodes=1))
+            assert dict(one.size) == {"gpu": 4.0} and len(one.nodes) == 1
+            with pytest.raises(InvalidArgument) as bad:  # no node has 9 GPUs
+                await sci.acquire({}, 60, blocking=False, nodes=1, per_node={"gpu": 9})
+            (v,) = bad.value.field_violations
+            assert v.field == "shape.per_node" and "largest node has 8 GPUs" in v.description
+            with pytest.raises(InvalidArgument) as whole:  # a whole node has cores and memory
+                await sci.acquire({}, 60, blocking=False, exclusive=True)
+            assert "no envelope for cpu" in whole.value.field_violations[0].description
+            with pytest.raises(ValueError, match="not both"):
+                await sci.acquire({"gpu": 1}, 60, shape=Shape(nodes=1), nodes=1)
+            supply = await sci.supply()
+            # 12 GPUs on two nodes: one full, one with 4 free next to partly used cores.
+            assert supply.dims["gpu"].stranded == 0.0 and supply.dims["gpu"].partial_free == 4.0
 
     run(scenario())
 

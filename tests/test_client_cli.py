@@ -176,11 +176,13 @@ def test_supply_as_tables_json_and_a_short_watch(server: ServerThread) -> None:
     assert out.startswith("price ") and "Pool" in out and "Campaigns" in out
     gpu = next(ln for ln in out.splitlines() if ln.startswith("gpu "))
     assert gpu.split()[:3] == ["gpu", "24", "16"]
+    assert "stranded" in out
     assert "time to 8 gpu: warm 0 s, reclaim 0.6 s, cold 0.6 s" in out
 
     res = bursar("supply", "--json", env=env)
     data = json.loads(res.stdout)
     assert data["dims"]["gpu"]["capacity"] == 24 and list(data["campaigns"]) == ["sci"]
+    assert data["dims"]["gpu"]["stranded"] == 0 and "partial_free" in data["dims"]["gpu"]
 
     watch = ["--watch", "--count", "2", "--interval", "0.05", "--heartbeat", "0.1"]
     res = bursar("supply", *watch, "--json", env=env)

@@ -193,12 +193,6 @@ def test_path_plan_cheapest_first(size, warm, reclaimable, cold, preemptible, ex
         assert (plan.path, plan.warm[0], plan.reclaim[0], plan.cold[0]) == expected
 
 
-def test_choose_victims_takes_whole_victims_in_order():
-    v = lambda x: (float(x), 0.0, 0.0)  # noqa: E731
-    got = paths.choose_victims(v(10), [("L1", v(4)), ("L2", v(0)), ("L3", v(8)), ("L4", v(8))])
-    assert got == [("L1", v(4)), ("L3", v(6))]
-
-
 # --------------------------------------------------------------------------- reasons
 
 
@@ -1001,12 +995,13 @@ def test_price_counts_dominant_share_for_multi_dimensional_leases():
         ]
     )
     g = one(
-        eng.apply(RequestLease(at=0, campaign="a", size={"gpu": 1, "cpu": 256}, duration_s=3600)),
+        eng.apply(RequestLease(at=0, campaign="a", size={"gpu": 4, "cpu": 256}, duration_s=3600)),
         Granted,
     )
-    # cpu share 256/512 = 1/2 of the pool -> charged as 32 GPUs; the pressure is read in
-    # the primary dimension (1 GPU of 64, the lease itself).
-    assert g.price == pytest.approx(math.exp(2.0 * 1 / 64), rel=1e-12)
+    # cpu share 256/512 = 1/2 of the pool -> charged as 32 GPUs (four GPUs: each piece is
+    # a GPU with 64 cores, the most one node has); the pressure is read in the primary
+    # dimension (4 GPUs of 64, the lease itself).
+    assert g.price == pytest.approx(math.exp(2.0 * 4 / 64), rel=1e-12)
     assert g.credits == pytest.approx(32.0 * g.price, rel=1e-12)
 
 

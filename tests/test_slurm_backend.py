@@ -137,17 +137,18 @@ def test_pool_is_discovered_from_slurm() -> None:
 def test_lease_life_cycle_maps_to_allocations(tmp_path: Path, job_prefix: str) -> None:
     pre = job_prefix
     b, pool = open_broker(tmp_path, pre)
-    # 10 GPUs and 12 CPUs: the engine packs 8 GPUs + 12 CPUs on one node and 2 GPUs on the
-    # next; Slurm gets a heterogeneous job with exactly those pieces.
-    g = request(b, "sci", {"gpu": 10, "cpu": 12})
+    # 12 GPUs and 12 CPUs: every piece keeps one CPU per GPU on its node, 8 + 8 on one
+    # node and 4 + 4 on the next; Slurm gets a heterogeneous job with exactly those pieces.
+    g = request(b, "sci", {"gpu": 12, "cpu": 12})
     assert g.nodes == ("slurm000", "slurm001")
+    assert g.pieces == {"slurm000": {"gpu": 8, "cpu": 8}, "slurm001": {"gpu": 4, "cpu": 4}}
     alloc = pool.allocation(g.lease_id)
     assert alloc is not None and alloc["nodes"] == "node1,node2" and alloc["het_groups"] == "2"
-    assert alloc["gpus.node1"] == "0,1,2,3,4,5,6,7" and alloc["gpus.node2"] == "0,1"
+    assert alloc["gpus.node1"] == "0,1,2,3,4,5,6,7" and alloc["gpus.node2"] == "0,1,2,3"
     comps = sorted(jobs_named(f"{pre}-{g.lease_id}"), key=lambda j: j["het_job_offset"])
     assert [(j["nodes"], j["cpus"], j["gres_detail"]) for j in comps] == [
-        ("node1", 12, ["gpu:8(IDX:0-7)"]),
-        ("node2", 1, ["gpu:2(IDX:0-1)"]),
+        ("node1", 8, ["gpu:8(IDX:0-7)"]),
+        ("node2", 4, ["gpu:4(IDX:0-3)"]),
     ]
     # A worker started with launch_argv runs inside the allocation, on both nodes.
     out = subprocess.run(
@@ -157,7 +158,7 @@ def test_lease_life_cycle_maps_to_allocations(tmp_path: Path, job_prefix: str) -
         timeout=30,
         check=True,
     )
-    assert sorted(out.stdout.split("\n")[:2]) == ["node1 0,1,2,3,4,5,6,7", "node2 0,1"]
+    assert sorted(out.stdout.split("\n")[:2]) == ["node1 0,1,2,3,4,5,6,7", "node2 0,1,2,3"]
     # Release cancels it.
     job = int(alloc["job_id"])
     b.submit(Release(time.time(), g.lease_id))

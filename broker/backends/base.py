@@ -30,6 +30,7 @@ from bursar.broker.decisions import (
     Decision,
     Expired,
     Granted,
+    LeasePath,
     PoweredOff,
     PoweredOn,
     PreemptWarned,
@@ -47,6 +48,7 @@ __all__ = [
     "Pieces",
     "PlaceFailed",
     "PoolBackend",
+    "active_at_grant",
     "apply_decision",
     "check_clock",
     "check_nodes",
@@ -152,11 +154,20 @@ class PoolBackend(abc.ABC):
 NO_ALLOCATION: Mapping[str, str] = MappingProxyType({})
 
 
+def active_at_grant(g: Granted) -> bool:
+    """Whether a grant's lease is active with the grant: the warm path. A reclaim or cold
+    grant is active only with its Activated, even when it starts at the same instant (a
+    zero grace period or boot latency): it still waits for its victims to end or its
+    nodes to report ready, and is placed then, once."""
+    return g.path is LeasePath.WARM
+
+
 def placed_by(decision: Decision) -> str | None:
-    """The lease a decision places on its nodes, if it places one: a grant that starts at
-    once (warm path), or the activation of one that waited for a grace period or a boot."""
+    """The lease a decision places on its nodes, if it places one: a grant that is active
+    at once (warm path), or the activation of one that waited for a grace period or a
+    boot."""
     if isinstance(decision, Granted):
-        return decision.lease_id if decision.starts_at <= decision.at else None
+        return decision.lease_id if active_at_grant(decision) else None
     if isinstance(decision, Activated):
         return decision.lease_id
     return None

@@ -17,6 +17,7 @@ from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.lease import EndedLease, Lease, LeaseState
 from bursar.broker.reasons import Reason
+from bursar.broker.shape import MAX_NODES, Shape
 from bursar.broker.supply import Supply
 from bursar.protos.bursar.v1 import admin_pb2
 from bursar.protos.bursar.v1 import broker_pb2 as pb
@@ -33,6 +34,7 @@ __all__ = [
     "lease_to_proto",
     "path_to_proto",
     "reason_to_proto",
+    "shape_from_proto",
     "spec_from_proto",
     "spec_to_proto",
     "state_to_proto",
@@ -107,12 +109,35 @@ def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
     return dict(labels)
 
 
-def check_size(size: Mapping[str, float]) -> dict[str, float]:
-    if not size:
+def check_size(size: Mapping[str, float], shape: Shape | None = None) -> dict[str, float]:
+    """The size as a dict; it may be empty only when the shape gives it (per_node or
+    exclusive)."""
+    if not size and (shape is None or not (shape.per_node or shape.exclusive)):
         raise _bad("size", "give a size per dimension, e.g. {'gpu': 8}")
     if len(size) > MAX_SIZE_ENTRIES:
         raise _bad("size", f"at most {MAX_SIZE_ENTRIES} dimensions")
     return dict(size)
+
+
+def shape_from_proto(req: pb.AcquireRequest) -> Shape | None:
+    """The request's shape; None when it has none or every field is at its default
+    (total units), so that such a request journals exactly as one from before shapes.
+    Ranges that need the pool (node counts, what fits a node) are the engine's checks."""
+    if not req.HasField("shape"):
+        return None
+    s = req.shape
+    if s.nodes > MAX_NODES:
+        raise _bad("shape.nodes", f"must be from 0 to {MAX_NODES} (got {s.nodes})")
+    if len(s.per_node) > MAX_SIZE_ENTRIES:
+        raise _bad("shape.per_node", f"at most {MAX_SIZE_ENTRIES} dimensions")
+    shape = Shape(
+        nodes=int(s.nodes),
+        per_node=dict(s.per_node),
+        exclusive=s.exclusive,
+        cpus_per_gpu=check_number(s.cpus_per_gpu, "shape.cpus_per_gpu"),
+        mem_per_gpu=check_number(s.mem_per_gpu, "shape.mem_per_gpu"),
+    )
+    return None if shape.is_default else shape
 
 
 # --------------------------------------------------------------------------- leases
@@ -241,6 +266,8 @@ def supply_to_proto(
                 available_warm=x.available_warm,
                 reclaimable=x.reclaimable,
                 cold=x.cold,
+                stranded=x.stranded,
+                partial_free=x.partial_free,
             )
         )
     for name, c in s.campaigns.items():

@@ -41,7 +41,7 @@ from typing import Any
 
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.actuator import actuator_for
-from bursar.broker.backends.base import PoolBackend, placed_by
+from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
 from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
 from bursar.broker.clock import wait_for as wait_for_clock
 from bursar.broker.codec import decision_from_dict
@@ -87,6 +87,7 @@ from bursar.broker.service.errors import (
 )
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
+from bursar.broker.shape import Shape
 from bursar.broker.supply import supply
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
@@ -563,6 +564,7 @@ class ServiceCore:
         lease_class: LeaseClass | None,
         labels: dict[str, str],
         key: str = "",
+        shape: Shape | None = None,
     ) -> tuple[Granted, float]:
         """Request a lease; return the grant and the seconds it waited in the queue.
 
@@ -584,6 +586,7 @@ class ServiceCore:
                 lease_class=lease_class,
                 labels=labels,
                 idempotency_key=key,
+                shape=shape,
             ),
         )
         first = call.start()
@@ -821,7 +824,7 @@ class ServiceCore:
         ev = pb.LeaseEvent(kind=kind, at=d.at, seq=seq, index=index)
         if isinstance(d, Granted):
             lease.state = convert.state_to_proto(
-                LeaseState.ACTIVE if d.starts_at <= d.at else LeaseState.STARTING
+                LeaseState.ACTIVE if active_at_grant(d) else LeaseState.STARTING
             )
             lease.starts_at, lease.expires_at = d.starts_at, d.expires_at
         elif isinstance(d, Activated):

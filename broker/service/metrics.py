@@ -89,6 +89,14 @@ class Metrics:
         self.supply = Gauge(
             "bursar_supply_units", "Pool supply by dimension and kind", ["dim", "kind"], registry=r
         )
+        self.fragmentation = Gauge(
+            "bursar_fragmentation_units",
+            "Free capacity on powered nodes that node-shaped requests cannot use, by dimension: "
+            "stranded (unusable at the pool's typical ratio per primary unit) and partial_free "
+            "(on partly used nodes, out of reach of whole-node requests)",
+            ["dim", "kind"],
+            registry=r,
+        )
         self.journal_entries = Gauge("bursar_journal_entries", "Entries in the journal", registry=r)
         self.journal_bytes = Gauge(
             "bursar_journal_bytes", "Journal file size, database plus WAL, bytes", registry=r
@@ -148,6 +156,8 @@ class Metrics:
         for d, x in s.dims.items():
             for kind in ("capacity", "warm_free", "reserve", "reclaimable", "cold"):
                 self.supply.labels(d, kind).set(getattr(x, kind))
+            for kind in ("stranded", "partial_free"):
+                self.fragmentation.labels(d, kind).set(getattr(x, kind))
         self.journal_entries.set(broker.journal.last_seq)
         path: Path = broker.journal.path
         size = 0

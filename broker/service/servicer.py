@@ -169,14 +169,16 @@ class BrokerServicer(_Base):
     @_rpc()
     async def Acquire(self, req: pb.AcquireRequest, who: Principal) -> pb.AcquireResponse:
         campaign = who.acting_for(req.campaign)
+        shape = convert.shape_from_proto(req)
         grant, waited = await self.core.acquire(
             campaign,
-            convert.check_size(req.size),
+            convert.check_size(req.size, shape),
             req.duration_s,
             convert.check_number(req.timeout_s, "timeout_s", high=MAX_WAIT_S),
             convert.lease_class_from_proto(req.lease_class),
             convert.check_labels(req.labels),
             req.idempotency_key,
+            shape,
         )
         return pb.AcquireResponse(
             lease=self.core.lease_proto(grant.lease_id),

@@ -62,6 +62,7 @@ from bursar.providers.client._types import LeaseEventKind as LeaseEventKind
 from bursar.providers.client._types import LeasePath as LeasePath
 from bursar.providers.client._types import LeaseState as LeaseState
 from bursar.providers.client._types import MeterResult as MeterResult
+from bursar.providers.client._types import Shape as Shape
 from bursar.providers.client._types import Supply as Supply
 from bursar.providers.client._types import TimeTo as TimeTo
 
@@ -99,6 +100,7 @@ __all__ = [
     "OutOfRange",
     "PermissionDenied",
     "Refused",
+    "Shape",
     "Supply",
     "SyncLeaseHandle",
     "TimeTo",

@@ -36,7 +36,9 @@ from bursar.providers.client._types import (
     LeaseClass,
     LeaseEvent,
     MeterResult,
+    Shape,
     Supply,
+    shape_to_proto,
 )
 from bursar.providers.client._watcher import LeaseWatcher
 
@@ -146,8 +148,21 @@ class AsyncBrokerClient:
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
+        shape: Shape | None = None,
+        nodes: int | None = None,
+        per_node: Mapping[str, float] | None = None,
+        exclusive: bool = False,
+        cpus_per_gpu: float | None = None,
+        mem_per_gpu: float | None = None,
     ) -> Lease:
         """Ask for a lease of ``size`` (e.g. ``{"gpu": 8}``) for ``duration_s`` seconds.
+
+        Every piece of a lease fits one node. How it may be cut, in Slurm's terms (a
+        :class:`Shape`, or its fields as keywords; not both): by default any split in which
+        each piece keeps the size's ratios; ``nodes=N, per_node={"gpu": 4}``: exactly N
+        equal pieces on N nodes (``size`` may then be ``{}``); ``exclusive=True``: N whole
+        nodes (``size`` ``{}``); ``cpus_per_gpu``, ``mem_per_gpu``: cores and GB added per
+        GPU of a request that names GPUs only.
 
         ``blocking=False``: granted now or :class:`Refused` at once (``reason`` says why,
         ``retry_after`` when to try again). ``blocking=True``: the request queues and
@@ -162,8 +177,9 @@ class AsyncBrokerClient:
         key: a reply lost on the way back never leaves a second, orphaned lease. Pass your
         own key to make a retry of your own (e.g. after this process restarts) safe too.
         """
+        wire = shape_to_proto(shape, nodes, per_node, exclusive, cpus_per_gpu, mem_per_gpu)
         lease, _ = await self._acquire(
-            size, duration_s, blocking, timeout, lease_class, labels, idempotency_key
+            size, duration_s, blocking, timeout, lease_class, labels, idempotency_key, wire
         )
         return lease
 
@@ -176,6 +192,7 @@ class AsyncBrokerClient:
         lease_class: LeaseClass | str | None,
         labels: Mapping[str, str] | None,
         idempotency_key: str | None = None,
+        shape: pb.Shape | None = None,
     ) -> tuple[Lease, pb.AcquireResponse]:
         wait = 0.0 if not blocking else MAX_WAIT_S if timeout is None else timeout
         request = pb.AcquireRequest(
@@ -186,6 +203,7 @@ class AsyncBrokerClient:
             lease_class=LeaseClass.parse(lease_class).to_proto(pb.LeaseClass),
             labels=dict(labels or {}),
             idempotency_key=idempotency_key or uuid.uuid4().hex,
+            shape=shape,
         )
         t0 = self.clock.now()
 
@@ -249,12 +267,14 @@ class AsyncBrokerClient:
         timeout: float | None = None,
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
+        shape: Shape | None = None,
     ) -> LeaseHandle:
         """A lease held for the life of an ``async with`` block: acquired on entry,
         renewed ``renew_margin_s`` before it would expire (default: half its duration,
         at most 60 s), watched (preemption warnings set ``handle.preempted`` and call
         ``on_preempt``, which may be a coroutine function), and released on exit,
-        also when the block raises. See :class:`LeaseHandle`."""
+        also when the block raises. ``shape`` as in :meth:`acquire`. See
+        :class:`LeaseHandle`."""
         return LeaseHandle(
             self,
             dict(size),
@@ -265,6 +285,7 @@ class AsyncBrokerClient:
             timeout=timeout,
             lease_class=lease_class,
             labels=labels,
+            shape=shape,
         )
 
     # ---------------------------------------------------------------- watch

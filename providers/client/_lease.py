@@ -27,7 +27,15 @@ from bursar.providers.client._errors import (
     Refused,
     Unavailable,
 )
-from bursar.providers.client._types import Lease, LeaseClass, LeaseEvent, LeaseEventKind, LeaseState
+from bursar.providers.client._types import (
+    Lease,
+    LeaseClass,
+    LeaseEvent,
+    LeaseEventKind,
+    LeaseState,
+    Shape,
+    shape_to_proto,
+)
 from bursar.providers.client._watcher import LeaseWatcher
 
 if TYPE_CHECKING:
@@ -88,6 +96,7 @@ class LeaseHandle:
         timeout: float | None = None,
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
+        shape: Shape | None = None,
     ) -> None:
         margin = default_margin(duration_s) if renew_margin_s is None else renew_margin_s
         if not 0 <= margin < duration_s:
@@ -97,6 +106,7 @@ class LeaseHandle:
             )
         self._client = client
         self._request = (dict(size), duration_s, blocking, timeout, lease_class, labels)
+        self._shape = shape_to_proto(shape)
         self.duration_s = duration_s
         self.renew_margin_s = margin
         self._on_preempt = on_preempt
@@ -216,7 +226,7 @@ class LeaseHandle:
         t_send = self._client.clock.now()
         try:
             lease, resp = await self._client._acquire(
-                size, duration_s, blocking, timeout, lease_class, labels
+                size, duration_s, blocking, timeout, lease_class, labels, shape=self._shape
             )
         except BaseException:
             watcher.unhold()

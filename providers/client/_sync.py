@@ -43,6 +43,7 @@ from bursar.providers.client._types import (
     LeaseClass,
     LeaseEvent,
     MeterResult,
+    Shape,
     Supply,
 )
 
@@ -147,6 +148,12 @@ class BrokerClient(_SyncClient):
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
+        shape: Shape | None = None,
+        nodes: int | None = None,
+        per_node: Mapping[str, float] | None = None,
+        exclusive: bool = False,
+        cpus_per_gpu: float | None = None,
+        mem_per_gpu: float | None = None,
     ) -> Lease:
         """See :meth:`AsyncBrokerClient.acquire`."""
         return self._run(
@@ -158,6 +165,12 @@ class BrokerClient(_SyncClient):
                 lease_class=lease_class,
                 labels=labels,
                 idempotency_key=idempotency_key,
+                shape=shape,
+                nodes=nodes,
+                per_node=per_node,
+                exclusive=exclusive,
+                cpus_per_gpu=cpus_per_gpu,
+                mem_per_gpu=mem_per_gpu,
             )
         )
 
@@ -220,6 +233,7 @@ class BrokerClient(_SyncClient):
         timeout: float | None = None,
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
+        shape: Shape | None = None,
     ) -> SyncLeaseHandle:
         """See :meth:`AsyncBrokerClient.held_lease`. ``on_preempt`` is called in a worker
         thread (never on the loop thread), so it may block and may call this client."""
@@ -233,6 +247,7 @@ class BrokerClient(_SyncClient):
             timeout=timeout,
             lease_class=lease_class,
             labels=labels,
+            shape=shape,
         )
 
 

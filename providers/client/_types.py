@@ -50,6 +50,7 @@ __all__ = [
     "LeasePath",
     "LeaseState",
     "MeterResult",
+    "Shape",
     "Supply",
     "TimeTo",
 ]
@@ -387,6 +388,44 @@ LeaseEvent = _message(
 
 
 # Supply, metering, status
+
+Shape = _message(
+    _Message,
+    "Shape",
+    _Shape(pb.Shape.DESCRIPTOR),
+    """How a lease may be cut into node pieces (``bursar.v1.Shape``), in Slurm's terms:
+    ``nodes`` x ``per_node`` (``--nodes``, ``--gpus-per-node``), ``exclusive`` whole nodes,
+    ``cpus_per_gpu`` and ``mem_per_gpu``. The default is total units: any split in which
+    every piece keeps the size's ratios.""",
+)
+
+
+def shape_to_proto(
+    shape: Any = None,
+    nodes: int | None = None,
+    per_node: Mapping[str, float] | None = None,
+    exclusive: bool = False,
+    cpus_per_gpu: float | None = None,
+    mem_per_gpu: float | None = None,
+) -> Any:
+    """The wire shape of an Acquire from a :class:`Shape` or its fields as keywords (not
+    both); None when neither is given (total units)."""
+    fields = (nodes, per_node, cpus_per_gpu, mem_per_gpu)
+    keywords = exclusive or any(f is not None for f in fields)
+    if shape is not None and keywords:
+        raise ValueError("give a shape or its fields as keywords, not both")
+    if shape is None:
+        if not keywords:
+            return None
+        shape = Shape(
+            nodes=nodes or 0,
+            per_node=dict(per_node or {}),
+            exclusive=exclusive,
+            cpus_per_gpu=cpus_per_gpu or 0.0,
+            mem_per_gpu=mem_per_gpu or 0.0,
+        )
+    return shape.to_proto()
+
 
 DimSupply = _message(
     _Message,

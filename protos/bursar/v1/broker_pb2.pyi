@@ -208,20 +208,24 @@ class CampaignSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., envelopes: _Optional[_Mapping[str, DimEnvelope]] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., preemptible: _Optional[bool] = ...) -> None: ...
 
 class DimSupply(_message.Message):
-    __slots__ = ("capacity", "warm_free", "reserve", "available_warm", "reclaimable", "cold")
+    __slots__ = ("capacity", "warm_free", "reserve", "available_warm", "reclaimable", "cold", "stranded", "partial_free")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     WARM_FREE_FIELD_NUMBER: _ClassVar[int]
     RESERVE_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_WARM_FIELD_NUMBER: _ClassVar[int]
     RECLAIMABLE_FIELD_NUMBER: _ClassVar[int]
     COLD_FIELD_NUMBER: _ClassVar[int]
+    STRANDED_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FREE_FIELD_NUMBER: _ClassVar[int]
     capacity: float
     warm_free: float
     reserve: float
     available_warm: float
     reclaimable: float
     cold: float
-    def __init__(self, capacity: _Optional[float] = ..., warm_free: _Optional[float] = ..., reserve: _Optional[float] = ..., available_warm: _Optional[float] = ..., reclaimable: _Optional[float] = ..., cold: _Optional[float] = ...) -> None: ...
+    stranded: float
+    partial_free: float
+    def __init__(self, capacity: _Optional[float] = ..., warm_free: _Optional[float] = ..., reserve: _Optional[float] = ..., available_warm: _Optional[float] = ..., reclaimable: _Optional[float] = ..., cold: _Optional[float] = ..., stranded: _Optional[float] = ..., partial_free: _Optional[float] = ...) -> None: ...
 
 class CampaignSupply(_message.Message):
     __slots__ = ("held", "bucket", "time_to_empty_s", "headroom_to_burst", "unmet_guarantee", "credits", "queued")
@@ -343,7 +347,7 @@ class DecisionRecord(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[_Union[DecisionKind, str]] = ..., campaign: _Optional[str] = ..., lease_id: _Optional[str] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., json: _Optional[str] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("campaign", "size", "duration_s", "timeout_s", "lease_class", "labels", "idempotency_key")
+    __slots__ = ("campaign", "size", "duration_s", "timeout_s", "lease_class", "labels", "idempotency_key", "shape")
     class SizeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -365,6 +369,7 @@ class AcquireRequest(_message.Message):
     LEASE_CLASS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
     campaign: str
     size: _containers.ScalarMap[str, float]
     duration_s: float
@@ -372,7 +377,29 @@ class AcquireRequest(_message.Message):
     lease_class: LeaseClass
     labels: _containers.ScalarMap[str, str]
     idempotency_key: str
-    def __init__(self, campaign: _Optional[str] = ..., size: _Optional[_Mapping[str, float]] = ..., duration_s: _Optional[float] = ..., timeout_s: _Optional[float] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    shape: Shape
+    def __init__(self, campaign: _Optional[str] = ..., size: _Optional[_Mapping[str, float]] = ..., duration_s: _Optional[float] = ..., timeout_s: _Optional[float] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., shape: _Optional[_Union[Shape, _Mapping]] = ...) -> None: ...
+
+class Shape(_message.Message):
+    __slots__ = ("nodes", "per_node", "exclusive", "cpus_per_gpu", "mem_per_gpu")
+    class PerNodeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    PER_NODE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    CPUS_PER_GPU_FIELD_NUMBER: _ClassVar[int]
+    MEM_PER_GPU_FIELD_NUMBER: _ClassVar[int]
+    nodes: int
+    per_node: _containers.ScalarMap[str, float]
+    exclusive: bool
+    cpus_per_gpu: float
+    mem_per_gpu: float
+    def __init__(self, nodes: _Optional[int] = ..., per_node: _Optional[_Mapping[str, float]] = ..., exclusive: _Optional[bool] = ..., cpus_per_gpu: _Optional[float] = ..., mem_per_gpu: _Optional[float] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "tokens", "price", "credits", "waited_s")
