@@ -130,6 +130,10 @@ def replay_command(
     table.add_row("utilization", f"{m['utilization']:.3f}")
     table.add_row("makespan_s", f"{m['makespan_s']:,.0f}")
     table.add_row("starved", str(m["starved"]))
+    table.add_row("ran past request", f"{m['ran_past_request']:,}")
+    table.add_row(
+        "killed", f"{m['killed']:,} ({m['killed_unit_seconds']:,.0f} {m['unit']}-seconds lost)"
+    )
     table.add_row(
         "wall", f"{result.wall_s:.2f} s ({len(result.workload) / result.wall_s:,.0f} jobs/s)"
     )
