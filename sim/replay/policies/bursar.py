@@ -103,9 +103,14 @@ class BursarPolicy:
         self.kill: list[tuple[int, float]] = []
         self.renewed = 0
         self.refused = 0
+        # The engine's next timer changes only when an event applies: asked once per
+        # change, though the kernel asks for it at every step.
+        self._next_timer: float | None = None
+        self._timer_known = False
 
     def _apply(self, event: object) -> Outcome:
         out = self.engine.apply(event)  # type: ignore[arg-type]
+        self._timer_known = False
         for d in out.decisions:
             if type(d) is Granted:
                 self._granted(d)
@@ -194,18 +199,24 @@ class BursarPolicy:
         while r and r[0][0] <= now:
             _, rid = heapq.heappop(r)
             self._renew(now, rid)
-        t = self.engine.next_timer()
+        t = self._timer()
         if t is not None and t <= now:
             self._apply(Tick(now))
         out, self.due = self.due, []
         return out
+
+    def _timer(self) -> float | None:
+        if not self._timer_known:
+            self._next_timer = self.engine.next_timer()
+            self._timer_known = True
+        return self._next_timer
 
     def killed(self) -> list[tuple[int, float]]:
         out, self.kill = self.kill, []
         return out
 
     def wakeup(self) -> float | None:
-        t = self.engine.next_timer()
+        t = self._timer()
         if self.renewals:
             r = self.renewals[0][0]
             if t is None or r < t:
