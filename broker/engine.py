@@ -442,21 +442,28 @@ class Engine:
     # ------------------------------------------------------------------ admission
 
     def _inputs(self, c: CampaignState, size: dims.Vec) -> dict[str, Any]:
+        # Built for every grant, queueing and renewal: what bucket_level and dims.as_dict
+        # compute, written out (the same values, keys and order).
         on_free, boot_free, cold, _ = self.pool.totals()
+        ledger = self.ledger
+        tokens: dict[str, float | None] = {}
+        if c.buckets:
+            now, held, enforcement = self.now, c.held, self.policy.enforcement
+            for d, b in sorted(c.buckets.items()):
+                # None stands for an unlimited bucket: inputs stay plain JSON data.
+                tokens[d] = (
+                    None if b.capacity is None else b.level_at(now, held[_PLACED[d]], enforcement)
+                )
         return {
             "class_rank": c.spec.lease_class.rank,
             "deficit": c.deficit,
-            "held": dims.as_dict(c.held),
-            # None stands for an unlimited bucket: inputs stay plain JSON data.
-            "tokens": {
-                d: (None if b.unlimited else self.bucket_level(c.spec.name, d))
-                for d, b in sorted(c.buckets.items())
-            },
+            "held": _nonzero(c.held),
+            "tokens": tokens,
             "pool": {
-                "warm_free": dims.as_dict(on_free),
-                "reserve": dims.as_dict(self.ledger.reserve),
-                "reclaimable": dims.as_dict(self.ledger.reclaimable),
-                "cold": dims.as_dict(dims.add(boot_free, cold)),
+                "warm_free": _nonzero(on_free),
+                "reserve": _nonzero(ledger.reserve),
+                "reclaimable": _nonzero(ledger.reclaimable),
+                "cold": _nonzero(dims.add(boot_free, cold)),
             },
         }
 
@@ -742,6 +749,23 @@ class Engine:
     def queued(self) -> Iterator[Pending]:
         """Pending requests in admission order."""
         return iter(self.queue.ordered())
+
+
+_PLACED = {d: i for i, d in enumerate(dims.PLACED)}
+assert dims.PLACED == ("gpu", "cpu", "mem_gb")  # the names _nonzero writes out
+
+
+def _nonzero(v: dims.Vec) -> dict[str, float]:
+    """``dims.as_dict`` for the three placed dimensions, unrolled (decision inputs)."""
+    gpu, cpu, mem = v
+    out: dict[str, float] = {}
+    if gpu:
+        out["gpu"] = gpu
+    if cpu:
+        out["cpu"] = cpu
+    if mem:
+        out["mem_gb"] = mem
+    return out
 
 
 _HANDLERS = {

@@ -60,7 +60,7 @@ def unknown_lease(ended: Mapping[str, EndedLease], lease_id: str) -> RequestErro
 def validate(eng: Engine, event: Event) -> None:
     """Raise ``RequestError`` if ``event`` may not apply to ``eng`` now; change nothing."""
     at = event.at
-    if not isinstance(at, int | float) or not math.isfinite(at):
+    if not isinstance(at, (int, float)) or not math.isfinite(at):
         raise bad("at", f"time must be a finite number of seconds (got {at!r})")
     if at < eng.now:
         raise bad("at", f"time {at} is before the engine's clock {eng.now}; time never goes back")
@@ -148,6 +148,27 @@ def _request(eng: Engine, e: RequestLease) -> None:
     if dims.is_zero(size):
         raise bad("size", "at least one dimension must be greater than zero")
     d = _duration(eng, e.duration_s)
+    # dims.fits has the same slack (EPS): the loop only finds the dimension to name.
+    if not (dims.fits(size, eng.pool.capacity) and dims.fits(size, c.burst)):
+        _too_large(eng, e, c, size)
+    if eng.policy.enforcement is Enforcement.PREPAID and any(
+        b.capacity is not None for b in c.buckets.values()
+    ):
+        _bucket_holds(c, size, d)
+    _key(eng, e)
+    if e.lease_class is not None:
+        if not isinstance(e.lease_class, LeaseClass):
+            raise bad("lease_class", "allowed: interactive, batch, opportunistic")
+        if e.lease_class.rank > c.spec.lease_class.rank:
+            raise bad(
+                "lease_class",
+                f"campaign {e.campaign!r} is {c.spec.lease_class.value}; a request may not "
+                f"ask for a higher class ({e.lease_class.value})",
+                ErrorCode.FAILED_PRECONDITION,
+            )
+
+
+def _too_large(eng: Engine, e: RequestLease, c: CampaignState, size: dims.Vec) -> None:
     for i, dim in enumerate(dims.PLACED):
         if size[i] > eng.pool.capacity[i] + EPS:
             raise bad(
@@ -162,28 +183,19 @@ def _request(eng: Engine, e: RequestLease) -> None:
                 "and can never be granted",
                 ErrorCode.OUT_OF_RANGE,
             )
-    if eng.policy.enforcement is Enforcement.PREPAID:
-        need = admission.token_need(dims.ZERO, size, c.sustained)
-        for i, dim in enumerate(dims.PLACED):
-            b = c.buckets.get(dim)
-            if b is not None and not b.unlimited and need[i] * d > b.capacity + EPS:
-                raise bad(
-                    "duration_s",
-                    f"{dims.as_dict(size)} for {d} s needs {need[i] * d:.0f} {dim}-seconds "
-                    f"of bucket above the sustained rate, but the bucket holds at most "
-                    f"{b.capacity:.0f}; ask for less or shorter",
-                    ErrorCode.OUT_OF_RANGE,
-                )
-    _key(eng, e)
-    if e.lease_class is not None:
-        if not isinstance(e.lease_class, LeaseClass):
-            raise bad("lease_class", "allowed: interactive, batch, opportunistic")
-        if e.lease_class.rank > c.spec.lease_class.rank:
+
+
+def _bucket_holds(c: CampaignState, size: dims.Vec, d: float) -> None:
+    need = admission.token_need(dims.ZERO, size, c.sustained)
+    for i, dim in enumerate(dims.PLACED):
+        b = c.buckets.get(dim)
+        if b is not None and not b.unlimited and need[i] * d > b.capacity + EPS:
             raise bad(
-                "lease_class",
-                f"campaign {e.campaign!r} is {c.spec.lease_class.value}; a request may not "
-                f"ask for a higher class ({e.lease_class.value})",
-                ErrorCode.FAILED_PRECONDITION,
+                "duration_s",
+                f"{dims.as_dict(size)} for {d} s needs {need[i] * d:.0f} {dim}-seconds "
+                f"of bucket above the sustained rate, but the bucket holds at most "
+                f"{b.capacity:.0f}; ask for less or shorter",
+                ErrorCode.OUT_OF_RANGE,
             )
 
 
