@@ -460,3 +460,25 @@ def test_bursar_kills_a_job_whose_renewal_is_refused() -> None:
     assert (m["killed"], m["killed_unit_seconds"]) == (1, 6 * 20)
     # The killed job used its processors until it was killed, not for its runtime.
     assert m["campaigns"]["a"]["unit_seconds"] == 6 * 10
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs, st.integers(400, 3000))
+def test_bursar_kills_only_at_an_expiry_before_the_recorded_end(
+    rows: list[tuple[int, int, int, float]], bucket: int
+) -> None:
+    # Tokens above 2 processors from a bucket that holds at least any one request (so
+    # the engine accepts every request): some renewals are refused.
+    w = _random_workload(rows)
+    config = ReplayConfig(default=Envelope(sustained=2, bucket=bucket))
+    s = replay(w, make_policy("bursar", w, config), strict=True)
+    killed = set(s.killed)
+    for j in range(len(w)):
+        if j in killed:
+            # Killed when a lease it had (at least the one it asked for) expired.
+            assert s.start[j] + w.duration[j] <= s.end[j] < s.start[j] + w.hold[j]
+        else:
+            assert s.end[j] == s.start[j] + w.hold[j]
+    m = compute_metrics(w, s, config)
+    lost = sum(w.size[j] * (w.hold[j] - (s.end[j] - s.start[j])) for j in killed)
+    assert m["killed"] == len(killed) and abs(m["killed_unit_seconds"] - lost) < 1e-6
