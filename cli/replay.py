@@ -57,8 +57,10 @@ _policy_choice = click.Choice(list(POLICIES))
         "Replay a job trace (SWF plain or gzip, the Alibaba GPU pod list, or the Philly "
         "trace) under one admission policy, checking invariants after every event, and "
         "write DIR/metrics.json (jobs, waits, bounded slowdown, utilisation, makespan, "
-        "per-campaign shares, starvation, the ingestion quality report and the run "
-        "manifest), DIR/manifest.json and DIR/schedule.csv (start and end of every job). "
+        "per-campaign shares, starvation, jobs that ran past their request, jobs killed, "
+        "the ingestion quality report and the run manifest), DIR/manifest.json and "
+        "DIR/schedule.csv (start and end of every job). Every job holds its processors for "
+        "its recorded runtime; the requested time is the policies' estimate. "
         f"Policies: {', '.join(POLICIES)}."
     ),
 )
