@@ -267,27 +267,27 @@ class Engine:
         """Run the clock to ``to``, firing each live timer due by then at its own time, with
         an admission pass after each instant's timers (every lease ending at an instant has
         ended before anyone is served then: a reservation counts on all of them)."""
-        at: float | None = None
-        for t, kind, ref in self.timers.due(to):
-            if at is not None and t != at:
-                self._settle()
-            at = t
+        while True:
+            t = self.timers.next_due()
+            if t is None or t > to:
+                break
             self.now = t
-            if kind is TimerKind.EXPIRE:
-                self._end(self.leases[ref], LeaseState.EXPIRED, "expired")
-            elif kind is TimerKind.DEADLINE:
-                self._end(self.leases[ref], LeaseState.REVOKED, "reclaimed")
-            elif kind is TimerKind.AGE:
-                self.queue.age(ref)
-                # The next pass gives it its reservation, if it is among the first aged.
-                self.queue.dirty.add(self.queue.pending[ref].campaign)
-            elif kind is TimerKind.WAKE:
-                self.queue.wake(ref)
-            elif kind is TimerKind.IDLE:
-                self._emit_some(
-                    self.power.power_off_if_idle(ref, self.ledger.warm_reserve(), self.now)
-                )
-        if at is not None:
+            # Every live timer at ``t``, those its handlers set for ``t`` included.
+            for _, kind, ref in self.timers.due(t):
+                if kind is TimerKind.EXPIRE:
+                    self._end(self.leases[ref], LeaseState.EXPIRED, "expired")
+                elif kind is TimerKind.DEADLINE:
+                    self._end(self.leases[ref], LeaseState.REVOKED, "reclaimed")
+                elif kind is TimerKind.AGE:
+                    self.queue.age(ref)
+                    # The next pass gives it its reservation, if it is among the first aged.
+                    self.queue.dirty.add(self.queue.pending[ref].campaign)
+                elif kind is TimerKind.WAKE:
+                    self.queue.wake(ref)
+                elif kind is TimerKind.IDLE:
+                    self._emit_some(
+                        self.power.power_off_if_idle(ref, self.ledger.warm_reserve(), self.now)
+                    )
             self._settle()
         self.now = to
 
@@ -498,21 +498,28 @@ class Engine:
     # ------------------------------------------------------------------ admission
 
     def _inputs(self, c: CampaignState, size: dims.Vec) -> dict[str, Any]:
+        # Built for every grant, queueing and renewal: what bucket_level and dims.as_dict
+        # compute, written out (the same values, keys and order).
         on_free, boot_free, cold, _ = self.pool.totals()
+        ledger = self.ledger
+        tokens: dict[str, float | None] = {}
+        if c.buckets:
+            now, held, enforcement = self.now, c.held, self.policy.enforcement
+            for d, b in sorted(c.buckets.items()):
+                # None stands for an unlimited bucket: inputs stay plain JSON data.
+                tokens[d] = (
+                    None if b.capacity is None else b.level_at(now, held[_PLACED[d]], enforcement)
+                )
         return {
             "class_rank": c.spec.lease_class.rank,
-            "usage_s": self.ledger.decayed_usage(c, self.now),
-            "held": dims.as_dict(c.held),
-            # None stands for an unlimited bucket: inputs stay plain JSON data.
-            "tokens": {
-                d: (None if b.unlimited else self.bucket_level(c.spec.name, d))
-                for d, b in sorted(c.buckets.items())
-            },
+            "usage_s": ledger.decayed_usage(c, self.now),
+            "held": _nonzero(c.held),
+            "tokens": tokens,
             "pool": {
-                "warm_free": dims.as_dict(on_free),
-                "reserve": dims.as_dict(self.ledger.reserve),
-                "reclaimable": dims.as_dict(self.ledger.reclaimable),
-                "cold": dims.as_dict(dims.add(boot_free, cold)),
+                "warm_free": _nonzero(on_free),
+                "reserve": _nonzero(ledger.reserve),
+                "reclaimable": _nonzero(ledger.reclaimable),
+                "cold": _nonzero(dims.add(boot_free, cold)),
             },
         }
 
@@ -967,6 +974,23 @@ class Engine:
     def queued(self) -> Iterator[Pending]:
         """Pending requests in admission order."""
         return iter(self.queue.ordered())
+
+
+_PLACED = {d: i for i, d in enumerate(dims.PLACED)}
+assert dims.PLACED == ("gpu", "cpu", "mem_gb")  # the names _nonzero writes out
+
+
+def _nonzero(v: dims.Vec) -> dict[str, float]:
+    """``dims.as_dict`` for the three placed dimensions, unrolled (decision inputs)."""
+    gpu, cpu, mem = v
+    out: dict[str, float] = {}
+    if gpu:
+        out["gpu"] = gpu
+    if cpu:
+        out["cpu"] = cpu
+    if mem:
+        out["mem_gb"] = mem
+    return out
 
 
 _HANDLERS = {

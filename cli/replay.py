@@ -57,8 +57,10 @@ _policy_choice = click.Choice(list(POLICIES))
         "Replay a job trace (SWF plain or gzip, the Alibaba GPU pod list, or the Philly "
         "trace) under one admission policy, checking invariants after every event, and "
         "write DIR/metrics.json (jobs, waits, bounded slowdown, utilisation, makespan, "
-        "per-campaign shares, starvation, the ingestion quality report and the run "
-        "manifest), DIR/manifest.json and DIR/schedule.csv (start and end of every job). "
+        "per-campaign shares, starvation, jobs that ran past their request, jobs killed, "
+        "the ingestion quality report and the run manifest), DIR/manifest.json and "
+        "DIR/schedule.csv (start and end of every job). Every job holds its processors for "
+        "its recorded runtime; the requested time is the policies' estimate. "
         f"Policies: {', '.join(POLICIES)}."
     ),
 )
@@ -130,6 +132,10 @@ def replay_command(
     table.add_row("utilization", f"{m['utilization']:.3f}")
     table.add_row("makespan_s", f"{m['makespan_s']:,.0f}")
     table.add_row("starved", str(m["starved"]))
+    table.add_row("ran past request", f"{m['ran_past_request']:,}")
+    table.add_row(
+        "killed", f"{m['killed']:,} ({m['killed_unit_seconds']:,.0f} {m['unit']}-seconds lost)"
+    )
     table.add_row(
         "wall", f"{result.wall_s:.2f} s ({len(result.workload) / result.wall_s:,.0f} jobs/s)"
     )

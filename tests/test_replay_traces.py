@@ -82,6 +82,20 @@ def test_policies_rank_as_expected_on_kth(traces: Path) -> None:
     assert m["easy"]["utilization"] >= m["fifo"]["utilization"]
 
 
+def test_jobs_past_their_request_hold_to_their_runtime_on_a_real_trace(traces: Path) -> None:
+    # KTH has jobs that ran past their requested time: every policy holds each job for
+    # its recorded runtime (nothing is cut), and the quality report counts them.
+    runs = [_run(traces / KTH, p) for p in LEAN] + [_run(traces / KTH, "bursar", 2000)]
+    for r in runs:
+        w, s, m = r.workload, r.schedule, r.metrics
+        assert all(s.end[j] == s.start[j] + w.hold[j] for j in range(len(w)))
+        past = sum(1 for j in range(len(w)) if w.hold[j] > w.duration[j])
+        assert past > 0 and m["ran_past_request"] == past
+        assert (m["killed"], m["killed_unit_seconds"]) == (0, 0.0)
+    note = "475 jobs ran past request (held to its recorded runtime)"
+    assert note in runs[0].metrics["quality"]["notes"]
+
+
 def test_same_input_same_metrics_and_manifest(traces: Path) -> None:
     a = _run(traces / LUBLIN, "conservative")
     b = replay_trace(traces / LUBLIN, "conservative")

@@ -1,20 +1,28 @@
 """The replay kernel: one event loop that hosts every policy.
 
-Events are job submissions (known in advance, in submit order) and lease ends (a heap).
+Events are job submissions (known in advance, in submit order) and job ends (a heap).
 At each instant the kernel applies every end, then every submission, then asks the
 policy which queued jobs start now. Processors (or GPUs) are the capacity.
 
+A job holds its processors for its recorded runtime (``Workload.hold``), whatever it
+asked for: a job that ran past its requested time still ran. The requested time is the
+policies' estimate only. One policy may end a running job earlier: the broker kills a
+job whose lease it would not renew, at the lease's expiry (a policy with ``kills`` set
+says so through ``killed`` after each ``schedule``); such a job ends then and is listed
+in ``Schedule.killed``.
+
 In strict mode the kernel checks, after every event and in O(1) each: capacity is never
-exceeded; no job starts before it is submitted; no lease is held beyond its duration;
-every job starts exactly once and ends exactly once; time never goes backwards. The
-first violation stops the run with ``InvariantViolation`` naming the event and the state.
+exceeded; no job starts before it is submitted; no job is held beyond its recorded
+runtime; only a running job is killed, and not in the past; every job starts exactly
+once and ends exactly once; time never goes backwards. The first violation stops the
+run with ``InvariantViolation`` naming the event and the state.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bursar.sim.replay.mapping import Workload
 from bursar.sim.replay.policies.base import Policy
@@ -40,12 +48,14 @@ class Schedule:
     start: list[float]
     end: list[float]
     events: int
+    killed: list[int] = field(default_factory=list)
+    """Jobs a policy ended before their recorded runtime, in the order it did so."""
 
 
 def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
     n = len(w)
     cap = w.capacity
-    submit, size, hold, dur = w.submit, w.size, w.hold, w.duration
+    submit, size, hold = w.submit, w.size, w.hold
     start = [math.nan] * n
     end = [math.nan] * n
     state = bytearray(n)  # 0 = not submitted yet, then _QUEUED, _RUNNING, _DONE
@@ -59,6 +69,10 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
     inf = math.inf
     timed = policy.timed
     p_submit, p_finish, p_schedule = policy.submit, policy.finish, policy.schedule
+    p_killed = policy.killed if policy.kills else None
+    # A killed job's new end; the end pushed at its start is then stale and skipped.
+    cut: dict[int, float] = {}
+    killed: list[int] = []
 
     def fail(rule: str, event: str) -> InvariantViolation:
         running = sum(1 for s in state if s == _RUNNING)
@@ -93,12 +107,16 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
         now = t
         while heap and heap[0][0] == now:
             _, j = pop(heap)
+            if cut and cut.get(j, now) != now:
+                continue
             events += 1
             if strict:
                 if state[j] != _RUNNING:
                     raise fail("every job ends exactly once", f"end of job {w.job_id[j]}")
-                if now > start[j] + dur[j]:  # the same rounding as the end pushed
-                    raise fail("no lease beyond its duration", f"end of job {w.job_id[j]}")
+                if now > start[j] + hold[j]:  # the same rounding as the end pushed
+                    raise fail(
+                        "no job held beyond its recorded runtime", f"end of job {w.job_id[j]}"
+                    )
             state[j] = _DONE
             end[j] = now
             done += 1
@@ -117,18 +135,30 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
                     raise fail("no start before submit", f"start of job {w.job_id[j]} at {now}")
                 if state[j] != _QUEUED:
                     raise fail("every job starts exactly once", f"start of job {w.job_id[j]}")
-                if hold[j] > dur[j]:
-                    raise fail("no lease beyond its duration", f"start of job {w.job_id[j]}")
             state[j] = _RUNNING
             start[j] = now
             free -= size[j]
             if strict and free < 0:
                 raise fail("capacity never exceeded", f"start of job {w.job_id[j]} at {now}")
             push(heap, (now + hold[j], j))
+        if p_killed is not None:
+            for j, at in p_killed():
+                if strict:
+                    event = f"kill of job {w.job_id[j]} at {at}"
+                    if state[j] != _RUNNING or j in cut:
+                        raise fail("only a running job is killed, once", event)
+                    if at < now:
+                        raise fail("time never goes backwards", event)
+                    if at > start[j] + hold[j]:
+                        raise fail("no job held beyond its recorded runtime", event)
+                if at < start[j] + hold[j]:
+                    cut[j] = at
+                    killed.append(j)
+                    push(heap, (at, j))
     if strict and done != n:
         never = next(w.job_id[j] for j in range(n) if state[j] != _DONE)
         raise fail(
             "every job starts and ends exactly once",
             f"end of trace with {n - done} jobs never run (first: job {never})",
         )
-    return Schedule(start, end, events)
+    return Schedule(start, end, events, killed)

@@ -2,9 +2,10 @@
 
 Each job becomes a lease request at its submit time: size = processors (or GPUs),
 duration = requested time (the runtime when the trace has none), actual holding = its
-runtime, released early when the runtime is shorter than the duration. A job that ran
-longer than it asked for is cut at its duration (the lease expires, as a batch system's
-time limit would): the quality report counts those. Campaigns come from the trace's
+recorded runtime, released early when the runtime is shorter than the duration. A job
+that ran longer than it asked for still ran: it holds its processors for its recorded
+runtime, and the requested time is only what a policy could know in advance (its
+estimate). The quality report counts those jobs. Campaigns come from the trace's
 users or groups, or one campaign for everything; their envelopes from a replay config
 (TOML, see ``load_replay_config``).
 """
@@ -151,7 +152,8 @@ class Workload:
     duration: list[float]
     """The lease's duration: the requested time, else the runtime."""
     hold: list[float]
-    """How long the job actually holds its lease: runtime, cut at the duration."""
+    """How long the job actually held its processors: its recorded runtime, which may be
+    longer than ``duration`` (the job ran past its request)."""
     campaign: list[int]
     campaign_names: list[str]
 
@@ -183,7 +185,7 @@ def to_workload(
     who: dict[tuple[int, int], int] = {}
     w = Workload(capacity, t.unit, [], [], [], [], [], [], [])
     base = min(t.submit) if len(t) else 0.0
-    too_big = cut = 0
+    too_big = past = 0
     procs, req_procs, runs, reqs = t.procs, t.req_procs, t.run, t.req_time
     users, groups, ids, submits = t.user, t.group, t.id, t.submit
     for i in order:
@@ -196,8 +198,7 @@ def to_workload(
         req = float(reqs[i])
         dur = req if req > 0 else run
         if run > dur:
-            cut += 1
-            run = dur
+            past += 1
         key = (users[i], groups[i])
         c = who.get(key)
         if c is None:
@@ -214,9 +215,6 @@ def to_workload(
     if too_big:
         q.dropped[f"larger than the capacity ({capacity})"] += too_big
         q.kept -= too_big
-    if cut:
-        q.notes.append(
-            f"{cut} jobs ran longer than their requested time; their leases end at the "
-            "requested time (holding cut to it)"
-        )
+    if past:
+        q.notes.append(f"{past} jobs ran past request (held to its recorded runtime)")
     return w

@@ -27,6 +27,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("utilization", "utilisation", "{:.3f}"),
     ("makespan_s", "makespan (s)", "{:,.0f}"),
     ("starved", "starved", "{:,}"),
+    ("killed", "killed", "{:,}"),
     ("wall_s", "wall (s)", "{:.1f}"),
 )
 
@@ -107,7 +108,10 @@ def markdown(cells: Sequence[Cell], command: str) -> str:
         "",
         f"Regenerate with `{command}`. Every run is strict (invariants checked after every "
         "event); wall time includes reading the trace. Bounded slowdown uses "
-        f"tau = {tau:g} s; a job counts as starved when it waits longer than {starve:g} s.",
+        f"tau = {tau:g} s; a job counts as starved when it waits longer than {starve:g} s. "
+        "Every job holds its processors for its recorded runtime, also past its requested "
+        "time, which the policies use as their estimate only; killed counts the jobs the "
+        "broker ended at the expiry of a lease it would not renew.",
         "",
     ]
     for trace in dict.fromkeys(c.trace for c in cells):

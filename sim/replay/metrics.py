@@ -2,10 +2,15 @@
 
 * wait = start - submit (mean, p50, p95, max);
 * bounded slowdown = max(1, (wait + run) / max(run, tau)), tau = 10 s by default
-  (mean, p95), where run is the time the job held its lease;
+  (mean, p95), where run is the job's recorded runtime (what it needed, also for a job
+  the broker killed);
 * percentiles by linear interpolation between the closest ranks (numpy's default);
 * utilisation = processor-seconds used / (capacity x span from the first submit to the
-  last completion); makespan = that span;
+  last completion); makespan = that span; a job uses its size for its recorded runtime,
+  or until it was killed;
+* killed: jobs a policy ended before their recorded runtime (the broker, when it refused
+  a renewal), and the processor-seconds of runtime they lost; ran past request: jobs
+  whose recorded runtime exceeds their requested time (the same for every policy);
 * per campaign: its share of the processor-seconds used against its guarantee's share of
   the capacity;
 * starvation count: jobs that waited longer than the config's ``starvation_s``.
@@ -52,13 +57,21 @@ def compute_metrics(
     first = min(submit) if n else 0.0
     last = max(s.end) if n else 0.0
     span = last - first
-    used = math.fsum(size[j] * hold[j] for j in range(n))
+    # A killed job held its processors from its start to its end, not its whole runtime.
+    held = hold
+    lost = 0.0
+    if s.killed:
+        held = list(hold)
+        for j in s.killed:
+            held[j] = s.end[j] - s.start[j]
+        lost = math.fsum(size[j] * (hold[j] - held[j]) for j in s.killed)
+    used = math.fsum(size[j] * held[j] for j in range(n))
     per_used = [0.0] * len(w.campaign_names)
     per_jobs = [0] * len(w.campaign_names)
     per_wait = [0.0] * len(w.campaign_names)
     for j in range(n):
         c = w.campaign[j]
-        per_used[c] += size[j] * hold[j]
+        per_used[c] += size[j] * held[j]
         per_jobs[c] += 1
         per_wait[c] += waits[j]
     guarantees = guarantees or {}
@@ -88,6 +101,9 @@ def compute_metrics(
         "makespan_s": span,
         "starvation_s": config.starvation_s,
         "starved": sum(1 for x in waits if x > config.starvation_s),
+        "killed": len(s.killed),
+        "killed_unit_seconds": lost,
+        "ran_past_request": sum(1 for j in range(n) if hold[j] > w.duration[j]),
         "events": s.events,
         "campaigns": campaigns,
     }

@@ -6,6 +6,12 @@ freed the job's processors), then ``schedule(now, free)`` once per instant: the 
 returns the queued jobs to start now, which must fit in ``free`` together. Jobs are
 workload indices (``Workload`` columns). A policy with timers of its own (the broker's
 bucket wake-ups) sets ``timed`` and returns its next one from ``wakeup``.
+
+A job holds its processors for its recorded runtime (``Workload.hold``); the requested
+time (``Workload.duration``) is all a policy may use as an estimate, and a job may run
+past it. A policy that ends running jobs before their runtime (the broker, when it
+refuses a renewal) sets ``kills``: after each ``schedule`` the kernel reads ``killed``,
+the jobs to end early with the instant each ends (not before now).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from bursar.sim.replay.mapping import ReplayConfig, Workload
 class Policy(Protocol):
     name: ClassVar[str]
     timed: ClassVar[bool]
+    kills: ClassVar[bool]
 
     def submit(self, j: int, now: float) -> None: ...
 
@@ -26,6 +33,10 @@ class Policy(Protocol):
     def schedule(self, now: float, free: int) -> list[int]: ...
 
     def wakeup(self) -> float | None: ...
+
+    def killed(self) -> list[tuple[int, float]]:
+        """Running jobs to end early, each with its end; read only when ``kills`` is set."""
+        ...
 
 
 class PolicyFactory(Protocol):

@@ -1,29 +1,47 @@
 """Bursar's envelope rule: every admission decision is the real broker engine's.
 
 Nothing of the rule is copied here. Each job becomes a ``RequestLease`` of its size for
-its duration, sent to a ``bursar.broker.engine.Engine`` at its submit time; the job starts
-when the engine grants the lease, and ends with a ``Release`` at its runtime (early
-release) or, when it runs its whole duration, with the engine's own expiry. Campaigns
-(per user, per group or one) are created with the envelopes of the replay config the
-first time they submit. The pool is one always-warm node of the trace's capacity in one
-dimension (``cpu`` for processors, ``gpu`` for GPUs), so every grant is on the warm path
-and the kernel's capacity is the engine's.
+its requested time (its duration), sent to a ``bursar.broker.engine.Engine`` at its
+submit time; the job starts when the engine grants the lease. It holds the lease for its
+recorded runtime: it ends with a ``Release`` when it ran less than its lease, or at the
+lease's expiry (the engine's own) when it ran exactly that. A job that ran past its
+request renews its lease through the engine (``Renew``) for what remains of its runtime,
+just before the lease expires; if the engine refuses (a ``Rejected`` answer, for any
+reason: burst, bucket, or whatever a later engine refuses renewals for), the job is
+killed at its expiry: the kernel ends it there and the metrics count it as killed.
+
+The renewal goes in at the last instant before the expiry (the float just below it):
+the engine fires every timer due by an event's time before the event itself, so at the
+expiry instant the lease would already be gone, and the engine refuses a renewal of a
+lease at or past its end. Asking for the remaining runtime makes the renewed lease end
+no earlier than the job (the duration is rounded up by one float step where the sum of
+renewal time and duration would fall short), so the engine never frees processors the
+kernel still holds. A renewal longer than the engine's maximum lease (not with the
+engine built here) would be asked in parts.
+
+Campaigns (per user, per group or one) are created with the envelopes of the replay
+config the first time they submit. The pool is one always-warm node of the trace's
+capacity in one dimension (``cpu`` for processors, ``gpu`` for GPUs), so every grant is
+on the warm path and the kernel's capacity is the engine's.
 
 One engine setting differs from a service's defaults: nodes never power down (the trace's
-machine is always on); the longest lease allowed is the trace's longest duration. The
-engine keeps its own timers (head-of-line ageing, bucket wake-ups): the policy is
-``timed`` and the kernel wakes it at the engine's next timer, where it sends a ``Tick``.
+machine is always on); the longest lease allowed is the trace's longest duration or
+runtime, whichever is longer (so one renewal covers what remains of any job). The
+engine keeps its own timers (head-of-line ageing, bucket wake-ups, expiries): the policy
+is ``timed`` and the kernel wakes it at the engine's next timer or its next renewal.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import ClassVar
 
-from bursar.broker.decisions import Granted, Queued
+from bursar.broker.decisions import Granted, Queued, Renewed
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
-from bursar.broker.events import CreateCampaign, Release, RequestLease, Tick
+from bursar.broker.events import CreateCampaign, Release, Renew, RequestLease, Tick
+from bursar.broker.outcome import Outcome
 from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
 from bursar.sim.replay.mapping import Envelope, ReplayConfig, Workload
 
@@ -52,7 +70,8 @@ def engine_for(w: Workload, config: ReplayConfig) -> Engine:
         groups=(NodeGroup(count=1, resources={dim: float(w.capacity)}, warm=1, prefix="pool"),),
         boot_latency_s=0.0,
     )
-    longest = max(w.duration, default=0.0)
+    # Long enough for the longest request and for one renewal to the longest runtime.
+    longest = max(max(w.duration, default=0.0), max(w.hold, default=0.0))
     policy = PolicySpec(
         power_down_idle_s=None,
         max_lease_s=max(longest, MIN_LEASE_S) + 1.0,
@@ -64,31 +83,76 @@ def engine_for(w: Workload, config: ReplayConfig) -> Engine:
 class BursarPolicy:
     name: ClassVar[str] = "bursar"
     timed: ClassVar[bool] = True
+    kills: ClassVar[bool] = True
 
     def __init__(self, w: Workload, config: ReplayConfig | None = None) -> None:
         self.w = w
         self.config = config or ReplayConfig()
         self.dim = "gpu" if w.unit == "GPUs" else "cpu"
         self.engine = engine_for(w, self.config)
+        self.max_lease_s = self.engine.policy.max_lease_s
         self.created: set[int] = set()
         self.requests = 0
         self.lease: dict[int, str] = {}
         self.job: dict[str, int] = {}
+        self.end: dict[int, float] = {}
+        """A running job's recorded end (start + runtime, the kernel's end)."""
         self.due: list[int] = []
-        self.decisions = 0
+        self.renewals: list[tuple[float, str]] = []
+        """(renew at, lease): a heap; the instant just before each lease's expiry."""
+        self.kill: list[tuple[int, float]] = []
+        self.renewed = 0
+        self.refused = 0
+        # The engine's next timer changes only when an event applies: asked once per
+        # change, though the kernel asks for it at every step.
+        self._next_timer: float | None = None
+        self._timer_known = False
 
-    def _apply(self, event: object) -> list[object]:
+    def _apply(self, event: object) -> Outcome:
         out = self.engine.apply(event)  # type: ignore[arg-type]
-        self.decisions += len(out)
-        for d in out:
-            if isinstance(d, Granted):
-                if d.starts_at != d.at:
-                    raise AssertionError(
-                        f"the engine granted {d.lease_id} on the {d.path.value} path starting "
-                        f"at {d.starts_at}, not now ({d.at}); the replay pool is always warm"
-                    )
-                self.due.append(self.job[d.lease_id])
+        self._timer_known = False
+        for d in out.decisions:
+            if type(d) is Granted:
+                self._granted(d)
         return out
+
+    def _granted(self, d: Granted) -> None:
+        if d.starts_at != d.at:
+            raise AssertionError(
+                f"the engine granted {d.lease_id} on the {d.path.value} path starting "
+                f"at {d.starts_at}, not now ({d.at}); the replay pool is always warm"
+            )
+        j = self.job[d.lease_id]
+        self.due.append(j)
+        # The kernel ends the job at exactly this sum: compare with the same float.
+        end = self.end[j] = d.at + self.w.hold[j]
+        if end > d.expires_at:
+            self._renew_before(d.expires_at, d.lease_id)
+
+    def _renew_before(self, expires_at: float, rid: str) -> None:
+        heapq.heappush(self.renewals, (math.nextafter(expires_at, -math.inf), rid))
+
+    def _renew(self, now: float, rid: str) -> None:
+        ls = self.engine.leases.get(rid)
+        j = self.job.get(rid)
+        if ls is None or j is None:
+            return  # ended already: nothing to renew
+        end = self.end[j]
+        ask = end - now
+        if now + ask < end:
+            ask = math.nextafter(ask, math.inf)
+        ask = min(ask, self.max_lease_s)
+        expires_at = ls.expires_at
+        out = self._apply(Renew(now, rid, ask))
+        own = out.own
+        if type(own) is Renewed:
+            self.renewed += 1
+            if own.expires_at < end:
+                self._renew_before(own.expires_at, rid)
+        else:
+            # Refused (or nothing to renew): the job ends with its lease.
+            self.refused += 1
+            self.kill.append((j, expires_at))
 
     def submit(self, j: int, now: float) -> None:
         w = self.w
@@ -99,44 +163,62 @@ class BursarPolicy:
             self._apply(CreateCampaign(now, campaign_spec(name, env, self.dim, w.capacity)))
             self.created.add(c)
         # The engine numbers requests L1, L2, ... in arrival order; this policy is its only
-        # client, so the n-th request is L<n>. Checked against the decision below.
+        # client, so the n-th request is L<n>. Checked against the answer below.
         self.requests += 1
         rid = f"L{self.requests}"
         self.lease[j] = rid
         self.job[rid] = j
-        out = self._apply(
+        own = self._apply(
             RequestLease(
                 now,
                 campaign=name,
                 size={self.dim: float(w.size[j])},
                 duration_s=max(w.duration[j], MIN_LEASE_S),
             )
-        )
-        if not any(
-            (isinstance(d, Granted) and d.lease_id == rid)
-            or (isinstance(d, Queued) and d.request_id == rid)
-            for d in out
+        ).own
+        if not (
+            (type(own) is Granted and own.lease_id == rid)
+            or (type(own) is Queued and own.request_id == rid)
         ):
             raise AssertionError(f"the engine did not answer request {rid} (job {w.job_id[j]})")
 
     def finish(self, j: int, now: float) -> None:
         rid = self.lease.pop(j)
         del self.job[rid]
+        del self.end[j]
         ls = self.engine.leases.get(rid)
         if ls is None:
-            return  # expired at its duration while the clock advanced to an earlier event
+            return  # expired at its end while the clock advanced to an earlier event
         if now < ls.expires_at:
             self._apply(Release(now, rid))
-        else:
-            self._apply(Tick(now))
+        # Else it ends with its lease: the engine's expiry is due now, and ``schedule``
+        # runs it (one Tick for every expiry of the instant).
 
     def schedule(self, now: float, free: int) -> list[int]:
-        t = self.engine.next_timer()
+        r = self.renewals
+        while r and r[0][0] <= now:
+            _, rid = heapq.heappop(r)
+            self._renew(now, rid)
+        t = self._timer()
         if t is not None and t <= now:
             self._apply(Tick(now))
         out, self.due = self.due, []
         return out
 
+    def _timer(self) -> float | None:
+        if not self._timer_known:
+            self._next_timer = self.engine.next_timer()
+            self._timer_known = True
+        return self._next_timer
+
+    def killed(self) -> list[tuple[int, float]]:
+        out, self.kill = self.kill, []
+        return out
+
     def wakeup(self) -> float | None:
-        t = self.engine.next_timer()
+        t = self._timer()
+        if self.renewals:
+            r = self.renewals[0][0]
+            if t is None or r < t:
+                return r
         return None if t is None or math.isinf(t) else t

@@ -10,6 +10,18 @@ again, which is never later than before; jobs whose slot is now start now.
 A reservation may fall due at an instant when nothing else happens (the job it waited
 for was itself moved earlier), so the policy is ``timed``: the kernel wakes it at the
 earliest reserved start.
+
+Jobs hold their processors for their recorded runtime; the profile knows only their
+requested durations (the estimate). A running job past its estimate is assumed to end
+at any moment: the profile holds it until its estimated end and no longer, so from then
+on the profile has room that the machine has not. A job whose slot comes due when the
+machine's free processors (the kernel's, never the profile's) cannot take it is
+*blocked*: its reservation slips, one instant at a time. At every later instant it
+moves its slot to start then and is due again, ahead of the jobs that come due after
+it; it starts at the first instant the machine has room. A reservation its moving slot
+runs into may slip in turn when it comes due. So capacity is never exceeded, the order
+of reservations is kept, and without an overrun nothing is ever blocked (the profile is
+then exact).
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ from bursar.sim.replay.profile import Profile
 class Conservative:
     name: ClassVar[str] = "conservative"
     timed: ClassVar[bool] = True
+    kills: ClassVar[bool] = False
 
     def __init__(self, w: Workload, config: ReplayConfig | None = None) -> None:
         self.size = w.size
@@ -37,6 +50,7 @@ class Conservative:
         self.due: list[int] = []
         self.compress = False
         self.wakeups: list[tuple[float, int]] = []  # (reserved start, job); stale ones skipped
+        self.blocked: dict[int, float] = {}  # due job the machine had no room for -> slot start
 
     def submit(self, j: int, now: float) -> None:
         p = self.profile
@@ -57,6 +71,9 @@ class Conservative:
         if now < planned_end:
             self.profile.give(now, planned_end, self.size[j])
             self.compress = True
+
+    def killed(self) -> list[tuple[int, float]]:
+        return []
 
     def wakeup(self) -> float | None:
         w, reserved = self.wakeups, self.reserved
@@ -104,8 +121,22 @@ class Conservative:
             else:
                 self._reserve(j, new)
 
+    def _unblock(self, now: float) -> None:
+        """Move each blocked job's slot to start now: it is due again, first in line."""
+        p = self.profile
+        size, dur = self.size, self.dur
+        for j, old in self.blocked.items():
+            d, s = dur[j], size[j]
+            # Before drop_before: the old slot still starts inside the profile.
+            p.give(old, old + d, s)
+            p.take(now, now + d, s)
+            self.due.append(j)
+        self.blocked = {}
+
     def schedule(self, now: float, free: int) -> list[int]:
         p = self.profile
+        if self.blocked:
+            self._unblock(now)
         p.drop_before(now)
         if self.compress and self.reserved:
             self._compress(now)
@@ -115,8 +146,16 @@ class Conservative:
                 del self.reserved[j]
                 self.due.append(j)
         self.compress = False
-        out = self.due
+        due = self.due
         self.due = []
-        for j in out:
-            self.started[j] = now
+        out = []
+        size = self.size
+        for j in due:
+            # Only a job past its estimate makes the profile promise more than is free.
+            if size[j] <= free:
+                free -= size[j]
+                self.started[j] = now
+                out.append(j)
+            else:
+                self.blocked[j] = now
         return out

@@ -7,16 +7,26 @@ head) gets the *shadow time*, the earliest instant enough running jobs will have
 that instant. A later job may start now if it fits and either ends by the shadow time or
 uses no more than the extra processors (which it then takes from the extra).
 
+Jobs hold their processors for their recorded runtime; the requested duration is only
+the estimate. A running job past its estimate is assumed to end at any moment: its
+estimated end counts as now. So the head's reservation slips (the shadow moves with
+time) until the job really ends, and a job started because it would end by the shadow
+may overrun and delay the head further: EASY keeps no promise an estimate cannot back,
+and capacity is the kernel's free processors, never the estimate.
+
 A pass without any end since the last one changes nothing for the jobs already looked
 at (free processors and the shadow can only have shrunk), so only newly submitted jobs
-are checked; a full pass runs after an end or when the head changes. The order of the
-queue is a key: submit order here, shortest duration first in ``sjf``.
+are checked; a full pass runs after an end, when the head changes, or when a running
+job's estimated end has passed without its ending (the shadow and the extra processors
+change then). The order of the queue is a key: submit order here, shortest duration
+first in ``sjf``.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
+from math import inf
 from typing import ClassVar
 
 from sortedcontainers import SortedList
@@ -27,6 +37,7 @@ from bursar.sim.replay.mapping import ReplayConfig, Workload
 class Easy:
     name: ClassVar[str] = "easy"
     timed: ClassVar[bool] = False
+    kills: ClassVar[bool] = False
 
     def __init__(self, w: Workload, config: ReplayConfig | None = None) -> None:
         self.size = w.size
@@ -38,6 +49,8 @@ class Easy:
         self.dirty = True
         self.shadow = 0.0
         self.extra = 0
+        self.recheck_at = inf
+        """The first estimated end after the last full pass: a full pass is due from then."""
 
     def order(self) -> Callable[[int], object] | None:
         """Sort key of the queue; None keeps submit order."""
@@ -57,6 +70,9 @@ class Easy:
         self.running.remove((self.expected.pop(j), j))
         self.dirty = True
 
+    def killed(self) -> list[tuple[int, float]]:
+        return []
+
     def wakeup(self) -> float | None:
         return None
 
@@ -64,6 +80,8 @@ class Easy:
         e = now + self.dur[j]
         self.expected[j] = e
         self.running.add((e, j))
+        if e < self.recheck_at:
+            self.recheck_at = e
         out.append(j)
 
     def schedule(self, now: float, free: int) -> list[int]:
@@ -71,10 +89,13 @@ class Easy:
         if not self.queue:
             self.fresh.clear()
             return out
-        if not self.dirty:
+        if not self.dirty and self.recheck_at > now:
             return self._new_only(now, free, out)
         self.dirty = False
         self.fresh.clear()
+        running = self.running
+        i = running.bisect_right((now, inf))
+        self.recheck_at = running[i][0] if i < len(running) else inf
         q, size, dur = self.queue, self.size, self.dur
         k = 0
         while k < len(q) and size[q[k]] <= free:
@@ -93,7 +114,8 @@ class Easy:
             if avail >= need and e > shadow:
                 break
             avail += size[r]
-            shadow = e
+            if e > shadow:  # a job past its estimate ends at any moment: now
+                shadow = e
         extra = avail - need
         rest = [head]
         for x in range(k + 1, len(q)):
@@ -121,11 +143,13 @@ class Easy:
         key = self.order()
         if key is not None and len(fresh) > 1:
             fresh.sort(key=key)
+        # The shadow is never in the past: a job past its estimate ends at any moment.
+        shadow = self.shadow if self.shadow > now else now
         for j in fresh:
             s = size[j]
             if s > free:
                 continue
-            ends_late = now + dur[j] > self.shadow
+            ends_late = now + dur[j] > shadow
             if not ends_late or s <= self.extra:
                 free -= s
                 if ends_late:

@@ -11,6 +11,7 @@ from bursar.sim.replay.mapping import ReplayConfig, Workload
 class Fifo:
     name: ClassVar[str] = "fifo"
     timed: ClassVar[bool] = False
+    kills: ClassVar[bool] = False
 
     def __init__(self, w: Workload, config: ReplayConfig | None = None) -> None:
         self.size = w.size
@@ -30,6 +31,9 @@ class Fifo:
             free -= size[j]
             out.append(j)
         return out
+
+    def killed(self) -> list[tuple[int, float]]:
+        return []
 
     def wakeup(self) -> float | None:
         return None
