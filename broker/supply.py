@@ -32,6 +32,10 @@ class DimSupply:
     no free cores or memory, and the reverse; see ``PoolState.fragmentation``)."""
     partial_free: float = 0.0
     """Free on partly used powered nodes: out of reach of whole-node requests."""
+    lendable: float = 0.0
+    """Free warm capacity of the reserve that preemptible leases may fill beyond
+    ``available_warm``: batch-class campaigns' unmet guarantees, reclaimed from them within
+    a grace period when their owners ask (``isolation.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,7 @@ def supply(engine: Engine) -> Supply:
     on_free, boot_free, cold, _ = engine.pool.totals()
     reserve = engine.reserve
     stranded, partial = engine.pool.fragmentation()
+    batch = engine.ledger.batch_reserve
     out_dims = {}
     for i, d in enumerate(dims.PLACED):
         if engine.pool.capacity[i] <= 0:
@@ -95,6 +100,8 @@ def supply(engine: Engine) -> Supply:
             cold=boot_free[i] + cold[i],
             stranded=stranded[i],
             partial_free=partial[i],
+            lendable=max(0.0, on_free[i] - (reserve[i] - batch[i]))
+            - max(0.0, on_free[i] - reserve[i]),
         )
     queued: dict[str, int] = {}
     for p in engine.pending.values():

@@ -268,6 +268,7 @@ class SimCtx:
             price=s.price,
             capacity=g.capacity,
             available_warm=g.available_warm,
+            lendable=g.lendable,
             reclaimable=g.reclaimable,
             cold=g.cold,
             held=c.held.get("gpu", 0.0),

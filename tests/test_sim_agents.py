@@ -90,10 +90,10 @@ def test_backfill_fills_all_but_the_interactive_reserve_and_headroom(tmp_path: P
     h.sample_every(10.0, 1200)
     h.run(1200)
     late = [s["backfill"] for t, s in h.samples if t >= 600]
-    # 512 - 32 (victim's guarantee: interactive, kept warm) - 32 (warm headroom) = 448 at
-    # most; the batch campaigns' 144 may be filled (they are reclaimed within a grace
-    # period). Backfill takes whole 32-GPU leases: 416.
-    assert max(late) == 416.0
+    # 512 - 32 (victim's guarantee: interactive, kept warm) - 32 (warm headroom) = 448;
+    # the batch campaigns' unmet guarantees may be filled (the supply signals show them as
+    # lendable), since they are reclaimed within a grace period.
+    assert max(late) == 448.0
     assert all(g.campaign == "backfill" for g in h.grants)
 
 

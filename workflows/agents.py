@@ -117,7 +117,7 @@ class Backfill:
     async def run(self, ctx: Ctx) -> None:
         while ctx.now() < self.until:
             s = await ctx.supply()
-            want = _floor8(s.available_warm + s.cold - self.headroom)
+            want = _floor8(s.available_warm + s.lendable + s.cold - self.headroom)
             while want >= 8:
                 size = min(self.chunk, want)
                 try:

@@ -71,6 +71,8 @@ class SupplyView:
     """Credits per GPU-hour."""
     capacity: float
     available_warm: float
+    lendable: float
+    """Reserve a preemptible lease may fill beyond ``available_warm`` (batch guarantees)."""
     reclaimable: float
     cold: float
     held: float

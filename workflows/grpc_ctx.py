@@ -96,6 +96,7 @@ class GrpcCtx:
             price=s.price,
             capacity=g.capacity,
             available_warm=g.available_warm,
+            lendable=g.lendable,
             reclaimable=g.reclaimable,
             cold=g.cold,
             held=held,

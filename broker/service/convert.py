@@ -268,6 +268,7 @@ def supply_to_proto(
                 cold=x.cold,
                 stranded=x.stranded,
                 partial_free=x.partial_free,
+                lendable=x.lendable,
             )
         )
     for name, c in s.campaigns.items():

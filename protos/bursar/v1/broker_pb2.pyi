@@ -208,7 +208,7 @@ class CampaignSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., envelopes: _Optional[_Mapping[str, DimEnvelope]] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., preemptible: _Optional[bool] = ...) -> None: ...
 
 class DimSupply(_message.Message):
-    __slots__ = ("capacity", "warm_free", "reserve", "available_warm", "reclaimable", "cold", "stranded", "partial_free")
+    __slots__ = ("capacity", "warm_free", "reserve", "available_warm", "reclaimable", "cold", "stranded", "partial_free", "lendable")
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     WARM_FREE_FIELD_NUMBER: _ClassVar[int]
     RESERVE_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +217,7 @@ class DimSupply(_message.Message):
     COLD_FIELD_NUMBER: _ClassVar[int]
     STRANDED_FIELD_NUMBER: _ClassVar[int]
     PARTIAL_FREE_FIELD_NUMBER: _ClassVar[int]
+    LENDABLE_FIELD_NUMBER: _ClassVar[int]
     capacity: float
     warm_free: float
     reserve: float
@@ -225,7 +226,8 @@ class DimSupply(_message.Message):
     cold: float
     stranded: float
     partial_free: float
-    def __init__(self, capacity: _Optional[float] = ..., warm_free: _Optional[float] = ..., reserve: _Optional[float] = ..., available_warm: _Optional[float] = ..., reclaimable: _Optional[float] = ..., cold: _Optional[float] = ..., stranded: _Optional[float] = ..., partial_free: _Optional[float] = ...) -> None: ...
+    lendable: float
+    def __init__(self, capacity: _Optional[float] = ..., warm_free: _Optional[float] = ..., reserve: _Optional[float] = ..., available_warm: _Optional[float] = ..., reclaimable: _Optional[float] = ..., cold: _Optional[float] = ..., stranded: _Optional[float] = ..., partial_free: _Optional[float] = ..., lendable: _Optional[float] = ...) -> None: ...
 
 class CampaignSupply(_message.Message):
     __slots__ = ("held", "bucket", "time_to_empty_s", "headroom_to_burst", "unmet_guarantee", "credits", "queued")
