@@ -87,3 +87,6 @@ for command in (
     supply,
 ):
     main.add_command(command)
+
+if __name__ == "__main__":  # python -m bursar.cli.main, as the console script does
+    main()

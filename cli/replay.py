@@ -196,7 +196,7 @@ def matrix_command(
             f"no trace at {missing[0]}; set BURSAR_TRACES_DIR or pass --trace FILE"
         )
     pols = list(policies) or list(POLICIES)
-    limits = {"bursar": bursar_limit} if bursar_limit else {}
+    limits = {p: bursar_limit for p in POLICIES if p.startswith("bursar")} if bursar_limit else {}
     command = "bursar matrix " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     with Progress(
         TextColumn("{task.description}"),

@@ -491,3 +491,12 @@ def test_bursar_kills_only_at_an_expiry_before_the_recorded_end(
     m = compute_metrics(w, s, config)
     lost = sum(w.size[j] * (w.hold[j] - (s.end[j] - s.start[j])) for j in killed)
     assert m["killed"] == len(killed) and abs(m["killed_unit_seconds"] - lost) < 1e-6
+
+
+def test_bursar_with_fair_share_off_orders_by_arrival(tmp_path: Path) -> None:
+    # User 1 has used the machine (job 1); jobs 2 (user 1) and 3 (user 2) wait for it.
+    # Fair share serves user 2 first; arrival order serves user 1's job first.
+    rows = [(0, 100, 10, 100, 1), (1, 10, 10, 10, 1), (2, 10, 10, 10, 2)]
+    path = swf(tmp_path, rows)
+    assert starts(path, "bursar") == [0, 110, 100]
+    assert starts(path, "bursar-arrival") == [0, 100, 110]

@@ -18,12 +18,21 @@ def _bursar(w, config):  # type: ignore[no-untyped-def]
     return BursarPolicy(w, config)
 
 
+def _bursar_arrival(w, config):  # type: ignore[no-untyped-def]
+    # The broker with fair share off: arrival order within a class. Its reservations are
+    # then EASY's (with envelopes that bind nothing): the check of the reservation logic.
+    from bursar.sim.replay.policies.bursar import BursarPolicy
+
+    return BursarPolicy(w, config, fairshare=False)
+
+
 POLICIES: dict[str, PolicyFactory] = {
     "fifo": Fifo,
     "easy": Easy,
     "conservative": Conservative,
     "sjf": Sjf,
     "bursar": _bursar,
+    "bursar-arrival": _bursar_arrival,
 }
 
 

@@ -64,7 +64,7 @@ def campaign_spec(name: str, env: Envelope, dim: str, capacity: int) -> Campaign
     )
 
 
-def engine_for(w: Workload, config: ReplayConfig) -> Engine:
+def engine_for(w: Workload, config: ReplayConfig, fairshare: bool = True) -> Engine:
     dim = "gpu" if w.unit == "GPUs" else "cpu"
     pool = PoolSpec(
         groups=(NodeGroup(count=1, resources={dim: float(w.capacity)}, warm=1, prefix="pool"),),
@@ -76,6 +76,8 @@ def engine_for(w: Workload, config: ReplayConfig) -> Engine:
         power_down_idle_s=None,
         max_lease_s=max(longest, MIN_LEASE_S) + 1.0,
         hol_patience_s=config.hol_patience_s,
+        # With fair share on, the broker's default half-life (Slurm's 7 days).
+        fairshare_half_life_s=PolicySpec().fairshare_half_life_s if fairshare else None,
     )
     return Engine(pool, policy)
 
@@ -85,11 +87,13 @@ class BursarPolicy:
     timed: ClassVar[bool] = True
     kills: ClassVar[bool] = True
 
-    def __init__(self, w: Workload, config: ReplayConfig | None = None) -> None:
+    def __init__(
+        self, w: Workload, config: ReplayConfig | None = None, fairshare: bool = True
+    ) -> None:
         self.w = w
         self.config = config or ReplayConfig()
         self.dim = "gpu" if w.unit == "GPUs" else "cpu"
-        self.engine = engine_for(w, self.config)
+        self.engine = engine_for(w, self.config, fairshare)
         self.max_lease_s = self.engine.policy.max_lease_s
         self.created: set[int] = set()
         self.requests = 0
