@@ -545,7 +545,13 @@ class Engine:
         on_free, _, _, _ = self.pool.totals()
         limit, cold_avail = self._capacity_for(c)
         reclaimable = self.ledger.reclaimable_for(c)
-        plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable)
+        # A batch campaign whose own reserve is lent takes it back before booting more.
+        reclaim_first = (
+            not preemptible
+            and c.spec.lease_class is not LeaseClass.INTERACTIVE
+            and not dims.is_zero(dims.vmin(c.unmet, self.ledger.lent()))
+        )
+        plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable, reclaim_first)
         if (
             preemptible
             and plan is not None
@@ -560,6 +566,8 @@ class Engine:
                 dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO))
             )
             plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable)
+        if plan is not None and not preemptible and not self._keeps_lent(c, plan):
+            plan = None
         if plan is None:
             unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
             everything = dims.add(
@@ -667,6 +675,20 @@ class Engine:
             for name in self.campaigns:
                 self.queue.rekey(name)
         ledger.charge_usage(c, size, start, end, sign)
+
+    def _keeps_lent(self, c: CampaignState, plan: paths.Plan) -> bool:
+        """Does a reclaim leave enough reclaimable capacity behind to back what preemptible
+        leases hold of the batch reserve? Victims are warned whole, so a reclaim can take
+        more than it needs."""
+        if dims.is_zero(plan.reclaim):
+            return True
+        lent = self.ledger.lent()
+        if dims.is_zero(lent):
+            return True
+        if c.spec.lease_class is not LeaseClass.INTERACTIVE:
+            lent = dims.vmax0(dims.sub(lent, c.unmet))
+        left = dims.vmax0(dims.sub(self.ledger.reclaimable, self.placement.warned(plan)))
+        return dims.fits(lent, left)
 
     def _capacity_for(self, c: CampaignState) -> tuple[dims.Vec, dims.Vec]:
         """(warm limit, cold capacity) a request of ``c`` may use under the isolation rule."""

@@ -40,8 +40,11 @@ def plan(
     reclaimable: dims.Vec,
     cold_avail: dims.Vec,
     preemptible: bool,
+    reclaim_first: bool = False,
 ) -> Plan | None:
-    """The cheapest path that can serve ``size``, or None. Preemptible requests never reclaim."""
+    """The cheapest path that can serve ``size``, or None. Preemptible requests never reclaim.
+    ``reclaim_first``: the requester's own reserve is lent to preemptible leases, so it
+    takes that back (reclaim, then cold for the rest) rather than booting around it."""
     warm_avail = dims.vmax0(warm_limit)
     if dims.fits(size, warm_avail):
         return Plan(LeasePath.WARM, size, dims.ZERO, dims.ZERO)
@@ -49,7 +52,7 @@ def plan(
     need = dims.vmax0(dims.sub(size, warm))
     if not preemptible and dims.fits(need, reclaimable):
         return Plan(LeasePath.RECLAIM, warm, need, dims.ZERO)
-    if dims.fits(need, cold_avail):
+    if dims.fits(need, cold_avail) and not (reclaim_first and not dims.is_zero(reclaimable)):
         return Plan(LeasePath.COLD, warm, dims.ZERO, need)
     if not preemptible and dims.fits(need, dims.add(reclaimable, cold_avail)):
         reclaim = dims.vmin(need, reclaimable)

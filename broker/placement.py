@@ -73,6 +73,7 @@ class Placement:
         cold_avail: dims.Vec,
         preemptible: bool,
         reclaimable: dims.Vec | None = None,
+        reclaim_first: bool = False,
     ) -> paths.Plan | None:
         """The cheapest plan whose pieces can all be placed now, or None (see the module).
         Preemptible requests never reclaim; ``reclaimable`` (default: all the ledger's) is
@@ -80,7 +81,7 @@ class Placement:
         size = p.size
         if reclaimable is None:
             reclaimable = self._ledger.reclaimable
-        agg = paths.plan(size, warm_limit, reclaimable, cold_avail, preemptible)
+        agg = paths.plan(size, warm_limit, reclaimable, cold_avail, preemptible, reclaim_first)
         if agg is None:
             return None
         d = p.demand if p.demand is not None else shape.total(size)
@@ -110,7 +111,7 @@ class Placement:
             if got + shape.EPS >= rest:
                 return paths.Plan(LeasePath.RECLAIM, warm_vec, need, dims.ZERO, warm_pieces, claims)
         cold_units = shape.limit_units(cold_avail, d)
-        if dims.fits(need, cold_avail):
+        if dims.fits(need, cold_avail) and not (reclaim_first and can_reclaim):
             cold = self._plan_cold(d, rest, cold_units)
             if cold is not None:
                 return paths.Plan(LeasePath.COLD, warm_vec, dims.ZERO, need, warm_pieces, (), cold)
@@ -209,6 +210,20 @@ class Placement:
         if not dims.is_zero(plan.cold):
             cold = self._plan_cold(d, d.units(plan.cold), inf) or {}
         return paths.Plan(plan.path, plan.warm, plan.reclaim, plan.cold, warm, claims, cold)
+
+    def warned(self, plan: paths.Plan) -> dims.Vec:
+        """What the victims a plan would warn hold in all: whole leases, not only the parts
+        taken over (a warned lease's remainder is neither free nor reclaimable)."""
+        if dims.is_zero(plan.reclaim):
+            return dims.ZERO
+        claims = plan.claims
+        if plan.later is not None:
+            d = plan.later
+            claims, _ = self._plan_reclaim(d, d.units(plan.reclaim), set(), everything=False)
+        total = dims.ZERO
+        for vid in {vid for vid, _, _ in claims}:
+            total = dims.add(total, self._leases[vid].size)
+        return total
 
     # ------------------------------------------------------------------ committing
 

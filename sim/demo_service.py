@@ -383,7 +383,9 @@ async def _agents(address: str, tokens: dict[str, str], config: Config, say: _Na
                     _science_why(mine, warm_part, SCIENCE_GPUS - warm_part, sup),
                     at=mine.granted_at,
                 )
-                if mine.path is LeasePath.RECLAIM:
+                # Its own unmet guarantee is lent to backfill: it is taken back by reclaim,
+                # and the rest (if any) boots (the COLD path then also reclaims).
+                if mine.path in (LeasePath.RECLAIM, LeasePath.COLD) and unmet > 0:
                     await _wait(bf.preempted, f"the preemption warning for {bf.lease.id}")
                     ev = bf.preempt_event
                     assert ev is not None and ev.deadline is not None
@@ -493,7 +495,7 @@ async def _agents(address: str, tokens: dict[str, str], config: Config, say: _Na
 def _backfill_why(
     lease: Lease, available_warm: float, reserve: float, headroom: float, sup: Supply
 ) -> str:
-    free = max(0.0, available_warm - headroom)
+    free = max(0.0, available_warm + sup.dims["gpu"].lendable - headroom)
     if lease.path is LeasePath.COLD:
         return (
             f"preemptible leases may not take the {_gpus(reserve)}-GPU reserve for unmet "
@@ -501,7 +503,11 @@ def _backfill_why(
             + (f"only {_gpus(free)} warm GPUs lie" if free else "no warm GPUs lie")
             + f" beyond them: cold nodes boot ({sup.boot_latency_s:g} s)"
         )
-    return f"{_gpus(free)} idle warm GPUs lie beyond the guarantee reserve and the headroom"
+    return (
+        f"{_gpus(free)} idle warm GPUs lie beyond the interactive reserve and the headroom "
+        "(batch campaigns' unmet guarantees may be lent to preemptible leases: they are "
+        "reclaimed within the grace period when their owners ask)"
+    )
 
 
 def _science_why(lease: Lease, warm: float, reclaim: float, sup: Supply) -> str:
@@ -510,6 +516,12 @@ def _science_why(lease: Lease, warm: float, reclaim: float, sup: Supply) -> str:
             f"{_gpus(warm)} GPUs come from warm capacity (its unmet guarantee and what lies "
             f"beyond the reserve); the other {_gpus(reclaim)} are taken from backfill's "
             f"preemptible lease after the {sup.grace_s:g} s grace period"
+        )
+    if lease.path is LeasePath.COLD:
+        return (
+            f"its own unmet guarantee was lent to backfill's preemptible lease and is taken "
+            f"back after the {sup.grace_s:g} s grace period; the rest boots on cold nodes "
+            f"({sup.boot_latency_s:g} s)"
         )
     return f"the broker chose the {lease.path.value} path"
 

@@ -59,16 +59,17 @@ def test_the_agent_session_runs_end_to_end_over_grpc(tmp_path: Path) -> None:
         assert found, f"no {agent} step with {needle!r} in:\n{result.text()}"
         return found[0]
 
-    # 1. backfill: a preemptible lease (all warm capacity is reserve or headroom: cold).
-    granted = first(BACKFILL, "granted on the COLD path")
+    # 1. backfill: a preemptible lease, warm on the batch campaigns' lent reserve.
+    granted = first(BACKFILL, "granted on the WARM path")
     backfill_active = first(BACKFILL, "watch: ACTIVATED")
     # 2. supply signals, with time to N GPUs per path and the bucket.
     supply = first(SCIENCE, "supply:")
     time_to = first(SCIENCE, "time to 160 GPUs")
     bucket = first(SCIENCE, "its bucket: 300,000 GPU-s")
-    assert "reclaim 2 s" in result.steps[time_to].what
-    # 3. reclaim: the warning with its deadline, an early release, the activation.
-    claim = first(SCIENCE, "granted on the RECLAIM path")
+    assert "cold 2.5 s" in result.steps[time_to].what
+    # 3. reclaim: its own reserve taken back from backfill (the rest boots): the warning
+    # with its deadline, an early release, the activation.
+    claim = first(SCIENCE, "granted on the COLD path")
     warning = first(BACKFILL, "watch: PREEMPT_WARNING")
     drained = first(BACKFILL, "RELEASED")
     activated = first(SCIENCE, "watch: ACTIVATED")
