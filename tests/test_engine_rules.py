@@ -1105,3 +1105,52 @@ def test_decision_kinds_are_journal_kinds(cls):
     from bursar.broker.decisions import DECISION_TYPES
 
     assert DECISION_TYPES[cls.kind] is cls
+
+
+def test_a_reclaim_leaves_enough_behind_to_back_the_lent_reserve():
+    eng = build_engine(
+        nodes=4,
+        warm=4,
+        warm_headroom={},
+        campaigns=[
+            gpu_campaign("sci", 8, 8, 16),  # batch: its 8 may be lent
+            gpu_campaign("x", 0, 32, 32),
+            gpu_campaign("bf", 0, 32, 32, None, OPPORTUNISTIC, preemptible=True),
+        ],
+    )
+    assert one(eng.apply(req(0, "bf", 20, 1000)), Granted).path is LeasePath.WARM  # L1
+    assert one(eng.apply(req(1, "bf", 12, 1000)), Granted).path is LeasePath.WARM  # L2
+    assert gpu(eng.ledger.lent()) == 8
+    # 14 would warn both backfill leases (youngest first, whole): nothing would be left
+    # reclaimable behind sci's lent 8, so it is refused.
+    r = one(eng.apply(req(2, "x", 14, 100, blocking=False)), Rejected)
+    assert r.reason in (Reason.GUARANTEE_RESERVED, Reason.POOL_FULL)
+    # 12 warns only L2: 20 stay reclaimable, enough to back the 8.
+    out = eng.apply(req(3, "x", 12, 100))
+    assert one(out, Granted).path is LeasePath.RECLAIM
+    assert [d.lease_id for d in out if isinstance(d, PreemptWarned)] == ["L2"]
+    # sci's own request takes its lent reserve back within the grace period.
+    g = one(eng.apply(req(4, "sci", 8, 100)), Granted)
+    assert g.path is LeasePath.RECLAIM and g.starts_at <= 4 + eng.policy.grace_s
+    eng.check_invariants()
+
+
+def test_a_request_may_not_crowd_its_own_campaigns_reservation_over_its_burst():
+    eng = build_engine(
+        nodes=4,
+        warm=4,
+        warm_headroom={},
+        hol_patience_s=0,
+        campaigns=[gpu_campaign("f", 0, 32, 32), gpu_campaign("b", 0, 22, 22)],
+    )
+    eng.apply(req(0, "f", 16, 100))  # L1
+    assert one(eng.apply(req(0, "b", 20, 100)), Queued).reason is Reason.POOL_FULL  # L2
+    eng.apply(Tick(at=1))
+    assert eng.reservation("L2") == 100
+    # 4 more for b would fit what L2's reservation leaves at 100 (32 - 20), but b would
+    # then hold 24 > its burst of 22 there, and L2 could not start: it waits.
+    q = one(eng.apply(req(2, "b", 4, 1000)), Queued)
+    assert q.reason is Reason.HEAD_OF_LINE
+    # Ending before the reservation is fine.
+    assert one(eng.apply(req(3, "f", 4, 50)), Granted).expires_at == 53
+    assert one(eng.apply(Tick(at=100)), Granted).lease_id == "L2"
