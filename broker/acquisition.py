@@ -14,6 +14,7 @@ The gRPC service and the simulator both serve Acquire; they differ only in how t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,6 +51,8 @@ class AcquireCall:
         self._engine = engine
         self.request = request
         self.waiting: Waiting | None = None
+        self.reserved_at: float | None = None
+        """The waiting request's reservation when it was withdrawn, if it held one."""
         self.replayed = False
         """True when the answer came from an earlier call with the same key."""
 
@@ -77,8 +80,11 @@ class AcquireCall:
         the Granted through its listener, and holds it if the lease is still live)."""
         assert self.waiting is not None
         rid = self.waiting.request_id
-        if rid not in self._engine().pending:
+        engine = self._engine()
+        if rid not in engine.pending:
             return False
+        # A reservation is the best estimate of when it would have been served.
+        self.reserved_at = engine.reservation(rid)
         try:
             self._submit(CancelRequest(at=at, request_id=rid))
         except RequestError:
@@ -96,4 +102,6 @@ class AcquireCall:
         waited = at - w.queued_at
         p = self._engine().pending.get(w.request_id)
         reason = p.reason if p is not None and p.reason else w.reason
+        if self.reserved_at is not None and math.isfinite(self.reserved_at):
+            return reason, max(min_retry_s, self.reserved_at - at), waited
         return reason, max(min_retry_s, w.estimated_wait_s - waited), waited

@@ -560,7 +560,11 @@ class Engine:
         ):
             # Only a lease active at once is reclaimable: one that waits for a boot may not
             # hold any of the batch reserve meanwhile.
-            limit = isolation.warm_limit(on_free, self.ledger.reserve, c.unmet, self.headroom, True)
+            # What it may not take is the reserve that must stay warm (less what is lent
+            # already): the rest of the batch reserve is held by active preemptible leases.
+            limit = isolation.warm_limit(
+                on_free, self.ledger.warm_reserve(), c.unmet, self.headroom, True
+            )
             _, boot_free, cold, _ = self.pool.totals()
             cold_avail = dims.vmax0(
                 dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO))

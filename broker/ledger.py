@@ -108,6 +108,7 @@ class Ledger:
         "firm_ends",
         "firm_held",
         "guaranteed",
+        "headroom",
         "max_guarantee",
         "queued_demand",
         "reclaimable",
@@ -139,6 +140,8 @@ class Ledger:
         self.batch_reserve: dims.Vec = dims.ZERO
         """The part of the reserve owed to batch-class (not interactive) campaigns: a batch
         request may wait out a grace period, so preemptible leases may fill it."""
+        self.headroom: dims.Vec = dims.vec(policy.warm_headroom)
+        """The warm headroom preemptible leases leave idle (``PolicySpec.warm_headroom``)."""
         self.guaranteed: dict[str, CampaignState] = {}
         """The firm campaigns with a guarantee (their unmet part returns to their reserve)."""
         self.usage_ref: float | None = None
@@ -204,8 +207,10 @@ class Ledger:
         """The part of the batch reserve that active preemptible leases hold: the reserve
         not covered by free warm capacity, as far as the batch part and what is
         reclaimable go."""
+        # Preemptible leases leave the headroom idle too: what free warm capacity does not
+        # cover of reserve + headroom is what they hold of the reserve.
         on_free = self._pool.totals()[0]
-        uncovered = dims.vmax0(dims.sub(self.reserve, on_free))
+        uncovered = dims.vmax0(dims.sub(dims.add(self.reserve, self.headroom), on_free))
         return dims.vmin(uncovered, dims.vmin(self.batch_reserve, self.reclaimable))
 
     def warm_reserve(self) -> dims.Vec:

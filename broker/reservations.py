@@ -103,17 +103,18 @@ class Profile:
         self._extend(t)
         return self._avail[bisect.bisect_right(self._times, t) - 1]
 
-    def _taken(self, t: float) -> dims.Vec:
+    def _taken(self, t: float, upto: int | None = None) -> dims.Vec:
         out = dims.ZERO
         for w in self._windows:
-            if w.start <= t < w.end:
+            if w.start <= t < w.end and (upto is None or not w.reserved or w.rank < upto):
                 out = dims.add(out, w.size)
         return out
 
-    def free_at(self, t: float) -> dims.Vec:
+    def free_at(self, t: float, upto: int | None = None) -> dims.Vec:
         """What is left at ``t`` once every window is taken out (may be negative where a
-        backfilled lease uses capacity no reservation needed)."""
-        return dims.sub(self._raw(t), self._taken(t))
+        backfilled lease uses capacity no reservation needed); with ``upto``, only the
+        reservations made before the ``upto``-th count."""
+        return dims.sub(self._raw(t), self._taken(t, upto))
 
     def _drops(self, start: float, end: float) -> list[float]:
         """The instants in [start, end) at which free capacity can fall: ``start`` and the
@@ -195,7 +196,7 @@ class Profile:
                 continue
             lo, hi = max(start, w.start), min(end, w.end)
             for t in self._drops(lo, hi):
-                if not dims.fits(size, self.free_at(t)):
+                if not dims.fits(size, self.free_at(t, upto)):
                     return False
         return True
 

@@ -111,6 +111,14 @@ def test_claim_adaptive_produces_more_science(pooled: list[SeedRun]) -> None:
     assert _claim(pooled, "adaptive / naive science")["holds"]
 
 
+def test_claim_naive_pays_twice_per_unit_of_science(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "naive / adaptive credit cost per unit")["holds"]
+
+
+def test_claim_backfill_lifts_utilisation_to_85_percent(pooled: list[SeedRun]) -> None:
+    assert _claim(pooled, "mean pool utilisation")["holds"]
+
+
 def test_claim_storm_inference_held_to_sustained(pooled: list[SeedRun]) -> None:
     assert _claim(pooled, "storm inference")["holds"]
 
@@ -135,34 +143,11 @@ def test_naive_loses_tasks_only_to_io(pooled: list[SeedRun]) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="measured 1.53 vs bound 2 (naive 0.98, adaptive 0.65 credits per science unit): "
-    "both pay the same congestion price; the gap is what naive pays for and gets no "
-    "science from: the tasks it loses to I/O (13.6% of its started value) and the idle "
-    "tails of 256-GPU leases sized to their longest task",
-)
-def test_claim_naive_pays_twice_per_unit_of_science(pooled: list[SeedRun]) -> None:
-    assert _claim(pooled, "naive / adaptive credit cost per unit")["holds"]
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured 79.5% vs bound 85%: about 105 GPUs idle on average (the claims row "
-    "'idle GPUs'): the guarantee reserve 64 (naive-sci 27 between its leases, the "
-    "victim's 19, the storm's 12, adaptive-sci's 6), the 32-GPU warm headroom 24, "
-    "leases waiting out a grace period 3, booting 6, cold 1, other 7; backfill may take "
-    "none of the reserve or headroom",
-)
-def test_claim_backfill_lifts_utilisation_to_85_percent(pooled: list[SeedRun]) -> None:
-    assert _claim(pooled, "mean pool utilisation")["holds"]
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured 13.6% vs bound 25%: naive's fs_bw bucket (900 GB) never runs out "
-    "(its GPU bucket paces it to three leases in two hours), so only the 2000 MB/s burst "
-    "ceiling throttles it: a step waits (its I/O - 20 GB, one 10 s window) / 2000 MB/s. "
-    "It loses the tasks with little slack on their lease (0-120 s; a lease's longest task "
-    "has none) whose steps move more than 20 GB: 6 tasks over 3 seeds, none on seed 3",
+    reason="measured 18.4% vs bound 25% (seeds 14.3, 26.5, 14.4%): naive's fs_bw bucket "
+    "(900 GB) never runs out (its GPU bucket paces it to a few leases in two hours), so "
+    "only the 2000 MB/s burst ceiling throttles it: a step waits (its I/O - 20 GB, one "
+    "10 s window) / 2000 MB/s. It loses the tasks with little slack on their lease (a "
+    "lease's longest task has none) whose steps move more than 20 GB: 7 tasks over 3 seeds",
 )
 def test_claim_naive_loses_a_quarter_of_its_science_to_io(pooled: list[SeedRun]) -> None:
     assert _claim(pooled, "naive science lost to I/O")["holds"]

@@ -117,14 +117,18 @@ class Backfill:
     async def run(self, ctx: Ctx) -> None:
         while ctx.now() < self.until:
             s = await ctx.supply()
-            want = _floor8(s.available_warm + s.lendable + s.cold - self.headroom)
-            while want >= 8:
-                size = min(self.chunk, want)
-                try:
-                    await ctx.acquire(size, self.duration_s, blocking=False)
-                except Refused:
-                    break
-                want -= size
+            # Warm first, in chunks that are all warm (a lease that also waits for a boot
+            # may not sit on a lent reserve meanwhile), then cold.
+            warm = _floor8(s.available_warm + s.lendable - self.headroom)
+            for want in (warm, _floor8(s.cold + min(0.0, warm))):
+                while want >= 8:
+                    size = min(self.chunk, want)
+                    try:
+                        await ctx.acquire(size, self.duration_s, blocking=False)
+                    except Refused:
+                        want = 0.0
+                        break
+                    want -= size
             await ctx.sleep(self.period_s)
 
 
