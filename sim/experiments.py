@@ -59,7 +59,9 @@ ADVERSARY_BURST = 384.0
 PROBE_GUARANTEED = CampaignSpec(
     name="probe",
     envelopes={"gpu": DimEnvelope(guarantee=128, sustained=128, burst=128, bucket=None)},
-    lease_class=LeaseClass.BATCH,
+    # Interactive: its guarantee is promised at once. A batch campaign's unmet guarantee
+    # may be lent to backfill and is served within a grace period instead.
+    lease_class=LeaseClass.INTERACTIVE,
 )
 
 
