@@ -617,8 +617,8 @@ def test_invariants_hold_after_an_update_lowers_the_burst_below_holdings():
 # --------------------------------------------------------------------------- admission order
 
 
-def test_admission_order_class_then_deficit_then_arrival():
-    # 5 nodes x 8 GPUs, all warm; a firm filler holds 4 x 8 and "b" holds 8 (deficit 0).
+def test_admission_order_class_then_fair_share_then_arrival():
+    # 5 nodes x 8 GPUs, all warm; a firm filler holds 4 x 8 and "b" holds 8 (it has usage).
     eng = build_engine(
         nodes=5,
         warm=5,
@@ -641,8 +641,41 @@ def test_admission_order_class_then_deficit_then_arrival():
     for i, at in enumerate([10, 11, 12, 13]):
         out = eng.apply(Release(at=at, lease_id=f"L{i + 1}"))
         granted.append(one(out, Granted).lease_id)
-    # c (interactive) first; a and a2 tie on deficit 1 (arrival decides); b has deficit 0.
+    # c (interactive) first; a and a2 tie with no usage (arrival decides); b has used some.
     assert granted == ["L8", "L7", "L9", "L6"]
+
+
+@pytest.mark.parametrize("half_life", [100.0, None])
+def test_fair_share_usage_decays_with_its_half_life(half_life):
+    eng = build_engine(
+        nodes=2,
+        warm=2,
+        warm_headroom={},
+        fairshare_half_life_s=half_life,
+        campaigns=[
+            gpu_campaign("f", 0, 16, 16),
+            gpu_campaign("x", 0, 8, 8),
+            gpu_campaign("y", 0, 8, 8),
+        ],
+    )
+    eng.apply(req(0, "x", 8, 10))  # x: 80 GPU-s long ago
+    eng.apply(req(500, "y", 8, 5))  # y: 40 GPU-s recently
+    eng.apply(req(550, "f", 8, 50))  # L3, until 600
+    eng.apply(req(550, "f", 8, 150))  # L4, until 700
+    assert one(eng.apply(req(560, "y", 8, 100)), Queued)  # L5
+    assert one(eng.apply(req(561, "x", 8, 100)), Queued)  # L6
+    x, y = eng.campaigns["x"], eng.campaigns["y"]
+    if half_life is None:
+        assert eng.ledger.decayed_usage(x, 561) == 0.0
+        expect = "L5"  # arrival order
+    else:
+        # In seconds at the sustained rate (8): 10 s decayed 5.5 half-lives, 5 s 0.56.
+        assert eng.ledger.decayed_usage(x, 561) == pytest.approx(
+            10 * 2 ** (-551 / 100) * (100 / 10 / math.log(2)) * (1 - 2 ** (-10 / 100)), rel=1e-6
+        )
+        assert eng.ledger.decayed_usage(x, 561) < eng.ledger.decayed_usage(y, 561)
+        expect = "L6"  # x has had less of the pool lately
+    assert one(eng.apply(Tick(at=600)), Granted).lease_id == expect
 
 
 def test_within_a_campaign_first_come_first_served_while_the_head_waits_on_its_limits():
