@@ -207,6 +207,8 @@ class Ledger:
         """The part of the batch reserve that active preemptible leases hold: the reserve
         not covered by free warm capacity, as far as the batch part and what is
         reclaimable go."""
+        if dims.is_zero(self.batch_reserve) or dims.is_zero(self.reclaimable):
+            return dims.ZERO
         # Preemptible leases leave the headroom idle too: what free warm capacity does not
         # cover of reserve + headroom is what they hold of the reserve.
         on_free = self._pool.totals()[0]

@@ -77,6 +77,8 @@ class PoolState:
         """Free capacity per power state (for COLD and DOWN nodes: their whole capacity)."""
         self.on_cap = dims.ZERO
         self._free, self.on_cap = self.recount()
+        self._totals: tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec] | None = None
+        """``totals()`` as of the last change (read many times per decision)."""
 
     def recount(self) -> tuple[dict[NodeState, dims.Vec], dims.Vec]:
         free = {p: dims.ZERO for p in NodeState}
@@ -88,6 +90,7 @@ class PoolState:
         return free, on_cap
 
     def set_power(self, i: int, power: NodeState, ready_at: float | None = None) -> None:
+        self._totals = None
         n = self.nodes[i]
         self._free[n.power] = dims.sub(self._free[n.power], n.free)
         if n.power is NodeState.ON:
@@ -100,10 +103,19 @@ class PoolState:
 
     def totals(self) -> tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec]:
         """(free on powered nodes, free on booting nodes, capacity of cold nodes, on capacity)."""
-        f = self._free
-        return f[NodeState.ON], f[NodeState.BOOTING], f[NodeState.COLD], self.on_cap
+        t = self._totals
+        if t is None:
+            f = self._free
+            t = self._totals = (
+                f[NodeState.ON],
+                f[NodeState.BOOTING],
+                f[NodeState.COLD],
+                self.on_cap,
+            )
+        return t
 
     def _use(self, n: Node, delta: dims.Vec) -> None:
+        self._totals = None
         n.used = dims.add(n.used, delta)
         self._free[n.power] = dims.sub(self._free[n.power], delta)
 
