@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -843,6 +844,11 @@ class Engine:
         inputs = {**self._inputs(self.campaigns[p.campaign], p.size), **details}
         c = self.campaigns[p.campaign]
         wait = self.ledger.estimate_wait(c, p.size, p.duration_s, reason, self.now)
+        if reason is Reason.HEAD_OF_LINE and self._profile_fresh and self._profile is not None:
+            # Waiting for the reservations: the earliest start they leave it.
+            at = self._profile.earliest(p.size, p.duration_s, c.unmet, self.now)
+            if not math.isinf(at):
+                wait = at - self.now
         if not p.blocking:
             retry = max(self.policy.min_retry_s, wait)
             reject = self._emit(Rejected(self.now, p.id, p.campaign, reason, retry, inputs))

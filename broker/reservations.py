@@ -142,6 +142,18 @@ class Profile:
         self.reservations[request_id] = r
         return r
 
+    def earliest(self, size: dims.Vec, span: float, own: dims.Vec, earliest: float) -> float:
+        """When ``size`` could start for ``span`` seconds after the reservations, without
+        reserving it (a refused request's estimated wait); +inf if never in this profile."""
+        t = earliest
+        while True:
+            bad = self._first_short(size, t, t + span, own)
+            if bad is None:
+                return t
+            t = self._after(bad)
+            if math.isinf(t):
+                return t
+
     def _first_fit(self, size: dims.Vec, own: dims.Vec, earliest: float) -> float:
         """With no window taken yet capacity only grows: the first breakpoint at which
         ``size`` fits is the answer (read straight down the steps)."""

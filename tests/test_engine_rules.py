@@ -750,6 +750,8 @@ def test_aged_request_holds_a_reservation_and_later_ones_backfill_around_it():
     # Ends after the reservation begins, and the reservation needs every unit: blocked.
     q = one(eng.apply(req(310, "small", 8, 1000)), Queued)  # L3
     assert (q.reason, q.inputs["reserved_from"]) == (Reason.HEAD_OF_LINE, 1000)
+    # Its estimated wait comes from the reservation: it fits once big's span ends (2000).
+    assert q.estimated_wait_s == 2000 - 310
     r = one(
         eng.apply(req(311, "small", 8, 1000, lease_class=OPPORTUNISTIC, blocking=False)), Rejected
     )
