@@ -1,6 +1,6 @@
 """Outputs of the engine: typed decisions, each with the rule inputs that produced it.
 
-``inputs`` records what the rule looked at (class rank, deficit, token state, pool state)
+``inputs`` records what the rule looked at (class rank, fair-share usage, token state, pool state)
 so that an auditor can read why, and re-derive the same decision from the events.
 """
 

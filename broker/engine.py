@@ -8,8 +8,8 @@ same events always give the same decisions and the same state: the journal repla
 and audits it.
 
 The rules themselves live in small modules named for them: ``admission`` (order,
-burst, bucket, head of line), ``isolation`` (the guarantee reserve), ``paths`` (warm,
-reclaim, cold), ``bucket``, ``price``, ``metering``, ``supply``, ``lease`` (life cycle).
+burst, bucket), ``reservations`` (aged requests' reservations, backfill), ``isolation``
+(the guarantee reserve), ``paths`` (warm, reclaim, cold), ``bucket``, ``price``, ``metering``, ``supply``, ``lease`` (life cycle).
 The state the fold keeps lives in modules named for what each holds: ``validation``
 (whether an event may apply, and why not), ``timers`` (what is due when, and whether it
 still matters), ``pending`` (the queues and the indexes the admission pass reads),

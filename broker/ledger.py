@@ -1,7 +1,7 @@
 """The ledger: what each campaign holds, what the pool owes and reserves, what is charged.
 
 ``CampaignState`` is one campaign's account: what it holds, its buckets and credits, and
-the cached quantities every decision reads (unmet guarantee, fair-share deficit).
+the cached quantities every decision reads (unmet guarantee, fair-share usage).
 ``Ledger`` keeps the pool-wide sums incrementally: the guarantee reserve (unmet
 guarantees), what is reclaimable (active preemptible leases), what firm campaigns hold and
 wait for (the price's pressure), and firm leases by end time (what frees capacity, and

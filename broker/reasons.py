@@ -25,7 +25,9 @@ _TEXT = {
     "rate for the whole duration; ask for less or shorter, or wait for the bucket to refill",
     Reason.GUARANTEE_RESERVED: "the free capacity is reserved for other campaigns' unmet guarantees",
     Reason.POOL_FULL: "no path (warm, reclaim, cold) has enough capacity right now",
-    Reason.HEAD_OF_LINE: "an older request has waited past the head-of-line patience and has "
-    "first claim on freed capacity",
+    Reason.HEAD_OF_LINE: "capacity is reserved for a request that has waited past the "
+    "head-of-line patience, and this lease would still hold it when that reservation starts; "
+    "ask for less or shorter, or wait (a lease whose renewal is refused so ends at its "
+    "expiry)",
     Reason.LEASE_PREEMPTING: "the lease is being reclaimed and cannot be renewed",
 }
