@@ -175,9 +175,12 @@ class Engine:
         return self.ledger.price()
 
     def reservation(self, request_id: str) -> float | None:
-        """When a waiting request's reservation starts, if it holds one (as of the last
-        admission pass)."""
-        return self.queue.reserved.get(request_id)
+        """When a waiting request's reservation starts, if it holds one. A pure read: the
+        profile is derived state, built afresh here from the state as it is."""
+        self._profile_fresh = False
+        profile = self._reservations()
+        r = profile.reservations.get(request_id) if profile is not None else None
+        return None if r is None else r.at
 
     def pressure(self) -> float:
         return self.ledger.pressure()
@@ -613,7 +616,6 @@ class Engine:
         self._profile_fresh = True
         self._profile = None
         holders = self.queue.aged_front(self.policy.reservations)
-        self.queue.reserved = {}
         if not holders:
             return None
         now = self.now
@@ -637,8 +639,7 @@ class Engine:
         profile = reservations.Profile(now, base, steps)
         for p in holders:
             c = self.campaigns[p.campaign]
-            r = profile.reserve(p.id, p.size, p.duration_s, c.unmet, now)
-            self.queue.reserved[p.id] = r.at
+            profile.reserve(p.id, p.size, p.duration_s, c.unmet, now)
         self._profile = profile
         return profile
 
@@ -988,10 +989,6 @@ class Engine:
                 self._profile_fresh = False
         # Heads that became heads during this pass were pushed and looked at already.
         queue.dirty.clear()
-        if barrier is not None:
-            self._reservations()  # what the queue reports (estimates, reasons) reads
-        elif queue.reserved:
-            queue.reserved = {}
 
     def _emit(self, d: D) -> D:
         self._out.append(d)

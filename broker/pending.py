@@ -86,7 +86,6 @@ class Queues:
         "pending",
         "pool_dirty",
         "pool_heads",
-        "reserved",
         "wake_at",
     )
 
@@ -119,8 +118,6 @@ class Queues:
         """Campaigns whose queue heads the next admission pass must try."""
         self.pool_dirty = False
         """Capacity was freed: the next pass scans the pool-blocked heads."""
-        self.reserved: dict[str, float] = {}
-        """The requests holding a reservation, and when it starts (as of the last pass)."""
 
     # ------------------------------------------------------------------ reading
 
