@@ -643,6 +643,37 @@ class Engine:
         self._profile = profile
         return profile
 
+    def _reach(self, p: Pending) -> dims.Vec:
+        """What ``p``'s campaign could get now on any path, per dimension, in aggregate: the
+        warm limit, what it may reclaim, and the cold capacity (what ``paths.plan`` checks
+        against; the scan's own bound is one for the whole pool)."""
+        c = self.campaigns[p.campaign]
+        limit, cold_avail = self._capacity_for(c)
+        reach = dims.add(dims.vmax0(limit), cold_avail)
+        if not c.spec.preemptible:
+            reach = dims.add(reach, self.ledger.reclaimable_for(c))
+        return reach
+
+    def _possible_starts(self) -> tuple[float, ...]:
+        """When a lease granted now could start, by the paths open: warm now, reclaim after
+        the grace period, cold after the boot latency."""
+        now = self.now
+        _, boot_free, cold, _ = self.pool.totals()
+        grace = self.policy.grace_s if not dims.is_zero(self.ledger.reclaimable) else None
+        boot = (
+            self.pool_spec.boot_latency_s
+            if not (dims.is_zero(boot_free) and dims.is_zero(cold))
+            else None
+        )
+        delays = {0.0}
+        if grace is not None:
+            delays.add(grace)
+        if boot is not None:
+            delays.add(boot)
+            if grace is not None:
+                delays.add(max(grace, boot))
+        return tuple(sorted(now + d for d in delays))
+
     def _crowds_own_holder(
         self, p: Pending, c: CampaignState, end: float, profile: reservations.Profile
     ) -> bool:
@@ -926,10 +957,8 @@ class Engine:
             for rid in extra:
                 heapq.heappush(heap, (queue.key(pending[rid]), rid))
         bound = self.ledger.pool_bound()
-        _, boot_free, cold, _ = self.pool.totals()
-        warm_only = (
-            dims.is_zero(self.ledger.reclaimable) and dims.is_zero(boot_free) and dims.is_zero(cold)
-        )
+        reach_of: dict[str, dims.Vec] = {}
+        """Each campaign's reach (``_reach``) as of the last grant in this pass."""
         cursor: HeadEntry | None = None
         seen: set[str] = set()
         while True:
@@ -943,6 +972,15 @@ class Engine:
             elif nxt is not None:
                 cursor = nxt
                 rid = nxt[3]
+                cand = pending[rid]
+                reach = reach_of.get(cand.campaign)
+                if reach is None:
+                    reach = reach_of[cand.campaign] = self._reach(cand)
+                if not dims.fits(cand.size, reach):
+                    # More than any path could give its campaign now: still pool-blocked,
+                    # for the reason it has (the scan's bound is for the whole pool).
+                    seen.add(rid)
+                    continue
             else:
                 break
             seen.add(rid)
@@ -956,13 +994,14 @@ class Engine:
             profile = self._reservations() if behind else None
             if (
                 profile is not None
-                and warm_only
-                and not profile.admits(p.size, self.now, self.now + p.duration_s, p.id)
                 and not isolation.within_own_guarantee(p.size, self.campaigns[p.campaign].unmet)
+                and not any(
+                    profile.admits(p.size, start, start + p.duration_s, p.id)
+                    for start in self._possible_starts()
+                )
             ):
-                # Every path is warm (nothing reclaimable or cold), so it would start now
-                # and the reservations say no: skip the full check (the common case in a
-                # long queue, where most heads are tried and stay blocked).
+                # Whichever path served it, the reservations say no: skip the full check
+                # (the common case in a long queue, where most candidates stay blocked).
                 self._set_reason(p, Reason.HEAD_OF_LINE)
                 continue
             result = self._try(p, profile)
@@ -979,6 +1018,7 @@ class Engine:
                         rid = queue.barrier_head()
                         heapq.heappush(heap, (queue.key(pending[rid]), rid))
                 bound = self.ledger.pool_bound()
+                reach_of.clear()
                 continue
             reason = result[0]
             self._set_reason(p, reason)

@@ -366,14 +366,10 @@ class Ledger:
         """An upper bound, in the primary dimension, on what any request could get now."""
         on_free, boot_free, cold, _ = self._pool.totals()
         i = self._primary
-        return (
-            max(0.0, on_free[i] - self.reserve[i])
-            + self.reclaimable[i]
-            + boot_free[i]
-            + cold[i]
-            + self.max_guarantee
-            + EPS
-        )
+        # Warm: beyond the reserve, plus at most the largest guarantee (a campaign's own
+        # unmet part), and never more than is free.
+        warm = min(on_free[i], max(0.0, on_free[i] - self.reserve[i]) + self.max_guarantee)
+        return warm + self.reclaimable[i] + boot_free[i] + cold[i] + EPS
 
     def bucket_wait(self, c: CampaignState, rate: dims.Vec, span: float, now: float) -> float:
         """How long until ``c``'s buckets cover ``rate`` for ``span`` seconds."""
