@@ -138,6 +138,7 @@ _FIELD_DECODERS = {
     "reason": Reason,
     "path": LeasePath,
     "nodes": tuple,
+    "also": tuple,
     "shape": shape_from_dict,
 }
 

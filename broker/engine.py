@@ -349,10 +349,18 @@ class Engine:
         return result
 
     def _on_cancel(self, e: CancelRequest) -> Decision | None:
-        p = self.queue.pending.get(e.request_id)
+        own = self._cancel_one(e.request_id)
+        for rid in e.also:
+            # Queued when the event was validated; granted during the advance is handled
+            # as for the first (the holder no longer wants it).
+            self._cancel_one(rid)
+        return own
+
+    def _cancel_one(self, request_id: str) -> Decision | None:
+        p = self.queue.pending.get(request_id)
         if p is None:
             # Granted while the clock advanced to this event: the holder no longer wants it.
-            ls = self.leases.get(e.request_id)
+            ls = self.leases.get(request_id)
             if ls is not None:
                 return self._end(ls, LeaseState.RELEASED, "cancelled")
             return None

@@ -67,6 +67,9 @@ class CancelRequest(Event):
 
     kind: ClassVar[str] = "cancel_request"
     request_id: str
+    also: tuple[str, ...] = field(default=(), metadata={"omit_default": True})
+    """More queued requests withdrawn in the same step (no admission pass in between, so
+    withdrawing one cannot grant the next); omitted from the journal when empty."""
 
 
 @dataclass(frozen=True, slots=True)

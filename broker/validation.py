@@ -227,6 +227,14 @@ def _key(eng: Engine, e: RequestLease) -> None:
 
 
 def _cancel(eng: Engine, e: CancelRequest) -> None:
+    if not isinstance(e.also, tuple) or not all(isinstance(r, str) for r in e.also):
+        raise bad("also", "a tuple of request ids")
+    ids = (e.request_id, *e.also)
+    if len(set(ids)) != len(ids):
+        raise bad("also", "each request may be withdrawn once")
+    for rid in e.also:
+        if rid not in eng.pending:
+            raise bad("also", f"no queued request {rid!r}", ErrorCode.NOT_FOUND)
     if e.request_id not in eng.pending:
         if e.request_id in eng.leases or e.request_id in eng.ended:
             raise bad(

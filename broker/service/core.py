@@ -309,7 +309,7 @@ class ServiceCore:
         )
         try:
             if resumed:
-                _withdraw_orphans(broker, clock.now())
+                _withdraw_orphans(broker)
             admin_token, admin_path, _ = load_admin_token(state, admin_token_file)
             tokens = TokenStore(state, admin_token)
             issued = tokens.issue_missing(sorted(broker.engine.campaigns), clock.now())
@@ -953,18 +953,16 @@ def _result(fut: asyncio.Future[Granted]) -> Granted | None:
     return None
 
 
-def _withdraw_orphans(broker: Runtime, now: float) -> None:
+def _withdraw_orphans(broker: Runtime) -> None:
     """Cancel the requests that were queued when the last server stopped.
 
     Each belonged to a blocking Acquire call that the stop cut off: nobody is waiting for
     its grant any more (the client retries against the new server), and a grant nobody
     hears of would hold capacity until it expired.
     """
-    at = max(now, broker.engine.now)
-    for rid in [p.id for p in sorted(broker.engine.pending.values(), key=lambda p: p.seq)]:
-        try:
-            broker.submit(CancelRequest(at=at, request_id=rid))
-        except RequestError:
-            # Granted while the clock caught up to ``at``: give the lease back.
-            if rid in broker.engine.leases:
-                broker.submit(Release(at=at, lease_id=rid))
+    # Withdrawn as of the last journaled instant, when the old server was still alive:
+    # first catching up on the downtime could grant one of them (a lease ending then frees
+    # capacity) to nobody. All in one step, so that withdrawing one cannot grant the next.
+    ids = [p.id for p in sorted(broker.engine.pending.values(), key=lambda p: p.seq)]
+    if ids:
+        broker.submit(CancelRequest(at=broker.engine.now, request_id=ids[0], also=tuple(ids[1:])))
