@@ -274,6 +274,16 @@ def _create(
     return meta
 
 
+MAX_SEQ = 2**63 - 1
+"""The largest sequence number SQLite stores (a signed 64-bit INTEGER)."""
+
+
+def _seq_bound(start_seq: int) -> int:
+    """A client's start position (a uint64 on the wire) as SQLite can compare it: past the
+    last possible entry it simply finds nothing."""
+    return max(1, min(start_seq, MAX_SEQ))
+
+
 class Journal:
     """An append-only, SQLite-backed record of events and decisions.
 
@@ -601,7 +611,7 @@ class Journal:
         """
         self.update_index()
         where = ["seq >= ?"]
-        args: list[Any] = [max(1, start_seq)]
+        args: list[Any] = [_seq_bound(start_seq)]
         if campaign:
             where.append("campaign = ?")
             args.append(campaign)
@@ -648,7 +658,7 @@ class Journal:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT seq, decisions FROM entries WHERE seq >= ? ORDER BY seq LIMIT ?",
-                (max(1, start_seq), limit),
+                (_seq_bound(start_seq), limit),
             ).fetchall()
         return [(seq, json.loads(text)) for seq, text in rows]
 

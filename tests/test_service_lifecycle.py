@@ -349,6 +349,12 @@ def test_list_decisions_filters_and_pages(tmp_path: Path) -> None:
             )
             total = await c.broker.ListDecisions(pb.ListDecisionsRequest(), metadata=c.as_("admin"))
             assert len(page.decisions) + len(rest.decisions) == len(total.decisions)
+            # A start past anything SQLite can hold (the field is a uint64) finds nothing.
+            for start in (2**63, 2**64 - 1):
+                far = await c.broker.ListDecisions(
+                    pb.ListDecisionsRequest(start_seq=start), metadata=c.as_("admin")
+                )
+                assert (len(far.decisions), far.next_seq) == (0, 0)
 
     run(scenario())
 
