@@ -31,7 +31,8 @@ class LeaseClass(enum.Enum):
 
 _RANK = {LeaseClass.INTERACTIVE: 2, LeaseClass.BATCH: 1, LeaseClass.OPPORTUNISTIC: 0}
 
-CAMPAIGN_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+CAMPAIGN_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+"""A campaign name, matched whole (fullmatch: `$` would let a final newline through)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ class CampaignSpec:
 
     def problems(self) -> list[str]:
         out = []
-        if not isinstance(self.name, str) or not CAMPAIGN_NAME.match(self.name):
+        if not isinstance(self.name, str) or not CAMPAIGN_NAME.fullmatch(self.name):
             out.append(
                 f"campaign name {self.name!r} must match {CAMPAIGN_NAME.pattern} "
                 "(lower-case letters, digits, '.', '_' or '-', at most 63 characters)"

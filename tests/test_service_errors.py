@@ -229,6 +229,13 @@ def test_engine_refusals_and_request_errors_reach_the_client_with_details(tmp_pa
                 )
             )
             assert d.code == grpc.StatusCode.FAILED_PRECONDITION
+            # INVALID_ARGUMENT: a name with a trailing newline, on create and on update.
+            for rpc, req in (
+                (c.admin.CreateCampaign, admin_pb2.CreateCampaignRequest),
+                (c.admin.UpdateCampaign, admin_pb2.UpdateCampaignRequest),
+            ):
+                d = await fails(rpc(req(spec=pb.CampaignSpec(name="a\n")), metadata=c.as_("admin")))
+                assert d.code == grpc.StatusCode.INVALID_ARGUMENT, d
             assert c.journal_len() == before  # refused requests journal nothing
 
             # GUARANTEE_RESERVED: 16 of the 24 GPUs would fit, but 8 are kept for `reserved`.

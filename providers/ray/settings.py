@@ -428,7 +428,7 @@ def raylet_labels(labels: Mapping[str, str]) -> dict[str, str]:
     out = {}
     for k, v in labels.items():
         v = str(v)
-        if not _LABEL_VALUE.match(v):
+        if not _LABEL_VALUE.fullmatch(v):
             v = re.sub(r"[^-_.A-Za-z0-9]", "-", v).strip("-_.")[:63] or "x"
         out[k] = v
     return out
