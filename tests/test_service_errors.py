@@ -322,3 +322,26 @@ def test_rate_limit_and_stream_limit(tmp_path: Path) -> None:
             assert c.core.limits.open_streams == 2
 
     run(scenario())
+
+
+def test_an_error_quotes_a_large_bad_value_only_in_part(tmp_path: Path) -> None:
+    # A 20 KB dimension name, far below the 1 MiB request limit: the reply names the field
+    # and says what is wrong, but cut short, so that its trailers stay within the client's
+    # metadata limit (else it would arrive as RESOURCE_EXHAUSTED, not INVALID_ARGUMENT).
+    async def scenario() -> None:
+        async with serve(tmp_path) as c:
+            before = c.journal_len()
+            huge = "x" * 20_000
+            d = await fails(
+                c.broker.Acquire(
+                    pb.AcquireRequest(size={huge: 1}, duration_s=10), metadata=c.as_("sci")
+                )
+            )
+            assert d.code == grpc.StatusCode.INVALID_ARGUMENT, d
+            assert "unknown dimension" in d.message and "(20,0" in d.message
+            assert len(d.message) <= E.QUOTE_MAX
+            assert all(len(v) <= E.QUOTE_MAX for v in d.metadata.values())
+            assert all(len(x) <= E.QUOTE_MAX for fv in d.field_violations for x in fv)
+            assert c.journal_len() == before
+
+    run(scenario())

@@ -166,6 +166,20 @@ class Row:
     """Further details: BadRequest, QuotaFailure."""
 
 
+QUOTE_MAX = 400
+"""The most characters an error's message, or any one of its details, quotes. A reply's
+status travels in the trailers, whose size a client caps (gRPC's default is 8 KiB): an
+error repeating a large bad value in full would arrive as RESOURCE_EXHAUSTED instead."""
+
+
+def bounded(text: str, limit: int = QUOTE_MAX) -> str:
+    """``text``, cut to ``limit`` characters with a note of how long it was."""
+    if len(text) <= limit:
+        return text
+    note = f"... ({len(text):,} characters)"
+    return text[: max(0, limit - len(note))] + note
+
+
 def _request_meta(e: BaseException) -> dict[str, str]:
     assert isinstance(e, RequestError)
     return {"field": e.field}
@@ -176,7 +190,9 @@ def _bad_request(e: BaseException) -> list[Message]:
     return [
         error_details_pb2.BadRequest(
             field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=e.field, description=e.message)
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=bounded(e.field), description=bounded(e.message)
+                )
             ]
         )
     ]
@@ -350,7 +366,9 @@ def rpc_status_for(exc: BaseException, row: Row) -> status_pb2.Status:
     """The ``google.rpc.Status`` (code, message, details) for ``exc`` under ``row``."""
     details: list[Message] = [
         error_details_pb2.ErrorInfo(
-            reason=row.reason(exc), domain=DOMAIN, metadata=dict(row.metadata(exc))
+            reason=row.reason(exc),
+            domain=DOMAIN,
+            metadata={bounded(k, 64): bounded(v) for k, v in row.metadata(exc).items()},
         )
     ]
     if row.retry_after_s is not None:
@@ -362,7 +380,7 @@ def rpc_status_for(exc: BaseException, row: Row) -> status_pb2.Status:
         a.Pack(d)
         packed.append(a)
     code = getattr(code_pb2, row.code.name)
-    return status_pb2.Status(code=code, message=_message(exc), details=packed)
+    return status_pb2.Status(code=code, message=bounded(_message(exc)), details=packed)
 
 
 def status_for(exc: BaseException) -> grpc.Status | None:
