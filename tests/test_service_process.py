@@ -323,3 +323,34 @@ def test_watch_from_seq_across_a_sigkill_has_no_gap_and_no_duplicate(tmp_path: P
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
     # What the two streams delivered together is the campaign's history, once each.
     assert [brief(seen), *map(brief, after)] == list(map(brief, history))
+
+
+def test_a_start_on_a_taken_port_names_it_and_leaves_no_state(tmp_path: Path) -> None:
+    import socket
+
+    cfg = tmp_path / "pool.toml"
+    cfg.write_text(LIFECYCLE)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for args, flag in (
+            (["--port", str(port), "--no-metrics"], "--port"),
+            (["--port", "0", "--metrics-port", str(port)], "--metrics-port"),
+        ):
+            state = tmp_path / f"state{flag}"
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    *("-m", "bursar.broker.service", "--state-dir", str(state)),
+                    *("--config", str(cfg), *args),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={**os.environ},
+            )
+            assert proc.returncode != 0
+            assert str(port) in proc.stderr and flag in proc.stderr, proc.stderr
+            assert len(proc.stderr.splitlines()) <= 3, proc.stderr  # no traceback
+            assert not state.exists() or not any(state.iterdir())

@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import shutil
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -88,6 +90,35 @@ def _address(host: str, port: int) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"{host}:{port}"
+
+
+def _port_free(host: str, port: int) -> OSError | None:
+    """None if ``port`` on ``host`` can be bound now, else why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host.strip("[]"), port))
+        except OSError as exc:
+            return exc
+    return None
+
+
+def check_ports(settings: Settings) -> None:
+    """Refuse to start, before anything is created, when a port to listen on is taken."""
+    wanted = [(settings.port, "--port", "the gRPC port")]
+    if settings.metrics_port is not None:
+        wanted.append((settings.metrics_port, "--metrics-port", "the metrics port"))
+    for port, flag, what in wanted:
+        if port == 0:
+            continue
+        exc = _port_free(settings.host, port)
+        if exc is not None:
+            other = " or --no-metrics" if flag == "--metrics-port" else " (0 picks a free one)"
+            raise ValueError(
+                f"{what} {port} on {settings.host} cannot be bound ({exc.strerror or exc}): "
+                f"pass {flag} with a free port{other}"
+            )
 
 
 def create_server(
@@ -171,6 +202,11 @@ async def running(
         log.warning(
             "serving %s without TLS: bearer tokens cross the network in clear", settings.host
         )
+    check_ports(settings)
+    state = Path(settings.state_dir)
+    # A start that fails leaves no state behind where there was none: no journal, no
+    # tokens issued for a broker that never served.
+    fresh = not state.exists() or not any(state.iterdir())
     core = ServiceCore.open(
         settings.state_dir,
         settings.config,
@@ -180,6 +216,7 @@ async def running(
         limits=settings.limits,
         backend=settings.backend,
     )
+    started = False
     try:
         address = _address(settings.host, settings.port)
         health_servicer = health.aio.HealthServicer()
@@ -192,8 +229,16 @@ async def running(
         )
         metrics_port = None
         if settings.metrics_port is not None:
-            metrics_port = core.metrics.start_http(settings.host, settings.metrics_port)
+            try:
+                metrics_port = core.metrics.start_http(settings.host, settings.metrics_port)
+            except OSError as exc:
+                raise ValueError(
+                    f"the metrics port {settings.metrics_port} on {settings.host} cannot be "
+                    f"bound ({exc.strerror or exc}): pass --metrics-port with a free port "
+                    "or --no-metrics"
+                ) from exc
         await server.start()
+        started = True
         for name in ("", *SERVICE_NAMES):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         async with asyncio.TaskGroup() as tg:
@@ -212,6 +257,8 @@ async def running(
                 core.stop_background()
     finally:
         core.close()
+        if not started and fresh:
+            shutil.rmtree(state, ignore_errors=True)
 
 
 async def serve(settings: Settings, *, announce: Callable[[Running], None] | None = None) -> None:
