@@ -456,3 +456,38 @@ def test_create_server_binds_a_free_port_apart_from_serve(tmp_path: Path) -> Non
             core.close()
 
     run(scenario())
+
+
+def test_a_token_rotation_ends_the_streams_the_old_token_opened(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path) as c:
+            held = await c.acquire("sci", 4)
+            watch = c.broker.Watch(
+                pb.WatchRequest(lease_ids=[held.lease.lease_id]), metadata=c.as_("sci")
+            )
+            supply = c.broker.WatchSupply(
+                pb.WatchSupplyRequest(min_interval_s=0.05, max_interval_s=60),
+                metadata=c.as_("sci"),
+            )
+            admin_watch = c.broker.Watch(pb.WatchRequest(), metadata=c.as_("admin"))
+            other = c.broker.Watch(pb.WatchRequest(), metadata=c.as_("other"))
+            for s in (watch, supply, admin_watch, other):
+                await s.initial_metadata()
+            await next_event(watch)  # the snapshot
+            await next_event(supply)
+            await c.admin.RotateToken(
+                admin_pb2.RotateTokenRequest(campaign="sci"), metadata=c.as_("admin")
+            )
+            for s in (watch, supply):
+                err = await fails(asyncio.wait_for(next_event(s), 5))
+                assert err.code == grpc.StatusCode.UNAUTHENTICATED, err
+                assert err.reason == "TOKEN_ROTATED" and "new token" in err.message
+            # Streams opened with other tokens go on.
+            await c.acquire("other", 2)
+            assert (await asyncio.wait_for(next_event(other), 5)).lease.campaign == "other"
+            got = await asyncio.wait_for(next_event(admin_watch), 5)
+            assert got.lease.campaign in ("sci", "other")
+            for s in (admin_watch, other):
+                s.cancel()
+
+    run(scenario())

@@ -84,6 +84,7 @@ from bursar.broker.service.errors import (
     Refused,
     ShuttingDown,
     StreamOverflow,
+    Unauthenticated,
 )
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
@@ -168,6 +169,9 @@ class Subscription:
     """Only this campaign's leases; None: every campaign's (admin)."""
     remaining: set[str] | None
     """The explicit leases still live; None: open-ended (every lease of the campaign)."""
+    holder: str | None = None
+    """The campaign whose token opened it (None: the admin): a rotation of that token ends
+    the stream."""
     snapshot: list[pb.LeaseEvent] = field(default_factory=list)
     _queue: asyncio.Queue[pb.LeaseEvent | None] = field(default_factory=asyncio.Queue)
     _error: BaseException | None = None
@@ -240,6 +244,8 @@ class ServiceCore:
         """The timer it sleeps for (None: it sleeps for the one-minute cap)."""
         self._stop = asyncio.Event()
         self._supply_changed = asyncio.Event()
+        self._token_gen: dict[str, int] = {}
+        """Token rotations per campaign while serving (see ``token_generation``)."""
         self._closing = False
         self._fatal: BaseException | None = None
         self._lock: int | None = None
@@ -737,7 +743,7 @@ class ServiceCore:
                 raise PermissionDenied(
                     "OTHER_CAMPAIGN", f"lease {lid} is not campaign {scope}'s", str(principal)
                 )
-        sub = Subscription(scope, set(ids) if ids else None)
+        sub = Subscription(scope, set(ids) if ids else None, principal.campaign)
         if from_seq:
             self._replay_into(sub, from_seq, from_index)
         else:
@@ -925,7 +931,32 @@ class ServiceCore:
     def rotate_token(self, name: str) -> tuple[str, float]:
         self.require_campaign(name)
         now = self.now()
-        return self.tokens.rotate(name, now), now
+        token = self.tokens.rotate(name, now)
+        # The old token stops working at once, streams it opened included.
+        self._token_gen[name] = self._token_gen.get(name, 0) + 1
+        for sub in [s for s in self._subs if s.holder == name]:
+            self._subs.discard(sub)
+            sub.close(_rotated(name))
+        self._notify_supply()
+        return token, now
+
+    def token_generation(self, campaign: str | None) -> int:
+        """How many times ``campaign``'s token was rotated while serving (0 for the admin):
+        a stream compares it with the value it opened with."""
+        return 0 if campaign is None else self._token_gen.get(campaign, 0)
+
+    def check_token_generation(self, campaign: str | None, opened_with: int) -> None:
+        """Raise UNAUTHENTICATED if ``campaign``'s token was rotated since ``opened_with``."""
+        if self.token_generation(campaign) != opened_with:
+            assert campaign is not None
+            raise _rotated(campaign)
+
+
+def _rotated(campaign: str) -> Unauthenticated:
+    return Unauthenticated(
+        "TOKEN_ROTATED",
+        f"campaign {campaign}'s token was rotated: reconnect with the new token",
+    )
 
 
 LOCK_FILE = "serve.lock"

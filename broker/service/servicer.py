@@ -248,9 +248,11 @@ class BrokerServicer(_Base):
         low = max(low, 0.05)
         high = max(high, low)
         units = convert.check_number(req.units, "units")
+        opened_with = self.core.token_generation(who.campaign)
         while True:
             if self.core.closing:
                 raise ShuttingDown("the stream")
+            self.core.check_token_generation(who.campaign, opened_with)
             yield self.core.supply_proto(who, units, req.dim)
             sent = time.monotonic()
             await self.core.supply_changed(high)
