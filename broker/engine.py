@@ -722,17 +722,18 @@ class Engine:
         ledger.charge_usage(c, size, start, end, sign)
 
     def _keeps_lent(self, c: CampaignState, plan: paths.Plan) -> bool:
-        """Does a reclaim leave enough reclaimable capacity behind to back what preemptible
-        leases hold of the batch reserve? Victims are warned whole, so a reclaim can take
-        more than it needs."""
+        """Does a reclaim leave enough behind to back what preemptible leases hold of the
+        batch reserve? What it claims is gone; the rest of its victims (warned whole) drains
+        back to the pool by their deadline and still backs it."""
         if dims.is_zero(plan.reclaim):
             return True
-        lent = self.ledger.lent()
+        ledger = self.ledger
+        lent = ledger.lent()
         if dims.is_zero(lent):
             return True
         if c.spec.lease_class is not LeaseClass.INTERACTIVE:
             lent = dims.vmax0(dims.sub(lent, c.unmet))
-        left = dims.vmax0(dims.sub(self.ledger.reclaimable, self.placement.warned(plan)))
+        left = dims.vmax0(dims.sub(dims.add(ledger.reclaimable, ledger.draining), plan.reclaim))
         return dims.fits(lent, left)
 
     def _capacity_for(self, c: CampaignState) -> tuple[dims.Vec, dims.Vec]:
@@ -853,6 +854,8 @@ class Engine:
         self._out.extend(self.placement.release(ls, self.now))
         if ls.preemptible and was is LeaseState.ACTIVE:
             self.ledger.not_reclaimable(ls)
+        elif was is LeaseState.PREEMPTING:
+            self.ledger.drained(ls)
         self._set_held(c, dims.vmax0(dims.sub(c.held, ls.size)))
         self.ledger.refund(c, refund_tokens, refund_credits)
         c.leases.discard(ls.id)

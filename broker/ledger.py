@@ -100,11 +100,13 @@ class Ledger:
     """The pool-wide sums over the campaigns' accounts, kept as holdings change."""
 
     __slots__ = (
+        "_draining_of",
         "_leases",
         "_policy",
         "_pool",
         "_primary",
         "batch_reserve",
+        "draining",
         "firm_ends",
         "firm_held",
         "guaranteed",
@@ -137,6 +139,10 @@ class Ledger:
         capacity, and when."""
         self.max_guarantee = 0.0
         """The largest guarantee in the primary dimension."""
+        self.draining: dims.Vec = dims.ZERO
+        """What warned preemptible leases return to the pool (not to their claimants) by
+        their deadline: with what is reclaimable, it backs the lent reserve."""
+        self._draining_of: dict[str, dims.Vec] = {}
         self.batch_reserve: dims.Vec = dims.ZERO
         """The part of the reserve owed to batch-class (not interactive) campaigns: a batch
         request may wait out a grace period, so preemptible leases may fill it."""
@@ -204,16 +210,18 @@ class Ledger:
             self.batch_reserve = dims.vmax0(dims.add(dims.sub(self.batch_reserve, before), c.unmet))
 
     def lent(self) -> dims.Vec:
-        """The part of the batch reserve that active preemptible leases hold: the reserve
-        not covered by free warm capacity, as far as the batch part and what is
-        reclaimable go."""
-        if dims.is_zero(self.batch_reserve) or dims.is_zero(self.reclaimable):
+        """The part of the batch reserve that preemptible leases hold: the reserve not
+        covered by free warm capacity, as far as the batch part and what backs it go
+        (active preemptible leases, reclaimable within a grace period, and what warned ones
+        return by their deadline)."""
+        backing = dims.add(self.reclaimable, self.draining)
+        if dims.is_zero(self.batch_reserve) or dims.is_zero(backing):
             return dims.ZERO
         # Preemptible leases leave the headroom idle too: what free warm capacity does not
         # cover of reserve + headroom is what they hold of the reserve.
         on_free = self._pool.totals()[0]
         uncovered = dims.vmax0(dims.sub(dims.add(self.reserve, self.headroom), on_free))
-        return dims.vmin(uncovered, dims.vmin(self.batch_reserve, self.reclaimable))
+        return dims.vmin(uncovered, dims.vmin(self.batch_reserve, backing))
 
     def warm_reserve(self) -> dims.Vec:
         """The reserve that must stay warm and free: all of it, less what is lent."""
@@ -228,7 +236,8 @@ class Ledger:
             return self.reclaimable
         if _batch_class(c):
             lent = dims.vmax0(dims.sub(lent, c.unmet))
-        return dims.vmax0(dims.sub(self.reclaimable, lent))
+        # What drains by the deadlines backs it first; the rest must stay reclaimable.
+        return dims.vmax0(dims.sub(self.reclaimable, dims.vmax0(dims.sub(lent, self.draining))))
 
     def _classify(self, c: CampaignState) -> None:
         if not c.spec.preemptible and not dims.is_zero(c.guarantee):
@@ -294,8 +303,21 @@ class Ledger:
             self.reclaimable = dims.add(self.reclaimable, ls.size)
 
     def not_reclaimable(self, ls: Lease) -> None:
-        """An active preemptible lease was warned or ended: it is reclaimable no more."""
+        """An active preemptible lease ended: it is reclaimable no more."""
         self.reclaimable = dims.vmax0(dims.sub(self.reclaimable, ls.size))
+
+    def warned(self, ls: Lease, claimed: dims.Vec) -> None:
+        """An active preemptible lease was warned, ``claimed`` of it for its claimant: it is
+        reclaimable no more, and the rest returns to the pool by its deadline (draining)."""
+        self.not_reclaimable(ls)
+        rest = dims.vmax0(dims.sub(ls.size, claimed))
+        self._draining_of[ls.id] = rest
+        self.draining = dims.add(self.draining, rest)
+
+    def drained(self, ls: Lease) -> None:
+        """A warned lease ended: what it was returning is back (free, or its claimants')."""
+        rest = self._draining_of.pop(ls.id, dims.ZERO)
+        self.draining = dims.vmax0(dims.sub(self.draining, rest))
 
     # ------------------------------------------------------------------ firm ends
 

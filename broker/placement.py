@@ -211,20 +211,6 @@ class Placement:
             cold = self._plan_cold(d, d.units(plan.cold), inf) or {}
         return paths.Plan(plan.path, plan.warm, plan.reclaim, plan.cold, warm, claims, cold)
 
-    def warned(self, plan: paths.Plan) -> dims.Vec:
-        """What the victims a plan would warn hold in all: whole leases, not only the parts
-        taken over (a warned lease's remainder is neither free nor reclaimable)."""
-        if dims.is_zero(plan.reclaim):
-            return dims.ZERO
-        claims = plan.claims
-        if plan.later is not None:
-            d = plan.later
-            claims, _ = self._plan_reclaim(d, d.units(plan.reclaim), set(), everything=False)
-        total = dims.ZERO
-        for vid in {vid for vid, _, _ in claims}:
-            total = dims.add(total, self._leases[vid].size)
-        return total
-
     # ------------------------------------------------------------------ committing
 
     def place(self, ls: Lease, plan: paths.Plan, now: float) -> tuple[float, list[Decision]]:
@@ -273,7 +259,7 @@ class Placement:
             victim.preempt_deadline = deadline
             victim.claimed_by[claimant.id] = on
             claimant.claims[victim_id] = _sum(on.values())
-            self._ledger.not_reclaimable(victim)
+            self._ledger.warned(victim, _sum(on.values()))
             self._timers.push(deadline, TimerKind.DEADLINE, victim_id)
             out.append(PreemptWarned(now, victim_id, victim.campaign, deadline, claimant.id))
         return out

@@ -439,7 +439,32 @@ def test_random_sequences_keep_every_rule_prepaid(sc):
     drive(sc)
 
 
+# Backfill fills sci's (batch) reserve; sci then reclaims its own part, warning the whole
+# backfill lease: what that lease returns by its deadline still backs the reserve, so the
+# victim's own reserve stays warm for it (it was once handed to the cold path here).
+_LENT_RESERVE_DRAINS = Scenario(
+    nodes=4,
+    warm=3,
+    boot_latency_s=20,
+    policy=PolicySpec(
+        grace_s=10,
+        warm_headroom={"gpu": 0},
+        enforcement=Enforcement.GRANT_INSTANT,
+        max_lease_s=MAX_LEASE,
+        power_down_idle_s=None,
+    ),
+    actions=[
+        ("request", 0, "victim", 0.125, 0, 0.05, False, None),
+        ("request", 0, "victim", 0.125, 0, 0.05, False, None),
+        ("request", 0, "bf", 0.5, 0, 0.05, False, None),
+        ("request", 0, "sci", 0.125, 0, 0.05, False, None),
+        ("request", 0, "victim", 0.125, 0, 0.05, False, None),
+    ],
+)
+
+
 @SETTINGS
+@example(_LENT_RESERVE_DRAINS)
 @given(scenarios(enforcement=st.just(Enforcement.GRANT_INSTANT)))
 def test_random_sequences_keep_capacity_burst_and_isolation_grant_instant(sc):
     drive(sc)
