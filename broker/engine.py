@@ -722,9 +722,11 @@ class Engine:
         ledger.charge_usage(c, size, start, end, sign)
 
     def _keeps_lent(self, c: CampaignState, plan: paths.Plan) -> bool:
-        """Does a reclaim leave enough behind to back what preemptible leases hold of the
-        batch reserve? What it claims is gone; the rest of its victims (warned whole) drains
-        back to the pool by their deadline and still backs it."""
+        """Does a reclaim leave enough reclaimable capacity behind for the owners of the
+        lent reserve to reclaim it within a grace period? Victims are warned whole, so a
+        reclaim can take more than it needs; what a warned lease drains back by its deadline
+        still backs the reserve's accounting (``Ledger.lent``), but its owner cannot be
+        granted it until then. Its owner itself may take its own part."""
         if dims.is_zero(plan.reclaim):
             return True
         ledger = self.ledger
@@ -733,7 +735,7 @@ class Engine:
             return True
         if c.spec.lease_class is not LeaseClass.INTERACTIVE:
             lent = dims.vmax0(dims.sub(lent, c.unmet))
-        left = dims.vmax0(dims.sub(dims.add(ledger.reclaimable, ledger.draining), plan.reclaim))
+        left = dims.vmax0(dims.sub(ledger.reclaimable, self.placement.warned(plan)))
         return dims.fits(lent, left)
 
     def _capacity_for(self, c: CampaignState) -> tuple[dims.Vec, dims.Vec]:

@@ -11,8 +11,10 @@ Preemptible requests never count toward anyone's guarantee and must also leave t
 pool's warm headroom idle: they may use warm capacity beyond the interactive campaigns'
 reserve + headroom only. They may fill the part of the reserve owed to batch-class
 campaigns, because it is reclaimed from them within one grace period: a batch request
-within its own guarantee is then served within ``grace_s`` (on the reclaim path), never
-later. They never fill an interactive campaign's reserve: that would need an instant
+within its own guarantee is then served within ``grace_s`` on the reclaim path. The bound
+is ``grace_s`` plus the boot latency when the lease backing it is already draining for
+another request (a warned lease's remainder is not reclaimable again; the request then
+waits for it, or boots). They never fill an interactive campaign's reserve: that would need an instant
 reclaim, and a preemptible lease's unused remainder is neither free nor reclaimable.
 
 Lending a reserve only to preemptible leases is what keeps it safe to lend: it comes

@@ -236,8 +236,7 @@ class Ledger:
             return self.reclaimable
         if _batch_class(c):
             lent = dims.vmax0(dims.sub(lent, c.unmet))
-        # What drains by the deadlines backs it first; the rest must stay reclaimable.
-        return dims.vmax0(dims.sub(self.reclaimable, dims.vmax0(dims.sub(lent, self.draining))))
+        return dims.vmax0(dims.sub(self.reclaimable, lent))
 
     def _classify(self, c: CampaignState) -> None:
         if not c.spec.preemptible and not dims.is_zero(c.guarantee):

@@ -211,6 +211,20 @@ class Placement:
             cold = self._plan_cold(d, d.units(plan.cold), inf) or {}
         return paths.Plan(plan.path, plan.warm, plan.reclaim, plan.cold, warm, claims, cold)
 
+    def warned(self, plan: paths.Plan) -> dims.Vec:
+        """What the victims a plan would warn hold in all: whole leases, not only the parts
+        taken over (a warned lease's remainder is neither free nor reclaimable)."""
+        if dims.is_zero(plan.reclaim):
+            return dims.ZERO
+        claims = plan.claims
+        if plan.later is not None:
+            d = plan.later
+            claims, _ = self._plan_reclaim(d, d.units(plan.reclaim), set(), everything=False)
+        total = dims.ZERO
+        for vid in {vid for vid, _, _ in claims}:
+            total = dims.add(total, self._leases[vid].size)
+        return total
+
     # ------------------------------------------------------------------ committing
 
     def place(self, ls: Lease, plan: paths.Plan, now: float) -> tuple[float, list[Decision]]:

@@ -13,7 +13,7 @@ powered-on node exactly when its ``ready_by`` comes, and checks after every even
   behind its own campaign's earlier request, which the first-come-first-served rule makes
   it wait for) is granted and starts within grace + boot latency; where the warm pool
   covers the guarantees and idle nodes stay on, at once for an interactive campaign and
-  within one grace period for a batch one (preemptible leases may fill its reserve);
+  within grace + boot latency for a batch one (preemptible leases may fill its reserve);
 * reclaim and cold leases are active by their starts_at (NodeReady is sent on time);
 * every decision is a journal kind and survives the codec: decode(encode(d)) == d, and
   re-encoding gives the same bytes;
@@ -316,9 +316,10 @@ class Run:
             if promise:
                 bound = self.bound
                 if c.spec.lease_class is not LeaseClass.INTERACTIVE:
-                    # A batch campaign's reserve may be lent to preemptible leases, which
-                    # are reclaimed within one grace period.
-                    bound = max(bound, self.sc.policy.grace_s)
+                    # A batch campaign's reserve may be lent to preemptible leases: they are
+                    # reclaimed within one grace period, or, when the lease backing it is
+                    # already draining for another request, it boots (the general bound).
+                    bound = max(bound, self.sc.policy.grace_s + self.sc.boot_latency_s)
                 self.promises[rid] = Promise(rid, t, t + bound)
             out = self.apply(ev)
             if out is None:
@@ -463,8 +464,31 @@ _LENT_RESERVE_DRAINS = Scenario(
 )
 
 
+# The victim, beyond its guarantee, would reclaim the backfill lease that backs sci's lent
+# reserve (warning it whole): sci could then not reclaim its own within the grace period.
+_LENT_RESERVE_KEPT_RECLAIMABLE = Scenario(
+    nodes=4,
+    warm=3,
+    boot_latency_s=20,
+    policy=PolicySpec(
+        grace_s=10,
+        warm_headroom={"gpu": 0},
+        enforcement=Enforcement.GRANT_INSTANT,
+        max_lease_s=MAX_LEASE,
+        power_down_idle_s=None,
+    ),
+    actions=[
+        *[("request", 0, "victim", 0.125, 0, 0.05, False, None)] * 4,
+        ("request", 0, "bf", 0.5, 0, 0.05, False, None),
+        ("request", 0, "victim", 0.125, 0, 0.05, False, None),
+        ("request", 0, "sci", 0.125, 0, 0.05, False, None),
+    ],
+)
+
+
 @SETTINGS
 @example(_LENT_RESERVE_DRAINS)
+@example(_LENT_RESERVE_KEPT_RECLAIMABLE)
 @given(scenarios(enforcement=st.just(Enforcement.GRANT_INSTANT)))
 def test_random_sequences_keep_capacity_burst_and_isolation_grant_instant(sc):
     drive(sc)

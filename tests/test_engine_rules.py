@@ -1156,19 +1156,19 @@ def test_a_reclaim_leaves_enough_behind_to_back_the_lent_reserve():
     assert one(eng.apply(req(0, "bf", 20, 1000)), Granted).path is LeasePath.WARM  # L1
     assert one(eng.apply(req(1, "bf", 12, 1000)), Granted).path is LeasePath.WARM  # L2
     assert gpu(eng.ledger.lent()) == 8
-    # 26 would claim into the 8 that back sci's lent reserve: refused.
-    r = one(eng.apply(req(2, "x", 14 + 12, 100, blocking=False)), Rejected)
+    # 14 would warn both backfill leases (youngest first, whole): nothing would be left
+    # for sci to reclaim its lent 8 from, so it is refused.
+    r = one(eng.apply(req(2, "x", 14, 100, blocking=False)), Rejected)
     assert r.reason in (Reason.GUARANTEE_RESERVED, Reason.POOL_FULL)
-    # 14 warns both backfill leases (youngest first, whole); the 18 they do not hand to x
-    # drain back to the pool by their deadline, and back the lent 8 meanwhile.
-    out = eng.apply(req(3, "x", 14, 100))
+    # 12 warns only L2: 20 stay reclaimable, enough to back the 8.
+    out = eng.apply(req(3, "x", 12, 100))
     assert one(out, Granted).path is LeasePath.RECLAIM
-    assert [d.lease_id for d in out if isinstance(d, PreemptWarned)] == ["L2", "L1"]
-    assert gpu(eng.ledger.draining) == 18 and gpu(eng.ledger.lent()) == 8
-    # sci's own request is served once they drain: within one grace period.
-    assert one(eng.apply(req(4, "sci", 8, 100)), Queued)
-    g = one(eng.apply(Tick(at=3 + eng.policy.grace_s)), Granted)
-    assert g.lease_id == "L5" and g.starts_at <= 4 + eng.policy.grace_s
+    assert [d.lease_id for d in out if isinstance(d, PreemptWarned)] == ["L2"]
+    # sci's own request takes its lent reserve back within the grace period (warning L1
+    # whole: the 12 it does not take drain back by the deadline, and still back the rest).
+    g = one(eng.apply(req(4, "sci", 8, 100)), Granted)
+    assert g.path is LeasePath.RECLAIM and g.starts_at <= 4 + eng.policy.grace_s
+    assert gpu(eng.ledger.draining) == 12
     eng.check_invariants()
 
 
