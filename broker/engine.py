@@ -572,15 +572,7 @@ class Engine:
         ):
             # Only a lease active at once is reclaimable: one that waits for a boot may not
             # hold any of the batch reserve meanwhile.
-            # What it may not take is the reserve that must stay warm (less what is lent
-            # already): the rest of the batch reserve is held by active preemptible leases.
-            limit = isolation.warm_limit(
-                on_free, self.ledger.warm_reserve(), c.unmet, self.headroom, True
-            )
-            _, boot_free, cold, _ = self.pool.totals()
-            cold_avail = dims.vmax0(
-                dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO))
-            )
+            limit, cold_avail = self._capacity_for(c, borrow=False)
             plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable)
         if plan is not None and not preemptible and not self._keeps_lent(c, plan):
             plan = None
@@ -738,11 +730,18 @@ class Engine:
         left = dims.vmax0(dims.sub(ledger.reclaimable, self.placement.warned(plan)))
         return dims.fits(lent, left)
 
-    def _capacity_for(self, c: CampaignState) -> tuple[dims.Vec, dims.Vec]:
-        """(warm limit, cold capacity) a request of ``c`` may use under the isolation rule."""
+    def _capacity_for(self, c: CampaignState, borrow: bool = True) -> tuple[dims.Vec, dims.Vec]:
+        """(warm limit, cold capacity) a request of ``c`` may use under the isolation rule.
+        ``borrow=False``: a preemptible request that may not fill the batch reserve (one that
+        also waits for a boot); it keeps off the reserve that must stay warm, less what
+        active preemptible leases already hold of it."""
         on_free, boot_free, cold, _ = self.pool.totals()
         ledger = self.ledger
-        if c.spec.preemptible:
+        if c.spec.preemptible and not borrow:
+            limit = isolation.warm_limit(
+                on_free, ledger.warm_reserve(), c.unmet, self.headroom, True
+            )
+        elif c.spec.preemptible:
             limit = isolation.warm_limit(
                 on_free, ledger.reserve, c.unmet, self.headroom, True, ledger.batch_reserve
             )

@@ -440,49 +440,38 @@ def test_random_sequences_keep_every_rule_prepaid(sc):
     drive(sc)
 
 
+def _lent_reserve(actions: list) -> Scenario:
+    """3 of 4 nodes warm, no headroom, grant-instant buckets: backfill can fill sci's reserve."""
+    return Scenario(
+        nodes=4,
+        warm=3,
+        boot_latency_s=20,
+        policy=PolicySpec(
+            grace_s=10,
+            warm_headroom={"gpu": 0},
+            enforcement=Enforcement.GRANT_INSTANT,
+            max_lease_s=MAX_LEASE,
+            power_down_idle_s=None,
+        ),
+        actions=actions,
+    )
+
+
+_VICTIM_SMALL = ("request", 0, "victim", 0.125, 0, 0.05, False, None)
+_BACKFILL_HALF = ("request", 0, "bf", 0.5, 0, 0.05, False, None)
+_SCI_SMALL = ("request", 0, "sci", 0.125, 0, 0.05, False, None)
+
 # Backfill fills sci's (batch) reserve; sci then reclaims its own part, warning the whole
 # backfill lease: what that lease returns by its deadline still backs the reserve, so the
 # victim's own reserve stays warm for it (it was once handed to the cold path here).
-_LENT_RESERVE_DRAINS = Scenario(
-    nodes=4,
-    warm=3,
-    boot_latency_s=20,
-    policy=PolicySpec(
-        grace_s=10,
-        warm_headroom={"gpu": 0},
-        enforcement=Enforcement.GRANT_INSTANT,
-        max_lease_s=MAX_LEASE,
-        power_down_idle_s=None,
-    ),
-    actions=[
-        ("request", 0, "victim", 0.125, 0, 0.05, False, None),
-        ("request", 0, "victim", 0.125, 0, 0.05, False, None),
-        ("request", 0, "bf", 0.5, 0, 0.05, False, None),
-        ("request", 0, "sci", 0.125, 0, 0.05, False, None),
-        ("request", 0, "victim", 0.125, 0, 0.05, False, None),
-    ],
+_LENT_RESERVE_DRAINS = _lent_reserve(
+    [_VICTIM_SMALL, _VICTIM_SMALL, _BACKFILL_HALF, _SCI_SMALL, _VICTIM_SMALL]
 )
-
 
 # The victim, beyond its guarantee, would reclaim the backfill lease that backs sci's lent
 # reserve (warning it whole): sci could then not reclaim its own within the grace period.
-_LENT_RESERVE_KEPT_RECLAIMABLE = Scenario(
-    nodes=4,
-    warm=3,
-    boot_latency_s=20,
-    policy=PolicySpec(
-        grace_s=10,
-        warm_headroom={"gpu": 0},
-        enforcement=Enforcement.GRANT_INSTANT,
-        max_lease_s=MAX_LEASE,
-        power_down_idle_s=None,
-    ),
-    actions=[
-        *[("request", 0, "victim", 0.125, 0, 0.05, False, None)] * 4,
-        ("request", 0, "bf", 0.5, 0, 0.05, False, None),
-        ("request", 0, "victim", 0.125, 0, 0.05, False, None),
-        ("request", 0, "sci", 0.125, 0, 0.05, False, None),
-    ],
+_LENT_RESERVE_KEPT_RECLAIMABLE = _lent_reserve(
+    [*[_VICTIM_SMALL] * 4, _BACKFILL_HALF, _VICTIM_SMALL, _SCI_SMALL]
 )
 
 
