@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from bursar.broker import codec
+from bursar.broker import codec, snapshot
 from bursar.broker.errors import JournalError, RequestError
 from bursar.broker.journal import (
     Journal,
@@ -24,7 +25,10 @@ from bursar.broker.journal import (
     new_engine,
 )
 
-__all__ = ["AuditReport", "Mismatch", "audit"]
+if TYPE_CHECKING:
+    from bursar.broker.engine import Engine
+
+__all__ = ["AuditReport", "Mismatch", "SnapshotCheck", "audit"]
 
 
 class Mismatch(NamedTuple):
@@ -39,6 +43,16 @@ class Mismatch(NamedTuple):
     got: str
 
 
+class SnapshotCheck(NamedTuple):
+    """One snapshot compared with the replay of the journal up to its entry."""
+
+    seq: int
+    path: str
+    ok: bool
+    detail: str
+    """"matches the replay", or what is wrong (or why it was not compared)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AuditReport:
     events_checked: int
@@ -50,10 +64,12 @@ class AuditReport:
     journal_sha256: str | None
     """SHA-256 of the journal's canonical form, as ``Journal.sha256()`` gives it; None if
     some entry is not JSON at all, so that the journal has no canonical form."""
+    snapshots: tuple[SnapshotCheck, ...] = ()
+    """The snapshots given, each checked against the replay at its entry."""
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches
+        return not self.mismatches and all(s.ok for s in self.snapshots)
 
 
 LATER_FIELDS: dict[str, tuple[str, ...]] = {"grant": ("pieces",), "activate": ("pieces",)}
@@ -75,14 +91,27 @@ def _as_recorded(derived: list[dict[str, Any]], recorded: Any) -> list[dict[str,
     return out
 
 
-def audit(journal: Journal) -> AuditReport:
+def audit(journal: Journal, snapshots: Sequence[snapshot.Snapshot] = ()) -> AuditReport:
     """Re-derive every entry of ``journal`` and compare; never changes the journal.
+
+    Each of ``snapshots`` (``snapshot.listing(state_dir)``) is checked too: it must be of
+    this journal, and the state it holds must be the state the replay reaches at its entry
+    (the same ``snapshot.fingerprint``), so that a restart from it is a restart from the
+    journal.
 
     Raises :class:`JournalError` only if an entry's event cannot be decoded at all or the
     engine crashes on it (rather than refusing it), since nothing after that entry can
     then be re-derived. A refused event is reported as a mismatch and the audit goes on.
     """
     engine = new_engine(journal)
+    due: dict[int, list[snapshot.Snapshot]] = {}
+    checks: list[SnapshotCheck] = []
+    for snap in snapshots:
+        why = snapshot.problem(snap, journal)
+        if why is None:
+            due.setdefault(snap.header.seq, []).append(snap)
+        else:
+            checks.append(SnapshotCheck(snap.header.seq, str(snap.path), False, why))
     digest = hashlib.sha256((journal.meta_line + "\n").encode())
     events = 0
     decisions = 0
@@ -112,10 +141,28 @@ def audit(journal: Journal) -> AuditReport:
             expected = f"refused: {exc.__cause__}"
         if expected != got:
             mismatches.append(Mismatch(seq, expected, got))
+        for snap in due.pop(seq, ()):
+            checks.append(_check(snap, engine))
     return AuditReport(
         events_checked=events,
         decisions_checked=decisions,
         mismatches=tuple(mismatches),
         state_digest=engine.state_digest(),
         journal_sha256=digest.hexdigest() if canonical else None,
+        snapshots=tuple(sorted(checks)),
     )
+
+
+def _check(snap: snapshot.Snapshot, replayed: Engine) -> SnapshotCheck:
+    try:
+        held = snapshot.load_state(snap)
+    except JournalError as exc:
+        return SnapshotCheck(snap.header.seq, str(snap.path), False, str(exc))
+    if snapshot.fingerprint(held) != snapshot.fingerprint(replayed):
+        return SnapshotCheck(
+            snap.header.seq,
+            str(snap.path),
+            False,
+            "the state it holds differs from the replay of the journal up to its entry",
+        )
+    return SnapshotCheck(snap.header.seq, str(snap.path), True, "matches the replay")

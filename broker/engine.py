@@ -124,6 +124,13 @@ class Engine:
         self._profile_fresh = False
         """The reservations as of this admission pass (built lazily, see ``_reservations``)."""
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The state a snapshot keeps: everything but the per-pass caches, which every
+        event rebuilds before reading (``apply`` resets them)."""
+        state = dict(self.__dict__)
+        state.update(_out=[], _profile=None, _profile_fresh=False)
+        return state
+
     # ------------------------------------------------------------------ public API
 
     def apply(self, event: Event) -> Outcome:

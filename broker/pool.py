@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bursar.broker import dims, shape
 from bursar.broker.policy import PoolSpec
@@ -79,6 +80,10 @@ class PoolState:
         self._free, self.on_cap = self.recount()
         self._totals: tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec] | None = None
         """``totals()`` as of the last change (read many times per decision)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A snapshot leaves the cache out: whether it is filled depends on who read it.
+        return {**self.__dict__, "_totals": None}
 
     def recount(self) -> tuple[dict[NodeState, dims.Vec], dims.Vec]:
         free = {p: dims.ZERO for p in NodeState}

@@ -33,9 +33,10 @@ from bursar.broker.decisions import Decision
 from bursar.broker.engine import Engine
 from bursar.broker.errors import JournalError
 from bursar.broker.events import AllocationReady, CreateCampaign, Event, Tick
-from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
+from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.lease import LeaseState
 from bursar.broker.outcome import Outcome
+from bursar.broker.snapshot import EVERY, Snapshotter, restore
 from bursar.broker.supply import Supply, supply
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class Runtime:
         journal: Journal,
         backend: PoolBackend,
         actuator: Actuator | None = None,
+        snapshots: Snapshotter | None = None,
     ) -> None:
         self.engine = engine
         self.journal = journal
@@ -78,6 +80,8 @@ class Runtime:
             raise ValueError("the actuator drives another backend than the broker's")
         self._listeners: list[Listener] = []
         self._broken: BaseException | None = None
+        self.snapshots = snapshots
+        """Writes the engine's state every so many entries (None: never)."""
 
     @classmethod
     def open(
@@ -89,29 +93,44 @@ class Runtime:
         at: float = 0.0,
         durability: str = "normal",
         actuator: Callable[[PoolBackend], Actuator] = InlineActuator,
+        snapshot_every: int = EVERY,
     ) -> Runtime:
-        """Open the broker whose journal is in ``state_dir``: replay it if it exists,
+        """Open the broker whose journal is in ``state_dir``: resume it if it exists (from
+        its newest snapshot and the entries after it, see ``broker/snapshot.py``),
         otherwise start a new one and create the config's campaigns at time ``at``.
 
         ``actuator`` builds what drives the backend (default: inline, in the caller's
-        thread); it is built once the backend has taken on the journal's state."""
+        thread); it is built once the backend has taken on the journal's state.
+        ``snapshot_every``: journal entries between snapshots (0: none)."""
         state = Path(state_dir)
         state.mkdir(parents=True, exist_ok=True)
         path = state / JOURNAL_FILENAME
         fresh = not path.exists()
         journal = Journal.open(path, config.pool, config.policy, durability=durability)
         journal.ensure_index()
-        engine = Engine(config.pool, config.policy) if fresh else replay(journal)
+        if fresh:
+            # Built from the specs as the journal stores them, as a replay builds it: the
+            # same engine, down to the order of a spec's keys.
+            engine, snap = Engine(journal.pool, journal.policy), 0
+        else:
+            engine, snap = restore(journal, state)
         pool = backend if backend is not None else SimulatedPool(config.pool)
         # Also for a new journal: it has no leases, so a real backend cancels what it finds
         # left of earlier ones (Slurm jobs with its prefix).
         pool.adopt(*pool_view(engine), engine.now)
-        broker = cls(engine, journal, pool, actuator(pool))
+        snapshots = Snapshotter(state, journal, snapshot_every, last=snap)
+        broker = cls(engine, journal, pool, actuator(pool), snapshots)
         if fresh:
             for spec in config.campaigns:
                 broker.submit(CreateCampaign(at=at, spec=spec))
         else:
-            log.info("resumed from %s: %d entries, clock %.3f", path, len(journal), engine.now)
+            log.info(
+                "resumed from %s: %d entries (%s), clock %.3f",
+                path,
+                journal.last_seq,
+                f"snapshot at entry {snap}, then replayed the rest" if snap else "all replayed",
+                engine.now,
+            )
         return broker
 
     @property
@@ -160,6 +179,8 @@ class Runtime:
 
     def close(self) -> None:
         self.actuator.close()
+        if self.snapshots is not None and self._broken is None:
+            self.snapshots.close(self.journal.last_seq, self.engine)
         self.journal.close()
 
     def __enter__(self) -> Runtime:
@@ -181,6 +202,8 @@ class Runtime:
             self._roll_back(exc)
             raise
         outcome = outcome.committed(seq)
+        if self.snapshots is not None:
+            self.snapshots.after_commit(seq, self.engine)
         self.actuator.actuate(outcome)
         for listener in self._listeners:
             listener(event, outcome)
@@ -189,7 +212,7 @@ class Runtime:
     def _roll_back(self, cause: BaseException) -> None:
         """Undo an event the journal did not take: rebuild the engine from what it holds."""
         try:
-            self.engine = replay(self.journal)
+            self.engine = restore(self.journal, Path(self.journal.path).parent)[0]
         except BaseException as exc:
             log.error("journal append failed and the engine could not be rebuilt: %s", exc)
             self._broken = cause

@@ -63,6 +63,13 @@ class Timers:
     def __len__(self) -> int:
         return len(self._heap)
 
+    def __getstate__(self) -> tuple[None, dict[str, object]]:
+        """The live timers only, in firing order (a sorted list is a heap). A shell's polls
+        of ``next_due`` drop dead timers that a replay keeps: dropping them all here gives
+        the polled engine and its replay the same state, and neither fires a dead one."""
+        live = sorted(x for x in self._heap if self.live(x[0], x[2], x[3]))
+        return None, {"_heap": live, "_seq": self._seq, "_src": self._src}
+
     def push(self, t: float, kind: TimerKind, ref: str) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, ref))

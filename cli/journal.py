@@ -9,6 +9,7 @@ from typing import NoReturn
 import click
 from rich.console import Console
 
+from bursar.broker import snapshot
 from bursar.broker.audit import audit
 from bursar.broker.errors import JournalError
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
@@ -89,12 +90,15 @@ def audit_cmd(state_dir: Path, show: int) -> None:
     recorded ones in canonical JSON. Safe to run while the broker is writing; entries
     appended during the audit may or may not be included.
 
-    Exit status: 0 if every decision matches, 1 if any differs (or an entry cannot be
-    read), 2 if DIR holds no journal that can be opened.
+    Each snapshot in DIR/snapshots/ is checked as well: the state it holds must be the
+    state the replay reaches at its entry (a restart resumes from it).
+
+    Exit status: 0 if every decision and snapshot matches, 1 if any differs (or an entry
+    cannot be read), 2 if DIR holds no journal that can be opened.
     """
     with _open_journal(state_dir) as j:
         try:
-            report = audit(j)
+            report = audit(j, snapshot.listing(state_dir))
         except JournalError as exc:
             _fail(str(exc), EXIT_MISMATCH)
     n = len(report.mismatches)
@@ -105,12 +109,15 @@ def audit_cmd(state_dir: Path, show: int) -> None:
     click.echo(f"final state digest: {report.state_digest}")
     if report.journal_sha256 is not None:
         click.echo(f"journal sha256:     {report.journal_sha256}")
+    for check in report.snapshots:
+        mark = "ok" if check.ok else "FAILED"
+        click.echo(f"snapshot at entry {check.seq}: {mark}, {check.detail}")
     for m in report.mismatches[:show]:
         click.echo(f"entry {m.seq}:")
         click.echo(first_difference(m))
     if n > show:
         click.echo(f"... and {n - show} more mismatching entr{'ies' if n - show != 1 else 'y'}")
-    sys.exit(EXIT_MISMATCH if n else EXIT_OK)
+    sys.exit(EXIT_OK if report.ok else EXIT_MISMATCH)
 
 
 @journal.command("tail")

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from bursar.broker.snapshot import EVERY
+
 __all__ = ["serve_command"]
 
 EXIT_BAD_INPUT = 2
@@ -97,6 +99,15 @@ EXIT_BAD_INPUT = 2
     "survives power loss, at one fsync per decision.",
 )
 @click.option(
+    "--snapshot-every",
+    default=EVERY,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Journal entries between snapshots of the broker's state (STATE/snapshots/), "
+    "written in the background: a restart loads the newest and replays only the entries "
+    "after it. 0: no snapshots (a restart replays the whole journal).",
+)
+@click.option(
     "--rate-limit",
     default=200.0,
     show_default=True,
@@ -138,6 +149,7 @@ def serve_command(
     metrics_port: int,
     no_metrics: bool,
     durability: str,
+    snapshot_every: int,
     rate_limit: float,
     rate_burst: float,
     max_streams: int,
@@ -188,6 +200,7 @@ def serve_command(
         tls_key=tls_key,
         allow_remote=allow_remote,
         durability=durability,
+        snapshot_every=snapshot_every,
         limits=LimitSettings(rate=rate_limit, burst=rate_burst, max_streams=max_streams),
         grace_s=grace_s,
         backend=pool_backend,
@@ -200,7 +213,9 @@ def serve_command(
         if r.metrics_port is not None:
             click.echo(f"bursar serve: metrics on http://{host}:{r.metrics_port}/metrics")
         j = core.runtime.journal
-        click.echo(f"bursar serve: journal {j.path} ({j.last_seq} entries)")
+        snap = core.runtime.snapshots.last if core.runtime.snapshots else 0
+        resumed = f", resumed from the snapshot at entry {snap}" if snap else ""
+        click.echo(f"bursar serve: journal {j.path} ({j.last_seq} entries{resumed})")
         click.echo(f"bursar serve: admin token in {core.admin_token_path}")
         if core.issued_at_start:
             names = ", ".join(core.issued_at_start)

@@ -89,6 +89,7 @@ from bursar.broker.service.errors import (
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
 from bursar.broker.shape import Shape
+from bursar.broker.snapshot import EVERY
 from bursar.broker.supply import supply
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
@@ -261,6 +262,7 @@ class ServiceCore:
         config: Config | None = None,
         *,
         durability: str = "normal",
+        snapshot_every: int = EVERY,
         clock: Clock | Callable[[], float] = SYSTEM,
         admin_token_file: Path | None = None,
         limits: LimitSettings | None = None,
@@ -278,7 +280,15 @@ class ServiceCore:
         lock = _lock_state_dir(state)
         try:
             return cls._open_locked(
-                state, lock, config, durability, as_clock(clock), admin_token_file, limits, backend
+                state,
+                lock,
+                config,
+                durability,
+                as_clock(clock),
+                admin_token_file,
+                limits,
+                backend,
+                snapshot_every,
             )
         except BaseException:
             os.close(lock)
@@ -295,6 +305,7 @@ class ServiceCore:
         admin_token_file: Path | None,
         limits: LimitSettings | None,
         backend: PoolBackend | None = None,
+        snapshot_every: int = EVERY,
     ) -> ServiceCore:
         journal_path = state / JOURNAL_FILENAME
         resumed = journal_path.exists()
@@ -311,6 +322,7 @@ class ServiceCore:
             backend,
             at=clock.now(),
             durability=durability,
+            snapshot_every=snapshot_every,
             actuator=lambda pool: actuator_for(pool, clock),
         )
         try:

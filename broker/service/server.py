@@ -39,6 +39,7 @@ from bursar.broker.config import Config
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.servicer import AdminServicer, BrokerServicer, generic_handler
+from bursar.broker.snapshot import EVERY
 from bursar.protos.bursar.v1 import admin_pb2, broker_pb2
 
 __all__ = ["Running", "Settings", "create_server", "is_loopback", "running", "serve"]
@@ -66,6 +67,8 @@ class Settings:
     tls_key: Path | None = None
     allow_remote: bool = False
     durability: str = "normal"
+    snapshot_every: int = EVERY
+    """Journal entries between snapshots (0: none); see ``broker/snapshot.py``."""
     limits: LimitSettings = field(default_factory=LimitSettings)
     grace_s: float = 5.0
     """Seconds in-flight unary calls get to finish on shutdown."""
@@ -211,6 +214,7 @@ async def running(
         settings.state_dir,
         settings.config,
         durability=settings.durability,
+        snapshot_every=settings.snapshot_every,
         clock=settings.clock if clock is None else clock,
         admin_token_file=settings.admin_token_file,
         limits=settings.limits,
