@@ -66,10 +66,16 @@ class AuditReport:
     some entry is not JSON at all, so that the journal has no canonical form."""
     snapshots: tuple[SnapshotCheck, ...] = ()
     """The snapshots given, each checked against the replay at its entry."""
+    started_from: int = 0
+    """0: every entry was re-derived from the start; else the entry of the base snapshot
+    the audit started from (the entries before it are in an archive not given)."""
+    problems: tuple[str, ...] = ()
+    """Why the archives given are not the journal's history (then only the live journal
+    was audited)."""
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches and all(s.ok for s in self.snapshots)
+        return not self.mismatches and not self.problems and all(s.ok for s in self.snapshots)
 
 
 LATER_FIELDS: dict[str, tuple[str, ...]] = {"grant": ("pieces",), "activate": ("pieces",)}
@@ -91,7 +97,11 @@ def _as_recorded(derived: list[dict[str, Any]], recorded: Any) -> list[dict[str,
     return out
 
 
-def audit(journal: Journal, snapshots: Sequence[snapshot.Snapshot] = ()) -> AuditReport:
+def audit(
+    journal: Journal,
+    snapshots: Sequence[snapshot.Snapshot] = (),
+    archives: Sequence[Journal] = (),
+) -> AuditReport:
     """Re-derive every entry of ``journal`` and compare; never changes the journal.
 
     Each of ``snapshots`` (``snapshot.listing(state_dir)``) is checked too: it must be of
@@ -99,17 +109,32 @@ def audit(journal: Journal, snapshots: Sequence[snapshot.Snapshot] = ()) -> Audi
     (the same ``snapshot.fingerprint``), so that a restart from it is a restart from the
     journal.
 
+    A journal whose first entries were archived (``broker/archive.py``) is audited from
+    its base snapshot, unless ``archives`` are given: they are then checked to chain up to
+    the cut and audited first, as if nothing had been moved.
+
     Raises :class:`JournalError` only if an entry's event cannot be decoded at all or the
     engine crashes on it (rather than refusing it), since nothing after that entry can
-    then be re-derived. A refused event is reported as a mismatch and the audit goes on.
+    then be re-derived, or if an archived journal's base snapshot cannot be loaded. A
+    refused event is reported as a mismatch and the audit goes on.
     """
-    engine = new_engine(journal)
+    from bursar.broker.archive import chain
+
+    base = journal.archived_through
+    problems = chain(journal, archives) if archives else []
+    started_from = 0
+    if base and not archives:
+        engine = _base_engine(journal, snapshots, base)
+        started_from = base
+    else:
+        engine = new_engine(journal)
     due: dict[int, list[snapshot.Snapshot]] = {}
     checks: list[SnapshotCheck] = []
     for snap in snapshots:
         why = snapshot.problem(snap, journal)
         if why is None:
-            due.setdefault(snap.header.seq, []).append(snap)
+            if snap.header.seq > started_from:
+                due.setdefault(snap.header.seq, []).append(snap)
         else:
             checks.append(SnapshotCheck(snap.header.seq, str(snap.path), False, why))
     digest = hashlib.sha256((journal.meta_line + "\n").encode())
@@ -117,32 +142,35 @@ def audit(journal: Journal, snapshots: Sequence[snapshot.Snapshot] = ()) -> Audi
     decisions = 0
     mismatches: list[Mismatch] = []
     canonical = True
-    for seq, event_json, decisions_json in journal.raw_entries():
-        events += 1
-        event = decode_entry_event(journal, seq, event_json)
-        try:
-            recorded = json.loads(decisions_json)
-            got = codec.dumps(recorded)
-            decisions += len(recorded) if isinstance(recorded, list) else 1
-        except ValueError:
-            # A row that is not even JSON is a mismatch to report, not a reason to stop.
-            got = decisions_json
-            decisions += 1
-            canonical = False
-        else:
-            digest.update((canonical_line(seq, event_json, decisions_json) + "\n").encode())
-        try:
-            derived = apply_recorded(journal, engine, seq, event)
-            expected = codec.dumps(_as_recorded([codec.to_dict(d) for d in derived], recorded))
-        except JournalError as exc:
-            if not isinstance(exc.__cause__, RequestError):
-                raise
-            # The engine leaves its state untouched on a refusal, so the audit can go on.
-            expected = f"refused: {exc.__cause__}"
-        if expected != got:
-            mismatches.append(Mismatch(seq, expected, got))
-        for snap in due.pop(seq, ()):
-            checks.append(_check(snap, engine))
+    sources = (*archives, journal) if not problems else (journal,)
+    for source in sources:
+        for seq, event_json, decisions_json in source.raw_entries():
+            events += 1
+            event = decode_entry_event(source, seq, event_json)
+            recorded: Any = None
+            try:
+                recorded = json.loads(decisions_json)
+                got = codec.dumps(recorded)
+                decisions += len(recorded) if isinstance(recorded, list) else 1
+            except ValueError:
+                # A row that is not even JSON is a mismatch to report, not a reason to stop.
+                got = decisions_json
+                decisions += 1
+                canonical = False
+            else:
+                digest.update((canonical_line(seq, event_json, decisions_json) + "\n").encode())
+            try:
+                derived = apply_recorded(source, engine, seq, event)
+                expected = codec.dumps(_as_recorded([codec.to_dict(d) for d in derived], recorded))
+            except JournalError as exc:
+                if not isinstance(exc.__cause__, RequestError):
+                    raise
+                # The engine leaves its state untouched on a refusal, so the audit goes on.
+                expected = f"refused: {exc.__cause__}"
+            if expected != got:
+                mismatches.append(Mismatch(seq, expected, got))
+            for snap in due.pop(seq, ()):
+                checks.append(_check(snap, engine))
     return AuditReport(
         events_checked=events,
         decisions_checked=decisions,
@@ -150,6 +178,22 @@ def audit(journal: Journal, snapshots: Sequence[snapshot.Snapshot] = ()) -> Audi
         state_digest=engine.state_digest(),
         journal_sha256=digest.hexdigest() if canonical else None,
         snapshots=tuple(sorted(checks)),
+        started_from=started_from,
+        problems=tuple(problems),
+    )
+
+
+def _base_engine(journal: Journal, snapshots: Sequence[snapshot.Snapshot], base: int) -> Engine:
+    """The state at the archive cut, from the base snapshot (which the archive's own audit
+    vouches for)."""
+    for snap in snapshots:
+        if snap.header.seq == base and snapshot.problem(snap, journal) is None:
+            return snapshot.load_state(snap)
+    raise JournalError(
+        f"{journal.path}: entries 1-{base} were moved to the archive "
+        f"{journal.meta_value('archive_file')!r} and the snapshot at entry {base} cannot be "
+        "loaded by this build: audit with --archive FILE, or rebuild the snapshot with "
+        "`bursar journal rebase`"
     )
 
 

@@ -308,8 +308,7 @@ class Journal:
         self.policy = policy
         self.durability = durability
         self._meta_line = meta_line
-        row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
-        self._last_seq: int = row[0]
+        self._last_seq: int = self._max_seq()
         self._indexed = 0
         """The last entry whose decisions are in the decision index (the writer's view)."""
 
@@ -493,8 +492,16 @@ class Journal:
     def last_seq(self) -> int:
         """The highest seq in the file (0 for an empty journal), including other writers'."""
         with self._lock:
-            row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM entries").fetchone()
-            return row[0]
+            return self._max_seq()
+
+    def _max_seq(self) -> int:
+        # Past entries moved to an archive the numbering goes on from the cut, even when
+        # the journal holds no entry after it yet.
+        row = self._conn.execute(
+            "SELECT MAX(COALESCE((SELECT MAX(seq) FROM entries), 0), "
+            "COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'archived_through'), 0))"
+        ).fetchone()
+        return row[0]
 
     def raw_entries(self, start: int = 0) -> Iterator[tuple[int, str, str]]:
         """``(seq, event_json, decisions_json)`` for each entry with ``seq >= start``, as stored."""
@@ -689,6 +696,60 @@ class Journal:
         for line in self.canonical_lines():
             h.update(line.encode())
         return h.hexdigest()
+
+    # ----- archiving (see broker/archive.py)
+
+    def meta_value(self, key: str) -> str | None:
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    @property
+    def archived_through(self) -> int:
+        """The last entry moved to an archive (0: none); the file holds the entries after."""
+        return int(self.meta_value("archived_through") or 0)
+
+    def copy_entries_to(self, other: Journal, first: int, last: int) -> int:
+        """Copy entries ``first``..``last`` as stored (same seqs) into ``other``, an empty
+        journal of the same pool and policy, in one transaction; returns how many."""
+        n = 0
+        with other._lock, other._write_errors(first):
+            other._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for seq, event_json, decisions_json in self.raw_entries(first):
+                    if seq > last:
+                        break
+                    other._conn.execute(_INSERT, (seq, event_json, decisions_json))
+                    n += 1
+                other._conn.execute("COMMIT")
+            except BaseException:
+                other._conn.execute("ROLLBACK")
+                raise
+            other._last_seq = max(other._last_seq, last if n else other._last_seq)
+        return n
+
+    def cut(self, through: int, meta: Mapping[str, str]) -> None:
+        """Delete entries up to ``through`` (and their index rows) and record ``meta``, in
+        one transaction: either the journal still holds them or the meta says where they
+        went."""
+        with self._lock, self._write_errors(through):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("DELETE FROM entries WHERE seq <= ?", (through,))
+                self._conn.execute("DELETE FROM decision_index WHERE seq <= ?", (through,))
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta.items()
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def set_meta(self, meta: Mapping[str, str]) -> None:
+        with self._lock, self._write_errors(self._last_seq):
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", meta.items()
+            )
 
 
 def new_engine(journal: Journal) -> Engine:

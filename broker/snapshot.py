@@ -90,6 +90,7 @@ SHELL_MODULES = frozenset(
     {
         "acquisition",
         "actuator",
+        "archive",
         "audit",
         "clock",
         "config",
@@ -119,7 +120,10 @@ def code_fingerprint() -> str:
 
 
 def entry_sha256(journal: Journal, seq: int) -> str | None:
-    """The hash of entry ``seq`` as stored (None if there is no such entry)."""
+    """The hash of entry ``seq`` as stored (None if there is no such entry); for the last
+    entry moved to an archive, the hash recorded when it was moved."""
+    if seq and seq == journal.archived_through:
+        return journal.meta_value("archived_entry_sha256")
     for s, event_json, decisions_json in journal.raw_entries(seq):
         if s != seq:
             return None
@@ -174,7 +178,10 @@ def write(state_dir: Path, journal: Journal, seq: int, now: float, state: bytes)
             os.fsync(fd)
         finally:
             os.close(fd)
+    base = journal.archived_through
     for old in listing(state_dir)[KEEP:]:
+        if old.header.seq == base:
+            continue  # the state at the archive cut: the entries before it are gone
         with contextlib.suppress(FileNotFoundError):
             old.path.unlink()
     return path
@@ -215,6 +222,8 @@ def problem(snap: Snapshot, journal: Journal) -> str | None:
         return "written for another pool or policy"
     if h.seq > journal.last_seq:
         return f"it is of entry {h.seq}, past the journal's last ({journal.last_seq})"
+    if h.seq < journal.archived_through:
+        return f"it is of entry {h.seq}, before the archive cut ({journal.archived_through})"
     if entry_sha256(journal, h.seq) != h.entry_sha256:
         return f"the journal's entry {h.seq} is not the one it was taken after"
     return None
@@ -374,6 +383,14 @@ def restore(journal: Journal, state_dir: Path) -> tuple[Engine, int]:
     from bursar.broker.journal import apply_recorded, decode_entry_event, new_engine
 
     found = latest(state_dir, journal)
+    base = journal.archived_through
+    if base and found is None:
+        raise JournalError(
+            f"{journal.path}: entries 1-{base} were moved to the archive "
+            f"{journal.meta_value('archive_file')!r}, and no snapshot in {state_dir / DIRNAME} "
+            f"that this build can load holds the state at entry {base} or later; rebuild it "
+            f"from the archive with: bursar journal rebase --state-dir {state_dir} --archive FILE"
+        )
     engine, start = found if found is not None else (new_engine(journal), 0)
     for seq, event_json, _ in journal.raw_entries(start + 1):
         apply_recorded(journal, engine, seq, decode_entry_event(journal, seq, event_json))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import click
 from rich.console import Console
 
-from bursar.broker import snapshot
+from bursar.broker import archive, snapshot
 from bursar.broker.audit import audit
 from bursar.broker.errors import JournalError
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
@@ -72,6 +75,17 @@ def journal() -> None:
     """
 
 
+_archives = click.option(
+    "--archive",
+    "archives",
+    multiple=True,
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    metavar="FILE",
+    help="An archive the journal's first entries were moved to (`bursar journal archive`); "
+    "repeat for a chain of archives, oldest first.",
+)
+
+
 @journal.command("audit")
 @_state_dir
 @click.option(
@@ -82,7 +96,8 @@ def journal() -> None:
     type=click.IntRange(min=0),
     help="How many mismatching entries to print in full.",
 )
-def audit_cmd(state_dir: Path, show: int) -> None:
+@_archives
+def audit_cmd(state_dir: Path, show: int, archives: tuple[Path, ...]) -> None:
     """Re-derive every journaled decision and report any that differ.
 
     Replays the recorded events, in order, through a fresh policy engine built from the
@@ -93,12 +108,16 @@ def audit_cmd(state_dir: Path, show: int) -> None:
     Each snapshot in DIR/snapshots/ is checked as well: the state it holds must be the
     state the replay reaches at its entry (a restart resumes from it).
 
+    A journal whose first entries were archived is audited from the snapshot at the cut;
+    with --archive the archives are checked to be its history (in order, unaltered) and
+    audited first, as if nothing had been moved.
+
     Exit status: 0 if every decision and snapshot matches, 1 if any differs (or an entry
     cannot be read), 2 if DIR holds no journal that can be opened.
     """
-    with _open_journal(state_dir) as j:
+    with _open_journal(state_dir) as j, _open_archives(archives) as olds:
         try:
-            report = audit(j, snapshot.listing(state_dir))
+            report = audit(j, snapshot.listing(state_dir), olds)
         except JournalError as exc:
             _fail(str(exc), EXIT_MISMATCH)
     n = len(report.mismatches)
@@ -106,6 +125,13 @@ def audit_cmd(state_dir: Path, show: int) -> None:
         f"audited {report.events_checked} events, {report.decisions_checked} decisions: "
         f"{n} mismatch{'es' if n != 1 else ''}"
     )
+    if report.started_from:
+        click.echo(
+            f"entries 1-{report.started_from} are archived: audited from the snapshot at "
+            f"entry {report.started_from} (give --archive FILE to audit them too)"
+        )
+    for problem in report.problems:
+        click.echo(f"archive: {problem}")
     click.echo(f"final state digest: {report.state_digest}")
     if report.journal_sha256 is not None:
         click.echo(f"journal sha256:     {report.journal_sha256}")
@@ -118,6 +144,99 @@ def audit_cmd(state_dir: Path, show: int) -> None:
     if n > show:
         click.echo(f"... and {n - show} more mismatching entr{'ies' if n - show != 1 else 'y'}")
     sys.exit(EXIT_OK if report.ok else EXIT_MISMATCH)
+
+
+@contextlib.contextmanager
+def _open_archives(paths: tuple[Path, ...]) -> Iterator[list[Journal]]:
+    opened: list[Journal] = []
+    try:
+        for p in paths:
+            try:
+                opened.append(Journal.open(p))
+            except JournalError as exc:
+                _fail(str(exc), EXIT_NO_JOURNAL)
+        yield opened
+    finally:
+        for j in opened:
+            j.close()
+
+
+@contextlib.contextmanager
+def _stopped(state_dir: Path) -> Iterator[None]:
+    """Hold the state directory's serve lock: no broker may write it meanwhile."""
+    from bursar.broker.service.core import _lock_state_dir
+
+    try:
+        fd = _lock_state_dir(state_dir)
+    except ValueError as exc:
+        _fail(f"{exc}; archiving needs the broker stopped", EXIT_NO_JOURNAL)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+@journal.command("archive")
+@_state_dir
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="The archive to write (a new file: a journal holding the moved entries).",
+)
+@click.option(
+    "--through",
+    type=click.IntRange(min=1),
+    metavar="SEQ",
+    help="Move at most the entries up to SEQ. Default: up to the newest snapshot.",
+)
+def archive_cmd(state_dir: Path, out: Path, through: int | None) -> None:
+    """Move the journal's old entries to an archive file, with the broker stopped.
+
+    Audits the journal first; the cut is at the newest snapshot the audit verified (at
+    most --through): its entries and everything before move to FILE, the snapshot stays
+    as the journal's new start, and the journal records the archive's name and hash.
+    Keep FILE: `bursar journal audit --archive FILE` audits the whole history, and a new
+    build of the broker needs it once (`bursar journal rebase`) to rebuild the snapshot.
+    """
+    with _stopped(state_dir), _open_journal(state_dir) as j:
+        try:
+            report = audit(j, snapshot.listing(state_dir))
+        except JournalError as exc:
+            _fail(str(exc), EXIT_MISMATCH)
+        if not report.ok:
+            _fail(
+                "the journal does not audit clean (run `bursar journal audit`); nothing moved",
+                EXIT_MISMATCH,
+            )
+        verified = [c.seq for c in report.snapshots if c.ok]
+        try:
+            done = archive.archive(state_dir, j, out, verified, through)
+        except JournalError as exc:
+            _fail(str(exc), EXIT_MISMATCH)
+    click.echo(
+        f"moved entries {done.first}-{done.through} ({done.entries} entries) to {done.path}; "
+        f"its sha256 {done.sha256} is recorded in the journal"
+    )
+
+
+@journal.command("rebase")
+@_state_dir
+@_archives
+def rebase_cmd(state_dir: Path, archives: tuple[Path, ...]) -> None:
+    """Rebuild the snapshot an archived journal starts from, with this build.
+
+    A new build of the broker cannot load an older build's snapshots; a journal whose
+    first entries were archived then needs its start rebuilt by replaying the archives
+    (all of them, oldest first), with the broker stopped.
+    """
+    with _stopped(state_dir), _open_journal(state_dir) as j, _open_archives(archives) as olds:
+        try:
+            path = archive.rebase(state_dir, j, olds)
+        except JournalError as exc:
+            _fail(str(exc), EXIT_MISMATCH)
+    click.echo(f"rebuilt {path}")
 
 
 @journal.command("tail")

@@ -803,6 +803,14 @@ class ServiceCore:
                 f"entry {from_seq} is past the journal's end ({last}); resume from at most "
                 f"{last + 1}",
             )
+        archived = self.runtime.journal.archived_through
+        if 0 < from_seq <= archived:
+            raise RequestError(
+                ErrorCode.OUT_OF_RANGE,
+                "from_seq",
+                f"entries up to {archived} were moved to an archive; resume from at least "
+                f"{archived + 1}, or open the stream without from_seq for a snapshot",
+            )
         if last - from_seq >= REPLAY_LIMIT:
             raise RequestError(
                 ErrorCode.OUT_OF_RANGE,
