@@ -54,6 +54,7 @@ from bursar.broker.decisions import (
     Renewed,
     Revoked,
 )
+from bursar.broker.ended import EndedLeases
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.events import (
     AllocationReady,
@@ -103,8 +104,8 @@ class Engine:
         self._seq = 0
         self.campaigns: dict[str, CampaignState] = {}
         self.leases: dict[str, Lease] = {}
-        self.ended: dict[str, EndedLease] = {}
-        """The newest ``ENDED_KEPT`` ended leases, oldest first."""
+        self.ended = EndedLeases(ENDED_KEPT)
+        """The newest ``ENDED_KEPT`` ended leases (or up to one chunk more), oldest first."""
         self.idempotency = Keys()
         self._primary = pricing.primary_index(self.pool.capacity)
         # The state the fold keeps, each part in the module named for it; the timers'
@@ -869,22 +870,22 @@ class Engine:
         c.leases.discard(ls.id)
         self.ledger.firm_ended(ls)
         del self.leases[ls.id]
-        self.ended[ls.id] = EndedLease(
-            ls.id,
-            ls.campaign,
-            state,
-            self.now,
-            cause,
-            ls.size,
-            ls.path,
-            ls.granted_at,
-            ls.starts_at,
-            ls.lease_class,
-            ls.preemptible,
-            ls.labels,
+        self.ended.add(
+            EndedLease(
+                ls.id,
+                ls.campaign,
+                state,
+                self.now,
+                cause,
+                ls.size,
+                ls.path,
+                ls.granted_at,
+                ls.starts_at,
+                ls.lease_class,
+                ls.preemptible,
+                ls.labels,
+            )
         )
-        if len(self.ended) > ENDED_KEPT:
-            del self.ended[next(iter(self.ended))]
         self.queue.dirty.add(ls.campaign)
         self.queue.pool_dirty = True
         return decision

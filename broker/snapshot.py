@@ -23,7 +23,7 @@ indexes) whose exact order matters for determinism; pickle keeps it whole, with 
 sharing, at C speed. A hand-written encoding of every structure would have to be kept in
 step with each of them. The file is as trusted as the journal next to it (the state
 directory is the broker's own); loading refuses any class outside ``bursar`` and the
-standard containers, as a guard against a foreign file, not as a sandbox.
+standard containers (``broker/safe_pickle.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import io
 import json
 import logging
 import os
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bursar.broker import safe_pickle
 from bursar.broker.errors import JournalError
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ SHELL_MODULES = frozenset(
         "journal",
         "journal_view",
         "runtime",
+        "safe_pickle",
         "snapshot",
     }
 )
@@ -229,25 +230,6 @@ def problem(snap: Snapshot, journal: Journal) -> str | None:
     return None
 
 
-class _Unpickler(pickle.Unpickler):
-    _ALLOWED = {
-        ("builtins", n) for n in ("getattr", "set", "frozenset", "dict", "list", "tuple", "object")
-    } | {
-        ("copyreg", "_reconstructor"),
-        ("collections", "OrderedDict"),
-        ("collections", "defaultdict"),
-        ("collections", "deque"),
-        ("sortedcontainers.sortedlist", "SortedList"),
-        ("sortedcontainers.sortedlist", "SortedKeyList"),
-        ("sortedcontainers.sorteddict", "SortedDict"),
-    }
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module.startswith("bursar.") or (module, name) in self._ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"a snapshot may not refer to {module}.{name}")
-
-
 def load_state(snap: Snapshot) -> Engine:
     """The engine the snapshot holds. Raises ``JournalError`` if the file is damaged."""
     with open(snap.path, "rb") as f:
@@ -256,7 +238,7 @@ def load_state(snap: Snapshot) -> Engine:
     if hashlib.sha256(payload).hexdigest() != snap.header.payload_sha256:
         raise JournalError(f"{snap.path}: damaged (its payload does not match its hash)")
     try:
-        engine = _Unpickler(io.BytesIO(zlib.decompress(payload))).load()
+        engine = safe_pickle.loads(zlib.decompress(payload))
     except Exception as exc:
         raise JournalError(f"{snap.path}: cannot be loaded: {exc}") from exc
     from bursar.broker.engine import Engine
@@ -338,6 +320,9 @@ def _walk(obj: Any, seen: dict[int, tuple[int, Any]]) -> Iterator[bytes]:
     elif isinstance(obj, types.MethodType):
         yield f"M{obj.__func__.__qualname__}".encode()
         yield from _walk(obj.__self__, seen)
+    elif hasattr(obj, "__fingerprint_state__"):
+        yield f"O{type(obj).__qualname__}".encode()
+        yield from _walk(obj.__fingerprint_state__(), seen)
     else:
         yield from _reduced(obj, seen)
 
