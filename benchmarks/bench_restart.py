@@ -50,7 +50,8 @@ from bursar.broker.engine import Engine
 from bursar.broker.errors import RequestError
 from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
 
-START = 1_750_000_000.0
+EVENTS_PER_S = 20.0
+"""The generated workload's event rate; about 1.2 decisions per event."""
 
 CONFIG = """
 [pool]
@@ -86,7 +87,9 @@ def generate(state: Path, decisions: int, every: int, seed: int = 1) -> dict[str
     journal = Journal.open(state / JOURNAL_FILENAME, cfg.pool, cfg.policy)
     engine = Engine(journal.pool, journal.policy)
     rng = random.Random(seed)
-    t = START
+    # Dated so that the journal ends about when it is generated: a restart then catches up
+    # on minutes of downtime, as after a crash, not on the years since a fixed date.
+    t = time.time() - decisions / (1.2 * EVENTS_PER_S)
     batch: list[tuple[ev.Event, list]] = []
     for spec in cfg.campaigns:
         e = ev.CreateCampaign(at=t, spec=spec)
@@ -110,7 +113,7 @@ def generate(state: Path, decisions: int, every: int, seed: int = 1) -> dict[str
         seq_next = journal.last_seq + len(batch) + 1
         if made >= decisions and seq_next % every == 0:
             break  # one short of the next snapshot: the longest tail
-        t += rng.expovariate(20.0)
+        t += rng.expovariate(EVENTS_PER_S)
         r = rng.random()
         if r < 0.55 or not held:
             e = ev.RequestLease(

@@ -13,12 +13,14 @@ from pathlib import Path
 from conftest import build_engine, gpu_campaign
 
 from bursar.broker.clock import ManualClock
-from bursar.broker.config import parse_config
+from bursar.broker.config import default_config, parse_config
 from bursar.broker.decisions import Cancelled, Granted, PreemptWarned
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.events import CancelRequest, RequestLease
+from bursar.broker.journal import Journal
 from bursar.broker.runtime import Runtime
 from bursar.broker.service.core import ServiceCore
+from bursar.broker.snapshot import fingerprint, restore
 
 POOL = """
 [pool]
@@ -106,3 +108,22 @@ def test_one_cancel_withdraws_several_requests_before_any_admission():
     out = eng.apply(CancelRequest(2, request_id="L3", also=("L4",)))
     assert [type(d).__name__ for d in out] == ["Cancelled", "Cancelled"]
     assert out.own.request_id == "L3" and eng.pending == {}
+
+
+def test_a_long_downtime_is_caught_up_in_one_entry_before_serving(tmp_path: Path) -> None:
+    """Idle nodes the warm reserve needs are looked at again every power_down_idle_s: a
+    month of downtime used to come back as one journal entry per look (thousands), and
+    the leases that ended meanwhile only ended once the timer task ran."""
+    config = default_config()
+    with Runtime.open(tmp_path, config) as rt:
+        rt.submit(RequestLease(1.0, "victim", {"gpu": 8}, 600))
+        before = rt.journal.last_seq
+    month = 30 * 86_400.0
+    core = ServiceCore.open(tmp_path, clock=ManualClock(month))
+    try:
+        assert core.engine.now == month and not core.engine.leases  # L1 expired meanwhile
+        assert core.runtime.journal.last_seq - before <= 2
+        with Journal.open(tmp_path / "journal.sqlite") as j:
+            assert fingerprint(restore(j, tmp_path)[0]) == fingerprint(core.engine)
+    finally:
+        core.close()

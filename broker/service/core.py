@@ -325,9 +325,13 @@ class ServiceCore:
             snapshot_every=snapshot_every,
             actuator=lambda pool: actuator_for(pool, clock),
         )
+        broker.coalesce_ticks = True
         try:
             if resumed:
                 _withdraw_orphans(broker)
+                # The downtime, before serving: the leases that ended meanwhile are ended
+                # by the time anyone can ask.
+                broker.catch_up(clock.now())
             admin_token, admin_path, _ = load_admin_token(state, admin_token_file)
             tokens = TokenStore(state, admin_token)
             issued = tokens.issue_missing(sorted(broker.engine.campaigns), clock.now())
