@@ -425,8 +425,13 @@ def _hint(fd: descriptor.FieldDescriptor, world: World) -> st.SearchStrategy[Any
     if name in ("campaign", "name"):
         return st.one_of(_pick(world.campaigns), st.just(""), st.just("nobody"))
     if name in ("lease_id", "lease_ids"):
-        return st.one_of(_pick(lambda: world.leases), st.just("L999999"))
-    if name in ("dim",):
+        # Mostly the latest leases: the ones most likely still live.
+        return st.one_of(
+            _pick(lambda: world.leases[-4:]), _pick(lambda: world.leases), st.just("L999999")
+        )
+    if name == "dim" and fd.containing_type.name == "MeterRequest":
+        return st.sampled_from(["inference", "fs_bw"])
+    if name == "dim":
         return st.sampled_from(["gpu", "cpu", "mem_gb", "inference", "fs_bw", ""])
     if name == "duration_s":
         return st.sampled_from([30.0, 600.0, 3600.0])
@@ -449,7 +454,10 @@ def _hint(fd: descriptor.FieldDescriptor, world: World) -> st.SearchStrategy[Any
     if name == "reason":
         return st.just("fuzz: operator drain")
     if name == "idempotency_key":
-        return st.one_of(st.just(""), st.integers(0, 50).map(lambda i: f"k-{i}"))
+        # Mostly fresh keys; a few repeat (a retry, or the same key for another request).
+        return st.one_of(
+            st.just(""), st.integers(0, 1 << 40).map(lambda i: f"k-{i}"), st.just("k-again")
+        )
     return None
 
 
@@ -546,7 +554,7 @@ def _set_clean(
                 getattr(msg, fd.name)[dim].CopyFrom(
                     draw(message_strategy(vfd.message_type, world, depth + 1, 0))
                 )
-        elif fd.name in _CLEAN_MAPS and draw(st.booleans()):
+        elif fd.name in _CLEAN_MAPS and (fd.name == "size" or draw(st.booleans())):
             key, values = _CLEAN_MAPS[fd.name]
             getattr(msg, fd.name)[key] = draw(st.sampled_from(values))
         return
@@ -666,6 +674,8 @@ class Tally:
     timer_entries: int = 0
     refused: int = 0
     problems: list[str] = field(default_factory=list)
+    stream_timeouts: list[str] = field(default_factory=list)
+    """Streams that neither opened nor failed within the call's deadline."""
 
     def add(self, m: Method, o: Outcome) -> None:
         self.sent += 1
@@ -863,6 +873,8 @@ def _fuzz(
             (kind, meta), body = x
             o = call(channel, m, body, meta, timeout=1.0)
             tally.add(m, o)
+            if m.streaming and o.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                tally.stream_timeouts.append(f"{m.label} {kind} {_describe(m, body)}")
             if o.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 probe.settle(quiet_s=0.05)
             now = probe.status().journal_entries
@@ -935,6 +947,7 @@ def _fuzz(
             "health_checks": health_checks[0],
             "health_serving": health_checks[1],
             "requests_per_s": round(tally.sent / elapsed, 1),
+            "stream_timeouts": len(tally.stream_timeouts),
         }
     )
     if len(codes) != len(ms):
@@ -955,9 +968,19 @@ def _fuzz(
         f"{tally.timer_entries} timer entries)",
         f"health SERVING {health_checks[1]}/{health_checks[0]} checks",
     ]
+    result.lines += [f"stream deadline: {t}" for t in tally.stream_timeouts[:10]]
     width = max(len(k) for k in codes)
     for name, c in codes.items():
         result.lines.append(f"  {name:<{width}}  " + " ".join(f"{k}={v}" for k, v in c.items()))
+
+
+def _describe(m: Method, body: bytes) -> str:
+    """A short account of a request body, for a report line."""
+    try:
+        text = str(m.request.FromString(body)).replace("\n", " ")
+    except Exception:
+        text = body[:40].hex()
+    return f"{len(body)} bytes: {text[:300]}"
 
 
 def _harvester(world: World) -> Callable[[Method, bytes | None], None]:
@@ -999,6 +1022,20 @@ def _release_all(channel: grpc.Channel, world: World) -> None:
         with contextlib.suppress(grpc.RpcError):  # it may have ended meanwhile
             release(pb.ReleaseRequest(lease_id=lease.lease_id), metadata=meta, timeout=10)
     _refresh_tokens(channel, world)
+    # Fresh live leases for the lease RPCs (Renew, Release, RevokeLease...) to aim at.
+    acquire = channel.unary_unary(
+        "/bursar.v1.Broker/Acquire",
+        request_serializer=pb.AcquireRequest.SerializeToString,
+        response_deserializer=pb.AcquireResponse.FromString,
+    )
+    for name in ("sci", "other", "backfill"):
+        with contextlib.suppress(grpc.RpcError):  # the fuzz may have changed its envelope
+            got = acquire(
+                pb.AcquireRequest(campaign=name, size={"gpu": 1}, duration_s=3600),
+                metadata=meta,
+                timeout=10,
+            )
+            world.leases.append(got.lease.lease_id)
 
 
 def _refresh_tokens(channel: grpc.Channel, world: World) -> None:
