@@ -428,7 +428,8 @@ def run(mode: Mode, work_dir: Path) -> Result:
 
     result.figures["matrix"] = tables
     for tag, table in tables.items():
-        result.lines.append(f"{tag}: {sum(len(r) for r in table.values())} cells")
+        run_cells = sum(v != "-" for r in table.values() for v in r.values())
+        result.lines.append(f"{tag}: {run_cells} cells over {len(table)} RPCs ('-': no target)")
         width = max(len(k) for k in table)
         result.lines.append(f"  {'':<{width}}  " + " ".join(f"{c:>13}" for c in CALLERS))
         for name, row in table.items():
