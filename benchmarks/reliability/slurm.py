@@ -486,12 +486,11 @@ def _ctld_restart(
         + f"; the broker logged {fig['nodes_reported_lost']} node(s) lost meanwhile"
     )
     if fig["nodes_reported_lost"]:
-        # Not a broken invariant (the answer is the documented revoked lease), but worth
-        # knowing: a restarted slurmctld lists idle nodes as "unknown" until their slurmd
-        # registers again, and the backend takes that for a lost node.
-        result.lines.append(
-            "  note: the broker took nodes Slurm listed as 'unknown' after the restart for "
-            "lost (NodeLost), ending any lease placed there meanwhile"
+        # A restarted slurmctld lists idle nodes as "unknown" until their slurmd registers
+        # again: the backend must wait for news, not end the leases placed there.
+        result.fail(
+            f"slurmctld {how}: the broker took {fig['nodes_reported_lost']} node(s) for lost "
+            "while the restarted controller had not heard from them yet"
         )
 
 

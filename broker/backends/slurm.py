@@ -707,6 +707,11 @@ class SlurmPool(PoolBackend):
         lost_nodes = set()
         for engine_name, slurm_name in sorted(self._slurm_name.items()):
             sn = nodes.get(slurm_name)
+            if sn is not None and sn.state == "unknown" and "NOT_RESPONDING" not in sn.flags:
+                # A restarted slurmctld lists its idle nodes as unknown until their slurmd
+                # registers again (seconds): no news, not a loss. A node that does not come
+                # back is flagged NOT_RESPONDING after SlurmdTimeout, and is lost then.
+                continue
             usable = sn is not None and sn.usable
             st = self._state[engine_name]
             if st is NodeState.DOWN and usable:
