@@ -175,11 +175,16 @@ def cached(work: Path, decisions: int, every: int) -> tuple[Path, dict[str, floa
     return state, generate(state, decisions, every)
 
 
-def restore_s(state: Path) -> tuple[float, int]:
+def restore_s(state: Path) -> tuple[float, int, float]:
+    """Seconds to restore, entries replayed after the snapshot, and seconds one capture of
+    the restored engine takes (the pause a snapshot costs the engine's thread)."""
     with Journal.open(state / JOURNAL_FILENAME) as j:
         t0 = time.perf_counter()
-        _, used = snapshot.restore(j, state)
-        return time.perf_counter() - t0, j.last_seq - used
+        engine, used = snapshot.restore(j, state)
+        took = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        snapshot.capture(engine)
+        return took, j.last_seq - used, time.perf_counter() - t1
 
 
 def full_replay_s(state: Path) -> float:
@@ -255,14 +260,22 @@ def main() -> None:
             f"   journal: {info['entries']:,} entries, {info['decisions']:,} decisions, "
             f"{info['journal_mb']:,} MB (generated in {info['generate_s']:,} s)"
         )
-        restores, tail = [], 0
+        restores, captures, tail = [], [], 0
         for _ in range(args.repeat):
-            s, tail = restore_s(state)
+            s, tail, c = restore_s(state)
             restores.append(s)
+            captures.append(c)
         print(f"   snapshot restore: {spread(restores)} ({tail:,} entries replayed after it)")
+        print(f"   one snapshot capture (the engine's thread): {spread(captures)}")
         serving = [to_serving_s(state) for _ in range(args.repeat)]
         print(f"   bursar serve to SERVING: {spread(serving)}")
-        row = {"decisions": n, "restore": restores, "serving": serving, "tail": tail}
+        row = {
+            "decisions": n,
+            "restore": restores,
+            "capture": captures,
+            "serving": serving,
+            "tail": tail,
+        }
         if n <= args.full_max:
             full = [full_replay_s(state) for _ in range(args.repeat)]
             ratio = statistics.median(full) / statistics.median(restores)
