@@ -4,7 +4,7 @@
 standard health service and server reflection, and binds it (port 0: any free port),
 returning ``(server, port)``; tests use it directly. ``running(settings)`` is the whole
 life cycle as an async context manager: open the state directory, start the server,
-the timer and metrics tasks (in one ``asyncio.TaskGroup``) and the metrics port; on
+the timer, metrics and journal-checkpoint tasks (in one ``asyncio.TaskGroup``) and the metrics port; on
 exit, stop in order. ``serve(settings)`` runs until SIGTERM or SIGINT.
 
 Stopping (SIGTERM): health turns NOT_SERVING, the server stops accepting calls, blocking
@@ -36,6 +36,7 @@ from grpc_reflection.v1alpha import reflection
 from bursar.broker.backends.base import PoolBackend
 from bursar.broker.clock import SYSTEM, Clock
 from bursar.broker.config import Config
+from bursar.broker.service import stalls
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.servicer import AdminServicer, BrokerServicer, generic_handler
@@ -244,6 +245,12 @@ async def running(
         async with asyncio.TaskGroup() as tg:
             tg.create_task(core.run_timers(), name="bursar-timers")
             tg.create_task(core.run_metrics(), name="bursar-metrics")
+            tg.create_task(core.run_checkpoints(), name="bursar-checkpoints")
+            probes = heartbeat = None
+            if stalls.enabled():
+                probes = stalls.StallLog()
+                probes.install(core.runtime, core.metrics)
+                heartbeat = tg.create_task(probes.run(), name="bursar-stall-log")
             try:
                 yield Running(port, metrics_port, core, server, _address(settings.host, port))
             finally:
@@ -255,6 +262,9 @@ async def running(
                 core.begin_shutdown()
                 await stopping
                 core.stop_background()
+                if heartbeat is not None and probes is not None:
+                    heartbeat.cancel()
+                    probes.uninstall()
     finally:
         core.close()
         if not started and fresh:

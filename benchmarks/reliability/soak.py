@@ -1,0 +1,293 @@
+"""Soak: many agents on one broker for a while, with Watch and WatchSupply streams open.
+
+Each agent (an asyncio task on its own gRPC channel, all in this process) loops: acquire
+(mostly non-blocking, some blocking for up to a second), hold the lease while renewing it
+once or twice, release it (one lease in ten is left to expire). One agent in five also
+keeps a Watch stream on its campaign open, one in ten a WatchSupply stream.
+
+Reported: every call's outcome by gRPC status code, expected refusals (RESOURCE_EXHAUSTED,
+and FAILED_PRECONDITION on a renewal that raced its own expiry) counted by reason apart
+from failures (anything else: UNKNOWN, INTERNAL, UNAVAILABLE...); the server's RSS and
+open file descriptors at start and end; non-blocking acquire latency p50/p99/p99.9/max per
+window (a minute in long mode, 10 s in short); every call slower than 100 ms, clustered
+into stalls (calls within 50 ms of each other, from several agents). With
+``BURSAR_STALL_LOG=1`` the server logs what held its event loop (garbage collections,
+journal commits, WAL checkpoints over 100 ms); those lines are kept with the figures so a
+stall can be matched to its cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from common import Mode, Result, quantiles
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from server import Server, md, pool_toml, proc_stats
+
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
+
+SIZES = {
+    # agents, seconds, window seconds, campaigns, nodes
+    "short": (24, 40.0, 10.0, 4, 8),
+    "long": (60, 600.0, 60.0, 6, 20),
+}
+
+SLOW_S = 0.1
+"""A call slower than this is listed (and counted toward a stall)."""
+
+EXPECTED = {grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.FAILED_PRECONDITION}
+"""Refusals a well-behaved agent meets under load; any other code is a failure."""
+
+
+def reason_of(err: grpc.aio.AioRpcError) -> str:
+    """The ErrorInfo reason of a bursar error ('' when it carries none)."""
+    status = rpc_status.from_call(err)
+    if status is not None:
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                return info.reason
+    return ""
+
+
+@dataclass
+class Tally:
+    ok: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    acquire_lat: list[tuple[float, float]] = field(default_factory=list)
+    """(seconds since start, latency) of every non-blocking Acquire."""
+    slow: list[tuple[float, float, str, int]] = field(default_factory=list)
+    """(start, latency, call, agent) of every call slower than SLOW_S."""
+    events: int = 0
+    supplies: int = 0
+    stream_errors: Counter[str] = field(default_factory=Counter)
+
+
+class Agent:
+    def __init__(
+        self, n: int, address: str, token: str, rng: random.Random, t0: float, tally: Tally
+    ) -> None:
+        self.n = n
+        self.channel = grpc.aio.insecure_channel(address)
+        self.stub = pbg.BrokerStub(self.channel)
+        self.md = md(token)
+        self.rng = rng
+        self.t0 = t0
+        self.tally = tally
+
+    async def call(self, name: str, fn: object, req: object) -> object | None:
+        start = time.perf_counter()
+        try:
+            out = await fn(req, metadata=self.md, timeout=30)  # type: ignore[operator]
+            self.tally.ok[name] += 1
+            return out
+        except grpc.aio.AioRpcError as err:
+            code = err.code()
+            key = f"{name} {code.name} {reason_of(err)}".rstrip()
+            (self.tally.refused if code in EXPECTED else self.tally.failed)[key] += 1
+            return None
+        finally:
+            lat = time.perf_counter() - start
+            at = start - self.t0
+            if name == "Acquire":
+                self.tally.acquire_lat.append((at, lat))
+            if lat > SLOW_S and name != "Acquire(blocking)":
+                self.tally.slow.append((at, lat, name, self.n))
+
+    async def loop(self, stop: asyncio.Event) -> None:
+        rng = self.rng
+        i = 0
+        while not stop.is_set():
+            i += 1
+            blocking = rng.random() < 0.2
+            req = pb.AcquireRequest(
+                # As the client library does: a fresh key on every call (the broker keeps
+                # each for a day, so they add to what it holds in memory).
+                idempotency_key=f"agent{self.n}-{i}",
+                size={"gpu": rng.choice((1, 1, 2, 2, 4))},
+                duration_s=rng.uniform(3, 8),
+                timeout_s=1.0 if blocking else 0.0,
+                labels={"agent": str(self.n)},
+            )
+            got = await self.call(
+                "Acquire(blocking)" if blocking else "Acquire", self.stub.Acquire, req
+            )
+            if got is None:
+                await asyncio.sleep(rng.uniform(0.05, 0.3))
+                continue
+            lease_id = got.lease.lease_id  # type: ignore[attr-defined]
+            for _ in range(rng.randint(0, 2)):
+                await asyncio.sleep(rng.uniform(0.1, 0.8))
+                renew = pb.RenewRequest(lease_id=lease_id, duration_s=rng.uniform(3, 8))
+                await self.call("Renew", self.stub.Renew, renew)
+            await asyncio.sleep(rng.uniform(0.05, 0.5))
+            if rng.random() < 0.9:
+                await self.call("Release", self.stub.Release, pb.ReleaseRequest(lease_id=lease_id))
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        stream = self.stub.Watch(pb.WatchRequest(), metadata=self.md)
+        await self._follow(stream, stop, "Watch")
+
+    async def watch_supply(self, stop: asyncio.Event) -> None:
+        stream = self.stub.WatchSupply(
+            pb.WatchSupplyRequest(min_interval_s=0.2, max_interval_s=2), metadata=self.md
+        )
+        await self._follow(stream, stop, "WatchSupply")
+
+    async def _follow(
+        self, stream: grpc.aio.UnaryStreamCall, stop: asyncio.Event, name: str
+    ) -> None:
+        reader = asyncio.ensure_future(self._read(stream, name))
+        await stop.wait()
+        stream.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+
+    async def _read(self, stream: grpc.aio.UnaryStreamCall, name: str) -> None:
+        try:
+            async for _ in stream:
+                if name == "Watch":
+                    self.tally.events += 1
+                else:
+                    self.tally.supplies += 1
+        except grpc.aio.AioRpcError as err:
+            if err.code() != grpc.StatusCode.CANCELLED:
+                self.tally.stream_errors[f"{name} {err.code().name} {reason_of(err)}"] += 1
+
+
+def stalls(slow: list[tuple[float, float, str, int]]) -> list[dict[str, object]]:
+    """Slow calls grouped by overlap: calls in flight at the same moment form one stall."""
+    out: list[dict[str, object]] = []
+    for at, lat, _name, agent in sorted(slow):
+        if out and at <= out[-1]["end"]:  # type: ignore[operator]
+            s = out[-1]
+            s["end"] = max(s["end"], at + lat)  # type: ignore[call-overload]
+            s["calls"] += 1  # type: ignore[operator]
+            s["agents"].add(agent)  # type: ignore[attr-defined]
+            s["max_s"] = max(s["max_s"], lat)  # type: ignore[call-overload]
+        else:
+            out.append({"at": at, "end": at + lat, "calls": 1, "agents": {agent}, "max_s": lat})
+    for s in out:
+        s["agents"] = len(s["agents"])  # type: ignore[arg-type]
+        s["at"] = round(s["at"], 2)  # type: ignore[call-overload]
+        s["end"] = round(s["end"], 2)  # type: ignore[call-overload]
+        s["max_s"] = round(s["max_s"], 3)  # type: ignore[call-overload]
+    return out
+
+
+def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
+    agents_n, seconds, window_s, campaigns_n, nodes = SIZES[mode]
+    res = Result("soak")
+    names = [f"c{i}" for i in range(campaigns_n)]
+    cfg = work_dir / "pool.toml"
+    cfg.write_text(pool_toml(nodes=nodes, campaigns={n: nodes * 8 / 2 for n in names}))
+    env = {"BURSAR_STALL_LOG": "1"} if stall_log else {}
+    server = Server(work_dir / "state", "--config", str(cfg), env=env)
+    try:
+        tokens = server.tokens()
+        tally = Tally()
+        start_stats = proc_stats(server.pid)
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            t0 = time.perf_counter()
+            agents = [
+                Agent(i, server.address, tokens[names[i % len(names)]], random.Random(i), t0, tally)
+                for i in range(agents_n)
+            ]
+            # Connected before the clock starts: the first window measures calls, not
+            # fifty TCP and HTTP/2 handshakes at once.
+            await asyncio.gather(*(a.channel.channel_ready() for a in agents))
+            for a in agents:
+                a.t0 = time.perf_counter()
+            tasks = [asyncio.ensure_future(a.loop(stop)) for a in agents]
+            tasks += [asyncio.ensure_future(a.watch(stop)) for a in agents[::5]]
+            tasks += [asyncio.ensure_future(a.watch_supply(stop)) for a in agents[::10]]
+            await asyncio.sleep(seconds)
+            stop.set()
+            await asyncio.gather(*tasks)
+            for a in agents:
+                await a.channel.close()
+
+        asyncio.run(main())
+        # Streams and channels are closed: their descriptors should be gone too.
+        time.sleep(0.5)
+        end_stats = proc_stats(server.pid)
+    finally:
+        server.close()
+
+    windows: dict[int, list[float]] = {}
+    for at, lat in tally.acquire_lat:
+        windows.setdefault(int(at // window_s), []).append(lat)
+    per_window = []
+    for w in sorted(windows):
+        q = quantiles(windows[w])
+        per_window.append(
+            {
+                "from_s": w * window_s,
+                **{k: (v if k == "n" else round(v * 1000, 2)) for k, v in q.items()},
+            }
+        )
+    overall = quantiles([lat for _, lat in tally.acquire_lat])
+    found = stalls(tally.slow)
+    stall_lines = [line.rstrip() for line in server.errors if "stall-log" in line]
+    res.figures.update(
+        agents=agents_n,
+        seconds=seconds,
+        window_s=window_s,
+        watch_streams=len(range(0, agents_n, 5)),
+        supply_streams=len(range(0, agents_n, 10)),
+        ok=dict(tally.ok),
+        refused=dict(tally.refused),
+        failed=dict(tally.failed),
+        stream_errors=dict(tally.stream_errors),
+        watch_events=tally.events,
+        supply_snapshots=tally.supplies,
+        server_start=start_stats,
+        server_end=end_stats,
+        acquire_ms=[  # per window
+            *per_window
+        ],
+        acquire_ms_overall={k: (v if k == "n" else round(v * 1000, 2)) for k, v in overall.items()},
+        slow_calls=len(tally.slow),
+        stalls=found,
+        server_stall_log=stall_lines[-50:],
+    )
+    total_ok = sum(tally.ok.values())
+    res.lines += [
+        f"{agents_n} agents for {seconds:.0f} s ({res.figures['watch_streams']} Watch, "
+        f"{res.figures['supply_streams']} WatchSupply streams): {total_ok} calls ok, "
+        f"{sum(tally.refused.values())} refused as expected, {sum(tally.failed.values())} failed",
+        f"refusals: {dict(tally.refused.most_common(6))}",
+        f"stream events: {tally.events} lease events, {tally.supplies} supply snapshots",
+        f"server RSS {start_stats['rss_mib']} -> {end_stats['rss_mib']} MiB, "
+        f"fds {start_stats['fds']:.0f} -> {end_stats['fds']:.0f}",
+        "acquire ms per window: "
+        + "; ".join(
+            f"{w['from_s']:.0f}s n={w['n']} p50 {w['p50']} p99 {w['p99']} p99.9 {w['p999']} "
+            f"max {w['max']}"
+            for w in per_window
+        ),
+        f"calls over {SLOW_S * 1000:.0f} ms: {len(tally.slow)}; stalls (overlapping slow "
+        f"calls): {[(s['at'], s['max_s'], s['agents']) for s in found][:10]}",
+    ]
+    if stall_lines:
+        res.lines.append(f"server stall log ({len(stall_lines)} lines): {stall_lines[:5]}")
+    if tally.failed:
+        res.fail(f"failed calls: {dict(tally.failed)}")
+    if tally.stream_errors:
+        res.fail(f"streams broken: {dict(tally.stream_errors)}")
+    if not tally.events or not tally.supplies:
+        res.fail("the streams delivered nothing")
+    if end_stats["fds"] > start_stats["fds"] + 10:
+        res.fail(f"descriptors grew from {start_stats['fds']} to {end_stats['fds']}")
+    return res

@@ -1,0 +1,127 @@
+"""What held the event loop: a diagnostic for latency stalls, off unless
+``BURSAR_STALL_LOG=1`` is set in the server's environment.
+
+Every call of the service runs on one event loop, so anything synchronous that takes long
+(a garbage collection, a journal commit that runs a WAL checkpoint, a long decision-index
+update, the metrics refresh) delays every call in flight at once. When on, this logs
+(logger ``bursar.broker.service.stalls``, WARNING, each line starting ``stall-log:``):
+
+* every garbage collection over ``SLOW_S``, with its generation and how many objects the
+  collector tracks;
+* every journal append, decision-index update and metrics refresh over ``SLOW_S``;
+* every time a 10 ms heartbeat on the loop woke over ``SLOW_S`` late, with the time spent
+  in collections and slow journal calls meanwhile, so that a stall with neither points at
+  something else.
+
+The wrappers go around the instances, not the classes: nothing changes when it is off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import gc
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from bursar.broker.runtime import Runtime
+from bursar.broker.service.metrics import Metrics
+
+__all__ = ["ENV", "StallLog", "enabled"]
+
+log = logging.getLogger(__name__)
+
+ENV = "BURSAR_STALL_LOG"
+SLOW_S = 0.1
+"""What counts as slow: a call waiting this long notices."""
+HEARTBEAT_S = 0.01
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "") not in ("", "0")
+
+
+class StallLog:
+    """The probes (see the module's docstring); ``install`` them, ``run`` the heartbeat,
+    ``uninstall`` on the way out."""
+
+    def __init__(self) -> None:
+        self.gc_s = 0.0
+        """Seconds spent in collections since the heartbeat last looked."""
+        self.slow_calls: list[str] = []
+        """Slow journal or metrics calls since the heartbeat last looked."""
+        self._gc_started = 0.0
+        self._undo: list[Callable[[], None]] = []
+
+    def install(self, runtime: Runtime, metrics: Metrics) -> None:
+        gc.callbacks.append(self._on_gc)
+        self._undo.append(lambda: gc.callbacks.remove(self._on_gc))
+        journal = runtime.journal
+        for name in ("append", "update_index"):
+            self._wrap(journal, name, f"journal.{name}")
+        self._wrap(metrics, "refresh", "metrics.refresh")
+
+    def uninstall(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def _wrap(self, obj: object, name: str, label: str) -> None:
+        inner = getattr(obj, name)
+
+        @functools.wraps(inner)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            gc0 = self.gc_s
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                dt = time.perf_counter() - t0
+                if dt > SLOW_S:
+                    in_gc = self.gc_s - gc0
+                    what = f"{label} {dt * 1000:.0f} ms (gc {in_gc * 1000:.0f} ms of it)"
+                    self.slow_calls.append(what)
+                    log.warning("stall-log: %s", what)
+
+        setattr(obj, name, timed)
+        self._undo.append(lambda: delattr(obj, name))
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        dt = time.perf_counter() - self._gc_started
+        self.gc_s += dt
+        if dt > SLOW_S:
+            log.warning(
+                "stall-log: gc generation %d took %.0f ms (collected %d; %d objects tracked, "
+                "%d frozen)",
+                info["generation"],
+                dt * 1000,
+                info.get("collected", 0),
+                len(gc.get_objects()),  # costly, but only after a slow collection
+                gc.get_freeze_count(),
+            )
+
+    async def run(self) -> None:
+        """The heartbeat: log each time the loop was held for over ``SLOW_S``."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(asyncio.CancelledError):
+            while True:
+                gc0 = self.gc_s
+                self.slow_calls.clear()
+                t0 = loop.time()
+                await asyncio.sleep(HEARTBEAT_S)
+                late = loop.time() - t0 - HEARTBEAT_S
+                if late > SLOW_S:
+                    log.warning(
+                        "stall-log: event loop held %.0f ms (gc %.0f ms; slow calls: %s)",
+                        late * 1000,
+                        (self.gc_s - gc0) * 1000,
+                        "; ".join(self.slow_calls) or "none",
+                    )
