@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -222,6 +223,7 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
         # Streams and channels are closed: their descriptors should be gone too.
         time.sleep(0.5)
         end_stats = proc_stats(server.pid)
+        stopped = server.kill(signal.SIGTERM)  # the stall log's summary comes on the way out
     finally:
         server.close()
 
@@ -280,8 +282,14 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
         f"calls over {SLOW_S * 1000:.0f} ms: {len(tally.slow)}; stalls (overlapping slow "
         f"calls): {[(s['at'], s['max_s'], s['agents']) for s in found][:10]}",
     ]
-    if stall_lines:
-        res.lines.append(f"server stall log ({len(stall_lines)} lines): {stall_lines[:5]}")
+    summary = [x for x in stall_lines if "summary" in x]
+    held = [x for x in stall_lines if "summary" not in x]
+    res.lines.append(
+        f"server stall log: {len(held)} slow spells {held[:5]}; "
+        + (summary[-1].split("stall-log: ", 1)[-1] if summary else "no summary")
+    )
+    if stopped != 0:
+        res.fail(f"the server exited {stopped} on SIGTERM")
     if tally.failed:
         res.fail(f"failed calls: {dict(tally.failed)}")
     if tally.stream_errors:

@@ -57,6 +57,9 @@ class StallLog:
         self.slow_calls: list[str] = []
         """Slow journal or metrics calls since the heartbeat last looked."""
         self._gc_started = 0.0
+        self._gc_max = [0.0, 0.0, 0.0]
+        self._gc_runs = [0, 0, 0]
+        self._late_max = 0.0
         self._undo: list[Callable[[], None]] = []
 
     def install(self, runtime: Runtime, metrics: Metrics) -> None:
@@ -68,8 +71,17 @@ class StallLog:
         self._wrap(metrics, "refresh", "metrics.refresh")
 
     def uninstall(self) -> None:
+        """Remove the probes and log a summary: collections per generation with the
+        slowest of each, and the heartbeat's worst lateness."""
         while self._undo:
             self._undo.pop()()
+        log.warning(
+            "stall-log: summary: gc runs %s, slowest %s ms by generation; heartbeat at most "
+            "%.0f ms late",
+            self._gc_runs,
+            [round(x * 1000, 1) for x in self._gc_max],
+            self._late_max * 1000,
+        )
 
     def _wrap(self, obj: object, name: str, label: str) -> None:
         inner = getattr(obj, name)
@@ -97,6 +109,9 @@ class StallLog:
             return
         dt = time.perf_counter() - self._gc_started
         self.gc_s += dt
+        gen = info["generation"]
+        self._gc_runs[gen] += 1
+        self._gc_max[gen] = max(self._gc_max[gen], dt)
         if dt > SLOW_S:
             log.warning(
                 "stall-log: gc generation %d took %.0f ms (collected %d; %d objects tracked, "
@@ -118,6 +133,7 @@ class StallLog:
                 t0 = loop.time()
                 await asyncio.sleep(HEARTBEAT_S)
                 late = loop.time() - t0 - HEARTBEAT_S
+                self._late_max = max(self._late_max, late)
                 if late > SLOW_S:
                     log.warning(
                         "stall-log: event loop held %.0f ms (gc %.0f ms; slow calls: %s)",
