@@ -146,8 +146,10 @@ def pool_toml(
     campaigns: Mapping[str, float],
     grace_s: float = 1.0,
     min_retry_s: float = 0.2,
+    cpu: bool = False,
 ) -> str:
-    """A warm-only pool of ``nodes`` identical nodes and batch campaigns (name: GPU burst),
+    """A warm-only pool of ``nodes`` identical nodes (``gpu`` GPUs, 8 cores per GPU) and
+    batch campaigns (name: GPU burst; with ``cpu``, cores too, in the same proportion),
     with no bucket limit: refusals come from capacity and bursts only."""
     out = [
         "[pool]",
@@ -173,4 +175,6 @@ def pool_toml(
             f"sustained = {burst}",
             f"burst = {burst}",
         ]
+        if cpu:
+            out += [f"[campaigns.{name}.cpu]", f"sustained = {burst * 8}", f"burst = {burst * 8}"]
     return "\n".join(out) + "\n"

@@ -19,8 +19,12 @@ stall can be matched to its cause.
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import random
+import re
 import signal
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,6 +36,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from server import Server, md, pool_toml, proc_stats
 
+from bursar.broker.service.stalls import run_queue_wait_s
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 
@@ -87,7 +92,7 @@ class Agent:
         self.tally = tally
 
     async def call(self, name: str, fn: object, req: object) -> object | None:
-        start = time.perf_counter()
+        start = time.monotonic()
         try:
             out = await fn(req, metadata=self.md, timeout=30)  # type: ignore[operator]
             self.tally.ok[name] += 1
@@ -98,7 +103,7 @@ class Agent:
             (self.tally.refused if code in EXPECTED else self.tally.failed)[key] += 1
             return None
         finally:
-            lat = time.perf_counter() - start
+            lat = time.monotonic() - start
             at = start - self.t0
             if name == "Acquire":
                 self.tally.acquire_lat.append((at, lat))
@@ -108,6 +113,8 @@ class Agent:
     async def loop(self, stop: asyncio.Event) -> None:
         rng = self.rng
         i = 0
+        # Agents start apart, as independent ones do, not as one burst of fifty calls.
+        await asyncio.sleep(rng.uniform(0, 0.5))
         while not stop.is_set():
             i += 1
             blocking = rng.random() < 0.2
@@ -165,6 +172,143 @@ class Agent:
                 self.tally.stream_errors[f"{name} {err.code().name} {reason_of(err)}"] += 1
 
 
+class ClientProbe:
+    """This process's side of a stall: a 10 ms heartbeat on the agents' event loop that
+    notes each time it woke late, with the garbage collection and run-queue wait (waiting
+    for a CPU) of the loop's thread meanwhile."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[float, float, str]] = []
+        """(start, end, what) on the monotonic clock, for each wake-up over 50 ms late."""
+        self.gc_s = 0.0
+        self._gc0 = 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc0 = time.monotonic()
+        else:
+            self.gc_s += time.monotonic() - self._gc0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        gc.callbacks.append(self._on_gc)
+        try:
+            wait0 = run_queue_wait_s()
+            while not stop.is_set():
+                gc0, t0 = self.gc_s, time.monotonic()
+                await asyncio.sleep(0.01)
+                t1 = time.monotonic()
+                wait1 = run_queue_wait_s()
+                if t1 - t0 - 0.01 > SLOW_S / 2:
+                    what = (
+                        f"client loop held {(t1 - t0 - 0.01) * 1000:.0f} ms (gc "
+                        f"{(self.gc_s - gc0) * 1000:.0f} ms, waiting for a CPU "
+                        f"{(wait1 - wait0) * 1000:.0f} ms)"
+                    )
+                    self.held.append((t0, t1, what))
+                wait0 = wait1
+        finally:
+            gc.callbacks.remove(self._on_gc)
+
+
+_MONO = re.compile(r"stall-log: mono ([0-9.]+): (.*)")
+
+
+def server_spells(lines: list[str]) -> list[tuple[float, float, str]]:
+    """(start, end, what) of each slow spell the server's stall log reported."""
+    out = []
+    for line in lines:
+        m = _MONO.search(line)
+        if m is None:
+            continue
+        end, what = float(m.group(1)), m.group(2)
+        took = re.search(r"(\d+) ms", what)
+        out.append((end - (int(took.group(1)) / 1000 if took else 0.0), end, f"server {what}"))
+    return out
+
+
+class CpuSampler:
+    """Every 20 ms, on a thread: the CPU time and run-queue wait (runnable, waiting for a
+    CPU) of the server's and this process's event-loop threads, and the machine's idle
+    time, so that a stall can be matched to CPU starvation."""
+
+    def __init__(self, server_pid: int) -> None:
+        # This process's event loop runs on the thread that builds the sampler.
+        self.files = (
+            f"/proc/{server_pid}/task/{server_pid}/schedstat",
+            f"/proc/{os.getpid()}/task/{threading.get_native_id()}/schedstat",
+        )
+        self.samples: list[tuple[float, float, float, float, float, float]] = []
+        """(mono, server cpu s, server wait s, client cpu s, client wait s, machine idle s)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self) -> tuple[float, float, float, float, float, float]:
+        out: list[float] = [time.monotonic()]
+        for f in self.files:
+            try:
+                with open(f) as fh:
+                    cpu, wait = fh.read().split()[:2]
+                out += [int(cpu) / 1e9, int(wait) / 1e9]
+            except (OSError, ValueError):
+                out += [0.0, 0.0]
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()
+        out.append((int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK"))
+        return tuple(out)  # type: ignore[return-value]
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.samples.append(self._read())
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def over(self, lo: float, hi: float) -> tuple[float, float, float] | None:
+        """(server wait, client wait, machine idle fraction) between ``lo`` and ``hi``."""
+        inside = [x for x in self.samples if lo - 0.02 <= x[0] <= hi + 0.02]
+        if len(inside) < 2:
+            return None
+        a, b = inside[0], inside[-1]
+        span = max(b[0] - a[0], 1e-3)
+        ncpu = os.cpu_count() or 1
+        return b[2] - a[2], b[4] - a[4], min(1.0, (b[5] - a[5]) / (span * ncpu))
+
+
+def attribute(
+    found: list[dict[str, object]],
+    t0: float,
+    spells: list[tuple[float, float, str]],
+    cpu: CpuSampler,
+) -> None:
+    """Give each stall its causes (the server's and this process's slow spells that overlap
+    it, and the run-queue wait of the two event-loop threads over it) and a ``kind``:
+    'cpu-starved' when either thread spent 30% of the stall or more waiting for a CPU (a
+    collection or a callback that waited that long was mostly not running), else the kinds
+    of the spells that overlap it, else 'unexplained'."""
+    for s in found:
+        lo, hi = t0 + s["at"], t0 + s["end"]  # type: ignore[operator]
+        causes = [what for a, b, what in spells if a <= hi + 0.02 and b >= lo - 0.02]
+        kinds = sorted({_kind(x) for x in causes})
+        seen = cpu.over(lo, hi)
+        if seen is not None:
+            srv, cli, idle = seen
+            s["cpu_wait_ms"] = {"server": round(srv * 1000), "client": round(cli * 1000)}
+            s["machine_idle"] = round(idle, 2)
+            if max(srv, cli) >= 0.3 * (hi - lo):
+                kinds = ["cpu-starved"]
+                causes.append(
+                    f"waiting for a CPU: server {srv * 1000:.0f} ms, client {cli * 1000:.0f} ms "
+                    f"of {(hi - lo) * 1000:.0f}; machine idle {idle:.0%}"
+                )
+        s["causes"] = causes
+        s["kind"] = "+".join(kinds) or "unexplained"
+
+
 def stalls(slow: list[tuple[float, float, str, int]]) -> list[dict[str, object]]:
     """Slow calls grouped by overlap: calls in flight at the same moment form one stall."""
     out: list[dict[str, object]] = []
@@ -185,6 +329,26 @@ def stalls(slow: list[tuple[float, float, str, int]]) -> list[dict[str, object]]
     return out
 
 
+def _kind(what: str) -> str:
+    """A spell's kind, for counting: its side (server or client) and what took the time."""
+    side, rest = what.split(" ", 1)
+    if rest.startswith("gc generation"):
+        return f"{side} gc"
+    m = re.match(r"(journal\.\w+|metrics\.\w+) ", rest) or re.search(
+        r"slow calls: (journal\.\w+|metrics\.\w+)", rest
+    )
+    if m:
+        return f"{side} {m.group(1)}"
+    m = re.search(r"gc (\d+) ms.*waiting for a CPU (\d+) ms", rest)
+    if m:
+        gc_ms, cpu_ms = int(m.group(1)), int(m.group(2))
+        if cpu_ms >= gc_ms and cpu_ms > 20:
+            return f"{side} cpu-starved"
+        if gc_ms > 20:
+            return f"{side} gc"
+    return f"{side} loop held"
+
+
 def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
     agents_n, seconds, window_s, campaigns_n, nodes = SIZES[mode]
     res = Result("soak")
@@ -197,10 +361,13 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
         tokens = server.tokens()
         tally = Tally()
         start_stats = proc_stats(server.pid)
+        probe = ClientProbe()
+        cpu = CpuSampler(server.pid)
+        started: list[float] = []
 
         async def main() -> None:
             stop = asyncio.Event()
-            t0 = time.perf_counter()
+            t0 = time.monotonic()
             agents = [
                 Agent(i, server.address, tokens[names[i % len(names)]], random.Random(i), t0, tally)
                 for i in range(agents_n)
@@ -208,9 +375,12 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
             # Connected before the clock starts: the first window measures calls, not
             # fifty TCP and HTTP/2 handshakes at once.
             await asyncio.gather(*(a.channel.channel_ready() for a in agents))
+            t0 = time.monotonic()
+            started.append(t0)
             for a in agents:
-                a.t0 = time.perf_counter()
-            tasks = [asyncio.ensure_future(a.loop(stop)) for a in agents]
+                a.t0 = t0
+            tasks = [asyncio.ensure_future(probe.run(stop))]
+            tasks += [asyncio.ensure_future(a.loop(stop)) for a in agents]
             tasks += [asyncio.ensure_future(a.watch(stop)) for a in agents[::5]]
             tasks += [asyncio.ensure_future(a.watch_supply(stop)) for a in agents[::10]]
             await asyncio.sleep(seconds)
@@ -219,7 +389,8 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
             for a in agents:
                 await a.channel.close()
 
-        asyncio.run(main())
+        with cpu:
+            asyncio.run(main())
         # Streams and channels are closed: their descriptors should be gone too.
         time.sleep(0.5)
         end_stats = proc_stats(server.pid)
@@ -242,6 +413,8 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
     overall = quantiles([lat for _, lat in tally.acquire_lat])
     found = stalls(tally.slow)
     stall_lines = [line.rstrip() for line in server.errors if "stall-log" in line]
+    attribute(found, started[0], server_spells(stall_lines) + probe.held, cpu)
+    causes = Counter(str(s["kind"]) for s in found)
     res.figures.update(
         agents=agents_n,
         seconds=seconds,
@@ -262,6 +435,8 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
         acquire_ms_overall={k: (v if k == "n" else round(v * 1000, 2)) for k, v in overall.items()},
         slow_calls=len(tally.slow),
         stalls=found,
+        stall_causes=dict(causes),
+        client_spells=[what for _, _, what in probe.held][:50],
         server_stall_log=stall_lines[-50:],
     )
     total_ok = sum(tally.ok.values())
@@ -280,7 +455,8 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
             for w in per_window
         ),
         f"calls over {SLOW_S * 1000:.0f} ms: {len(tally.slow)}; stalls (overlapping slow "
-        f"calls): {[(s['at'], s['max_s'], s['agents']) for s in found][:10]}",
+        f"calls, at s / max s / agents): {[(s['at'], s['max_s'], s['agents']) for s in found][:10]}",
+        f"stalls by cause: {dict(causes)}",
     ]
     summary = [x for x in stall_lines if "summary" in x]
     held = [x for x in stall_lines if "summary" not in x]
