@@ -106,10 +106,10 @@ INDEX_SLICE = 200
 """Journal entries the background task adds to the decision index at a time (about 0.7 ms)."""
 
 REPLAY_LIMIT = 10_000
+"""Journal entries a Watch with ``from_seq`` may replay before following live."""
 
 CHECKPOINT_INTERVAL_S = 1.0
 """How often the journal's WAL is checkpointed, on a worker thread (see ``run_checkpoints``)."""
-"""Journal entries a Watch with ``from_seq`` may replay before following live."""
 
 _EVENT_KIND = {
     Granted: pb.LEASE_EVENT_KIND_GRANTED,

@@ -4,8 +4,8 @@
 standard health service and server reflection, and binds it (port 0: any free port),
 returning ``(server, port)``; tests use it directly. ``running(settings)`` is the whole
 life cycle as an async context manager: open the state directory, start the server,
-the timer, metrics and journal-checkpoint tasks (in one ``asyncio.TaskGroup``) and the metrics port; on
-exit, stop in order. ``serve(settings)`` runs until SIGTERM or SIGINT.
+the timer, metrics and journal-checkpoint tasks (in one ``asyncio.TaskGroup``) and the
+metrics port; on exit, stop in order. ``serve(settings)`` runs until SIGTERM or SIGINT.
 
 Stopping (SIGTERM): health turns NOT_SERVING, the server stops accepting calls, blocking
 Acquires withdraw their queued requests and streams end (UNAVAILABLE, retry against the

@@ -10,8 +10,12 @@ update, the metrics refresh) delays every call in flight at once. When on, this 
   collector tracks;
 * every journal append, decision-index update and metrics refresh over ``SLOW_S``;
 * every time a 10 ms heartbeat on the loop woke over ``SLOW_S`` late, with the time spent
-  in collections and slow journal calls meanwhile, so that a stall with neither points at
-  something else.
+  meanwhile in collections, in slow journal calls, and waiting for a CPU (the kernel's
+  run-queue wait of the loop's thread, from ``/proc/thread-self/schedstat``): a stall with
+  none of them points at something else.
+
+Each line gives ``mono``, the ``time.monotonic()`` at which what it reports ended (the same
+clock in every process of the machine), so that a client can match its slow calls to it.
 
 The wrappers go around the instances, not the classes: nothing changes when it is off.
 """
@@ -26,12 +30,12 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from bursar.broker.runtime import Runtime
 from bursar.broker.service.metrics import Metrics
 
-__all__ = ["ENV", "StallLog", "enabled"]
+__all__ = ["ENV", "StallLog", "enabled", "run_queue_wait_s"]
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +44,19 @@ SLOW_S = 0.1
 """What counts as slow: a call waiting this long notices."""
 HEARTBEAT_S = 0.01
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 def enabled() -> bool:
     return os.environ.get(ENV, "") not in ("", "0")
+
+
+def run_queue_wait_s() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (0 where the kernel
+    does not say)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 class StallLog:
@@ -98,7 +110,7 @@ class StallLog:
                     in_gc = self.gc_s - gc0
                     what = f"{label} {dt * 1000:.0f} ms (gc {in_gc * 1000:.0f} ms of it)"
                     self.slow_calls.append(what)
-                    log.warning("stall-log: %s", what)
+                    log.warning("stall-log: mono %.3f: %s", time.monotonic(), what)
 
         setattr(obj, name, timed)
         self._undo.append(lambda: delattr(obj, name))
@@ -114,8 +126,9 @@ class StallLog:
         self._gc_max[gen] = max(self._gc_max[gen], dt)
         if dt > SLOW_S:
             log.warning(
-                "stall-log: gc generation %d took %.0f ms (collected %d; %d objects tracked, "
-                "%d frozen)",
+                "stall-log: mono %.3f: gc generation %d took %.0f ms (collected %d; %d objects "
+                "tracked, %d frozen)",
+                time.monotonic(),
                 info["generation"],
                 dt * 1000,
                 info.get("collected", 0),
@@ -127,17 +140,23 @@ class StallLog:
         """The heartbeat: log each time the loop was held for over ``SLOW_S``."""
         loop = asyncio.get_running_loop()
         with contextlib.suppress(asyncio.CancelledError):
+            wait0 = run_queue_wait_s()
             while True:
                 gc0 = self.gc_s
                 self.slow_calls.clear()
                 t0 = loop.time()
                 await asyncio.sleep(HEARTBEAT_S)
                 late = loop.time() - t0 - HEARTBEAT_S
+                wait1 = run_queue_wait_s()
                 self._late_max = max(self._late_max, late)
                 if late > SLOW_S:
                     log.warning(
-                        "stall-log: event loop held %.0f ms (gc %.0f ms; slow calls: %s)",
+                        "stall-log: mono %.3f: event loop held %.0f ms (gc %.0f ms; waiting "
+                        "for a CPU %.0f ms; slow calls: %s)",
+                        time.monotonic(),
                         late * 1000,
                         (self.gc_s - gc0) * 1000,
+                        (wait1 - wait0) * 1000,
                         "; ".join(self.slow_calls) or "none",
                     )
+                wait0 = wait1
