@@ -82,6 +82,9 @@ Entry = tuple[int, Event, list[Decision]]
 
 _SYNCHRONOUS: dict[str, str] = {"normal": "NORMAL", "full": "FULL"}
 
+_CHECKPOINT_ROUNDS = 4
+"""PASSIVE checkpoints :meth:`Journal.checkpoint` runs at most, one after another."""
+
 _WAL_RESTART_FRAMES = 10_000
 """WAL frames (about 40 MB at 4 KiB pages) past which :meth:`Journal.checkpoint` restarts
 the WAL even if that makes an append wait for it (see there)."""
@@ -450,16 +453,23 @@ class Journal:
         own (not under this object's lock): safe from another thread while appends go on.
         Returns (frames in the WAL, frames copied).
 
-        PASSIVE: it never makes an append wait. The WAL starts over once a checkpoint has
-        copied all of it before the next append, so a writer that never pauses could grow
-        it without bound; past ``_WAL_RESTART_FRAMES`` the checkpoint is a RESTART, which
-        waits for a gap between appends and holds the next one until it is done."""
+        PASSIVE: it never makes an append wait. The WAL starts over only once a checkpoint
+        has copied all of it before the next append; so it goes round again (up to
+        ``_CHECKPOINT_ROUNDS`` times) while appends landed during the last round, each
+        round copying only those. A writer that never pauses could still grow the WAL
+        without bound: past ``_WAL_RESTART_FRAMES`` the checkpoint is a RESTART, which waits
+        for a gap between appends and holds the next one until it is done."""
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
                 conn.execute("PRAGMA busy_timeout = 10000")
                 conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
                 _, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                for _ in range(_CHECKPOINT_ROUNDS - 1):
+                    _, again, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if again == log:  # nothing was appended meanwhile: the WAL starts over
+                        break
+                    log = again
                 if log > _WAL_RESTART_FRAMES:
                     _, log, done = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
                 return log, done
