@@ -82,6 +82,13 @@ Entry = tuple[int, Event, list[Decision]]
 
 _SYNCHRONOUS: dict[str, str] = {"normal": "NORMAL", "full": "FULL"}
 
+_CHECKPOINT_ROUNDS = 4
+"""PASSIVE checkpoints :meth:`Journal.checkpoint` runs at most, one after another."""
+
+_WAL_RESTART_FRAMES = 10_000
+"""WAL frames (about 40 MB at 4 KiB pages) past which :meth:`Journal.checkpoint` restarts
+the WAL even if that makes an append wait for it (see there)."""
+
 # Rows are read in pages so that no read transaction stays open while a caller works
 # through a long iteration: an open reader would stop WAL checkpoints and let the -wal
 # file grow for as long as the caller takes.
@@ -426,6 +433,49 @@ class Journal:
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r}, entries={self._last_seq})"
+
+    # ----- checkpoints
+
+    def manual_checkpoints(self) -> None:
+        """Turn off SQLite's automatic checkpoints on this connection; the caller runs
+        :meth:`checkpoint`, on a worker thread, instead.
+
+        An automatic checkpoint runs inside the commit that takes the WAL past 1000 pages,
+        and a checkpoint fsyncs the WAL and the database file (the only fsyncs under
+        ``synchronous=NORMAL``): on a busy disk that one commit, and so every call waiting
+        on the service's event loop, took hundreds of milliseconds to seconds."""
+        with self._lock:
+            self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+
+    def checkpoint(self) -> tuple[int, int]:
+        """Copy the WAL's committed frames into the database file, on a connection of its
+        own (not under this object's lock): safe from another thread while appends go on.
+        Returns (frames in the WAL, frames copied).
+
+        PASSIVE: it never makes an append wait. The WAL starts over only once a checkpoint
+        has copied all of it before the next append; so it goes round again (up to
+        ``_CHECKPOINT_ROUNDS`` times) while appends landed during the last round, each
+        round copying only those. A writer that never pauses could still grow the WAL
+        without bound: past ``_WAL_RESTART_FRAMES`` the checkpoint is a RESTART, which waits
+        for a gap between appends and holds the next one until it is done."""
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute("PRAGMA busy_timeout = 10000")
+                conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
+                _, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                for _ in range(_CHECKPOINT_ROUNDS - 1):
+                    _, again, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if again == log:  # nothing was appended meanwhile: the WAL starts over
+                        break
+                    log = again
+                if log > _WAL_RESTART_FRAMES:
+                    _, log, done = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                return log, done
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            raise JournalError(f"{self.path}: checkpoint failed: {exc}") from exc
 
     # ----- writing
 

@@ -5,7 +5,9 @@ the fixtures hand out the same builders to tests that prefer fixtures."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,9 @@ from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import CreateCampaign
 from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+
+# The reliability suite's helpers (its `Server` process wrapper) are the tests' too: one copy.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "reliability"))
 
 
 def build_engine(

@@ -4,9 +4,7 @@ finishing in-flight calls, and a clean journal audit afterwards."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -15,6 +13,7 @@ from pathlib import Path
 
 import grpc
 from click.testing import CliRunner
+from server import Server as SharedServer
 from service_support import LIFECYCLE, details, fails, md, next_event, run
 
 from bursar.cli.main import main
@@ -22,67 +21,11 @@ from bursar.protos.bursar.v1 import broker_pb2 as pb
 from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 
 
-class Server:
-    """`python -m bursar.broker.service` on a free port, reading what it announces."""
+class Server(SharedServer):
+    """The reliability suite's server process helper, with a 3 s shutdown grace."""
 
     def __init__(self, state_dir: Path, *args: str) -> None:
-        self.state_dir = state_dir
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bursar.broker.service",
-                "--state-dir",
-                str(state_dir),
-                "--port",
-                "0",
-                "--no-metrics",
-                "--grace",
-                "3",
-                *args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        line = self._wait_for("listening on")
-        self.address = line.split("listening on ", 1)[1].split()[0]
-
-    def _wait_for(self, needle: str, timeout_s: float = 20.0) -> str:
-        assert self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                break
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if needle in line:
-                return line
-        err = self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
-        raise AssertionError(f"server never said {needle!r}: {self.lines} {err}")
-
-    def tokens(self) -> dict[str, str]:
-        return json.loads((self.state_dir / "tokens.json").read_text())
-
-    def admin(self) -> str:
-        return (self.state_dir / "admin.token").read_text().strip()
-
-    def kill(self, sig: int) -> int:
-        self.proc.send_signal(sig)
-        return self.proc.wait(timeout=15)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                f.close()
+        super().__init__(state_dir, "--grace", "3", *args, timeout_s=20)
 
 
 def _leases(resp: pb.ListLeasesResponse) -> dict[str, tuple[int, float, tuple[str, ...]]]:
@@ -204,7 +147,7 @@ def test_sigkill_then_restart_keeps_every_lease_and_the_journal_audits_clean(
 
         run(after_restart())
         assert second.proc.wait(timeout=15) == 0
-        assert second._wait_for("stopped; journal closed")
+        assert second.wait_for("stopped; journal closed")
     finally:
         second.close()
 

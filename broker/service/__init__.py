@@ -10,6 +10,7 @@ The wire contract is ``protos/bursar/v1/*.proto`` (package ``bursar.v1``, servic
 * ``limits``: per-client request rate and open-stream limits;
 * ``convert``: proto ↔ engine values;
 * ``metrics``: Prometheus on a side port;
+* ``stalls``: what held the event loop (``BURSAR_STALL_LOG=1``; off by default);
 * ``server``: ``create_server``, ``running``, ``serve``; ``cli``: the ``serve`` command.
 """
 

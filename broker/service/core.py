@@ -109,6 +109,9 @@ INDEX_SLICE = 200
 REPLAY_LIMIT = 10_000
 """Journal entries a Watch with ``from_seq`` may replay before following live."""
 
+CHECKPOINT_INTERVAL_S = 1.0
+"""How often the journal's WAL is checkpointed, on a worker thread (see ``run_checkpoints``)."""
+
 _EVENT_KIND = {
     Granted: pb.LEASE_EVENT_KIND_GRANTED,
     Activated: pb.LEASE_EVENT_KIND_ACTIVATED,
@@ -411,6 +414,20 @@ class ServiceCore:
                     await asyncio.sleep(0)
             except JournalError as exc:  # the next query tries again (and says why)
                 log.warning("could not update the journal's decision index: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval_s)
+
+    async def run_checkpoints(self, interval_s: float = CHECKPOINT_INTERVAL_S) -> None:
+        """Checkpoint the journal's WAL on a worker thread, instead of inside whichever
+        commit takes it past SQLite's threshold: a checkpoint fsyncs, and on a busy disk the
+        commit doing it held the event loop, and every call, for up to seconds."""
+        journal = self.runtime.journal
+        journal.manual_checkpoints()
+        while not self._stop.is_set():
+            try:
+                await asyncio.to_thread(journal.checkpoint)
+            except JournalError as exc:  # the next round tries again; appends go on
+                log.warning("journal checkpoint failed: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), interval_s)
 

@@ -4,8 +4,8 @@
 standard health service and server reflection, and binds it (port 0: any free port),
 returning ``(server, port)``; tests use it directly. ``running(settings)`` is the whole
 life cycle as an async context manager: open the state directory, start the server,
-the timer and metrics tasks (in one ``asyncio.TaskGroup``) and the metrics port; on
-exit, stop in order. ``serve(settings)`` runs until SIGTERM or SIGINT.
+the timer, metrics and journal-checkpoint tasks (in one ``asyncio.TaskGroup``) and the
+metrics port; on exit, stop in order. ``serve(settings)`` runs until SIGTERM or SIGINT.
 
 Stopping (SIGTERM): health turns NOT_SERVING, the server stops accepting calls, blocking
 Acquires withdraw their queued requests and streams end (UNAVAILABLE, retry against the
@@ -19,6 +19,7 @@ down are applied when it catches up).
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import logging
 import shutil
@@ -36,6 +37,7 @@ from grpc_reflection.v1alpha import reflection
 from bursar.broker.backends.base import PoolBackend
 from bursar.broker.clock import SYSTEM, Clock
 from bursar.broker.config import Config
+from bursar.broker.service import stalls
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.servicer import AdminServicer, BrokerServicer, generic_handler
@@ -248,6 +250,12 @@ async def running(
         async with asyncio.TaskGroup() as tg:
             tg.create_task(core.run_timers(), name="bursar-timers")
             tg.create_task(core.run_metrics(), name="bursar-metrics")
+            tg.create_task(core.run_checkpoints(), name="bursar-checkpoints")
+            probes = heartbeat = None
+            if stalls.enabled():
+                probes = stalls.StallLog()
+                probes.install(core.runtime, core.metrics)
+                heartbeat = tg.create_task(probes.run(), name="bursar-stall-log")
             try:
                 yield Running(port, metrics_port, core, server, _address(settings.host, port))
             finally:
@@ -259,6 +267,9 @@ async def running(
                 core.begin_shutdown()
                 await stopping
                 core.stop_background()
+                if heartbeat is not None and probes is not None:
+                    heartbeat.cancel()
+                    probes.uninstall()
     finally:
         core.close()
         if not started and fresh:
@@ -273,6 +284,13 @@ async def serve(settings: Settings, *, announce: Callable[[Running], None] | Non
         loop.add_signal_handler(sig, stop.set)
     try:
         async with running(settings) as r:
+            # Everything built so far (the engine's state replayed from the journal, the
+            # modules) lives as long as the process: keep it out of the collector's full
+            # passes, which otherwise walk all of it each time while every call waits (after
+            # replaying 60,000 keyed Acquires, 0.3 s a pass). Only here, once per process:
+            # tests start many servers in one process and must not pin theirs.
+            gc.collect()
+            gc.freeze()
             if announce is not None:
                 announce(r)
             await stop.wait()
