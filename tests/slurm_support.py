@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from common import free_port_block
 
 from bursar.broker.backends.slurm import SlurmCli, SlurmPool, discover_pool
 from bursar.broker.config import Config, parse_config
@@ -46,27 +46,6 @@ class Cluster:
 
 
 _CLUSTER: Cluster | None = None
-
-
-def _free_port_block(n: int) -> int:
-    """A port P such that P..P+n-1 are free on 127.0.0.1 now."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p + n >= 65535:
-            continue
-        ok = True
-        for q in range(p, p + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", q))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return p
-    raise RuntimeError("no block of free ports")
 
 
 def _missing() -> str | None:
@@ -94,7 +73,7 @@ def slurm_cluster_fixture(request: pytest.FixtureRequest) -> Cluster:
         "SLURM_CLUSTER_NODES": str(NODES),
         "SLURM_CLUSTER_GPUS": str(GPUS),
         "SLURM_CLUSTER_CPUS": str(CPUS),
-        "SLURM_CLUSTER_PORT": str(_free_port_block(NODES + 1)),
+        "SLURM_CLUSTER_PORT": str(free_port_block(NODES + 1)),
     }
 
     def stop() -> None:

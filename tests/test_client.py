@@ -10,11 +10,11 @@ import math
 import random
 import shutil
 import socket
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from common import self_signed_cert
 from service_support import START, asleep_until, run, serve, until
 
 from bursar.broker.clock import ManualClock
@@ -540,16 +540,8 @@ def test_a_cold_path_held_lease_becomes_active_when_its_node_is_up(tmp_path: Pat
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_tls_with_the_servers_certificate_as_root(tmp_path: Path) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    key, cert = self_signed_cert(tmp_path) or (None, None)
+    assert key is not None and cert is not None
 
     async def scenario() -> None:
         async with serve(tmp_path / "state", tls_cert=cert, tls_key=key) as c:

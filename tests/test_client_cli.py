@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 from client_support import ServerThread, server_thread
+from common import self_signed_cert
 
 from bursar.cli.main import main
 from bursar.providers.client import BrokerClient
@@ -235,16 +235,8 @@ def test_help_explains_every_command() -> None:
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_tls_ca_option(tmp_path: Path) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    key, cert = self_signed_cert(tmp_path) or (None, None)
+    assert key is not None and cert is not None
     with server_thread(tmp_path / "state", tls_cert=cert, tls_key=key) as s:
         args = ["--target", s.address, "--token", s.tokens["sci"], "--json"]
         res = bursar("supply", *args, "--tls-ca", str(cert))

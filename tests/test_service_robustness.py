@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
+from common import varint
 from service_support import POOL, config, fails, md, run, serve
 
 from bursar.broker.audit import audit
@@ -21,29 +22,19 @@ from bursar.protos.bursar.v1 import broker_pb2 as pb
 from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def _field(number: int, wire: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | wire) + payload
+    return varint(number << 3 | wire) + payload
 
 
 # Raw AcquireRequest bodies that are not what the contract says.
 RAW_ACQUIRE = {
     "garbage": b"\xff\xff\xff\xff\xff",
-    "truncated length": _field(2, 2, _varint(16) + b"abc"),
-    "invalid utf-8 in campaign": _field(1, 2, _varint(2) + b"\xff\xfe"),
+    "truncated length": _field(2, 2, varint(16) + b"abc"),
+    "invalid utf-8 in campaign": _field(1, 2, varint(2) + b"\xff\xfe"),
     # duration_s (a double, wire type 1) sent as a varint, size (a map) as fixed64.
-    "wrong wire types": _field(3, 0, _varint(60)) + _field(2, 1, struct.pack("<d", 8.0)),
+    "wrong wire types": _field(3, 0, varint(60)) + _field(2, 1, struct.pack("<d", 8.0)),
     "size entry with a string value": _field(
-        2, 2, _varint(12) + _field(1, 2, _varint(3) + b"gpu") + _field(2, 2, _varint(5) + b"eight")
+        2, 2, varint(12) + _field(1, 2, varint(3) + b"gpu") + _field(2, 2, varint(5) + b"eight")
     ),
     "empty": b"",
 }

@@ -6,11 +6,11 @@ import json
 import shutil
 import sqlite3
 import stat
-import subprocess
 from pathlib import Path
 
 import grpc
 import pytest
+from common import self_signed_cert
 from service_support import config, fails, md, run, serve
 
 from bursar.broker.service.server import Settings, is_loopback, running
@@ -192,16 +192,8 @@ def test_non_loopback_hosts_need_allow_remote(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_tls(tmp_path: Path) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    key, cert = self_signed_cert(tmp_path) or (None, None)
+    assert key is not None and cert is not None
 
     async def scenario() -> None:
         async with serve(tmp_path / "state", tls_cert=cert, tls_key=key) as c:

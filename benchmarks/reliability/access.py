@@ -23,7 +23,6 @@ default the server listens on 127.0.0.1 only (its listening sockets, read from /
 from __future__ import annotations
 
 import ipaddress
-import shutil
 import socket
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from common import Mode, Result
+from common import Mode, Result, self_signed_cert
 from fuzz import DrainedServer, Method, Outcome, call, methods
 from google.protobuf.message import Message
 from server import md
@@ -282,22 +281,6 @@ def _scoping(result: Result, server: DrainedServer, channel: grpc.Channel) -> No
         result.fail(f"campaign other's token sees more than its own: {seen}")
 
 
-def _openssl_cert(work: Path) -> tuple[Path, Path] | None:
-    if shutil.which("openssl") is None:
-        return None
-    key, cert = work / "key.pem", work / "cert.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return key, cert
-
-
 def _rotated(server: DrainedServer, channel: grpc.Channel) -> str:
     """Rotate campaign spare's token; the old one, which must stop working."""
     old = server.tokens()["spare"]
@@ -383,7 +366,7 @@ def run(mode: Mode, work_dir: Path) -> Result:
             result.figures["reachable_on_" + other_ip] = reached
             if reached:
                 result.fail(f"the loopback-only server accepts connections on {other_ip}")
-        tls_key_cert = _openssl_cert(work_dir)
+        tls_key_cert = self_signed_cert(work_dir)
         if tls_key_cert is not None:
             # A TLS client cannot talk to the plaintext server.
             creds = grpc.ssl_channel_credentials(root_certificates=tls_key_cert[1].read_bytes())

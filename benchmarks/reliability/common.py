@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+import socket
 import statistics
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 Mode = Literal["short", "long"]
@@ -44,3 +48,57 @@ def quantiles(xs: list[float]) -> dict[str, float]:
         "p999": q(0.999),
         "max": s[-1],
     }
+
+
+# ---------------------------------------------------------------------- shared with the tests
+# (tests/conftest.py puts this folder on sys.path: one copy of each helper.)
+
+
+def self_signed_cert(work: Path) -> tuple[Path, Path] | None:
+    """A self-signed key and certificate for localhost / 127.0.0.1 in ``work`` (the
+    ``openssl`` command makes them); None without openssl."""
+    if shutil.which("openssl") is None:
+        return None
+    key, cert = work / "key.pem", work / "cert.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return key, cert
+
+
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf varint."""
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def free_port_block(n: int) -> int:
+    """A port P such that P..P+n-1 are free on 127.0.0.1 now."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p + n >= 65535:
+            continue
+        ok = True
+        for q in range(p, p + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", q))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return p
+    raise RuntimeError("no block of free ports")

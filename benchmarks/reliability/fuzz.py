@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from common import Mode, Result
+from common import Mode, Result, varint
 from google.protobuf import descriptor, message_factory
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
@@ -584,30 +584,20 @@ def _set_clean(
 # ---------------------------------------------------------------------------- raw bytes
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def _tag(number: int, wire: int) -> bytes:
-    return _varint(number << 3 | wire)
+    return varint(number << 3 | wire)
 
 
 def _payload(wire: int, rng: random.Random) -> bytes:
     if wire == 0:
-        return _varint(rng.choice([0, 1, 1 << 63, (1 << 64) - 1, rng.getrandbits(70)]))
+        return varint(rng.choice([0, 1, 1 << 63, (1 << 64) - 1, rng.getrandbits(70)]))
     if wire == 1:
         return struct.pack("<d", rng.choice([float("nan"), float("inf"), -1.0, 1e308]))
     if wire == 5:
         return os.urandom(4)
     if wire == 2:
         data = os.urandom(rng.choice([0, 3, 40]))
-        return _varint(len(data)) + data
+        return varint(len(data)) + data
     return b""
 
 
@@ -640,14 +630,14 @@ def raw_strategy(desc: descriptor.Descriptor) -> st.SearchStrategy[bytes]:
             wire = rng.choice([w for w in (0, 1, 2, 5) if w != right])
             return _tag(number, wire) + _payload(wire, rng)
         if kind == 3:  # a length past the end
-            return _tag(number, 2) + _varint(rng.choice([10, 1 << 20, (1 << 32) - 1])) + b"ab"
+            return _tag(number, 2) + varint(rng.choice([10, 1 << 20, (1 << 32) - 1])) + b"ab"
         if kind == 4:  # start-groups nested beyond the recursion limit
             return (_tag(number + 1000, 3)) * 300
         if kind == 5:  # an unmatched end-group, field number 0, the largest field number
             return rng.choice([_tag(number, 4), b"\x00\x00", _tag((1 << 29) - 1, 0) + b"\x01"])
         if kind == 6:  # oversize: a string field just under, or just over, the limit
             n = rng.choice([REQUEST_LIMIT - 64, REQUEST_LIMIT + 64])
-            return _tag(number, 2) + _varint(n) + b"x" * n
+            return _tag(number, 2) + varint(n) + b"x" * n
         if kind == 7:  # valid-looking fields, then junk
             return (
                 _tag(number, wire_of.get(number, 0))
@@ -655,7 +645,7 @@ def raw_strategy(desc: descriptor.Descriptor) -> st.SearchStrategy[bytes]:
                 + os.urandom(rng.choice([1, 7]))
             )
         # invalid UTF-8 in a string-typed position
-        return _tag(number, 2) + _varint(2) + b"\xff\xfe"
+        return _tag(number, 2) + varint(2) + b"\xff\xfe"
 
     return st.one_of(
         st.binary(max_size=256),

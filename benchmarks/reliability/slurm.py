@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from common import Mode, Result
+from common import Mode, Result, free_port_block
 from fuzz import DrainedServer
 from server import md
 
@@ -64,26 +63,6 @@ def missing() -> str | None:
     return None
 
 
-def _free_port_block(n: int) -> int:
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p + n >= 65535:
-            continue
-        ok = True
-        for q in range(p, p + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", q))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return p
-    raise RuntimeError("no block of free ports")
-
-
 class Cluster:
     """The script's cluster in ``base``; slurmctld stopped and started by its recorded PID."""
 
@@ -94,7 +73,7 @@ class Cluster:
             "SLURM_CLUSTER_NODES": str(NODES),
             "SLURM_CLUSTER_GPUS": str(GPUS),
             "SLURM_CLUSTER_CPUS": str(CPUS),
-            "SLURM_CLUSTER_PORT": str(_free_port_block(NODES + 1)),
+            "SLURM_CLUSTER_PORT": str(free_port_block(NODES + 1)),
         }
         out = subprocess.run(
             [str(SCRIPT), "start", str(base)],
