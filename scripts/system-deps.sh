@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that parts of the test suite need (headless Chromium for the
-# report-rendering test, Slurm and munge for the Slurm backend tests), if any is missing.
+# report-rendering test, Slurm and munge for the Slurm backend tests, a C compiler for the
+# journal's slow-disk test), if any is missing.
 #
 # Idempotent and quick when everything is present. Needs root and apt-get; without them it
 # says what to install and exits 0, and the tests that need a missing package skip, unless
@@ -14,6 +15,8 @@ declare -A wanted=(
   [/usr/sbin/slurmd]=slurmd
   [/usr/bin/squeue]=slurm-client
   [/usr/sbin/munged]=munge
+  [/usr/bin/gcc]=gcc
+  [/usr/include/dlfcn.h]=libc6-dev
 )
 
 missing=()
