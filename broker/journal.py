@@ -567,6 +567,16 @@ class Journal:
             yield from page
             after = page[-1][0]
 
+    def raw_entry(self, seq: int) -> tuple[str, str] | None:
+        """``(event_json, decisions_json)`` of entry ``seq`` as stored; None if there is none."""
+        if not 1 <= seq <= MAX_SEQ:
+            return None
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT event, decisions FROM entries WHERE seq = ?", (seq,)
+            ).fetchone()
+        return None if row is None else (row[0], row[1])
+
     def entries(self, start: int = 0) -> Iterator[Entry]:
         """``(seq, event, decisions)`` for every entry with ``seq >= start``, in order."""
         for seq, event_json, decisions_json in self.raw_entries(start):

@@ -125,11 +125,11 @@ def entry_sha256(journal: Journal, seq: int) -> str | None:
     entry moved to an archive, the hash recorded when it was moved."""
     if seq and seq == journal.archived_through:
         return journal.meta_value("archived_entry_sha256")
-    for s, event_json, decisions_json in journal.raw_entries(seq):
-        if s != seq:
-            return None
-        return hashlib.sha256(f"{event_json}\n{decisions_json}".encode()).hexdigest()
-    return None
+    row = journal.raw_entry(seq)
+    if row is None:
+        return None
+    event_json, decisions_json = row
+    return hashlib.sha256(f"{event_json}\n{decisions_json}".encode()).hexdigest()
 
 
 def meta_sha256(journal: Journal) -> str:
@@ -173,6 +173,9 @@ def write(state_dir: Path, journal: Journal, seq: int, now: float, state: bytes)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    for stale in folder.glob("*.tmp"):  # left by a process killed while writing
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
     with contextlib.suppress(OSError):  # the rename's own durability
         fd = os.open(folder, os.O_RDONLY)
         try:
