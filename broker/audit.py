@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bursar.broker import codec, snapshot
+from bursar.broker.archive import chain
 from bursar.broker.errors import JournalError, RequestError
 from bursar.broker.journal import (
     Journal,
@@ -118,8 +119,6 @@ def audit(
     then be re-derived, or if an archived journal's base snapshot cannot be loaded. A
     refused event is reported as a mismatch and the audit goes on.
     """
-    from bursar.broker.archive import chain
-
     base = journal.archived_through
     problems = chain(journal, archives) if archives else []
     started_from = 0
