@@ -704,8 +704,9 @@ def test_a_head_blocked_by_the_pool_does_not_hold_its_campaign_back():
 # --------------------------------------------------------------------------- head of line
 
 
-def hol_setup():
-    """64 warm GPUs; a firm filler holds 40; "guarded" has an unmet guarantee of 8."""
+def hol_setup(big: float = 32, more: tuple[str, ...] = ()):
+    """64 warm GPUs; a firm filler holds 40; "guarded" has an unmet guarantee of 8; "big"
+    queues ``big`` GPUs behind the filler (L2). ``more``: other campaigns like "small"."""
     eng = build_engine(
         warm=8,
         warm_headroom={},
@@ -713,11 +714,12 @@ def hol_setup():
             gpu_campaign("filler", 0, 64, 64),
             gpu_campaign("big", 0, 64, 64),
             gpu_campaign("small", 0, 64, 64),
+            *(gpu_campaign(name, 0, 64, 64) for name in more),
             gpu_campaign("guarded", 8, 8, 16),
         ],
     )
     eng.apply(req(0, "filler", 40, 1000))  # L1
-    assert one(eng.apply(req(0, "big", 32, 1000)), Queued).reason is Reason.POOL_FULL  # L2
+    assert one(eng.apply(req(0, "big", big, 1000)), Queued).reason is Reason.POOL_FULL  # L2
     return eng
 
 
@@ -731,19 +733,7 @@ def test_small_request_passes_a_blocked_big_one_before_patience():
 def test_aged_request_holds_a_reservation_and_later_ones_backfill_around_it():
     # 64 GPUs; filler holds 40 until 1000, guarded's unmet guarantee keeps 8 aside; big (56)
     # cannot fit until the filler ends: its reservation starts at 1000, and needs all of it.
-    eng = build_engine(
-        warm=8,
-        warm_headroom={},
-        campaigns=[
-            gpu_campaign("filler", 0, 64, 64),
-            gpu_campaign("big", 0, 64, 64),
-            gpu_campaign("small", 0, 64, 64),
-            gpu_campaign("quick", 0, 64, 64),
-            gpu_campaign("guarded", 8, 8, 16),
-        ],
-    )
-    eng.apply(req(0, "filler", 40, 1000))  # L1
-    assert one(eng.apply(req(0, "big", 56, 1000)), Queued).reason is Reason.POOL_FULL  # L2
+    eng = hol_setup(big=56, more=("quick",))
     assert eng.reservation("L2") is None  # not aged yet: no reservation
     eng.apply(Tick(at=300))
     assert eng.reservation("L2") == 1000

@@ -36,8 +36,9 @@ from fuzz import DrainedServer, Method, Outcome, call, methods
 from google.protobuf.message import Message
 from server import md
 
-from bursar.protos.bursar.v1 import admin_pb2
+from bursar.protos.bursar.v1 import admin_pb2, admin_pb2_grpc
 from bursar.protos.bursar.v1 import broker_pb2 as pb
+from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 
 POOL = """
 [pool]
@@ -163,21 +164,9 @@ class Matrix:
         self.stale = stale
         self.cells = 0
         self._made = 0
-        self._acquire = channel.unary_unary(
-            "/bursar.v1.Broker/Acquire",
-            request_serializer=pb.AcquireRequest.SerializeToString,
-            response_deserializer=pb.AcquireResponse.FromString,
-        )
-        self._release = channel.unary_unary(
-            "/bursar.v1.Broker/Release",
-            request_serializer=pb.ReleaseRequest.SerializeToString,
-            response_deserializer=pb.ReleaseResponse.FromString,
-        )
-        self._create = channel.unary_unary(
-            "/bursar.v1.Admin/CreateCampaign",
-            request_serializer=admin_pb2.CreateCampaignRequest.SerializeToString,
-            response_deserializer=admin_pb2.CreateCampaignResponse.FromString,
-        )
+        self._acquire = pbg.BrokerStub(channel).Acquire
+        self._release = pbg.BrokerStub(channel).Release
+        self._create = admin_pb2_grpc.AdminStub(channel).CreateCampaign
 
     def metadata(self, caller: str) -> tuple[tuple[str, str], ...]:
         return {
@@ -240,11 +229,7 @@ def _matrix(
 def _scoping(result: Result, server: DrainedServer, channel: grpc.Channel) -> None:
     """What a campaign token sees of the calls scoped to it: itself only."""
     admin, other = md(server.admin()), md(server.tokens()["other"])
-    acquire = channel.unary_unary(
-        "/bursar.v1.Broker/Acquire",
-        request_serializer=pb.AcquireRequest.SerializeToString,
-        response_deserializer=pb.AcquireResponse.FromString,
-    )
+    acquire = pbg.BrokerStub(channel).Acquire
     lease = acquire(
         pb.AcquireRequest(campaign="sci", size={"gpu": 1}, duration_s=600),
         metadata=admin,
@@ -284,21 +269,15 @@ def _scoping(result: Result, server: DrainedServer, channel: grpc.Channel) -> No
 def _rotated(server: DrainedServer, channel: grpc.Channel) -> str:
     """Rotate campaign spare's token; the old one, which must stop working."""
     old = server.tokens()["spare"]
-    channel.unary_unary(
-        "/bursar.v1.Admin/RotateToken",
-        request_serializer=admin_pb2.RotateTokenRequest.SerializeToString,
-        response_deserializer=admin_pb2.RotateTokenResponse.FromString,
-    )(admin_pb2.RotateTokenRequest(campaign="spare"), metadata=md(server.admin()), timeout=10)
+    admin_pb2_grpc.AdminStub(channel).RotateToken(
+        admin_pb2.RotateTokenRequest(campaign="spare"), metadata=md(server.admin()), timeout=10
+    )
     return old
 
 
 def _status(channel: grpc.Channel, token: str) -> grpc.StatusCode:
     try:
-        channel.unary_unary(
-            "/bursar.v1.Broker/GetStatus",
-            request_serializer=pb.GetStatusRequest.SerializeToString,
-            response_deserializer=pb.Status.FromString,
-        )(pb.GetStatusRequest(), metadata=md(token), timeout=3)
+        pbg.BrokerStub(channel).GetStatus(pb.GetStatusRequest(), metadata=md(token), timeout=3)
     except grpc.RpcError as err:
         return err.code()  # type: ignore[attr-defined,no-any-return]
     return grpc.StatusCode.OK

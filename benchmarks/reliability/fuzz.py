@@ -47,8 +47,9 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis import strategies as st
 from server import Server, md
 
-from bursar.protos.bursar.v1 import admin_pb2
+from bursar.protos.bursar.v1 import admin_pb2, admin_pb2_grpc
 from bursar.protos.bursar.v1 import broker_pb2 as pb
+from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 
 SEED = 20_261_201
 """Every run draws the same requests (hypothesis is driven with this seed)."""
@@ -288,16 +289,8 @@ class Probe:
     def __init__(self, channel: grpc.Channel, admin: str) -> None:
         self.channel = channel
         self.meta = md(admin)
-        self._status = channel.unary_unary(
-            "/bursar.v1.Broker/GetStatus",
-            request_serializer=pb.GetStatusRequest.SerializeToString,
-            response_deserializer=pb.Status.FromString,
-        )
-        self._decisions = channel.unary_unary(
-            "/bursar.v1.Broker/ListDecisions",
-            request_serializer=pb.ListDecisionsRequest.SerializeToString,
-            response_deserializer=pb.ListDecisionsResponse.FromString,
-        )
+        self._status = pbg.BrokerStub(channel).GetStatus
+        self._decisions = pbg.BrokerStub(channel).ListDecisions
         self._health = health_pb2_grpc.HealthStub(channel)
 
     def status(self) -> pb.Status:
@@ -817,11 +810,7 @@ def _fuzz(
     probe = Probe(channel, server.admin())
     world = World(dict(server.tokens()), server.admin())
     # A stale token: the campaign "other" gets a new one before the fuzz starts.
-    rotate = channel.unary_unary(
-        "/bursar.v1.Admin/RotateToken",
-        request_serializer=admin_pb2.RotateTokenRequest.SerializeToString,
-        response_deserializer=admin_pb2.RotateTokenResponse.FromString,
-    )
+    rotate = admin_pb2_grpc.AdminStub(channel).RotateToken
     world.stale.append(world.tokens["other"])
     world.tokens["other"] = rotate(
         admin_pb2.RotateTokenRequest(campaign="other"), metadata=md(world.admin)
@@ -1033,26 +1022,14 @@ def _release_all(channel: grpc.Channel, world: World) -> None:
     """Give back every live lease (as the admin) and re-learn which tokens still work, so
     that the pool does not fill up and the fuzz keeps campaign tokens that authenticate."""
     meta = md(world.admin)
-    listed = channel.unary_unary(
-        "/bursar.v1.Broker/ListLeases",
-        request_serializer=pb.ListLeasesRequest.SerializeToString,
-        response_deserializer=pb.ListLeasesResponse.FromString,
-    )(pb.ListLeasesRequest(), metadata=meta, timeout=10)
-    release = channel.unary_unary(
-        "/bursar.v1.Broker/Release",
-        request_serializer=pb.ReleaseRequest.SerializeToString,
-        response_deserializer=pb.ReleaseResponse.FromString,
-    )
+    listed = pbg.BrokerStub(channel).ListLeases(pb.ListLeasesRequest(), metadata=meta, timeout=10)
+    release = pbg.BrokerStub(channel).Release
     for lease in listed.leases:
         with contextlib.suppress(grpc.RpcError):  # it may have ended meanwhile
             release(pb.ReleaseRequest(lease_id=lease.lease_id), metadata=meta, timeout=10)
     _refresh_tokens(channel, world)
     # Fresh live leases for the lease RPCs (Renew, Release, RevokeLease...) to aim at.
-    acquire = channel.unary_unary(
-        "/bursar.v1.Broker/Acquire",
-        request_serializer=pb.AcquireRequest.SerializeToString,
-        response_deserializer=pb.AcquireResponse.FromString,
-    )
+    acquire = pbg.BrokerStub(channel).Acquire
     for name in ("sci", "other", "backfill"):
         with contextlib.suppress(grpc.RpcError):  # the fuzz may have changed its envelope
             got = acquire(
@@ -1066,11 +1043,7 @@ def _release_all(channel: grpc.Channel, world: World) -> None:
 def _refresh_tokens(channel: grpc.Channel, world: World) -> None:
     """A campaign token the fuzz rotated away is replaced: tokens that a RotateToken reply
     handed out are tried against each campaign whose token stopped working."""
-    status = channel.unary_unary(
-        "/bursar.v1.Broker/GetStatus",
-        request_serializer=pb.GetStatusRequest.SerializeToString,
-        response_deserializer=pb.Status.FromString,
-    )
+    status = pbg.BrokerStub(channel).GetStatus
 
     def caller(token: str) -> str | None:
         try:
