@@ -1,20 +1,34 @@
-"""Engine throughput: decisions per second with many campaigns and a deep queue.
+"""Engine throughput: decisions per second with many campaigns and a deep queue, and how
+the cost per event grows with the pool and the queue.
 
     python benchmarks/bench_engine.py [--campaigns 1000] [--pending 10000] [--events 20000]
+    python benchmarks/bench_engine.py --scaling [--nodes 64,1024,10000]
+        [--pendings 1000,10000,100000] [--events 2000] [--repeat 3]
 
-Builds a 512-GPU pool (64 nodes x 8 GPUs), creates the campaigns, fills the pool with
-leases and queues ``--pending`` blocking requests behind it, then times a seeded mix of
-events on top of that backlog: new requests (mostly queued, some non-blocking and
-rejected), releases that let queued requests in, renewals, meters and clock ticks that
-expire leases. Prints decisions/s and events/s for the measured phase, and, as a
-baseline in the same run, the same mix on an empty queue.
+Builds a pool of 8-GPU nodes (64 by default: 512 GPUs), creates the campaigns, fills the
+pool with leases and queues ``--pending`` blocking requests behind it, then times a
+seeded mix of events on top of that backlog: new requests (mostly queued, some
+non-blocking and rejected), releases that let queued requests in, renewals, meters and
+clock ticks that expire leases. Prints decisions/s and events/s for the measured phase,
+and, as a baseline in the same run, the same mix on an empty queue.
+
+``--scaling`` prints a table instead: for each pool size (``--nodes``) and queue depth
+(``--pendings``) the same mix, with every campaign's envelope scaled with the pool
+(guarantee, sustained rate, burst and bucket times nodes / 64, so that the same share of
+the pool is contended at every size). Each cell shows the median microseconds per event
+and decisions/s over ``--repeat`` rounds (interleaved: one round of every cell, then
+the next, so that a slow spell of a shared machine hits every cell alike), their range,
+and the ratio of its cost per event to the 64-node cell of the same queue depth in the
+same round. Setup (filling the pool and the queue) is not timed.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
+from typing import Any
 
 from bursar.broker import events as ev
 from bursar.broker.engine import Engine
@@ -25,18 +39,21 @@ from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
 CLASSES = (LeaseClass.INTERACTIVE, LeaseClass.BATCH, LeaseClass.OPPORTUNISTIC)
 
 
-def build(n_campaigns: int) -> Engine:
+def build(n_campaigns: int, n_nodes: int = 64) -> Engine:
     pool = PoolSpec(
-        groups=(NodeGroup(count=64, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=64),),
+        groups=(
+            NodeGroup(count=n_nodes, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=n_nodes),
+        ),
         boot_latency_s=60.0,
     )
     eng = Engine(pool, PolicySpec(grace_s=30.0, warm_headroom={"gpu": 0}))
+    k = n_nodes / 64  # envelopes scale with the pool
     for i in range(n_campaigns):
         g = 0.25 if i % 4 == 0 else 0.0  # sum of guarantees stays well under 512
         spec = CampaignSpec(
             f"c{i:04d}",
             {
-                "gpu": DimEnvelope(g, 4.0, 64.0, 200_000.0),
+                "gpu": DimEnvelope(g * k, 4.0 * k, 64.0 * k, 200_000.0 * k),
                 "fs_bw": DimEnvelope(0.0, 100.0, 400.0, 10_000.0),
             },
             CLASSES[i % 3],
@@ -45,7 +62,7 @@ def build(n_campaigns: int) -> Engine:
         if spec.preemptible:
             spec = CampaignSpec(
                 spec.name,
-                {"gpu": DimEnvelope(0.0, 4.0, 64.0, None)},
+                {"gpu": DimEnvelope(0.0, 4.0 * k, 64.0 * k, None)},
                 LeaseClass.OPPORTUNISTIC,
                 True,
             )
@@ -102,13 +119,88 @@ def mix(eng: Engine, n_events: int, rng: random.Random, t: float) -> tuple[int, 
     return decisions, applied, time.perf_counter() - start
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def scaling(a: argparse.Namespace) -> None:
+    nodes, pendings = _ints(a.nodes), _ints(a.pendings)
+    base_nodes = nodes[0]
+    us: dict[tuple[int, int], list[float]] = {}
+    dps: dict[tuple[int, int], list[float]] = {}
+    ratio: dict[tuple[int, int], list[float]] = {}
+    cells = [(n, p) for p in pendings for n in nodes]
+    with progress(len(cells) * a.repeat) as bar:
+        for r in range(a.repeat):
+            for n, p in cells:
+                rng = random.Random(a.seed + r)
+                eng = build(a.campaigns, n)
+                t = fill(eng, p, rng, 1.0)
+                d, applied, s = mix(eng, a.events, rng, t)
+                us.setdefault((n, p), []).append(s / applied * 1e6)
+                dps.setdefault((n, p), []).append(d / s)
+                bar.advance()
+            for n, p in cells:
+                ratio.setdefault((n, p), []).append(us[n, p][-1] / us[base_nodes, p][-1])
+    print(
+        f"{a.campaigns} campaigns, {a.events} events per cell, {a.repeat} rounds "
+        f"(median, then min-max); ratio: cost per event against the {base_nodes}-node cell"
+    )
+    print(
+        f"{'nodes':>7}{'pending':>9}{'us/event':>10}{'range':>16}"
+        f"{'decisions/s':>13}{'range':>18}{'ratio':>7}{'range':>13}"
+    )
+    med = statistics.median
+    for n, p in cells:
+        u, dd, rr = us[n, p], dps[n, p], ratio[n, p]
+        print(
+            f"{n:>7,}{p:>9,}{med(u):>10.0f}{f'{min(u):.0f}-{max(u):.0f}':>16}"
+            f"{med(dd):>13,.0f}{f'{min(dd):,.0f}-{max(dd):,.0f}':>18}"
+            f"{med(rr):>7.2f}{f'{min(rr):.2f}-{max(rr):.2f}':>13}"
+        )
+
+
+def progress(total: int) -> Any:
+    from rich.progress import Progress
+
+    class _Bar:
+        def __init__(self) -> None:
+            self.p = Progress(transient=True)
+            self.task = self.p.add_task("cells", total=total)
+
+        def __enter__(self) -> _Bar:
+            self.p.__enter__()
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.p.__exit__(None, None, None)
+
+        def advance(self) -> None:
+            self.p.advance(self.task)
+
+    return _Bar()
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     ap.add_argument("--campaigns", type=int, default=1000)
     ap.add_argument("--pending", type=int, default=10_000)
-    ap.add_argument("--events", type=int, default=20_000)
+    ap.add_argument("--events", type=int, default=None, help="default 20000; 2000 per cell")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--scaling", action="store_true", help="the nodes x pending table")
+    ap.add_argument("--nodes", default="64,1024,10000")
+    ap.add_argument("--pendings", default="1000,10000,100000")
+    ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
+    if a.scaling:
+        a.events = a.events or 2000
+        scaling(a)
+        return
+    a.events = a.events or 20_000
 
     rng = random.Random(a.seed)
     base = build(a.campaigns)

@@ -124,12 +124,15 @@ class Engine:
         self._profile: reservations.Profile | None = None
         self._profile_fresh = False
         """The reservations as of this admission pass (built lazily, see ``_reservations``)."""
+        self._memo: dict[Any, Any] | None = None
+        """During an admission pass, the pool side of ``_try`` and the campaigns' reach by
+        group, as of the last grant (nothing they read changes until the next one)."""
 
     def __getstate__(self) -> dict[str, Any]:
         """The state a snapshot keeps: everything but the per-pass caches, which every
         event rebuilds before reading (``apply`` resets them)."""
         state = dict(self.__dict__)
-        state.update(_out=[], _profile=None, _profile_fresh=False)
+        state.update(_out=[], _profile=None, _profile_fresh=False, _memo=None)
         return state
 
     # ------------------------------------------------------------------ public API
@@ -561,6 +564,44 @@ class Engine:
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
+        memo = self._memo
+        if memo is None:
+            placed = self._place_check(p, c)
+        else:
+            # The pool side of the answer depends on the pool and ledger (unchanged until
+            # the next grant), the campaign's group and the demand only: a long queue asks
+            # it for the same few demands again and again.
+            key = (c.spec.preemptible, c.spec.lease_class, own, p.demand or size)
+            placed = memo.get(key)
+            if placed is None:
+                placed = memo[key] = self._place_check(p, c)
+        if isinstance(placed[0], Reason):
+            return placed[0], {}
+        plan, delay = placed
+        if behind is not None:
+            start = self.now + delay
+            end = start + p.duration_s
+            if not behind.admits(size, start, end, p.id) or self._crowds_own_holder(
+                p, c, end, behind
+            ):
+                first = min(r.at for r in behind.reservations.values())
+                return Reason.HEAD_OF_LINE, {"reserved_from": first}
+        if delay > 0 and enforcement is Enforcement.PREPAID:
+            short = admission.bucket_short(
+                c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
+            )
+            if short:
+                return Reason.BUCKET_EMPTY, {"bucket_short": short}
+        return self._grant(p, c, plan, rate, own)
+
+    def _place_check(
+        self, p: Pending, c: CampaignState
+    ) -> tuple[paths.Plan, float] | tuple[Reason, None]:
+        """The pool side of ``_try``: a plan whose pieces can be placed now under the
+        isolation rule, with its start delay; else why not (reserved or full). A function
+        of the pool and ledger, the campaign's preemptibility, class and unmet guarantee,
+        and the request's demand."""
+        size = p.size
         preemptible = c.spec.preemptible
         on_free, _, _, _ = self.pool.totals()
         limit, cold_avail = self._capacity_for(c)
@@ -595,23 +636,8 @@ class Engine:
             reserved = dims.fits(size, everything) and (
                 self.placement.plan(p, unreserved, cold_avail, preemptible) is not None
             )
-            return (Reason.GUARANTEE_RESERVED if reserved else Reason.POOL_FULL), {}
-        delay = self._start_delay(plan)
-        if behind is not None:
-            start = self.now + delay
-            end = start + p.duration_s
-            if not behind.admits(size, start, end, p.id) or self._crowds_own_holder(
-                p, c, end, behind
-            ):
-                first = min(r.at for r in behind.reservations.values())
-                return Reason.HEAD_OF_LINE, {"reserved_from": first}
-        if delay > 0 and enforcement is Enforcement.PREPAID:
-            short = admission.bucket_short(
-                c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
-            )
-            if short:
-                return Reason.BUCKET_EMPTY, {"bucket_short": short}
-        return self._grant(p, c, plan, rate, own)
+            return (Reason.GUARANTEE_RESERVED if reserved else Reason.POOL_FULL), None
+        return plan, self._start_delay(plan)
 
     # ------------------------------------------------------------------ reservations
 
@@ -977,8 +1003,7 @@ class Engine:
             for rid in extra:
                 heapq.heappush(heap, (queue.key(pending[rid]), rid))
         bound = self.ledger.pool_bound()
-        reach_of: dict[str, dims.Vec] = {}
-        """Each campaign's reach (``_reach``) as of the last grant in this pass."""
+        memo = self._memo = {}
         cursor: HeadEntry | None = None
         seen: set[str] = set()
         while True:
@@ -993,9 +1018,11 @@ class Engine:
                 cursor = nxt
                 rid = nxt[3]
                 cand = pending[rid]
-                reach = reach_of.get(cand.campaign)
+                cc = self.campaigns[cand.campaign]
+                group = (cc.spec.preemptible, cc.spec.lease_class, cc.unmet)
+                reach = memo.get(group)
                 if reach is None:
-                    reach = reach_of[cand.campaign] = self._reach(cand)
+                    reach = memo[group] = self._reach(cand)
                 if not dims.fits(cand.size, reach):
                     # More than any path could give its campaign now: still pool-blocked,
                     # for the reason it has (the scan's bound is for the whole pool).
@@ -1012,14 +1039,18 @@ class Engine:
             # claim of its own on the capacity); a holder only those made before its own.
             behind = barrier is not None and barrier[0] <= -p.lease_class.rank
             profile = self._reservations() if behind else None
-            if (
-                profile is not None
-                and not isolation.within_own_guarantee(p.size, self.campaigns[p.campaign].unmet)
-                and not any(
-                    profile.admits(p.size, start, start + p.duration_s, p.id)
-                    for start in self._possible_starts()
-                )
+            if profile is not None and not isolation.within_own_guarantee(
+                p.size, self.campaigns[p.campaign].unmet
             ):
+                starts = memo.get("starts")
+                if starts is None:
+                    starts = memo["starts"] = self._possible_starts()
+                admitted = any(
+                    profile.admits(p.size, start, start + p.duration_s, p.id) for start in starts
+                )
+            else:
+                admitted = True
+            if not admitted:
                 # Whichever path served it, the reservations say no: skip the full check
                 # (the common case in a long queue, where most candidates stay blocked).
                 self._set_reason(p, Reason.HEAD_OF_LINE)
@@ -1038,7 +1069,7 @@ class Engine:
                         rid = queue.barrier_head()
                         heapq.heappush(heap, (queue.key(pending[rid]), rid))
                 bound = self.ledger.pool_bound()
-                reach_of.clear()
+                memo = self._memo = {}
                 continue
             reason = result[0]
             self._set_reason(p, reason)
@@ -1049,6 +1080,7 @@ class Engine:
                 self._profile_fresh = False
         # Heads that became heads during this pass were pushed and looked at already.
         queue.dirty.clear()
+        self._memo = None
 
     def _emit(self, d: D) -> D:
         self._out.append(d)

@@ -92,6 +92,10 @@ def _batch_class(c: CampaignState) -> bool:
     return not c.spec.preemptible and c.spec.lease_class is not LeaseClass.INTERACTIVE
 
 
+def _victim_entry(ls: Lease) -> tuple[int, float, int, str]:
+    return (ls.lease_class.rank, -ls.granted_at, -id_order(ls.id), ls.id)
+
+
 def _end_entry(ls: Lease, end: float) -> tuple[float, int, dims.Vec, str]:
     return (end, id_order(ls.id), ls.size, ls.campaign)
 
@@ -102,6 +106,7 @@ class Ledger:
     __slots__ = (
         "_draining_of",
         "_leases",
+        "_lent",
         "_policy",
         "_pool",
         "_primary",
@@ -116,6 +121,7 @@ class Ledger:
         "reclaimable",
         "reserve",
         "usage_ref",
+        "victims",
     )
 
     def __init__(
@@ -130,6 +136,9 @@ class Ledger:
         self.reclaimable: dims.Vec = dims.ZERO
         """What active preemptible leases hold (a starting one sits on booting nodes or on
         capacity still being handed over)."""
+        self.victims: SortedList = SortedList()
+        """The active preemptible leases in the order a reclaim takes them: lowest class,
+        youngest first, as (class rank, -granted at, -number, id)."""
         self.firm_held: dims.Vec = dims.ZERO
         """What non-preemptible campaigns hold."""
         self.queued_demand: dims.Vec = dims.ZERO
@@ -148,6 +157,9 @@ class Ledger:
         request may wait out a grace period, so preemptible leases may fill it."""
         self.headroom: dims.Vec = dims.vec(policy.warm_headroom)
         """The warm headroom preemptible leases leave idle (``PolicySpec.warm_headroom``)."""
+        self._lent: tuple[object, ...] = ()
+        """``lent()`` with the vectors it was computed from (compared by identity: every
+        change replaces a vector)."""
         self.guaranteed: dict[str, CampaignState] = {}
         """The firm campaigns with a guarantee (their unmet part returns to their reserve)."""
         self.usage_ref: float | None = None
@@ -155,6 +167,16 @@ class Ledger:
         usage is stored multiplied by ``2^((now - usage_ref)/h)``, so that it need not be
         decayed as time passes: every campaign's decays by the same factor, and order is
         kept."""
+
+    def __getstate__(self) -> tuple[None, dict[str, object]]:
+        # A snapshot leaves the cache out: whether it is filled depends on who read it.
+        state = {k: getattr(self, k) for k in self.__slots__}
+        state["_lent"] = ()
+        return None, state
+
+    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
+        for k, v in state[1].items():
+            setattr(self, k, v)
 
     # ------------------------------------------------------------------ holding
 
@@ -214,14 +236,28 @@ class Ledger:
         covered by free warm capacity, as far as the batch part and what backs it go
         (active preemptible leases, reclaimable within a grace period, and what warned ones
         return by their deadline)."""
+        # Read several times per decision: computed again only when an input changed.
+        on_free = self._pool.totals()[0]
+        k = self._lent
+        if (
+            k
+            and k[1] is self.reclaimable
+            and k[2] is self.draining
+            and k[3] is self.batch_reserve
+            and k[4] is self.reserve
+            and k[5] is on_free
+        ):
+            return k[0]  # type: ignore[return-value]
         backing = dims.add(self.reclaimable, self.draining)
         if dims.is_zero(self.batch_reserve) or dims.is_zero(backing):
-            return dims.ZERO
-        # Preemptible leases leave the headroom idle too: what free warm capacity does not
-        # cover of reserve + headroom is what they hold of the reserve.
-        on_free = self._pool.totals()[0]
-        uncovered = dims.vmax0(dims.sub(dims.add(self.reserve, self.headroom), on_free))
-        return dims.vmin(uncovered, dims.vmin(self.batch_reserve, backing))
+            lent = dims.ZERO
+        else:
+            # Preemptible leases leave the headroom idle too: what free warm capacity does
+            # not cover of reserve + headroom is what they hold of the reserve.
+            uncovered = dims.vmax0(dims.sub(dims.add(self.reserve, self.headroom), on_free))
+            lent = dims.vmin(uncovered, dims.vmin(self.batch_reserve, backing))
+        self._lent = (lent, self.reclaimable, self.draining, self.batch_reserve, self.reserve, on_free)
+        return lent
 
     def warm_reserve(self) -> dims.Vec:
         """The reserve that must stay warm and free: all of it, less what is lent."""
@@ -300,10 +336,12 @@ class Ledger:
     def activated(self, ls: Lease) -> None:
         if ls.preemptible:
             self.reclaimable = dims.add(self.reclaimable, ls.size)
+            self.victims.add(_victim_entry(ls))
 
     def not_reclaimable(self, ls: Lease) -> None:
         """An active preemptible lease ended: it is reclaimable no more."""
         self.reclaimable = dims.vmax0(dims.sub(self.reclaimable, ls.size))
+        self.victims.discard(_victim_entry(ls))
 
     def warned(self, ls: Lease, claimed: dims.Vec) -> None:
         """An active preemptible lease was warned, ``claimed`` of it for its claimant: it is

@@ -21,9 +21,10 @@ on the claimed nodes move to the claimants); the cold part is placed on booting 
 the lease waits for each of them to be ready. A lease is active once it waits for nothing.
 Each operation returns the decisions it caused, in order, for the engine to emit.
 
-Cost: ``plan`` is O(1) when the aggregate says no; otherwise a pass over the nodes per
-part tried (O(n), O(n log N) for N-node shapes), and for the reclaim part a sort of the
-reclaimable leases and a pass over the victims' pieces.
+Cost: ``plan`` is O(1) when the aggregate says no; otherwise, per part tried, a look-up in
+the pool's node index (``PoolState.candidates_for``: O(log n) for a best fit, plus the
+nodes a split or an N-node shape takes), and for the reclaim part a pass over the victims,
+in the ledger's order, until they suffice.
 """
 
 from __future__ import annotations
@@ -95,8 +96,9 @@ class Placement:
         warm: list[tuple[int, float]] = []
         warm_avail = dims.vmax0(warm_limit)
         if not dims.is_zero(dims.vmin(size, warm_avail)):
-            cands = pool.candidates(d, (NodeState.ON,))
-            warm = shape.take(d, cands, count, shape.limit_units(warm_avail, d), primary)
+            limit = shape.limit_units(warm_avail, d)
+            cands = pool.candidates_for(d, (NodeState.ON,), count, limit)
+            warm = shape.take(d, cands, count, limit, primary)
         warm_pieces = {i: shape.piece(d, u) for i, u in warm}
         rest = count - shape.total_units(warm)
         if rest <= shape.EPS:
@@ -133,16 +135,8 @@ class Placement:
 
     def _victims(self) -> Iterator[Lease]:
         """Reclaimable leases in the order they are taken: lowest class, youngest first."""
-        return iter(
-            sorted(
-                (
-                    ls
-                    for ls in self._leases.values()
-                    if ls.preemptible and ls.state is LeaseState.ACTIVE
-                ),
-                key=lambda ls: (ls.lease_class.rank, -ls.granted_at, -id_order(ls.id)),
-            )
-        )
+        leases = self._leases
+        return (leases[entry[3]] for entry in self._ledger.victims)
 
     def _plan_reclaim(
         self, d: shape.Demand, rest: float, exclude: set[int], everything: bool
@@ -187,7 +181,7 @@ class Placement:
         """Pieces for ``rest`` units on booting nodes and cold ones to boot, or None."""
         if rest <= shape.EPS:
             return {}
-        cands = self._pool.candidates(d, (NodeState.BOOTING, NodeState.COLD))
+        cands = self._pool.candidates_for(d, (NodeState.BOOTING, NodeState.COLD), rest, limit)
         takes = shape.take(d, cands, rest, limit, self._pool.primary)
         if shape.total_units(takes) + shape.EPS < rest:
             return None
@@ -200,8 +194,9 @@ class Placement:
         inf = float("inf")
         warm: dict[int, dims.Vec] = {}
         if not dims.is_zero(plan.warm):
-            cands = pool.candidates(d, (NodeState.ON,))
-            takes = shape.take(d, cands, d.units(plan.warm), inf, pool.primary)
+            want = d.units(plan.warm)
+            cands = pool.candidates_for(d, (NodeState.ON,), want, inf)
+            takes = shape.take(d, cands, want, inf, pool.primary)
             warm = {i: shape.piece(d, u) for i, u in takes}
         claims: tuple[tuple[str, int, dims.Vec], ...] = ()
         if not dims.is_zero(plan.reclaim):

@@ -9,9 +9,13 @@ nodes and applies the chosen pieces.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+import heapq
+import math
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from sortedcontainers import SortedList
 
 from bursar.broker import dims, shape
 from bursar.broker.policy import PoolSpec
@@ -49,6 +53,11 @@ class Node:
         return dims.sub(self.cap, self.used)
 
 
+_INDEXED = (NodeState.ON, NodeState.BOOTING, NodeState.COLD)
+_TOL = 1e-6
+"""Slack on the bisection's lower bound (the fit test itself is ``take``'s, exactly)."""
+
+
 class PoolState:
     """Nodes plus per-power-state aggregates, kept in step with every change.
 
@@ -80,10 +89,22 @@ class PoolState:
         self._free, self.on_cap = self.recount()
         self._totals: tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec] | None = None
         """``totals()`` as of the last change (read many times per decision)."""
+        self._fit: dict[NodeState, SortedList] = {p: SortedList() for p in _INDEXED}
+        """Per power state, the nodes with free capacity in packing order: (preference
+        group, free in the primary dimension, free per dimension, index). Best fit is the
+        first entry that holds the piece (``candidates_for``)."""
+        self._rooms: dict[tuple[NodeState, int, int], SortedList] = {}
+        """Per (power state, preference group, dimension), the indexes of the nodes with
+        some of that dimension free, in index order (the order a split is made in)."""
+        for i in range(len(self.nodes)):
+            self._index(i)
 
     def __getstate__(self) -> dict[str, Any]:
-        # A snapshot leaves the cache out: whether it is filled depends on who read it.
-        return {**self.__dict__, "_totals": None}
+        # A snapshot leaves the cache out (whether it is filled depends on who read it) and
+        # the node index (derived from the nodes, rebuilt on load).
+        state = {**self.__dict__, "_totals": None}
+        del state["_fit"], state["_rooms"]
+        return state
 
     def recount(self) -> tuple[dict[NodeState, dims.Vec], dims.Vec]:
         free = {p: dims.ZERO for p in NodeState}
@@ -96,6 +117,7 @@ class PoolState:
 
     def set_power(self, i: int, power: NodeState, ready_at: float | None = None) -> None:
         self._totals = None
+        self._unindex(i)
         n = self.nodes[i]
         self._free[n.power] = dims.sub(self._free[n.power], n.free)
         if n.power is NodeState.ON:
@@ -105,6 +127,7 @@ class PoolState:
         self._free[power] = dims.add(self._free[power], n.free)
         if power is NodeState.ON:
             self.on_cap = dims.add(self.on_cap, n.cap)
+        self._index(i)
 
     def totals(self) -> tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec]:
         """(free on powered nodes, free on booting nodes, capacity of cold nodes, on capacity)."""
@@ -119,15 +142,157 @@ class PoolState:
             )
         return t
 
-    def _use(self, n: Node, delta: dims.Vec) -> None:
+    def _use(self, i: int, delta: dims.Vec) -> None:
         self._totals = None
+        self._unindex(i)
+        n = self.nodes[i]
         n.used = dims.add(n.used, delta)
         self._free[n.power] = dims.sub(self._free[n.power], delta)
+        self._index(i)
 
     def put(self, pieces: Mapping[int, dims.Vec]) -> None:
         """Take the chosen pieces (node index → piece) out of their nodes' free capacity."""
         for i, piece in pieces.items():
-            self._use(self.nodes[i], piece)
+            self._use(i, piece)
+
+    # ------------------------------------------------------------------ the node index
+
+    def _entries(self, i: int) -> tuple[NodeState, int, dims.Vec] | None:
+        """Node ``i``'s place in the index: (power state, preference group, what a piece
+        may use there), as ``candidates`` lists it; None when it is in no list."""
+        n = self.nodes[i]
+        power = n.power
+        if power is NodeState.COLD:
+            return power, 2, n.cap
+        if power is NodeState.DOWN:
+            return None
+        u = n.used
+        if u == dims.ZERO:
+            return power, 1, n.cap
+        c = n.cap
+        return power, 0, (c[0] - u[0], c[1] - u[1], c[2] - u[2])
+
+    def _index(self, i: int) -> None:
+        at = self._entries(i)
+        if at is None:
+            return
+        power, group, free = at
+        if all(x <= 0 for x in free):
+            return
+        self._fit[power].add((group, free[self.primary], *free, i))
+        for j, x in enumerate(free):
+            if x > 0:
+                rooms = self._rooms.get((power, group, j))
+                if rooms is None:
+                    rooms = self._rooms[power, group, j] = SortedList()
+                rooms.add(i)
+
+    def _unindex(self, i: int) -> None:
+        at = self._entries(i)
+        if at is None:
+            return
+        power, group, free = at
+        if all(x <= 0 for x in free):
+            return
+        self._fit[power].remove((group, free[self.primary], *free, i))
+        for j, x in enumerate(free):
+            if x > 0:
+                self._rooms[power, group, j].remove(i)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        # The index is derived from the nodes: rebuilt, never stored.
+        self._fit = {p: SortedList() for p in _INDEXED}
+        self._rooms = {}
+        for i in range(len(self.nodes)):
+            self._index(i)
+
+    def candidates_for(
+        self, d: shape.Demand, powers: tuple[NodeState, ...], want: float, limit: float
+    ) -> list[shape.Candidate]:
+        """The candidates ``shape.take(d, ..., want, limit, primary)`` chooses from, found
+        in the index without a pass over the nodes: ``take`` over them chooses exactly as
+        over ``candidates(d, powers)``. Best fit is the first indexed node, in packing
+        order, that holds the piece (from a bisection on the primary dimension); a split
+        walks the nodes with room in index order only as far as it needs; N pieces are
+        the first N nodes that hold one. O(log n + k) for the k entries looked at."""
+        goal = min(want, limit)
+        total_mode = d.mode is shape.Mode.TOTAL
+        if total_mode and d.whole:
+            goal = math.floor(goal + shape.EPS)
+        if goal <= shape.EPS:
+            return []
+        unit = d.unit
+        named = [(j, u) for j, u in enumerate(unit) if u > 0.0]
+        if not named:
+            return self.candidates(d, powers)
+        p = self.primary
+        groups = (0, 1, 2)
+        if not total_mode:
+            # One unit per node: the first ``n`` nodes (packing order) that hold a unit.
+            n = round(goal)
+            whole = d.mode is shape.Mode.WHOLE
+            out: list[shape.Candidate] = []
+            for g in groups:
+                if whole and g == 0:
+                    continue
+                lo = unit[p] - _TOL if unit[p] > 0 else -math.inf
+                for e in self._by_fit(powers, g, lo):
+                    free = e[2:5]
+                    if whole:
+                        if self.nodes[e[5]].cap != unit:
+                            continue
+                    elif not dims.fits(unit, free):
+                        continue
+                    out.append((g, e[5], free))
+                    if len(out) == n:
+                        return out
+            return out
+        whole_units = d.whole
+        lo = (goal - shape.EPS) * unit[p] - _TOL if unit[p] > 0 else -math.inf
+        for g in groups:
+            for e in self._by_fit(powers, g, lo):
+                free = e[2:5]
+                k = min(free[j] / u for j, u in named)
+                if whole_units:
+                    k = math.floor(k + shape.EPS)
+                if k > shape.EPS and k + shape.EPS >= goal:
+                    return [(g, e[5], free)]
+        # No node holds it all: the nodes with room, in group then index order, until
+        # they hold it (``take`` splits over them in that order).
+        lead = p if unit[p] > 0 else named[0][0]
+        out = []
+        rest = goal
+        nodes = self.nodes
+        for g in groups:
+            for i in self._by_index(powers, g, lead):
+                n_ = nodes[i]
+                free = n_.cap if g == 2 else dims.sub(n_.cap, n_.used)
+                k = min(free[j] / u for j, u in named)
+                if whole_units:
+                    k = math.floor(k + shape.EPS)
+                if k <= shape.EPS:
+                    continue
+                out.append((g, i, free))
+                rest -= min(k, rest)
+                if rest <= shape.EPS:
+                    return out
+        return out
+
+    def _by_fit(
+        self, powers: tuple[NodeState, ...], group: int, lo: float
+    ) -> Iterator[tuple[Any, ...]]:
+        """Index entries of ``group`` in ``powers`` from ``lo`` (primary free) up, in order."""
+        lists = [self._fit[pw] for pw in powers if pw in self._fit]
+        its = [
+            lst.irange(minimum=(group, lo), maximum=(group, math.inf), inclusive=(True, True))
+            for lst in lists
+        ]
+        return its[0] if len(its) == 1 else heapq.merge(*its)
+
+    def _by_index(self, powers: tuple[NodeState, ...], group: int, j: int) -> Iterator[int]:
+        its = [iter(self._rooms[pw, group, j]) for pw in powers if (pw, group, j) in self._rooms]
+        return its[0] if len(its) == 1 else heapq.merge(*its)
 
     def candidates(self, d: shape.Demand, powers: tuple[NodeState, ...]) -> list[shape.Candidate]:
         """The nodes in ``powers`` a piece of ``d`` could go to, in index order, with their
@@ -161,7 +326,7 @@ class PoolState:
     def free_pieces(self, pieces: dict[int, dims.Vec]) -> None:
         for i, piece in pieces.items():
             n = self.nodes[i]
-            self._use(n, tuple(-x for x in dims.vmin(piece, n.used)))
+            self._use(i, tuple(-x for x in dims.vmin(piece, n.used)))
 
     def fragmentation(self) -> tuple[dims.Vec, dims.Vec]:
         """(stranded, partial free) over powered nodes, per dimension.
