@@ -124,6 +124,9 @@ class Engine:
         self._profile: reservations.Profile | None = None
         self._profile_fresh = False
         """The reservations as of this admission pass (built lazily, see ``_reservations``)."""
+        self._pool_refused = False
+        """The last ``_try`` was refused by the pool side (not the campaign's own limits,
+        not the reservations)."""
         self._memo: dict[Any, Any] | None = None
         """During an admission pass, the pool side of ``_try`` and the campaigns' reach by
         group, as of the last grant (nothing they read changes until the next one)."""
@@ -132,7 +135,7 @@ class Engine:
         """The state a snapshot keeps: everything but the per-pass caches, which every
         event rebuilds before reading (``apply`` resets them)."""
         state = dict(self.__dict__)
-        state.update(_out=[], _profile=None, _profile_fresh=False, _memo=None)
+        state.update(_out=[], _profile=None, _profile_fresh=False, _memo=None, _pool_refused=False)
         return state
 
     # ------------------------------------------------------------------ public API
@@ -576,6 +579,7 @@ class Engine:
             if placed is None:
                 placed = memo[key] = self._place_check(p, c)
         if isinstance(placed[0], Reason):
+            self._pool_refused = True
             return placed[0], {}
         plan, delay = placed
         if behind is not None:
@@ -1002,19 +1006,20 @@ class Engine:
                 extra.append(queue.barrier_head())
             for rid in extra:
                 heapq.heappush(heap, (queue.key(pending[rid]), rid))
-        bound = self.ledger.pool_bound()
         memo = self._memo = {}
+        scan = queue.pool_scan(self.ledger.pool_bound()) if scan_pool else None
         cursor: HeadEntry | None = None
         seen: set[str] = set()
         while True:
             # Every pool-blocked head is a candidate, behind the reservations or not: those
             # behind may still start if they leave the reservations whole (backfill).
-            nxt = queue.next_pool_head(cursor, None, seen, bound) if scan_pool else None
+            nxt = scan.peek(seen) if scan is not None else None
             if heap and (nxt is None or heap[0][0] < nxt[:3]):
                 _, rid = heapq.heappop(heap)
                 if rid in seen or rid not in pending:
                     continue
-            elif nxt is not None:
+            elif nxt is not None and scan is not None:
+                scan.advance()
                 cursor = nxt
                 rid = nxt[3]
                 cand = pending[rid]
@@ -1025,8 +1030,10 @@ class Engine:
                     reach = memo[group] = self._reach(cand)
                 if not dims.fits(cand.size, reach):
                     # More than any path could give its campaign now: still pool-blocked,
-                    # for the reason it has (the scan's bound is for the whole pool).
+                    # for the reason it has (the scan's bound is for the whole pool), and
+                    # so is every other request of its bucket.
                     seen.add(rid)
+                    scan.drop(cand.bucket)
                     continue
             else:
                 break
@@ -1055,6 +1062,7 @@ class Engine:
                 # (the common case in a long queue, where most candidates stay blocked).
                 self._set_reason(p, Reason.HEAD_OF_LINE)
                 continue
+            self._pool_refused = False
             result = self._try(p, profile)
             if isinstance(result, Granted):
                 self._unqueue(p)
@@ -1068,11 +1076,15 @@ class Engine:
                         # or it waits with capacity free until the next release.
                         rid = queue.barrier_head()
                         heapq.heappush(heap, (queue.key(pending[rid]), rid))
-                bound = self.ledger.pool_bound()
                 memo = self._memo = {}
+                if scan is not None:
+                    scan.restart(cursor, self.ledger.pool_bound())
                 continue
             reason = result[0]
             self._set_reason(p, reason)
+            if self._pool_refused and scan is not None:
+                # The pool's answer holds for every request of its bucket until a grant.
+                scan.drop(p.bucket)
             if reason is Reason.BUCKET_EMPTY:
                 self._schedule_wake(p)
             if barrier is None and reason in admission.POOL_REASONS and p.id in queue.aged:

@@ -256,7 +256,14 @@ class Ledger:
             # not cover of reserve + headroom is what they hold of the reserve.
             uncovered = dims.vmax0(dims.sub(dims.add(self.reserve, self.headroom), on_free))
             lent = dims.vmin(uncovered, dims.vmin(self.batch_reserve, backing))
-        self._lent = (lent, self.reclaimable, self.draining, self.batch_reserve, self.reserve, on_free)
+        self._lent = (
+            lent,
+            self.reclaimable,
+            self.draining,
+            self.batch_reserve,
+            self.reserve,
+            on_free,
+        )
         return lent
 
     def warm_reserve(self) -> dims.Vec:

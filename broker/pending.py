@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,11 @@ if TYPE_CHECKING:
 
 HeadEntry = tuple[int, float, int, str]
 """A pool-blocked head's place: its admission order key, then its id."""
+
+Bucket = tuple[bool, LeaseClass, dims.Vec, object]
+"""What the pool side of an admission try depends on besides the pool (see
+``Engine._place_check``): the campaign's preemptibility, class and unmet guarantee, and
+the request's demand. Every request in a bucket gets the same answer from the pool."""
 
 
 @dataclass(slots=True)
@@ -65,6 +70,8 @@ class Pending:
     head_entry: HeadEntry | None = None
     """Its entry in the pool-blocked index while it is blocked for a pool reason; None
     otherwise."""
+    bucket: Bucket | None = None
+    """The pool-blocked bucket it is in (with ``head_entry``)."""
 
 
 class Queues:
@@ -72,11 +79,11 @@ class Queues:
 
     __slots__ = (
         "_aged_heap",
+        "_buckets",
         "_by_campaign",
         "_campaigns",
         "_indexed",
         "_patience_s",
-        "_pool_sizes",
         "_primary",
         "_push_timer",
         "_queues",
@@ -85,7 +92,6 @@ class Queues:
         "guarantee_heads",
         "pending",
         "pool_dirty",
-        "pool_heads",
         "wake_at",
     )
 
@@ -107,8 +113,8 @@ class Queues:
         """The classes each campaign has a queue in, in the order they were opened."""
         self.aged: set[str] = set()
         self._aged_heap: list[tuple[int, int, str]] = []
-        self.pool_heads: SortedList = SortedList()
-        self._pool_sizes: SortedList = SortedList()
+        self._buckets: dict[Bucket, SortedList] = {}
+        """The pool-blocked requests by bucket, each in admission order."""
         self.guarantee_heads: dict[str, None] = {}
         self._indexed: dict[str, dict[str, None]] = {}
         """Each campaign's requests in the pool-blocked index."""
@@ -203,7 +209,14 @@ class Queues:
             return
         c = self._campaigns[campaign]
         first = self.pending[next(iter(ids))]
-        if first.head_entry is not None and first.head_entry[1] != c.fair:
+        if (
+            first.head_entry is not None
+            and first.bucket is not None
+            and (
+                first.head_entry[1] != c.fair
+                or first.bucket[:3] != (c.spec.preemptible, c.spec.lease_class, c.unmet)
+            )
+        ):
             for rid in list(ids):
                 self._index_head(self.pending[rid], True)
         elif not dims.is_zero(c.guarantee):
@@ -233,18 +246,26 @@ class Queues:
 
     def _index_head(self, p: Pending, on: bool) -> None:
         if p.head_entry is not None:
-            self.pool_heads.remove(p.head_entry)
-            self._pool_sizes.remove(p.size[self._primary])
+            assert p.bucket is not None
+            bucket = self._buckets[p.bucket]
+            bucket.remove(p.head_entry)
+            if not bucket:
+                del self._buckets[p.bucket]
             p.head_entry = None
+            p.bucket = None
             ids = self._indexed[p.campaign]
             del ids[p.id]
             if not ids:
                 del self._indexed[p.campaign]
         self.guarantee_heads.pop(p.id, None)
         if on:
+            c = self._campaigns[p.campaign]
             p.head_entry = (*self.key(p), p.id)
-            self.pool_heads.add(p.head_entry)
-            self._pool_sizes.add(p.size[self._primary])
+            p.bucket = (c.spec.preemptible, c.spec.lease_class, c.unmet, p.demand or p.size)
+            bucket = self._buckets.get(p.bucket)
+            if bucket is None:
+                bucket = self._buckets[p.bucket] = SortedList()
+            bucket.add(p.head_entry)
             self._indexed.setdefault(p.campaign, {})[p.id] = None
             if isolation.within_own_guarantee(p.size, self._campaigns[p.campaign].unmet):
                 self.guarantee_heads[p.id] = None
@@ -315,29 +336,74 @@ class Queues:
                 out.append((self.key(self.pending[rid]), rid))
         return out
 
-    def next_pool_head(
-        self,
-        cursor: HeadEntry | None,
-        barrier: tuple[int, int] | None,
-        seen: set[str],
-        bound: float,
-    ) -> HeadEntry | None:
-        """The first pool-blocked head after ``cursor`` in admission order that is not in
-        ``seen`` and no bigger than ``bound`` in the primary dimension; None once none is
-        left before the barrier's class (everything from there down waits behind it)."""
-        if not self._pool_sizes or self._pool_sizes[0] > bound:
-            return None
-        it: Iterator[HeadEntry] = (
-            self.pool_heads.irange(minimum=cursor, inclusive=(False, True))
-            if cursor is not None
-            else iter(self.pool_heads)
-        )
+    def pool_scan(self, bound: float) -> PoolScan:
+        """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
+        admission order, bucket by bucket (see ``PoolScan``)."""
+        return PoolScan(self._buckets, self._primary, bound)
+
+
+class PoolScan:
+    """An admission pass's walk over the pool-blocked requests in admission order.
+
+    The requests come from their buckets (``Bucket``), merged by admission order. Once the
+    pool has said no to one request of a bucket, it says no to every other one until the
+    next grant: ``drop`` leaves the rest of that bucket out of the walk, so that a pass over
+    a long queue looks at a few requests per bucket rather than every one. ``restart``
+    (after a grant) brings every bucket back from a cursor on. O(B log B) per restart for B
+    buckets, O(log n) per request looked at.
+    """
+
+    __slots__ = ("_buckets", "_dropped", "_heap", "_primary")
+
+    def __init__(self, buckets: dict[Bucket, SortedList], primary: int, bound: float) -> None:
+        self._buckets = buckets
+        self._primary = primary
+        self._heap: list[tuple[HeadEntry, Bucket]] = []
+        self._dropped: set[Bucket] = set()
+        self.restart(None, bound)
+
+    def restart(self, cursor: HeadEntry | None, bound: float) -> None:
+        """Every bucket again (those small enough for ``bound``), from after ``cursor``."""
+        heap = []
         primary = self._primary
-        for entry in it:
-            if barrier is not None and entry[0] >= barrier[0]:
-                return None
-            if entry[3] in seen:
+        for key, entries in self._buckets.items():
+            demand = key[3]
+            size = demand.size if isinstance(demand, Demand) else demand
+            if size[primary] > bound:  # type: ignore[index]
                 continue
-            if self.pending[entry[3]].size[primary] <= bound:
+            k = 0 if cursor is None else entries.bisect_right(cursor)
+            if k < len(entries):
+                heap.append((entries[k], key))
+        heapq.heapify(heap)
+        self._heap = heap
+        self._dropped = set()
+
+    def drop(self, key: Bucket | None) -> None:
+        """The pool refused a request of bucket ``key``: leave the rest of it out."""
+        if key is not None:
+            self._dropped.add(key)
+
+    def peek(self, seen: set[str]) -> HeadEntry | None:
+        """The next request in admission order that is not in ``seen``, or None when the
+        walk is over; ``advance`` moves past it."""
+        heap = self._heap
+        while heap:
+            entry, key = heap[0]
+            if key in self._dropped:
+                heapq.heappop(heap)
+            elif entry[3] in seen:
+                self.advance()
+            else:
                 return entry
         return None
+
+    def advance(self) -> None:
+        """Move past the entry ``peek`` returned: the next one of its bucket takes its place."""
+        heap = self._heap
+        entry, key = heap[0]
+        entries = self._buckets.get(key)
+        k = entries.bisect_right(entry) if entries is not None else 0
+        if entries is not None and k < len(entries):
+            heapq.heapreplace(heap, (entries[k], key))
+        else:
+            heapq.heappop(heap)
