@@ -567,17 +567,7 @@ class Engine:
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
-        memo = self._memo
-        if memo is None:
-            placed = self._place_check(p, c)
-        else:
-            # The pool side of the answer depends on the pool and ledger (unchanged until
-            # the next grant), the campaign's group and the demand only: a long queue asks
-            # it for the same few demands again and again.
-            key = (c.spec.preemptible, c.spec.lease_class, own, p.demand or size)
-            placed = memo.get(key)
-            if placed is None:
-                placed = memo[key] = self._place_check(p, c)
+        placed = self._pool_side(p, c)
         if isinstance(placed[0], Reason):
             self._pool_refused = True
             return placed[0], {}
@@ -597,6 +587,22 @@ class Engine:
             if short:
                 return Reason.BUCKET_EMPTY, {"bucket_short": short}
         return self._grant(p, c, plan, rate, own)
+
+    def _pool_side(
+        self, p: Pending, c: CampaignState
+    ) -> tuple[paths.Plan, float] | tuple[Reason, None]:
+        """``_place_check``, asked once per campaign group and demand between grants in an
+        admission pass: it depends on the pool and ledger (unchanged until the next grant),
+        the campaign's group and the demand only, and a long queue asks it for the same
+        few demands again and again."""
+        memo = self._memo
+        if memo is None:
+            return self._place_check(p, c)
+        key = (c.spec.preemptible, c.spec.lease_class, c.unmet, p.demand or p.size)
+        placed = memo.get(key)
+        if placed is None:
+            placed = memo[key] = self._place_check(p, c)
+        return placed  # type: ignore[no-any-return]
 
     def _place_check(
         self, p: Pending, c: CampaignState
@@ -680,6 +686,42 @@ class Engine:
             profile.reserve(p.id, p.size, p.duration_s, c.unmet, now)
         self._profile = profile
         return profile
+
+    def _backfills(self, p: Pending, profile: reservations.Profile, memo: dict[Any, Any]) -> bool:
+        """May ``p`` start on some path now and leave the reservations whole? Whether the
+        reservations admit a span only gets harder as it grows longer, so between grants
+        the longest duration admitted and the shortest refused in each bucket answer for
+        the others (a holder is asked on its own: its own reservation does not count)."""
+        starts = memo.get("starts")
+        if starts is None:
+            starts = memo["starts"] = self._possible_starts()
+        d = p.duration_s
+        bucket = p.bucket
+        if bucket is None or p.id in profile.reservations:
+            return any(profile.admits(p.size, t, t + d, p.id) for t in starts)
+        seen = memo.get("backfill")
+        if seen is None or seen[0] is not profile:
+            seen = memo["backfill"] = (profile, {})
+        longest, shortest = seen[1].get(bucket, (-math.inf, math.inf))
+        if d <= longest:
+            return True
+        if d >= shortest:
+            return False
+        ok = any(profile.admits(p.size, t, t + d, p.id) for t in starts)
+        seen[1][bucket] = (d, shortest) if ok else (longest, d)
+        return ok
+
+    def _backfill_refuses_all(self, bucket: Any, memo: dict[Any, Any]) -> bool:
+        """Has this pass's profile refused a request of ``bucket`` no longer than any of
+        the bucket's requests (so that it refuses them all)?"""
+        seen = memo.get("backfill")
+        if seen is None or bucket not in seen[1]:
+            return False
+        profile = seen[0]
+        pending = self.queue.pending
+        if any(pending[h].bucket == bucket for h in profile.reservations if h in pending):
+            return False  # a holder is asked on its own
+        return self.queue.shortest(bucket) >= seen[1][bucket][1]
 
     def _reach(self, p: Pending) -> dims.Vec:
         """What ``p``'s campaign could get now on any path, per dimension, in aggregate: the
@@ -1028,10 +1070,13 @@ class Engine:
                 reach = memo.get(group)
                 if reach is None:
                     reach = memo[group] = self._reach(cand)
-                if not dims.fits(cand.size, reach):
-                    # More than any path could give its campaign now: still pool-blocked,
-                    # for the reason it has (the scan's bound is for the whole pool), and
-                    # so is every other request of its bucket.
+                if not dims.fits(cand.size, reach) or (
+                    queue.may_try(cand) and isinstance(self._pool_side(cand, cc)[0], Reason)
+                ):
+                    # More than any path could give its campaign now, or no plan the pool
+                    # could place: still pool-blocked, for the reason it has (the scan's
+                    # bound is for the whole pool), and so is every other request of its
+                    # bucket until the next grant.
                     seen.add(rid)
                     scan.drop(cand.bucket)
                     continue
@@ -1049,18 +1094,17 @@ class Engine:
             if profile is not None and not isolation.within_own_guarantee(
                 p.size, self.campaigns[p.campaign].unmet
             ):
-                starts = memo.get("starts")
-                if starts is None:
-                    starts = memo["starts"] = self._possible_starts()
-                admitted = any(
-                    profile.admits(p.size, start, start + p.duration_s, p.id) for start in starts
-                )
+                admitted = self._backfills(p, profile, memo)
             else:
                 admitted = True
             if not admitted:
                 # Whichever path served it, the reservations say no: skip the full check
                 # (the common case in a long queue, where most candidates stay blocked).
                 self._set_reason(p, Reason.HEAD_OF_LINE)
+                if scan is not None and self._backfill_refuses_all(p.bucket, memo):
+                    # Every request of its bucket lasts at least as long as one the
+                    # reservations refused: they refuse them all.
+                    scan.drop(p.bucket)
                 continue
             self._pool_refused = False
             result = self._try(p, profile)

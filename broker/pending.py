@@ -40,10 +40,11 @@ if TYPE_CHECKING:
 HeadEntry = tuple[int, float, int, str]
 """A pool-blocked head's place: its admission order key, then its id."""
 
-Bucket = tuple[bool, LeaseClass, dims.Vec, object]
+Bucket = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass]
 """What the pool side of an admission try depends on besides the pool (see
 ``Engine._place_check``): the campaign's preemptibility, class and unmet guarantee, and
-the request's demand. Every request in a bucket gets the same answer from the pool."""
+the request's demand; then the request's own class (which reservations bind it). Every
+request in a bucket gets the same answer from the pool."""
 
 
 @dataclass(slots=True)
@@ -82,6 +83,7 @@ class Queues:
         "_buckets",
         "_by_campaign",
         "_campaigns",
+        "_durations",
         "_indexed",
         "_patience_s",
         "_primary",
@@ -115,6 +117,8 @@ class Queues:
         self._aged_heap: list[tuple[int, int, str]] = []
         self._buckets: dict[Bucket, SortedList] = {}
         """The pool-blocked requests by bucket, each in admission order."""
+        self._durations: dict[Bucket, SortedList] = {}
+        """The durations of each bucket's requests."""
         self.guarantee_heads: dict[str, None] = {}
         self._indexed: dict[str, dict[str, None]] = {}
         """Each campaign's requests in the pool-blocked index."""
@@ -249,8 +253,10 @@ class Queues:
             assert p.bucket is not None
             bucket = self._buckets[p.bucket]
             bucket.remove(p.head_entry)
+            self._durations[p.bucket].remove(p.duration_s)
             if not bucket:
                 del self._buckets[p.bucket]
+                del self._durations[p.bucket]
             p.head_entry = None
             p.bucket = None
             ids = self._indexed[p.campaign]
@@ -261,11 +267,19 @@ class Queues:
         if on:
             c = self._campaigns[p.campaign]
             p.head_entry = (*self.key(p), p.id)
-            p.bucket = (c.spec.preemptible, c.spec.lease_class, c.unmet, p.demand or p.size)
+            p.bucket = (
+                c.spec.preemptible,
+                c.spec.lease_class,
+                c.unmet,
+                p.demand or p.size,
+                p.lease_class,
+            )
             bucket = self._buckets.get(p.bucket)
             if bucket is None:
                 bucket = self._buckets[p.bucket] = SortedList()
+                self._durations[p.bucket] = SortedList()
             bucket.add(p.head_entry)
+            self._durations[p.bucket].add(p.duration_s)
             self._indexed.setdefault(p.campaign, {})[p.id] = None
             if isolation.within_own_guarantee(p.size, self._campaigns[p.campaign].unmet):
                 self.guarantee_heads[p.id] = None
@@ -335,6 +349,11 @@ class Queues:
                 rid = self._queues[(name, lc)][0]
                 out.append((self.key(self.pending[rid]), rid))
         return out
+
+    def shortest(self, bucket: Bucket) -> float:
+        """The shortest duration asked for in a pool-blocked bucket (+inf when empty)."""
+        durations = self._durations.get(bucket)
+        return durations[0] if durations else math.inf
 
     def pool_scan(self, bound: float) -> PoolScan:
         """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
