@@ -76,7 +76,7 @@ from bursar.broker.lease import EndedLease, Lease, LeaseState, Segment
 from bursar.broker.ledger import CampaignState, Ledger
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
-from bursar.broker.pending import HeadEntry, Pending, Queues
+from bursar.broker.pending import HeadEntry, Pending, PoolScan, Queues
 from bursar.broker.placement import Placement
 from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState
@@ -687,7 +687,13 @@ class Engine:
         self._profile = profile
         return profile
 
-    def _backfills(self, p: Pending, profile: reservations.Profile, memo: dict[Any, Any]) -> bool:
+    def _backfills(
+        self,
+        p: Pending,
+        profile: reservations.Profile,
+        memo: dict[Any, Any],
+        scan: PoolScan | None,
+    ) -> bool:
         """May ``p`` start on some path now and leave the reservations whole? Whether the
         reservations admit a span only gets harder as it grows longer, so between grants
         the longest duration admitted and the shortest refused in each bucket answer for
@@ -702,26 +708,21 @@ class Engine:
         seen = memo.get("backfill")
         if seen is None or seen[0] is not profile:
             seen = memo["backfill"] = (profile, {})
-        longest, shortest = seen[1].get(bucket, (-math.inf, math.inf))
+            if scan is not None:
+                scan.forget_refusals()
+        group = bucket[:5]
+        longest, shortest = seen[1].get(group, (-math.inf, math.inf))
         if d <= longest:
             return True
         if d >= shortest:
             return False
         ok = any(profile.admits(p.size, t, t + d, p.id) for t in starts)
-        seen[1][bucket] = (d, shortest) if ok else (longest, d)
+        seen[1][group] = (d, shortest) if ok else (longest, d)
+        if not ok and scan is not None:
+            pending = self.queue.pending
+            holders = {pending[h].bucket for h in profile.reservations if h in pending}
+            scan.refuse_from(bucket, d, holders)  # type: ignore[arg-type]
         return ok
-
-    def _backfill_refuses_all(self, bucket: Any, memo: dict[Any, Any]) -> bool:
-        """Has this pass's profile refused a request of ``bucket`` no longer than any of
-        the bucket's requests (so that it refuses them all)?"""
-        seen = memo.get("backfill")
-        if seen is None or bucket not in seen[1]:
-            return False
-        profile = seen[0]
-        pending = self.queue.pending
-        if any(pending[h].bucket == bucket for h in profile.reservations if h in pending):
-            return False  # a holder is asked on its own
-        return self.queue.shortest(bucket) >= seen[1][bucket][1]
 
     def _reach(self, p: Pending) -> dims.Vec:
         """What ``p``'s campaign could get now on any path, per dimension, in aggregate: the
@@ -1094,17 +1095,13 @@ class Engine:
             if profile is not None and not isolation.within_own_guarantee(
                 p.size, self.campaigns[p.campaign].unmet
             ):
-                admitted = self._backfills(p, profile, memo)
+                admitted = self._backfills(p, profile, memo, scan)
             else:
                 admitted = True
             if not admitted:
                 # Whichever path served it, the reservations say no: skip the full check
                 # (the common case in a long queue, where most candidates stay blocked).
                 self._set_reason(p, Reason.HEAD_OF_LINE)
-                if scan is not None and self._backfill_refuses_all(p.bucket, memo):
-                    # Every request of its bucket lasts at least as long as one the
-                    # reservations refused: they refuse them all.
-                    scan.drop(p.bucket)
                 continue
             self._pool_refused = False
             result = self._try(p, profile)

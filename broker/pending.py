@@ -24,7 +24,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedList
 
@@ -40,11 +40,13 @@ if TYPE_CHECKING:
 HeadEntry = tuple[int, float, int, str]
 """A pool-blocked head's place: its admission order key, then its id."""
 
-Bucket = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass]
+Bucket = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass, int]
 """What the pool side of an admission try depends on besides the pool (see
 ``Engine._place_check``): the campaign's preemptibility, class and unmet guarantee, and
-the request's demand; then the request's own class (which reservations bind it). Every
-request in a bucket gets the same answer from the pool."""
+the request's demand; then the request's own class (which reservations bind it) and its
+duration's binary order of magnitude (how long it would hold what it gets). Every request
+of the first five gets the same answer from the pool; the reservations' answer only gets
+harder with the duration."""
 
 
 @dataclass(slots=True)
@@ -114,7 +116,9 @@ class Queues:
         self._by_campaign: dict[str, dict[LeaseClass, None]] = {}
         """The classes each campaign has a queue in, in the order they were opened."""
         self.aged: set[str] = set()
-        self._aged_heap: list[tuple[int, int, str]] = []
+        self._aged_heap: SortedList = SortedList()
+        """(-class rank, arrival, id) of the aged requests blocked for a pool reason, with
+        stale entries (gone, or blocked for their own reasons now) dropped when met."""
         self._buckets: dict[Bucket, SortedList] = {}
         """The pool-blocked requests by bucket, each in admission order."""
         self._durations: dict[Bucket, SortedList] = {}
@@ -203,7 +207,7 @@ class Queues:
             self._index_head(p, pool)
         if pool and not was_pool and p.id in self.aged:
             # Once per spell of pool-blocked waiting: the entry stays valid while it lasts.
-            heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
+            self._aged_heap.add((-p.lease_class.rank, p.seq, p.id))
 
     def rekey(self, campaign: str) -> None:
         """A campaign's holding or usage changed: move its indexed requests to their new
@@ -235,7 +239,7 @@ class Queues:
         self.aged.add(request_id)
         p = self.pending[request_id]
         if p.reason in admission.POOL_REASONS:
-            heapq.heappush(self._aged_heap, (-p.lease_class.rank, p.seq, p.id))
+            self._aged_heap.add((-p.lease_class.rank, p.seq, p.id))
 
     def wake_by(self, campaign: str, at: float) -> None:
         """Look at ``campaign``'s queue again at ``at``, unless an earlier look is set."""
@@ -273,6 +277,7 @@ class Queues:
                 c.unmet,
                 p.demand or p.size,
                 p.lease_class,
+                math.frexp(p.duration_s)[1],
             )
             bucket = self._buckets.get(p.bucket)
             if bucket is None:
@@ -291,13 +296,16 @@ class Queues:
         still blocked for a pool reason; None if there is none."""
         heap = self._aged_heap
         while heap:
-            _, _, rid = heap[0]
-            p = self.pending.get(rid)
-            if p is not None and rid in self.aged and p.reason in admission.POOL_REASONS:
-                return heap[0][0], heap[0][1]
+            first = heap[0]
+            if self._aged_live(first[2]):
+                return first[0], first[1]
             # Gone, granted, or blocked for its own reasons now; re-pushed if that changes.
-            heapq.heappop(heap)
+            del heap[0]
         return None
+
+    def _aged_live(self, rid: str) -> bool:
+        p = self.pending.get(rid)
+        return p is not None and rid in self.aged and p.reason in admission.POOL_REASONS
 
     def aged_front(self, n: int) -> list[Pending]:
         """The first ``n`` aged requests still blocked for a pool reason, by (-class rank,
@@ -306,28 +314,23 @@ class Queues:
         if self.barrier() is None:
             return []
         out: list[Pending] = []
-        k = n
-        while True:
-            entries = heapq.nsmallest(k, self._aged_heap)
-            out = []
-            seen: set[str] = set()
-            for _, _, rid in entries:
-                p = self.pending.get(rid)
-                if (
-                    p is None
-                    or rid in seen
-                    or rid not in self.aged
-                    or p.reason not in admission.POOL_REASONS
-                    or self._campaigns[p.campaign].spec.preemptible
-                ):
-                    continue
-                seen.add(rid)
-                out.append(p)
-                if len(out) == n:
-                    return out
-            if k >= len(self._aged_heap):
-                return out
-            k *= 4
+        seen: set[str] = set()
+        stale = []
+        for entry in self._aged_heap:
+            rid = entry[2]
+            if rid in seen or not self._aged_live(rid):
+                stale.append(entry)
+                continue
+            seen.add(rid)
+            p = self.pending[rid]
+            if self._campaigns[p.campaign].spec.preemptible:
+                continue
+            out.append(p)
+            if len(out) == n:
+                break
+        for entry in stale:
+            self._aged_heap.remove(entry)
+        return out
 
     def barrier_head(self) -> str:
         """The id of the head-of-line request (call right after ``barrier`` found one)."""
@@ -358,7 +361,7 @@ class Queues:
     def pool_scan(self, bound: float) -> PoolScan:
         """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
         admission order, bucket by bucket (see ``PoolScan``)."""
-        return PoolScan(self._buckets, self._primary, bound)
+        return PoolScan(self._buckets, self._durations, self._primary, bound)
 
 
 class PoolScan:
@@ -372,13 +375,21 @@ class PoolScan:
     buckets, O(log n) per request looked at.
     """
 
-    __slots__ = ("_buckets", "_dropped", "_heap", "_primary")
+    __slots__ = ("_buckets", "_dropped", "_durations", "_heap", "_primary", "_refused")
 
-    def __init__(self, buckets: dict[Bucket, SortedList], primary: int, bound: float) -> None:
+    def __init__(
+        self,
+        buckets: dict[Bucket, SortedList],
+        durations: dict[Bucket, SortedList],
+        primary: int,
+        bound: float,
+    ) -> None:
         self._buckets = buckets
+        self._durations = durations
         self._primary = primary
         self._heap: list[tuple[HeadEntry, Bucket]] = []
-        self._dropped: set[Bucket] = set()
+        self._dropped: set[tuple[Any, ...]] = set()
+        self._refused: dict[tuple[Any, ...], tuple[float, set[Bucket]]] = {}
         self.restart(None, bound)
 
     def restart(self, cursor: HeadEntry | None, bound: float) -> None:
@@ -396,11 +407,33 @@ class PoolScan:
         heapq.heapify(heap)
         self._heap = heap
         self._dropped = set()
+        self._refused = {}
 
     def drop(self, key: Bucket | None) -> None:
-        """The pool refused a request of bucket ``key``: leave the rest of it out."""
+        """The pool refused a request of bucket ``key``: leave out the rest of it and of
+        every bucket that differs from it only in duration."""
         if key is not None:
-            self._dropped.add(key)
+            self._dropped.add(key[:5])
+
+    def refuse_from(self, key: Bucket, duration: float, keep: set[Bucket]) -> None:
+        """The reservations refused a request of ``key`` lasting ``duration``: leave out
+        the buckets of its group whose every request lasts at least that long, except
+        those in ``keep`` (they hold a reservation holder, which is asked on its own)."""
+        self._refused[key[:5]] = (duration, keep)
+
+    def forget_refusals(self) -> None:
+        """The reservations changed: what they refused no longer holds."""
+        self._refused = {}
+
+    def _out(self, key: Bucket) -> bool:
+        group = key[:5]
+        if group in self._dropped:
+            return True
+        refused = self._refused.get(group)
+        if refused is None or key in refused[1]:
+            return False
+        durations = self._durations.get(key)
+        return not durations or durations[0] >= refused[0]
 
     def peek(self, seen: set[str]) -> HeadEntry | None:
         """The next request in admission order that is not in ``seen``, or None when the
@@ -408,7 +441,7 @@ class PoolScan:
         heap = self._heap
         while heap:
             entry, key = heap[0]
-            if key in self._dropped:
+            if self._out(key):
                 heapq.heappop(heap)
             elif entry[3] in seen:
                 self.advance()
