@@ -17,6 +17,10 @@ from bursar.broker.reasons import Reason
 class LeasePath(enum.Enum):
     """How a grant is served, cheapest first (the wire's LeasePath)."""
 
+    # Identity hash: members are singletons, and Enum's own hash runs Python code on every
+    # dict or set look-up (the engine keys its indexes and memos with them).
+    __hash__ = object.__hash__
+
     WARM = "warm"
     """Idle powered capacity: the lease is active at once."""
     RECLAIM = "reclaim"

@@ -20,6 +20,10 @@ from bursar.broker import dims
 class LeaseClass(enum.Enum):
     """Admission class; a higher rank is considered first."""
 
+    # Identity hash: members are singletons, and Enum's own hash runs Python code on every
+    # dict or set look-up (the engine keys its indexes and memos with them).
+    __hash__ = object.__hash__
+
     INTERACTIVE = "interactive"
     BATCH = "batch"
     OPPORTUNISTIC = "opportunistic"

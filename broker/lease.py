@@ -19,6 +19,10 @@ from bursar.broker.envelope import LeaseClass
 
 
 class LeaseState(enum.Enum):
+    # Identity hash: members are singletons, and Enum's own hash runs Python code on every
+    # dict or set look-up (the engine keys its indexes and memos with them).
+    __hash__ = object.__hash__
+
     STARTING = "starting"
     """Granted; its resources become usable at ``starts_at`` (reclaim grace or boot)."""
     ACTIVE = "active"

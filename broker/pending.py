@@ -216,17 +216,28 @@ class Queues:
         if not ids:
             return
         c = self._campaigns[campaign]
-        first = self.pending[next(iter(ids))]
-        if (
-            first.head_entry is not None
-            and first.bucket is not None
-            and (
-                first.head_entry[1] != c.fair
-                or first.bucket[:3] != (c.spec.preemptible, c.spec.lease_class, c.unmet)
-            )
-        ):
+        pending = self.pending
+        first = pending[next(iter(ids))]
+        entry, bucket = first.head_entry, first.bucket
+        if entry is None or bucket is None:
+            return
+        if bucket[:3] != (c.spec.preemptible, c.spec.lease_class, c.unmet):
             for rid in list(ids):
-                self._index_head(self.pending[rid], True)
+                self._index_head(pending[rid], True)
+        elif entry[1] != c.fair:
+            # Only its place in the order moved (the fair-share usage of every grant): each
+            # entry moves within its bucket.
+            fair = c.fair
+            buckets = self._buckets
+            for rid in ids:
+                p = pending[rid]
+                old = p.head_entry
+                assert old is not None and p.bucket is not None
+                new = (old[0], fair, old[2], old[3])
+                entries = buckets[p.bucket]
+                entries.remove(old)
+                entries.add(new)
+                p.head_entry = new
         elif not dims.is_zero(c.guarantee):
             for rid in ids:
                 if isolation.within_own_guarantee(self.pending[rid].size, c.unmet):

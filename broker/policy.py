@@ -12,6 +12,10 @@ from bursar.broker import dims
 class Enforcement(enum.Enum):
     """How bucket tokens are charged (prepaid by default; see docs/concepts.md)."""
 
+    # Identity hash: members are singletons, and Enum's own hash runs Python code on every
+    # dict or set look-up (the engine keys its indexes and memos with them).
+    __hash__ = object.__hash__
+
     PREPAID = "prepaid"
     """Default: the above-R part of a lease is paid for its whole duration at grant."""
     GRANT_INSTANT = "grant_instant"

@@ -30,6 +30,10 @@ class NodeState(enum.Enum):
     placements.
     """
 
+    # Identity hash: members are singletons, and Enum's own hash runs Python code on every
+    # dict or set look-up (the engine keys its indexes and memos with them).
+    __hash__ = object.__hash__
+
     COLD = "cold"
     """Powered off."""
     BOOTING = "booting"

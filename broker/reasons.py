@@ -6,6 +6,10 @@ import enum
 
 
 class Reason(enum.Enum):
+    # Identity hash: members are singletons, and Enum's own hash runs Python code on every
+    # dict or set look-up (the engine keys its indexes and memos with them).
+    __hash__ = object.__hash__
+
     ABOVE_BURST = "ABOVE_BURST"
     BUCKET_EMPTY = "BUCKET_EMPTY"
     GUARANTEE_RESERVED = "GUARANTEE_RESERVED"

@@ -86,6 +86,10 @@ def shape_from_dict(d: Mapping[str, Any] | None) -> Shape | None:
 
 
 class Mode(enum.Enum):
+    # Identity hash: members are singletons, and Enum's own hash runs Python code on every
+    # dict or set look-up (the engine keys its indexes and memos with them).
+    __hash__ = object.__hash__
+
     TOTAL = "total"
     NODES = "nodes"
     WHOLE = "whole"
@@ -103,6 +107,25 @@ class Demand:
     size: dims.Vec
     """The lease's size: ``count`` x ``unit``."""
 
+    _hash: int = field(init=False, repr=False, compare=False)
+    """Demands key the engine's per-pass memos and the queue's buckets, hashed many times
+    per event: the hash is computed once (and again on load, never stored: member hashes
+    differ between processes)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(_fields(self)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return _fields(self)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(_FIELDS, state, strict=True):
+            object.__setattr__(self, name, value)
+        self.__post_init__()
+
     @property
     def any_split(self) -> bool:
         """One dimension, split freely: every aggregate fit is a node-shaped fit."""
@@ -112,6 +135,13 @@ class Demand:
         """How many units the part ``v`` of this demand is."""
         j = next(j for j, u in enumerate(self.unit) if u > 0)
         return v[j] / self.unit[j]
+
+
+_FIELDS = ("mode", "unit", "count", "whole", "size")
+
+
+def _fields(d: Demand) -> tuple[Any, ...]:
+    return (d.mode, d.unit, d.count, d.whole, d.size)
 
 
 def total(size: dims.Vec) -> Demand:
