@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 from bursar.broker import (
@@ -124,6 +124,8 @@ class Engine:
         self._profile: reservations.Profile | None = None
         self._profile_fresh = False
         """The reservations as of this admission pass (built lazily, see ``_reservations``)."""
+        self._guarantees: _GuaranteeView | None = None
+        """What the current profile reads of the guaranteed campaigns (see ``_reservations``)."""
         self._pool_refused = False
         """The last ``_try`` was refused by the pool side (not the campaign's own limits,
         not the reservations)."""
@@ -135,7 +137,14 @@ class Engine:
         """The state a snapshot keeps: everything but the per-pass caches, which every
         event rebuilds before reading (``apply`` resets them)."""
         state = dict(self.__dict__)
-        state.update(_out=[], _profile=None, _profile_fresh=False, _memo=None, _pool_refused=False)
+        state.update(
+            _out=[],
+            _profile=None,
+            _profile_fresh=False,
+            _memo=None,
+            _pool_refused=False,
+            _guarantees=None,
+        )
         return state
 
     # ------------------------------------------------------------------ public API
@@ -312,6 +321,8 @@ class Engine:
     # ------------------------------------------------------------------ holding
 
     def _set_held(self, c: CampaignState, held: dims.Vec) -> None:
+        if self._guarantees is not None:
+            self._guarantees.freeze(c)
         self.ledger.set_held(c, held, self.now)
         self.queue.rekey(c.spec.name)
 
@@ -677,7 +688,7 @@ class Engine:
         if not dims.is_zero(cold_avail):
             early.append((now + self.pool_spec.boot_latency_s, cold_avail))
         early.sort(key=lambda st: st[0])
-        guaranteed = {name: (c.guarantee, c.held) for name, c in ledger.guaranteed.items()}
+        guaranteed = self._guarantees = _GuaranteeView(ledger.guaranteed)
         ends = ((t, camp, size) for t, _, size, camp in ledger.firm_ends)
         steps = heapq.merge(early, reservations.firm_steps(ends, guaranteed), key=lambda st: st[0])
         profile = reservations.Profile(now, base, steps)
@@ -1148,6 +1159,37 @@ class Engine:
     def queued(self) -> Iterator[Pending]:
         """Pending requests in admission order."""
         return iter(self.queue.ordered())
+
+
+class _GuaranteeView(Mapping[str, tuple[dims.Vec, dims.Vec]]):
+    """(guarantee, held) of the firm campaigns with a guarantee as they were when a profile
+    was built, read on demand: a profile reads it only for the campaigns whose leases its
+    walk reaches (the lazy steps may be read after a grant: ``freeze`` keeps what a
+    campaign held before the engine changes it)."""
+
+    __slots__ = ("_campaigns", "_frozen")
+
+    def __init__(self, campaigns: Mapping[str, CampaignState]) -> None:
+        self._campaigns = campaigns
+        self._frozen: dict[str, tuple[dims.Vec, dims.Vec]] = {}
+
+    def freeze(self, c: CampaignState) -> None:
+        name = c.spec.name
+        if name in self._campaigns and name not in self._frozen:
+            self._frozen[name] = (c.guarantee, c.held)
+
+    def __getitem__(self, name: str) -> tuple[dims.Vec, dims.Vec]:
+        got = self._frozen.get(name)
+        if got is not None:
+            return got
+        c = self._campaigns[name]
+        return c.guarantee, c.held
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._campaigns)
+
+    def __len__(self) -> int:
+        return len(self._campaigns)
 
 
 _PLACED = {d: i for i, d in enumerate(dims.PLACED)}

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from bursar.broker import dims
@@ -224,22 +224,23 @@ class Profile:
 
 def firm_steps(
     ends: Iterable[tuple[float, str, dims.Vec]],
-    unmet_growth: dict[str, tuple[dims.Vec, dims.Vec]],
+    unmet_growth: Mapping[str, tuple[dims.Vec, dims.Vec]],
 ) -> Iterator[Step]:
     """Capacity returned by firm leases at their expiry, in time order.
 
     ``ends`` is (expiry, campaign, size) in time order; ``unmet_growth`` maps each
-    campaign to (guarantee, held now): as its leases end, its unmet guarantee grows back
-    and that part of the returned capacity goes to its own reserve, not the pool.
+    campaign with a guarantee to (guarantee, held now), read only for the campaigns whose
+    leases the walk reaches: as its leases end, its unmet guarantee grows back and that
+    part of the returned capacity goes to its own reserve, not the pool.
     """
-    held = {name: h for name, (_, h) in unmet_growth.items()}
+    held: dict[str, dims.Vec] = {}
     for at, campaign, size in ends:
         g_h = unmet_growth.get(campaign)
         if g_h is None:
             yield at, size
             continue
         guarantee = g_h[0]
-        before = held[campaign]
+        before = held.get(campaign, g_h[1])
         after = dims.vmax0(dims.sub(before, size))
         held[campaign] = after
         grown = dims.sub(
