@@ -74,6 +74,7 @@ from bursar.broker.events import (
 from bursar.broker.keys import KEY_WINDOW_S, KeyRecord, Keys, request_fingerprint
 from bursar.broker.lease import EndedLease, Lease, LeaseState, Segment
 from bursar.broker.ledger import CampaignState, Ledger
+from bursar.broker.ledger import end_entry as ledger_end_entry
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
 from bursar.broker.pending import HeadEntry, Pending, PoolScan, Queues
@@ -124,6 +125,12 @@ class Engine:
         self._profile: reservations.Profile | None = None
         self._profile_fresh = False
         """The reservations as of this admission pass (built lazily, see ``_reservations``)."""
+        self.exhaustive = False
+        """The reference admission pass: every pool-blocked request is asked on its own, as
+        if no request answered for the others of its bucket (tests compare the two)."""
+        self._firm_added: set[tuple[Any, ...]] = set()
+        """Firm lease ends added since the current profile was built (it reads the ends
+        lazily, and must read them as they were)."""
         self._guarantees: _GuaranteeView | None = None
         """What the current profile reads of the guaranteed campaigns (see ``_reservations``)."""
         self._pool_refused = False
@@ -144,6 +151,7 @@ class Engine:
             _memo=None,
             _pool_refused=False,
             _guarantees=None,
+            _firm_added=set(),
         )
         return state
 
@@ -689,7 +697,8 @@ class Engine:
             early.append((now + self.pool_spec.boot_latency_s, cold_avail))
         early.sort(key=lambda st: st[0])
         guaranteed = self._guarantees = _GuaranteeView(ledger.guaranteed)
-        ends = ((t, camp, size) for t, _, size, camp in ledger.firm_ends)
+        self._firm_added = set()
+        ends = _firm_ends_as_built(ledger.firm_ends, self._firm_added)
         steps = heapq.merge(early, reservations.firm_steps(ends, guaranteed), key=lambda st: st[0])
         profile = reservations.Profile(now, base, steps)
         for p in holders:
@@ -714,13 +723,11 @@ class Engine:
             starts = memo["starts"] = self._possible_starts()
         d = p.duration_s
         bucket = p.bucket
-        if bucket is None or p.id in profile.reservations:
+        if bucket is None or p.id in profile.reservations or self.exhaustive:
             return any(profile.admits(p.size, t, t + d, p.id) for t in starts)
         seen = memo.get("backfill")
         if seen is None or seen[0] is not profile:
             seen = memo["backfill"] = (profile, {})
-            if scan is not None:
-                scan.forget_refusals()
         group = bucket[:5]
         longest, shortest = seen[1].get(group, (-math.inf, math.inf))
         if d <= longest:
@@ -732,7 +739,7 @@ class Engine:
         if not ok and scan is not None:
             pending = self.queue.pending
             holders = {pending[h].bucket for h in profile.reservations if h in pending}
-            scan.refuse_from(bucket, d, holders)  # type: ignore[arg-type]
+            scan.refuse_from(bucket, d, holders, profile)  # type: ignore[arg-type]
         return ok
 
     def _reach(self, p: Pending) -> dims.Vec:
@@ -905,6 +912,10 @@ class Engine:
         self.leases[ls.id] = ls
         self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
         self.ledger.firm_started(ls)
+        if self._guarantees is not None and not ls.preemptible:
+            # Granted past the reservations: the profile counts it with a window over its
+            # span (``_reserved_granted``), not as capacity returning at its expiry.
+            self._firm_added.add(ledger_end_entry(ls, ls.expires_at))
         self._reserved_granted(p, ls, own)
         if ls.ready:
             self.placement.activate(ls)
@@ -1067,7 +1078,11 @@ class Engine:
         while True:
             # Every pool-blocked head is a candidate, behind the reservations or not: those
             # behind may still start if they leave the reservations whole (backfill).
-            nxt = scan.peek(seen) if scan is not None else None
+            nxt = (
+                scan.peek(seen, self._profile if self._profile_fresh else None)
+                if scan is not None
+                else None
+            )
             if heap and (nxt is None or heap[0][0] < nxt[:3]):
                 _, rid = heapq.heappop(heap)
                 if rid in seen or rid not in pending:
@@ -1082,19 +1097,23 @@ class Engine:
                 reach = memo.get(group)
                 if reach is None:
                     reach = memo[group] = self._reach(cand)
-                if not dims.fits(cand.size, reach) or (
-                    queue.may_try(cand) and isinstance(self._pool_side(cand, cc)[0], Reason)
-                ):
-                    # More than any path could give its campaign now, or no plan the pool
-                    # could place: still pool-blocked, for the reason it has (the scan's
-                    # bound is for the whole pool), and so is every other request of its
-                    # bucket until the next grant.
-                    seen.add(rid)
-                    scan.drop(cand.bucket)
+                # A request the walk passes over untried is not "seen": if it is also a
+                # head whose campaign changed, it is still tried in full from the heap.
+                if not dims.fits(cand.size, reach):
+                    # More than any path could give its campaign now: still pool-blocked,
+                    # for the reason it has (the scan's bound is for the whole pool).
+                    if not self.exhaustive:
+                        scan.drop(cand.bucket)  # so is every request of its bucket
+                    continue
+                if queue.may_try(cand) and isinstance(self._pool_side(cand, cc)[0], Reason):
+                    # No plan the pool could place: still pool-blocked, for the reason it
+                    # has, and so is every other request of its bucket until the next grant
+                    # (the answer depends on the bucket only).
+                    if not self.exhaustive:
+                        scan.drop(cand.bucket)
                     continue
             else:
                 break
-            seen.add(rid)
             p = pending[rid]
             if not queue.may_try(p):
                 continue
@@ -1114,6 +1133,7 @@ class Engine:
                 # (the common case in a long queue, where most candidates stay blocked).
                 self._set_reason(p, Reason.HEAD_OF_LINE)
                 continue
+            seen.add(rid)
             self._pool_refused = False
             result = self._try(p, profile)
             if isinstance(result, Granted):
@@ -1134,7 +1154,7 @@ class Engine:
                 continue
             reason = result[0]
             self._set_reason(p, reason)
-            if self._pool_refused and scan is not None:
+            if self._pool_refused and scan is not None and not self.exhaustive:
                 # The pool's answer holds for every request of its bucket until a grant.
                 scan.drop(p.bucket)
             if reason is Reason.BUCKET_EMPTY:
@@ -1159,6 +1179,22 @@ class Engine:
     def queued(self) -> Iterator[Pending]:
         """Pending requests in admission order."""
         return iter(self.queue.ordered())
+
+
+def _firm_ends_as_built(
+    firm_ends: Any, added: set[tuple[Any, ...]]
+) -> Iterator[tuple[float, str, dims.Vec]]:
+    """(expiry, campaign, size) of the firm leases in time order, read lazily by a
+    profile: by key, not by position (leases granted meanwhile are inserted into the list),
+    leaving out those added since it was built."""
+    last = None
+    while True:
+        k = 0 if last is None else firm_ends.bisect_right(last)
+        if k >= len(firm_ends):
+            return
+        last = firm_ends[k]
+        if last not in added:
+            yield last[0], last[3], last[2]
 
 
 class _GuaranteeView(Mapping[str, tuple[dims.Vec, dims.Vec]]):

@@ -96,7 +96,7 @@ def _victim_entry(ls: Lease) -> tuple[int, float, int, str]:
     return (ls.lease_class.rank, -ls.granted_at, -id_order(ls.id), ls.id)
 
 
-def _end_entry(ls: Lease, end: float) -> tuple[float, int, dims.Vec, str]:
+def end_entry(ls: Lease, end: float) -> tuple[float, int, dims.Vec, str]:
     return (end, id_order(ls.id), ls.size, ls.campaign)
 
 
@@ -367,17 +367,17 @@ class Ledger:
 
     def firm_started(self, ls: Lease) -> None:
         if not ls.preemptible:
-            self.firm_ends.add(_end_entry(ls, ls.expires_at))
+            self.firm_ends.add(end_entry(ls, ls.expires_at))
 
     def firm_renewed(self, ls: Lease, new_end: float) -> None:
         """Call before ``ls.expires_at`` moves to ``new_end``."""
         if not ls.preemptible:
-            self.firm_ends.remove(_end_entry(ls, ls.expires_at))
-            self.firm_ends.add(_end_entry(ls, new_end))
+            self.firm_ends.remove(end_entry(ls, ls.expires_at))
+            self.firm_ends.add(end_entry(ls, new_end))
 
     def firm_ended(self, ls: Lease) -> None:
         if not ls.preemptible:
-            self.firm_ends.remove(_end_entry(ls, ls.expires_at))
+            self.firm_ends.remove(end_entry(ls, ls.expires_at))
 
     # ------------------------------------------------------------------ price and charges
 

@@ -381,12 +381,25 @@ class PoolScan:
     The requests come from their buckets (``Bucket``), merged by admission order. Once the
     pool has said no to one request of a bucket, it says no to every other one until the
     next grant: ``drop`` leaves the rest of that bucket out of the walk, so that a pass over
-    a long queue looks at a few requests per bucket rather than every one. ``restart``
-    (after a grant) brings every bucket back from a cursor on. O(B log B) per restart for B
-    buckets, O(log n) per request looked at.
+    a long queue looks at a few requests per bucket rather than every one. Once the
+    reservations refused a request of some duration, they refuse every longer one of its
+    group while they stay as they are: ``refuse_from`` leaves out the buckets whose every
+    request lasts at least that long, and they come back when the reservations change.
+    ``restart`` (after a grant) brings every bucket back from a cursor on. O(B log B) per
+    restart for B buckets, O(log n) per request looked at.
     """
 
-    __slots__ = ("_buckets", "_dropped", "_durations", "_heap", "_primary", "_refused")
+    __slots__ = (
+        "_buckets",
+        "_cursor",
+        "_dropped",
+        "_durations",
+        "_heap",
+        "_primary",
+        "_refused",
+        "_refused_by",
+        "_refused_out",
+    )
 
     def __init__(
         self,
@@ -399,8 +412,13 @@ class PoolScan:
         self._durations = durations
         self._primary = primary
         self._heap: list[tuple[HeadEntry, Bucket]] = []
+        self._cursor: HeadEntry | None = None
         self._dropped: set[tuple[Any, ...]] = set()
         self._refused: dict[tuple[Any, ...], tuple[float, set[Bucket]]] = {}
+        self._refused_by: object = None
+        """The reservations (profile) the refusals came from."""
+        self._refused_out: list[Bucket] = []
+        """Buckets left out for a refusal (they come back with the next reservations)."""
         self.restart(None, bound)
 
     def restart(self, cursor: HeadEntry | None, bound: float) -> None:
@@ -417,8 +435,10 @@ class PoolScan:
                 heap.append((entries[k], key))
         heapq.heapify(heap)
         self._heap = heap
+        self._cursor = cursor
         self._dropped = set()
         self._refused = {}
+        self._refused_out = []
 
     def drop(self, key: Bucket | None) -> None:
         """The pool refused a request of bucket ``key``: leave out the rest of it and of
@@ -426,15 +446,30 @@ class PoolScan:
         if key is not None:
             self._dropped.add(key[:5])
 
-    def refuse_from(self, key: Bucket, duration: float, keep: set[Bucket]) -> None:
-        """The reservations refused a request of ``key`` lasting ``duration``: leave out
-        the buckets of its group whose every request lasts at least that long, except
-        those in ``keep`` (they hold a reservation holder, which is asked on its own)."""
+    def refuse_from(self, key: Bucket, duration: float, keep: set[Bucket], profile: object) -> None:
+        """The reservations ``profile`` refused a request of ``key`` lasting ``duration``:
+        while they stay as they are, leave out the buckets of its group whose every request
+        lasts at least that long, except those in ``keep`` (they hold a reservation holder,
+        which is asked on its own)."""
+        if profile is not self._refused_by:
+            self._revive()
+            self._refused_by = profile
         self._refused[key[:5]] = (duration, keep)
 
-    def forget_refusals(self) -> None:
-        """The reservations changed: what they refused no longer holds."""
+    def _revive(self) -> None:
+        """The reservations changed: the buckets left out for a refusal come back, from
+        after the cursor."""
+        cursor = self._cursor
+        for key in self._refused_out:
+            entries = self._buckets.get(key)
+            if entries is None:
+                continue
+            k = 0 if cursor is None else entries.bisect_right(cursor)
+            if k < len(entries):
+                heapq.heappush(self._heap, (entries[k], key))
         self._refused = {}
+        self._refused_out = []
+        self._refused_by = None
 
     def _out(self, key: Bucket) -> bool:
         group = key[:5]
@@ -444,11 +479,17 @@ class PoolScan:
         if refused is None or key in refused[1]:
             return False
         durations = self._durations.get(key)
-        return not durations or durations[0] >= refused[0]
+        if not durations or durations[0] >= refused[0]:
+            self._refused_out.append(key)
+            return True
+        return False
 
-    def peek(self, seen: set[str]) -> HeadEntry | None:
+    def peek(self, seen: set[str], profile: object) -> HeadEntry | None:
         """The next request in admission order that is not in ``seen``, or None when the
-        walk is over; ``advance`` moves past it."""
+        walk is over; ``advance`` moves past it. ``profile``: the reservations as they are
+        now (None: to be built afresh), which the refusals must have come from."""
+        if self._refused_by is not None and profile is not self._refused_by:
+            self._revive()
         heap = self._heap
         while heap:
             entry, key = heap[0]
@@ -464,6 +505,7 @@ class PoolScan:
         """Move past the entry ``peek`` returned: the next one of its bucket takes its place."""
         heap = self._heap
         entry, key = heap[0]
+        self._cursor = entry
         entries = self._buckets.get(key)
         k = entries.bisect_right(entry) if entries is not None else 0
         if entries is not None and k < len(entries):

@@ -1,0 +1,108 @@
+"""The admission pass's shortcuts decide exactly as trying every waiting request would.
+
+The pass walks the pool-blocked requests bucket by bucket (a bucket: the campaign's
+preemptibility, class and unmet guarantee, the request's demand, class and the order of
+magnitude of its duration) and leaves out the rest of a bucket once the pool refused one
+of its requests, or once the reservations refused a request no longer than any of it.
+``Engine.exhaustive`` is the reference: every request tried in full. Both must give the
+same decisions, byte for byte, on random event sequences (the property suite's) and on
+long queues of many campaigns, where the shortcuts do their work.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_engine_properties import SETTINGS, drive, encoded, new_engine, scenarios
+
+from bursar.broker import codec
+from bursar.broker import events as ev
+from bursar.broker.engine import Engine
+from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.errors import RequestError
+from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+from bursar.broker.shape import Shape
+
+
+@SETTINGS
+@given(scenarios())
+def test_the_bucketed_pass_decides_as_the_exhaustive_one(sc):
+    run = drive(sc, check=False)
+    eng = new_engine(sc)
+    eng.exhaustive = True
+    lines = [codec.dumps([codec.to_dict(d) for d in eng.apply(e)]) for e in run.events]
+    assert lines == encoded(run)
+
+
+def _long_queue(seed: int, exhaustive: bool, n_events: int) -> list[str]:
+    """A seeded long queue: 60 campaigns (some with guarantees, some preemptible, three
+    classes) on 12 nodes, multi-dimensional and node-shaped requests, releases, renewals
+    and time passing, with reservations for the aged."""
+    rng = random.Random(seed)
+    pool = PoolSpec(
+        groups=(NodeGroup(count=12, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=12),),
+        boot_latency_s=60.0,
+    )
+    policy = PolicySpec(grace_s=30.0, hol_patience_s=rng.choice((60.0, 300.0)))
+    eng = Engine(pool, policy)
+    eng.exhaustive = exhaustive
+    classes = (LeaseClass.INTERACTIVE, LeaseClass.BATCH, LeaseClass.OPPORTUNISTIC)
+    names = []
+    for i in range(60):
+        pre = i % 7 == 6
+        g = 0.0 if pre or i % 3 else rng.choice((1.0, 2.0, 4.0))
+        spec = CampaignSpec(
+            f"c{i:02d}",
+            {
+                "gpu": DimEnvelope(g, 4.0, 24.0, None if pre else 40_000.0),
+                "cpu": DimEnvelope(0.0, 64.0, 256.0, None),
+            },
+            LeaseClass.OPPORTUNISTIC if pre else classes[i % 3],
+            preemptible=pre,
+        )
+        eng.apply(ev.CreateCampaign(0.0, spec))
+        names.append(spec.name)
+    out: list[str] = []
+    t = 1.0
+    for _ in range(n_events):
+        t += rng.choice((0.01, 0.5, 3.0))
+        r = rng.random()
+        live = sorted(eng.leases, key=lambda x: int(x[1:]))
+        if r < 0.25 and live:
+            e: ev.Event = ev.Release(t, rng.choice(live))
+        elif r < 0.35 and live:
+            e = ev.Renew(t, rng.choice(live), rng.choice((60.0, 600.0)))
+        elif r < 0.42:
+            t += rng.choice((10.0, 60.0, 300.0))
+            e = ev.Tick(t)
+        else:
+            kind = rng.random()
+            size: dict[str, float] = {"gpu": rng.choice((1, 2, 4, 8, 12))}
+            shape = None
+            if kind < 0.2:
+                size["cpu"] = size["gpu"] * rng.choice((4, 8))
+            elif kind < 0.3:
+                shape = Shape(nodes=rng.choice((1, 2)), per_node={"gpu": rng.choice((2, 4))})
+                size = {}
+            e = ev.RequestLease(
+                t,
+                rng.choice(names),
+                size,
+                rng.choice((30.0, 120.0, 600.0, 900.0, 1800.0, rng.uniform(10, 3600))),
+                blocking=rng.random() < 0.85,
+                shape=shape,
+            )
+        try:
+            decisions = eng.apply(e)
+        except RequestError:
+            continue
+        out.append(codec.dumps([codec.to_dict(d) for d in decisions]))
+    return out
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 10_000))
+def test_long_queues_decide_as_the_exhaustive_pass(seed):
+    assert _long_queue(seed, False, 1500) == _long_queue(seed, True, 1500)
