@@ -654,6 +654,17 @@ class Engine:
             plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable)
         if plan is not None and not preemptible and not self._keeps_lent(c, plan):
             plan = None
+        if (
+            plan is None
+            and not preemptible
+            and c.spec.lease_class is not LeaseClass.INTERACTIVE
+            and isolation.within_own_guarantee(size, c.unmet)
+            and not dims.is_zero(dims.vmin(c.unmet, self.ledger.lent()))
+        ):
+            # Its own reserve is lent and the lease backing it already drains for another
+            # request: it takes its part of what that lease returns (the isolation bound
+            # for a batch guarantee, when no node is left to boot).
+            plan = self.placement.plan_draining(p)
         if plan is None:
             unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
             everything = dims.add(

@@ -358,6 +358,14 @@ class Ledger:
         self._draining_of[ls.id] = rest
         self.draining = dims.add(self.draining, rest)
 
+    def claimed_draining(self, ls: Lease, claimed: dims.Vec) -> None:
+        """Part of a warned lease's remainder was claimed: it goes to a claimant at the
+        deadline, not back to the pool."""
+        rest = dims.vmax0(dims.sub(self._draining_of.get(ls.id, dims.ZERO), claimed))
+        gone = dims.sub(self._draining_of.get(ls.id, dims.ZERO), rest)
+        self._draining_of[ls.id] = rest
+        self.draining = dims.vmax0(dims.sub(self.draining, gone))
+
     def drained(self, ls: Lease) -> None:
         """A warned lease ended: what it was returning is back (free, or its claimants')."""
         rest = self._draining_of.pop(ls.id, dims.ZERO)

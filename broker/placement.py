@@ -138,6 +138,53 @@ class Placement:
         leases = self._leases
         return (leases[entry[3]] for entry in self._ledger.victims)
 
+    def plan_draining(self, p: Pending) -> paths.Plan | None:
+        """A plan made of what warned preemptible leases return at their deadline and no
+        claimant has taken yet, or None. For a batch campaign taking back its own lent
+        reserve when the lease backing it is already draining for another request and
+        nothing else can serve it (every node warm: no boot to fall back on). Victims in
+        the reclaim order; nobody is warned again and no deadline moves."""
+        d = p.demand if p.demand is not None else shape.total(p.size)
+        if d.mode is shape.Mode.WHOLE:
+            return None
+        room: dict[int, dims.Vec] = {}
+        owners: dict[int, list[tuple[str, dims.Vec]]] = {}
+        first: dict[int, int] = {}
+        draining = sorted(
+            (
+                ls
+                for ls in self._leases.values()
+                if ls.preemptible and ls.state is LeaseState.PREEMPTING
+            ),
+            key=lambda ls: (ls.lease_class.rank, -ls.granted_at, -id_order(ls.id)),
+        )
+        for k, v in enumerate(draining):
+            for i, part in v.pieces.items():
+                left = part
+                for on in v.claimed_by.values():
+                    left = dims.vmax0(dims.sub(left, on.get(i, dims.ZERO)))
+                if dims.is_zero(left):
+                    continue
+                room[i] = dims.add(room.get(i, dims.ZERO), left)
+                owners.setdefault(i, []).append((v.id, left))
+                first.setdefault(i, k)
+        cands = [(first[i], i, room[i]) for i in sorted(room)]
+        takes = shape.take(d, cands, d.count, d.count, self._pool.primary, best_fit=False)
+        if shape.total_units(takes) + shape.EPS < d.count:
+            return None
+        claims = []
+        for i, units in takes:
+            want = shape.piece(d, units)
+            for vid, part in owners[i]:
+                t = dims.vmin(want, part)
+                if dims.is_zero(t):
+                    continue
+                claims.append((vid, i, t))
+                want = dims.vmax0(dims.sub(want, t))
+                if dims.is_zero(want):
+                    break
+        return paths.Plan(LeasePath.RECLAIM, dims.ZERO, p.size, dims.ZERO, {}, tuple(claims))
+
     def _plan_reclaim(
         self, d: shape.Demand, rest: float, exclude: set[int], everything: bool
     ) -> tuple[tuple[tuple[str, int, dims.Vec], ...], float]:
@@ -235,8 +282,13 @@ class Placement:
             self._power.in_use(ls.pieces)
         starts = now
         if plan.claims:
-            starts = now + self._grace_s
-            out.extend(self._reclaim(ls, plan.claims, starts, now))
+            leases = self._leases
+            if any(leases[vid].state is LeaseState.ACTIVE for vid, _, _ in plan.claims):
+                starts = now + self._grace_s
+            else:
+                # Only leases already draining: handed over at their deadlines.
+                starts = max(leases[vid].preempt_deadline or now for vid, _, _ in plan.claims)
+            out.extend(self._reclaim(ls, plan.claims, now + self._grace_s, now))
         if plan.cold_pieces:
             boot = self._power.boot_nodes(sorted(plan.cold_pieces), now)
             if boot is not None:
@@ -264,6 +316,14 @@ class Placement:
         out = []
         for victim_id, on in by_victim.items():
             victim = leases[victim_id]
+            if victim.state is LeaseState.PREEMPTING:
+                # Already warned and draining: its unclaimed remainder goes to this
+                # claimant at the deadline it already has.
+                claimed = _sum(on.values())
+                victim.claimed_by[claimant.id] = on
+                claimant.claims[victim_id] = claimed
+                self._ledger.claimed_draining(victim, claimed)
+                continue
             victim.move(LeaseState.PREEMPTING)
             victim.preempt_deadline = deadline
             victim.claimed_by[claimant.id] = on

@@ -22,6 +22,7 @@ powered-on node exactly when its ``ready_by`` comes, and checks after every even
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -474,10 +475,21 @@ _LENT_RESERVE_KEPT_RECLAIMABLE = _lent_reserve(
     [*[_VICTIM_SMALL] * 4, _BACKFILL_HALF, _VICTIM_SMALL, _SCI_SMALL]
 )
 
+# Every node warm: backfill fills sci's reserve, sci reclaims part of it (warning the
+# backfill lease whole), then asks for the rest of its guarantee. No node is left to boot,
+# so it takes its part of what the draining lease returns (it was once refused).
+_LENT_RESERVE_DRAINING_ALL_WARM = dataclasses.replace(
+    _lent_reserve(
+        [("request", 0, "bf", 0.75, 0, 0.05, False, None), _SCI_SMALL, _SCI_SMALL]
+    ),
+    warm=4,
+)
+
 
 @SETTINGS
 @example(_LENT_RESERVE_DRAINS)
 @example(_LENT_RESERVE_KEPT_RECLAIMABLE)
+@example(_LENT_RESERVE_DRAINING_ALL_WARM)
 @given(scenarios(enforcement=st.just(Enforcement.GRANT_INSTANT)))
 def test_random_sequences_keep_capacity_burst_and_isolation_grant_instant(sc):
     drive(sc)
