@@ -44,7 +44,7 @@ Bucket = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass, int]
 """What the pool side of an admission try depends on besides the pool (see
 ``Engine._place_check``): the campaign's preemptibility, class and unmet guarantee, and
 the request's demand; then the request's own class (which reservations bind it) and its
-duration's binary order of magnitude (how long it would hold what it gets). Every request
+duration's band (``_band``: how long it would hold what it gets). Every request
 of the first five gets the same answer from the pool; the reservations' answer only gets
 harder with the duration."""
 
@@ -288,7 +288,7 @@ class Queues:
                 c.unmet,
                 p.demand or p.size,
                 p.lease_class,
-                math.frexp(p.duration_s)[1],
+                _band(p.duration_s),
             )
             bucket = self._buckets.get(p.bucket)
             if bucket is None:
@@ -373,6 +373,14 @@ class Queues:
         """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
         admission order, bucket by bucket (see ``PoolScan``)."""
         return PoolScan(self._buckets, self._durations, self._primary, bound)
+
+
+def _band(duration: float) -> int:
+    """A duration's band: a quarter of a binary order of magnitude (sub-bands of equal
+    width within each octave), so that a refusal of one duration leaves out most longer
+    requests of its group without a look at each."""
+    m, e = math.frexp(duration)
+    return e * 4 + min(3, int((m - 0.5) * 8)) if duration > 0 else -(1 << 30)
 
 
 class PoolScan:
