@@ -17,8 +17,9 @@ For each concurrency level, that many asyncio clients (sharing up to 8 channels)
 Each level runs on both servers once per round, the rounds interleaved (bursar first in
 even rounds, the empty handler first in odd ones). Prints, per level, the median ops/s and
 p50/p99 latency of a pair for both servers over the rounds, and the median and range of
-the per-round ratio of Bursar's throughput to the empty handler's; then every round's p99. The client runs in this process, so on a
-small machine the clients and the server compete for the same cores.
+the per-round ratio of Bursar's throughput to the empty handler's; then every round's p99,
+and the CPU time each server process spent per pair. The client runs in this process, so on
+a small machine the clients and the server compete for the same cores.
 """
 
 from __future__ import annotations
@@ -136,6 +137,12 @@ class Result:
     ops: int
     seconds: float
     latencies: list[float]
+    server_cpu_s: float = 0.0
+    """CPU seconds the server process used while measuring (user + system, all threads)."""
+
+    @property
+    def cpu_us_per_op(self) -> float:
+        return self.server_cpu_s / max(1, self.ops) * 1e6
 
     @property
     def rate(self) -> float:
@@ -146,7 +153,16 @@ class Result:
         return qs[int(q) - 1] * 1000
 
 
-async def _drive(address: str, token: str, clients: int, seconds: float) -> Result:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _drive(address: str, token: str, clients: int, seconds: float, pid: int = 0) -> Result:
     channels = [grpc.aio.insecure_channel(address) for _ in range(min(clients, 8))]
     md = (("authorization", f"Bearer {token}"),)
     latencies: list[float] = []
@@ -175,14 +191,16 @@ async def _drive(address: str, token: str, clients: int, seconds: float) -> Resu
     try:
         stop_at = time.perf_counter() + min(0.5, seconds / 4)  # warm-up
         await asyncio.gather(*(client(k, False) for k in range(clients)))
+        cpu0 = _cpu_s(pid)
         start = time.perf_counter()
         stop_at = start + seconds
         await asyncio.gather(*(client(k, True) for k in range(clients)))
         elapsed = time.perf_counter() - start
+        cpu = _cpu_s(pid) - cpu0
     finally:
         for ch in channels:
             await ch.close()
-    return Result(len(latencies), elapsed, latencies)
+    return Result(len(latencies), elapsed, latencies, cpu)
 
 
 def main() -> None:
@@ -227,7 +245,9 @@ def main() -> None:
                     pair = [(ours, bursar), (base, empty)]
                     for results, server in pair if r % 2 == 0 else pair[::-1]:
                         results[c].append(
-                            asyncio.run(_drive(server.address, token, c, args.seconds))
+                            asyncio.run(
+                                _drive(server.address, token, c, args.seconds, server.proc.pid)
+                            )
                         )
         finally:
             bursar.stop()
@@ -255,6 +275,15 @@ def main() -> None:
             f"{statistics.median(ratios):>5.2f} [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
         )
     print("(ops/s and latencies: the median over the rounds; ratio: per round, bursar/empty)")
+    print(
+        "server CPU per pair, median (us; each server process's own CPU time, which a "
+        "neighbour's load moves less than the rates): "
+        + ", ".join(
+            f"{c} clients bursar {_med(x.cpu_us_per_op for x in ours[c]):.0f} / empty "
+            f"{_med(x.cpu_us_per_op for x in base[c]):.0f}"
+            for c in levels
+        )
+    )
     for c in levels:
         print(
             f"p99 ms at {c} clients, per round: bursar "

@@ -64,7 +64,9 @@ def plain(x: Any) -> Any:
         return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
     if t is dict:
         return {
-            (k if type(k) is str else str(k)): (v if type(v) in _PASS or _finite(v) else plain(v))
+            (k if type(k) is str else str(k)): (
+                v if (tv := type(v)) in _PASS or (tv is float and v - v == 0.0) else plain(v)
+            )
             for k, v in x.items()
         }
     names = _FIELDS.get(t)
@@ -73,7 +75,11 @@ def plain(x: Any) -> Any:
             return _campaign(x)
         if names is None:
             names = _field_names(t)
-        out = {name: plain(getattr(x, name)) for name in names}
+        out = {}
+        for name in names:
+            v = getattr(x, name)
+            tv = type(v)
+            out[name] = v if tv in _PASS or (tv is float and v - v == 0.0) else plain(v)
         for name, default in _OMITTED[t]:
             if out[name] == default:
                 del out[name]
