@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from bursar.broker import codec
 from bursar.broker.actuator import Actuator, InlineActuator, Placed
 from bursar.broker.backends.base import NodeState, PoolBackend
 from bursar.broker.backends.simulated import SimulatedPool
@@ -138,7 +139,11 @@ class Runtime:
         broker = cls(engine, journal, pool, actuator(pool), snapshots)
         if fresh:
             for spec in config.campaigns:
-                broker.submit(CreateCampaign(at=at, spec=spec))
+                # As the journal stores it (envelopes in sorted order), so that this engine
+                # and one replayed from the journal or restored from a snapshot agree down to
+                # the order of their dicts (a snapshot's fingerprint compares it).
+                stored = codec.campaign_from_dict(codec.plain(spec))
+                broker.submit(CreateCampaign(at=at, spec=stored))
         else:
             log.info(
                 "resumed from %s: %d entries (%s), clock %.3f",

@@ -10,13 +10,15 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from service_support import START, config, run
+from service_support import POOL, START, config, run
 
+from bursar.broker import snapshot
 from bursar.broker.clock import ManualClock
 from bursar.broker.decisions import Granted
+from bursar.broker.envelope import CampaignSpec, DimEnvelope
 from bursar.broker.errors import JournalError
 from bursar.broker.events import RequestLease
-from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
 from bursar.broker.runtime import Runtime
 from bursar.broker.service.core import MAX_BATCH_WAIT_S, ServiceCore
 
@@ -248,3 +250,41 @@ def test_close_commits_what_is_left(tmp_path: Path, n: int) -> None:
     reader = Reader(tmp_path)
     assert reader.entries() == before + n
     reader.close()
+
+
+UNSORTED = (
+    POOL
+    + """
+[campaigns.mixed]
+class = "batch"
+[campaigns.mixed.gpu]
+sustained = 8
+burst = 8
+[campaigns.mixed.cpu]
+sustained = 64
+burst = 64
+"""
+)
+
+
+def test_a_fresh_broker_is_the_engine_a_replay_builds(tmp_path: Path) -> None:
+    """Campaigns created from the config or through the Admin service hold their envelopes
+    in the order a replay of the journal decodes them: a snapshot of the live engine then
+    matches the replay (its fingerprint compares dict order too)."""
+    core = ServiceCore.open(tmp_path, config(UNSORTED), clock=ManualClock(START))
+    try:
+        mixed = core.engine.campaigns["mixed"]
+        spec = CampaignSpec(
+            name="later",
+            envelopes={
+                "gpu": DimEnvelope(sustained=8, burst=8),
+                "cpu": DimEnvelope(sustained=64, burst=64),
+            },
+        )
+        core.create_campaign(spec)
+        assert list(mixed.buckets) == sorted(mixed.buckets)
+        with Journal.open(tmp_path / JOURNAL_FILENAME) as j:
+            replayed = replay(j)
+        assert snapshot.fingerprint(core.engine) == snapshot.fingerprint(replayed)
+    finally:
+        core.close()

@@ -39,6 +39,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from bursar.broker import codec
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.actuator import actuator_for
 from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
@@ -574,6 +575,7 @@ class ServiceCore:
         if outcomes:
             self.commits += 1
             self.committed += len(outcomes)
+            self.metrics.on_commit(len(outcomes))
             self._after_commit()
         batch = self._batch
         if batch is not None and not self.runtime.uncommitted:
@@ -1082,10 +1084,13 @@ class ServiceCore:
     # ------------------------------------------------------------------ admin
 
     def create_campaign(self, spec: CampaignSpec) -> str:
+        # As a replay will decode it (see Runtime.open).
+        spec = codec.campaign_from_dict(codec.plain(spec))
         self._submit(CreateCampaign(at=self.now(), spec=spec))
         return self.tokens.issue(spec.name, self.now())
 
     def update_campaign(self, spec: CampaignSpec) -> None:
+        spec = codec.campaign_from_dict(codec.plain(spec))
         self._submit(UpdateCampaign(at=self.now(), spec=spec))
 
     def require_campaign(self, name: str) -> None:

@@ -15,6 +15,8 @@ histogram are updated as calls and decisions happen.
     bursar_journal_entries                      entries in the journal
     bursar_journal_bytes                        journal file size (database + WAL)
     bursar_decisions_total{kind}                decisions made by this process
+    bursar_journal_commits_total                journal commits by this process (batches)
+    bursar_journal_committed_entries_total      entries those commits held
     bursar_rpc_errors_total{method,code}        calls that ended in an error status
     bursar_open_streams                         Watch / WatchSupply streams open
 """
@@ -106,6 +108,14 @@ class Metrics:
         )
         # prometheus_client's labels() costs microseconds per call, and a request makes two
         # or three decisions: every child is bound once, here.
+        self.commits = Counter(
+            "bursar_journal_commits", "Journal commits by this process (batches)", registry=r
+        )
+        self.committed_entries = Counter(
+            "bursar_journal_committed_entries",
+            "Journal entries committed by this process (entries per commit: over the commits)",
+            registry=r,
+        )
         self._by_kind: dict[str, Any] = {k: self.decisions.labels(k) for k in DECISION_TYPES}
         self._by_path: dict[str, Any] = {
             p.value: self.grant_latency.labels(p.value) for p in LeasePath
@@ -135,6 +145,11 @@ class Metrics:
             if child is None:  # a kind added without a type in DECISION_TYPES
                 child = by_kind[d.kind] = self.decisions.labels(d.kind)
             child.inc()
+
+    def on_commit(self, entries: int) -> None:
+        if self.watched:
+            self.commits.inc()
+            self.committed_entries.inc(entries)
 
     def observe_grant(self, path: str, seconds: float) -> None:
         if not self.watched:
