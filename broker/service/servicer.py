@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -85,7 +86,9 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                 token, bad = bearer_token(metadata), None
             except Unauthenticated as exc:
                 token, bad = None, exc
-            key = client_key(token, context.peer() or "unknown", self.core.tokens.digest)
+            # The peer names only a client without a token: not asked for otherwise.
+            peer = "" if token is not None else (context.peer() or "unknown")
+            key = client_key(token, peer, self.core.tokens.digest)
             self.core.limits.admit(key)
             if bad is not None:
                 raise bad
@@ -139,7 +142,7 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                 principal, _ = await enter(self, request, context)
                 try:
                     result = fn(self, request, principal)
-                    if isinstance(result, Awaitable):
+                    if inspect.iscoroutine(result):  # an async def RPC
                         result = await result
                 finally:
                     # No answer, an error included, before the journal entries it may
