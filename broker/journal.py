@@ -17,7 +17,9 @@ columns instead of scanning the entries' text; it is derived data, outside the c
 form and the hashes.
 
 Durability. The database runs in WAL mode and :meth:`Journal.append` commits before it
-returns, so a decision acknowledged after ``append`` survives the process being killed
+returns (the service appends with ``commit=False`` and commits a batch of entries at once
+with :meth:`Journal.commit`, answering nothing before), so a decision acknowledged after
+``append`` survives the process being killed
 (SIGKILL, OOM): with ``synchronous=NORMAL`` the commit has been written to the WAL file,
 and the kernel keeps it even if the process dies. It does not survive a power loss or a
 kernel crash, because NORMAL does not fsync on commit; ``durability="full"`` does
