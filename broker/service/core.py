@@ -533,6 +533,13 @@ class ServiceCore:
             return
         await asyncio.shield(batch)
 
+    async def settled(self) -> None:
+        """Return with nothing left uncommitted (``durable`` may return with entries that
+        other calls appended while this one waited): for a caller that reads state next,
+        in the same step, and must see committed state only (a Watch opening on it)."""
+        while self.runtime.uncommitted:
+            await self.durable()
+
     def _open_batch(self) -> None:
         """The runtime's hook: an entry is waiting for its commit and none was before."""
         try:

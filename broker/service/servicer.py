@@ -117,7 +117,7 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                     key = k
                     # The stream opens on committed state: a replay or snapshot then holds
                     # no entry that is yet to be published to it at its commit.
-                    await self.core.durable()
+                    await self.core.settled()
                     async for item in fn(self, request, principal):
                         # Nothing leaves before the journal entries it may show are committed.
                         await self.core.durable()
