@@ -1,8 +1,9 @@
 """gRPC service throughput and latency: Acquire + Release pairs against `bursar serve`.
 
-Run: ``.venv/bin/python benchmarks/bench_service.py [--clients 1,16,64] [--seconds 3]``.
+Run: ``.venv/bin/python benchmarks/bench_service.py [--clients 1,16,64] [--seconds 3]
+[--rounds 3]``.
 
-Two servers run as subprocesses, one after the other, on loopback:
+Two servers run as subprocesses on loopback, both up for the whole run and driven in turn:
 
 * ``bursar serve`` (``python -m bursar.broker.service``) with a 512-GPU pool, the journal
   durable as in production (``--durability normal``: WAL, committed before each answer),
@@ -13,9 +14,12 @@ Two servers run as subprocesses, one after the other, on loopback:
 
 For each concurrency level, that many asyncio clients (sharing up to 8 channels) each loop
 ``Acquire(1 GPU, non-blocking)`` then ``Release`` for ``--seconds``; one pair is one op.
-Prints ops/s and the p50/p99 latency of a pair for both servers, and the ratio of
-Bursar's throughput to the empty handler's. The client runs in this process, so on a
-small machine the clients and the server compete for the same cores.
+Each level runs on both servers once per round, the rounds interleaved (bursar first in
+even rounds, the empty handler first in odd ones). Prints, per level, the median ops/s and
+p50/p99 latency of a pair for both servers over the rounds, and the median and range of
+the per-round ratio of Bursar's throughput to the empty handler's; then every round's p99,
+and the CPU time each server process spent per pair. The client runs in this process, so on
+a small machine the clients and the server compete for the same cores.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +137,12 @@ class Result:
     ops: int
     seconds: float
     latencies: list[float]
+    server_cpu_s: float = 0.0
+    """CPU seconds the server process used while measuring (user + system, all threads)."""
+
+    @property
+    def cpu_us_per_op(self) -> float:
+        return self.server_cpu_s / max(1, self.ops) * 1e6
 
     @property
     def rate(self) -> float:
@@ -142,7 +153,16 @@ class Result:
         return qs[int(q) - 1] * 1000
 
 
-async def _drive(address: str, token: str, clients: int, seconds: float) -> Result:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads), from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _drive(address: str, token: str, clients: int, seconds: float, pid: int = 0) -> Result:
     channels = [grpc.aio.insecure_channel(address) for _ in range(min(clients, 8))]
     md = (("authorization", f"Bearer {token}"),)
     latencies: list[float] = []
@@ -171,26 +191,33 @@ async def _drive(address: str, token: str, clients: int, seconds: float) -> Resu
     try:
         stop_at = time.perf_counter() + min(0.5, seconds / 4)  # warm-up
         await asyncio.gather(*(client(k, False) for k in range(clients)))
+        cpu0 = _cpu_s(pid)
         start = time.perf_counter()
         stop_at = start + seconds
         await asyncio.gather(*(client(k, True) for k in range(clients)))
         elapsed = time.perf_counter() - start
+        cpu = _cpu_s(pid) - cpu0
     finally:
         for ch in channels:
             await ch.close()
-    return Result(len(latencies), elapsed, latencies)
+    return Result(len(latencies), elapsed, latencies, cpu)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", default="1,16,64", help="Concurrency levels, comma-separated.")
     parser.add_argument("--seconds", type=float, default=3.0, help="Measured seconds per level.")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="Interleaved rounds (each level on both servers)."
+    )
     parser.add_argument("--serve-empty", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_empty:
         asyncio.run(_empty_server())
         return
     levels = [int(x) for x in args.clients.split(",")]
+    ours: dict[int, list[Result]] = {c: [] for c in levels}
+    base: dict[int, list[Result]] = {c: [] for c in levels}
 
     with tempfile.TemporaryDirectory(prefix="bursar-bench-") as tmp:
         cfg = Path(tmp) / "pool.toml"
@@ -203,34 +230,71 @@ def main() -> None:
                 "--rate-limit", "1e9", "--rate-burst", "1e9",
             ]
         )  # fmt: skip
+        try:
+            empty = Subprocess([sys.executable, os.path.abspath(__file__), "--serve-empty"])
+        except BaseException:
+            bursar.stop()
+            raise
         token = json.loads((state / "tokens.json").read_text())["bench"]
         try:
-            ours = {c: asyncio.run(_drive(bursar.address, token, c, args.seconds)) for c in levels}
+            # Both servers stay up and take turns, level by level and round by round (the
+            # order flipping each round), so that a neighbour's load on a shared machine
+            # falls on both sides of a ratio rather than on one server's whole run.
+            for r in range(args.rounds):
+                for c in levels:
+                    pair = [(ours, bursar), (base, empty)]
+                    for results, server in pair if r % 2 == 0 else pair[::-1]:
+                        results[c].append(
+                            asyncio.run(
+                                _drive(server.address, token, c, args.seconds, server.proc.pid)
+                            )
+                        )
         finally:
             bursar.stop()
-        entries = _journal_entries(state)
-        empty = Subprocess([sys.executable, os.path.abspath(__file__), "--serve-empty"])
-        try:
-            base = {c: asyncio.run(_drive(empty.address, token, c, args.seconds)) for c in levels}
-        finally:
             empty.stop()
+        entries = _journal_entries(state)
 
     print(
         f"Acquire+Release pairs over loopback gRPC, {args.seconds:g} s per level, "
-        f"{os.cpu_count()} CPUs; journal durability=normal ({entries} entries written)"
+        f"{args.rounds} interleaved rounds, {os.cpu_count()} CPUs; journal durability=normal "
+        f"({entries} entries written)"
     )
     head = (
         f"{'clients':>7} | {'bursar ops/s':>12} {'p50 ms':>7} {'p99 ms':>7} | "
-        f"{'empty ops/s':>11} {'p50 ms':>7} {'p99 ms':>7} | {'ratio':>5}"
+        f"{'empty ops/s':>11} {'p50 ms':>7} {'p99 ms':>7} | {'ratio median [range]':>20}"
     )
     print(head)
     print("-" * len(head))
     for c in levels:
         o, b = ours[c], base[c]
+        ratios = sorted(x.rate / y.rate for x, y in zip(o, b, strict=True))
         print(
-            f"{c:>7} | {o.rate:>12.0f} {o.pct(50):>7.2f} {o.pct(99):>7.2f} | "
-            f"{b.rate:>11.0f} {b.pct(50):>7.2f} {b.pct(99):>7.2f} | {o.rate / b.rate:>5.2f}"
+            f"{c:>7} | {_med(x.rate for x in o):>12.0f} {_med(x.pct(50) for x in o):>7.2f} "
+            f"{_med(x.pct(99) for x in o):>7.2f} | {_med(x.rate for x in b):>11.0f} "
+            f"{_med(x.pct(50) for x in b):>7.2f} {_med(x.pct(99) for x in b):>7.2f} | "
+            f"{statistics.median(ratios):>5.2f} [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
         )
+    print("(ops/s and latencies: the median over the rounds; ratio: per round, bursar/empty)")
+    print(
+        "server CPU per pair, median (us; each server process's own CPU time, which a "
+        "neighbour's load moves less than the rates): "
+        + ", ".join(
+            f"{c} clients bursar {_med(x.cpu_us_per_op for x in ours[c]):.0f} / empty "
+            f"{_med(x.cpu_us_per_op for x in base[c]):.0f}"
+            for c in levels
+        )
+    )
+    for c in levels:
+        print(
+            f"p99 ms at {c} clients, per round: bursar "
+            + " ".join(f"{x.pct(99):.2f}" for x in ours[c])
+            + " | empty "
+            + " ".join(f"{x.pct(99):.2f}" for x in base[c])
+        )
+
+
+def _med(xs: Iterable[float]) -> float:
+    return statistics.median(list(xs))
 
 
 def _journal_entries(state: Path) -> int:

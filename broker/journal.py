@@ -17,7 +17,9 @@ columns instead of scanning the entries' text; it is derived data, outside the c
 form and the hashes.
 
 Durability. The database runs in WAL mode and :meth:`Journal.append` commits before it
-returns, so a decision acknowledged after ``append`` survives the process being killed
+returns (the service appends with ``commit=False`` and commits a batch of entries at once
+with :meth:`Journal.commit`, answering nothing before), so a decision acknowledged after
+``append`` survives the process being killed
 (SIGKILL, OOM): with ``synchronous=NORMAL`` the commit has been written to the WAL file,
 and the kernel keeps it even if the process dies. It does not survive a power loss or a
 kernel crash, because NORMAL does not fsync on commit; ``durability="full"`` does
@@ -248,7 +250,7 @@ def canonical_line(seq: int, event_json: str, decisions_json: str) -> str:
 
 
 def _decisions_json(decisions: Sequence[Decision]) -> str:
-    return codec.dumps([codec.to_dict(d) for d in decisions])
+    return codec.dumps_plain([codec.to_dict(d) for d in decisions])
 
 
 # --- the journal ---------------------------------------------------------------------
@@ -318,6 +320,9 @@ class Journal:
         self._last_seq: int = self._max_seq()
         self._indexed = 0
         """The last entry whose decisions are in the decision index (the writer's view)."""
+        self._open: tuple[int, int] | None = None
+        """While entries wait for :meth:`commit`: ``_last_seq`` and ``_indexed`` as they were
+        before the first of them, where :meth:`rollback` puts them back."""
 
     # ----- opening
 
@@ -479,20 +484,67 @@ class Journal:
 
     # ----- writing
 
-    def append(self, event: Event, decisions: Sequence[Decision]) -> int:
+    def append(self, event: Event, decisions: Sequence[Decision], *, commit: bool = True) -> int:
         """Record one applied event and its decisions; returns the entry's ``seq``.
 
-        Committed before it returns: only then may the decisions be acknowledged.
+        Committed before it returns: only then may the decisions be acknowledged. With
+        ``commit=False`` the entry joins an open transaction (begun by the first such
+        append) and is durable only after :meth:`commit`; until then nothing that depends
+        on it may be acknowledged, and :meth:`rollback` drops every entry since the last
+        commit. The service uses it to commit the entries of requests that arrive
+        together in one transaction.
         """
         row = (codec.encode(event), _decisions_json(decisions))
         with self._lock:
             seq = self._last_seq + 1
-            # A lone INSERT in autocommit mode is its own transaction, committed when
-            # execute() returns; one statement instead of BEGIN/INSERT/COMMIT is ~25% faster.
             with self._write_errors(seq):
-                self._conn.execute(_INSERT, (seq, *row))
+                if commit and self._open is None:
+                    # A lone INSERT in autocommit mode is its own transaction, committed when
+                    # execute() returns; one statement instead of BEGIN/INSERT/COMMIT is ~25%
+                    # faster.
+                    self._conn.execute(_INSERT, (seq, *row))
+                else:
+                    if self._open is None:
+                        self._conn.execute("BEGIN IMMEDIATE")
+                        self._open = (self._last_seq, self._indexed)
+                    self._conn.execute(_INSERT, (seq, *row))
+                    if commit:
+                        self._conn.execute("COMMIT")
+                        self._open = None
             self._last_seq = seq
             return seq
+
+    @property
+    def uncommitted(self) -> bool:
+        """True while entries appended with ``commit=False`` wait for :meth:`commit`."""
+        return self._open is not None
+
+    def commit(self) -> None:
+        """Commit the entries appended with ``commit=False`` (nothing if there are none).
+
+        A failed commit rolls them back and raises :class:`JournalError`."""
+        with self._lock:
+            if self._open is None:
+                return
+            try:
+                with self._write_errors(self._last_seq):
+                    self._conn.execute("COMMIT")
+            except BaseException:
+                self.rollback()
+                raise
+            self._open = None
+
+    def rollback(self) -> None:
+        """Drop the entries appended with ``commit=False`` since the last commit."""
+        with self._lock:
+            if self._open is None:
+                return
+            # A connection that fails here (closed, or the disk gone) commits nothing more.
+            with contextlib.suppress(sqlite3.Error):
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+            self._last_seq, self._indexed = self._open
+            self._open = None
 
     def append_many(self, items: Iterable[tuple[Event, Sequence[Decision]]]) -> list[int]:
         """Record several entries in one transaction (all or none); returns their seqs.
@@ -643,20 +695,27 @@ class Journal:
         ``limit`` entries), in one statement; returns how many entries it indexed. Only the
         writer calls it."""
         with self._lock:
-            last = self._last_seq
+            open_batch = self._open is not None
+            # Entries waiting for their commit are indexed after it: the index must never
+            # hold a decision the journal may still drop. The committed ones are indexed
+            # inside the open transaction (a rollback takes ``_indexed`` back with it).
+            last = self._open[0] if self._open is not None else self._last_seq
             if self._indexed >= last:
                 return 0
             start = self._indexed
             if limit is not None:
                 last = min(last, start + limit)
             with self._write_errors(last):
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
+                if open_batch:
                     self._conn.execute(_INDEX_BACKFILL, (start, last))
-                    self._conn.execute("COMMIT")
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
+                else:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        self._conn.execute(_INDEX_BACKFILL, (start, last))
+                        self._conn.execute("COMMIT")
+                    except BaseException:
+                        self._conn.execute("ROLLBACK")
+                        raise
             self._indexed = last
             return last - start
 

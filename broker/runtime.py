@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from bursar.broker import codec
 from bursar.broker.actuator import Actuator, InlineActuator, Placed
 from bursar.broker.backends.base import NodeState, PoolBackend
 from bursar.broker.backends.simulated import SimulatedPool
@@ -82,6 +83,17 @@ class Runtime:
         self._broken: BaseException | None = None
         self.snapshots = snapshots
         """Writes the engine's state every so many entries (None: never)."""
+        self.defer_commits = False
+        """Leave each applied event's journal entry uncommitted until :meth:`commit` (the
+        service: requests arriving together share one commit). Until then the engine is
+        ahead of the journal, and nothing of those events reaches the backend, the
+        snapshots or the listeners; :meth:`commit` hands them on in order."""
+        self.on_uncommitted: Callable[[], None] | None = None
+        """Called when an entry is left uncommitted and none was before: whoever set
+        ``defer_commits`` arranges for :meth:`commit` to run soon."""
+        self.on_committed: Callable[[list[Outcome]], None] | None = None
+        """Called after :meth:`commit` has handed a batch on, with its outcomes."""
+        self._uncommitted: list[tuple[Event, Outcome]] = []
         self.coalesce_ticks = False
         """Catch up with one Tick to the time given, not one per timer instant (the service:
         after a downtime, one journal entry instead of one per power-down re-check; the
@@ -127,7 +139,11 @@ class Runtime:
         broker = cls(engine, journal, pool, actuator(pool), snapshots)
         if fresh:
             for spec in config.campaigns:
-                broker.submit(CreateCampaign(at=at, spec=spec))
+                # As the journal stores it (envelopes in sorted order), so that this engine
+                # and one replayed from the journal or restored from a snapshot agree down to
+                # the order of their dicts (a snapshot's fingerprint compares it).
+                stored = codec.campaign_from_dict(codec.plain(spec))
+                broker.submit(CreateCampaign(at=at, spec=stored))
         else:
             log.info(
                 "resumed from %s: %d entries (%s), clock %.3f",
@@ -165,6 +181,10 @@ class Runtime:
             if self.coalesce_ticks and (t_reports is None or t_reports > to):
                 return out + self._apply(Tick(at=to))
             if t_reports is not None and t_reports == t:
+                # The backend must have acted on every decision before it reports what
+                # happened next (its clock only moves forward): the entries waiting for
+                # their commit are committed, and so actuated, first.
+                self.commit()
                 for r in self.actuator.due(t):
                     if isinstance(r, Placed):
                         # Journaled like any report, so that the holder hears of the
@@ -184,7 +204,38 @@ class Runtime:
     def supply(self) -> Supply:
         return supply(self.engine)
 
+    @property
+    def uncommitted(self) -> int:
+        """Applied events whose journal entries wait for :meth:`commit`."""
+        return len(self._uncommitted)
+
+    def commit(self) -> list[Outcome]:
+        """Commit the entries left uncommitted (``defer_commits``), then hand their outcomes
+        on, in order, as an immediate commit would have; returns those outcomes.
+
+        A failed commit raises ``JournalError`` and rebuilds the engine from the journal, as
+        a failed append does: none of those events happened."""
+        if not self._uncommitted:
+            return []
+        batch, self._uncommitted = self._uncommitted, []
+        try:
+            self.journal.commit()
+        except BaseException as exc:
+            self._roll_back(exc)
+            raise
+        if self.snapshots is not None:
+            # The engine is at the batch's last entry (everything applied is in the batch).
+            self.snapshots.after_commit(batch[-1][1].seq, self.engine)
+        for event, outcome in batch:
+            self._hand_on(event, outcome)
+        outcomes = [outcome for _, outcome in batch]
+        if self.on_committed is not None:
+            self.on_committed(outcomes)
+        return outcomes
+
     def close(self) -> None:
+        if self._broken is None and self._uncommitted:
+            self.commit()
         self.actuator.close()
         if self.snapshots is not None and self._broken is None:
             self.snapshots.close(self.journal.last_seq, self.engine)
@@ -203,21 +254,34 @@ class Runtime:
                 "restart it to resume from the journal"
             )
         outcome = self.engine.apply(event)
+        defer = self.defer_commits
         try:
-            seq = self.journal.append(event, outcome.decisions)
+            seq = self.journal.append(event, outcome.decisions, commit=not defer)
         except BaseException as exc:
             self._roll_back(exc)
             raise
         outcome = outcome.committed(seq)
+        if defer:
+            self._uncommitted.append((event, outcome))
+            if len(self._uncommitted) == 1 and self.on_uncommitted is not None:
+                self.on_uncommitted()
+            return outcome
         if self.snapshots is not None:
             self.snapshots.after_commit(seq, self.engine)
+        self._hand_on(event, outcome)
+        return outcome
+
+    def _hand_on(self, event: Event, outcome: Outcome) -> None:
         self.actuator.actuate(outcome)
         for listener in self._listeners:
             listener(event, outcome)
-        return outcome
 
     def _roll_back(self, cause: BaseException) -> None:
-        """Undo an event the journal did not take: rebuild the engine from what it holds."""
+        """Undo an event the journal did not take: rebuild the engine from what it holds.
+        Entries still waiting for their commit are dropped with it (the events of a batch
+        stand or fall together)."""
+        self._uncommitted = []
+        self.journal.rollback()
         try:
             self.engine = restore(self.journal, Path(self.journal.path).parent)[0]
         except BaseException as exc:

@@ -18,6 +18,12 @@ decision, read from the last server):
   GetStatus must say nothing is pending;
 * the final ``bursar journal audit``: 0 mismatches.
 
+Besides the agents above (which pause between calls), burst agents loop Acquire+Release
+back to back, so that requests overlap and the server commits their journal entries in
+batches: each server's entries per commit is read from its /metrics just before the kill,
+and at least one commit must have held several entries (the kills then land on open
+batches, whose callers must not have been answered).
+
 Recovery time is from the kill to the restarted server's first answered call (GetStatus);
 the process's own start-up to "listening on" (``Server.ready_s``) is reported beside it.
 """
@@ -30,6 +36,7 @@ import random
 import re
 import signal
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +55,10 @@ SIZES = {
     "short": (3, 8, 3, (2.0, 4.0)),
     "long": (20, 32, 8, (3.0, 9.0)),
 }
+BURST = {"short": 8, "long": 16}
+"""Agents that loop a small non-blocking Acquire and its Release back to back, no pauses:
+the concurrent load under which the service commits several requests' journal entries
+together (its commit batches), so that the kills also land while a batch is open."""
 SEED = 20261201
 CAMPAIGNS = ("a", "b", "c", "d")
 END_KINDS = {pb.DECISION_KIND_RELEASE, pb.DECISION_KIND_EXPIRE, pb.DECISION_KIND_REVOKE}
@@ -87,12 +98,21 @@ class Seen:
 
 
 class Agent:
-    def __init__(self, n: int, target: Target, token: str, seen: Seen, stop: asyncio.Event) -> None:
+    def __init__(
+        self,
+        n: int,
+        target: Target,
+        token: str,
+        seen: Seen,
+        stop: asyncio.Event,
+        burst: bool = False,
+    ) -> None:
         self.n = n
         self.target = target
         self.md = md(token)
         self.seen = seen
         self.stop = stop
+        self.burst = burst
         self.rng = random.Random(SEED + n)
 
     async def call(self, name: str, req: object) -> object:
@@ -118,7 +138,29 @@ class Agent:
                 if self.target.generation == gen:
                     await asyncio.sleep(0.02)
 
+    async def burst_loop(self) -> None:
+        """Acquire one GPU (non-blocking, keyed) and release it at once, over and over."""
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            key = f"burst{self.n}-{i}"
+            req = pb.AcquireRequest(size={"gpu": 1, "cpu": 1}, duration_s=5.0, idempotency_key=key)
+            try:
+                got = await self.call("Acquire", req)
+            except grpc.aio.AioRpcError as err:
+                self._refusal("Acquire", err)
+                await asyncio.sleep(0.01)
+                continue
+            lease_id = got.lease.lease_id  # type: ignore[attr-defined]
+            self.seen.acked[key].add(lease_id)
+            rel = await self.call("Release", pb.ReleaseRequest(lease_id=lease_id))
+            if not rel.already_ended:  # type: ignore[attr-defined]
+                self.seen.released.add(lease_id)
+
     async def loop(self) -> None:
+        if self.burst:
+            await self.burst_loop()
+            return
         rng, i = self.rng, 0
         while not self.stop.is_set():
             i += 1
@@ -247,6 +289,17 @@ def analyse(
     }
 
 
+def scrape_commits(server: Server) -> tuple[float, float]:
+    """(commits, entries committed) so far by ``server``, from its /metrics."""
+    url = server.wait_for("metrics on").split("metrics on ", 1)[1].split()[0]
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    values = {}
+    for name in ("bursar_journal_commits_total", "bursar_journal_committed_entries_total"):
+        found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+        values[name] = float(found.group(1)) if found else 0.0
+    return values["bursar_journal_commits_total"], values["bursar_journal_committed_entries_total"]
+
+
 def audit(state: Path) -> tuple[int, str]:
     out = CliRunner().invoke(cli, ["journal", "audit", "--state-dir", str(state)])
     return out.exit_code, out.output
@@ -261,7 +314,13 @@ def run(mode: Mode, work_dir: Path) -> Result:
     cfg.write_text(pool_toml(nodes=nodes, campaigns={c: gpus for c in CAMPAIGNS}, cpu=True))
     state = work_dir / "state"
     rng = random.Random(SEED)
-    args = ("--rate-limit", "100000", "--rate-burst", "100000", "--grace", "1")
+    args = (
+        *("--rate-limit", "100000", "--rate-burst", "100000", "--grace", "1"),
+        *("--metrics-port", "0"),
+    )
+    bursts = BURST[mode]
+    batches: list[tuple[float, float]] = []
+    """(commits, entries) of each server, read just before it was killed (or stopped)."""
     server = Server(state, "--config", str(cfg), *args)
     tokens, admin = server.tokens(), server.admin()
     seen = Seen()
@@ -279,10 +338,16 @@ def run(mode: Mode, work_dir: Path) -> Result:
         agents = [
             Agent(i, target, tokens[CAMPAIGNS[i % len(CAMPAIGNS)]], seen, stop)
             for i in range(agents_n)
+        ] + [
+            Agent(agents_n + i, target, tokens[CAMPAIGNS[i % len(CAMPAIGNS)]], seen, stop, True)
+            for i in range(bursts)
         ]
         tasks = [asyncio.ensure_future(a.loop()) for a in agents]
         for _ in range(kills):
             await asyncio.sleep(rng.uniform(*gap))
+            # Read while the agents go on: the kill follows within milliseconds, most likely
+            # with a batch open (its callers not answered yet).
+            batches.append(await asyncio.to_thread(scrape_commits, server))
             target.up.clear()
             t_kill = time.perf_counter()
             server.kill(signal.SIGKILL)
@@ -312,6 +377,7 @@ def run(mode: Mode, work_dir: Path) -> Result:
         await asyncio.sleep(rng.uniform(*gap))
         stop.set()
         results = await asyncio.gather(*tasks, return_exceptions=True)
+        batches.append(await asyncio.to_thread(scrape_commits, server))
         crashed = [repr(r) for r in results if isinstance(r, BaseException)]
         assert target.stub is not None
         # The leases left held run out (at most their last duration, 6 s): then every
@@ -370,9 +436,13 @@ def run(mode: Mode, work_dir: Path) -> Result:
     counted = re.search(r"(\d+) mismatch", output)
     mismatches = int(counted.group(1)) if counted else -1
     rec, rdy = quantiles(recovery), quantiles(ready)
+    per_commit = [round(e / c, 2) if c else 0.0 for c, e in batches]
     res.figures.update(
         kills=kills,
         agents=agents_n,
+        burst_agents=bursts,
+        commits=[{"commits": int(c), "entries": int(e)} for c, e in batches],
+        entries_per_commit=per_commit,
         capacity=capacity,
         calls=seen.calls,
         retries_after_unavailable=seen.retries,
@@ -407,6 +477,8 @@ def run(mode: Mode, work_dir: Path) -> Result:
         f"recovery (kill to first answer) p50 {rec['p50']:.2f} s, max {rec['max']:.2f} s; "
         f"process start to listening p50 {rdy['p50']:.2f} s, max {rdy['max']:.2f} s",
         f"journal audit: {output.strip().splitlines()[0] if output.strip() else '?'}",
+        f"journal entries per commit, each server (before its kill, the last at the end): "
+        f"{per_commit}",
     ]
     for what in ("lost", "duplicated", "over_commits", "ghosts", "unresolved", "crashed"):
         items = found[what]
@@ -422,4 +494,6 @@ def run(mode: Mode, work_dir: Path) -> Result:
         res.fail(f"journal audit exit {code}: {output.strip()[:300]}")
     if stopped != 0:
         res.fail(f"the last server exited {stopped} on SIGTERM")
+    if not any(e > c for c, e in batches):
+        res.fail(f"no commit held more than one entry ({batches}): the load never overlapped")
     return res

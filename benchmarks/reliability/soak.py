@@ -349,8 +349,20 @@ def _kind(what: str) -> str:
     return f"{side} loop held"
 
 
-def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
-    agents_n, seconds, window_s, campaigns_n, nodes = SIZES[mode]
+def run(
+    mode: Mode,
+    work_dir: Path,
+    *,
+    stall_log: bool = True,
+    agents: int | None = None,
+    seconds: float | None = None,
+    window_s: float | None = None,
+) -> Result:
+    """The soak at ``mode``'s size, or with ``agents``, ``seconds`` and ``window_s`` given."""
+    agents_n, seconds_d, window_d, campaigns_n, nodes = SIZES[mode]
+    agents_n = agents if agents is not None else agents_n
+    seconds = seconds if seconds is not None else seconds_d
+    window_s = window_s if window_s is not None else window_d
     res = Result("soak")
     names = [f"c{i}" for i in range(campaigns_n)]
     cfg = work_dir / "pool.toml"
@@ -454,6 +466,10 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
             f"max {w['max']}"
             for w in per_window
         ),
+        "acquire ms overall: "
+        + " ".join(f"{k} {res.figures['acquire_ms_overall'][k]}" for k in ("n", "p50", "p99"))
+        + f" p99.9 {res.figures['acquire_ms_overall']['p999']} "
+        + f"max {res.figures['acquire_ms_overall']['max']}",
         f"calls over {SLOW_S * 1000:.0f} ms: {len(tally.slow)}; stalls (overlapping slow "
         f"calls, at s / max s / agents): {[(s['at'], s['max_s'], s['agents']) for s in found][:10]}",
         f"stalls by cause: {dict(causes)}",
@@ -475,3 +491,40 @@ def run(mode: Mode, work_dir: Path, *, stall_log: bool = True) -> Result:
     if end_stats["fds"] > start_stats["fds"] + 10:
         res.fail(f"descriptors grew from {start_stats['fds']} to {end_stats['fds']}")
     return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the soak alone, at a size of one's choosing; prints its summary and writes the
+    figures as JSON."""
+    import argparse
+    import json
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("short", "long"), default="short", help="default sizes")
+    ap.add_argument("--agents", type=int, help="agents (default: the mode's)")
+    ap.add_argument("--seconds", type=float, help="how long (default: the mode's)")
+    ap.add_argument("--window", type=float, help="seconds per latency window (the mode's)")
+    ap.add_argument("--out", type=Path, help="write the figures here as JSON")
+    ap.add_argument("--no-stall-log", action="store_true", help="run without BURSAR_STALL_LOG")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bursar-soak-") as work:
+        res = run(
+            args.mode,
+            Path(work),
+            stall_log=not args.no_stall_log,
+            agents=args.agents,
+            seconds=args.seconds,
+            window_s=args.window,
+        )
+    for line in res.lines:
+        print(line)
+    for p in res.problems:
+        print(f"PROBLEM: {p}")
+    if args.out is not None:
+        args.out.write_text(json.dumps(res.figures, indent=2, default=str))
+    return 0 if res.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -34,8 +34,10 @@ from bursar.broker.service.errors import PermissionDenied, Unauthenticated
 
 __all__ = [
     "ADMIN_TOKEN_FILE",
+    "DIGEST_CACHE_SIZE",
     "TOKENS_DB",
     "TOKENS_JSON",
+    "DigestCache",
     "Principal",
     "TokenStore",
     "bearer_token",
@@ -101,6 +103,42 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+DIGEST_CACHE_SIZE = 1024
+"""Tokens whose digests a :class:`DigestCache` keeps (the oldest goes first)."""
+
+
+class DigestCache:
+    """``digest(token)``, remembered for the last :data:`DIGEST_CACHE_SIZE` tokens seen.
+
+    Every call carries its token, and hashing it twice per call (the rate limiter's key,
+    then the lookup) was a measurable part of a request. Only the hash is cached, never
+    the verdict: whether a digest is valid is looked up afresh on every call, so a rotated
+    token fails from the moment it is rotated, cached or not. Bounded, so that a client
+    sending random tokens costs a hash per call, as before, and no memory.
+    """
+
+    def __init__(self, size: int = DIGEST_CACHE_SIZE) -> None:
+        self._size = size
+        self._by_token: dict[str, str] = {}
+
+    def __call__(self, token: str) -> str:
+        d = self._by_token.get(token)
+        if d is None:
+            d = digest(token)
+            if len(self._by_token) >= self._size:
+                del self._by_token[next(iter(self._by_token))]  # dicts keep insertion order
+            self._by_token[token] = d
+        return d
+
+    def forget(self, d: str) -> None:
+        """Drop the token whose digest is ``d`` (rotated: no need to keep it in memory)."""
+        for token in [t for t, x in self._by_token.items() if x == d]:
+            del self._by_token[token]
+
+    def __len__(self) -> int:
+        return len(self._by_token)
+
+
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
     """The token of an ``authorization: Bearer <token>`` header; None if absent.
 
@@ -163,6 +201,8 @@ class TokenStore:
 
     def __init__(self, state_dir: Path, admin_token: str) -> None:
         self.state_dir = state_dir
+        self.digest = DigestCache()
+        """Token -> SHA-256, cached (the rate limiter keys clients by it too)."""
         self._admin = digest(admin_token)
         self._conn = sqlite3.connect(state_dir / TOKENS_DB, isolation_level=None)
         self._conn.execute("PRAGMA busy_timeout = 5000")
@@ -190,7 +230,7 @@ class TokenStore:
                 "no credentials: send 'authorization: Bearer <token>' metadata with a "
                 "campaign token or the admin token",
             )
-        d = digest(token)
+        d = self.digest(token)
         if secrets.compare_digest(d, self._admin):
             return Principal(None)
         campaign = self._by_digest.get(d)
@@ -217,6 +257,7 @@ class TokenStore:
         for old, name in list(self._by_digest.items()):
             if name == campaign:
                 del self._by_digest[old]
+                self.digest.forget(old)
         self._by_digest[d] = campaign
         self._issued_at[campaign] = now
         return token

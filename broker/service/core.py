@@ -39,6 +39,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from bursar.broker import codec
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.actuator import actuator_for
 from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
@@ -111,6 +112,14 @@ REPLAY_LIMIT = 10_000
 
 CHECKPOINT_INTERVAL_S = 1.0
 """How often the journal's WAL is checkpointed, on a worker thread (see ``run_checkpoints``)."""
+
+MAX_BATCH_WAIT_S = 0.002
+"""Longest the first entry of a commit batch waits for the others, on the service's clock
+(see ``durable``): a batch gathers only while the event loop has other work ready, and a
+loop that never runs dry still commits this often."""
+
+MAX_BATCH_ENTRIES = 512
+"""Entries after which a commit batch commits whatever else is ready."""
 
 _EVENT_KIND = {
     Granted: pb.LEASE_EVENT_KIND_GRANTED,
@@ -248,13 +257,25 @@ class ServiceCore:
         """The timer it sleeps for (None: it sleeps for the one-minute cap)."""
         self._stop = asyncio.Event()
         self._supply_changed = asyncio.Event()
+        self._supply_waiters = 0
         self._token_gen: dict[str, int] = {}
         """Token rotations per campaign while serving (see ``token_generation``)."""
         self._closing = False
         self._fatal: BaseException | None = None
         self._lock: int | None = None
         self._placing: dict[str, _Placing] = {}
+        self._batch: asyncio.Future[None] | None = None
+        """Resolved once the journal entries left uncommitted so far are committed."""
+        self._batch_opened = 0.0
+        self.commits = 0
+        """Commit batches written while serving (with ``committed``: entries per commit)."""
+        self.committed = 0
         runtime.listen(self._on_decisions)
+        # Every entry is committed by a batch (see ``durable``): the requests that arrive
+        # together share one commit instead of paying one each.
+        runtime.defer_commits = True
+        runtime.on_uncommitted = self._open_batch
+        runtime.on_committed = self._on_committed
 
     # ------------------------------------------------------------------ opening
 
@@ -459,7 +480,15 @@ class ServiceCore:
         self._notify_supply()
 
     def close(self) -> None:
-        """Close the journal (every append is already committed) and the token store."""
+        """Close the journal (what is left uncommitted is committed first) and the token
+        store."""
+        if self.commits:
+            log.info(
+                "%d journal entries in %d commits (%.2f per commit)",
+                self.committed,
+                self.commits,
+                self.committed / self.commits,
+            )
         self.metrics.stop_http()
         self.tokens.close()
         self.runtime.close()
@@ -480,6 +509,97 @@ class ServiceCore:
             self._failed(exc)
             raise
 
+    # ------------------------------------------------------------------ commit batches
+    #
+    # An applied event's journal entry is inserted at once but committed later, together
+    # with the entries of whatever other requests arrive meanwhile; nothing about an event
+    # is answered, published or handed to the backend before its commit (the runtime holds
+    # the outcomes back until then). When is "later": as soon as the event loop has
+    # nothing else ready to run. A lone request finds the loop idle and commits at once;
+    # under load the loop has the next requests ready, they join the batch, and the batch
+    # commits when the loop runs dry, after MAX_BATCH_WAIT_S on the service's clock, or at
+    # MAX_BATCH_ENTRIES entries, whichever comes first. Requests that arrive faster than
+    # they are handled (and their commits written) are what make a batch grow; a fixed
+    # window instead would make a lone client wait for nothing.
+
+    async def durable(self) -> None:
+        """Return once every journal entry appended so far is committed (at once if all
+        are). Raises ``JournalError`` if the commit failed: those events never happened."""
+        if not self.runtime.uncommitted:
+            return
+        batch = self._batch
+        if batch is None or _loop_idle():
+            self._commit_batch()
+            return
+        await asyncio.shield(batch)
+
+    async def settled(self) -> None:
+        """Return with nothing left uncommitted (``durable`` may return with entries that
+        other calls appended while this one waited): for a caller that reads state next,
+        in the same step, and must see committed state only (a Watch opening on it)."""
+        while self.runtime.uncommitted:
+            await self.durable()
+
+    def _open_batch(self) -> None:
+        """The runtime's hook: an entry is waiting for its commit and none was before."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # Called off the event loop (a direct caller, not a request): nobody gathers.
+            self._commit_batch()
+            return
+        self._batch = loop.create_future()
+        self._batch_opened = self._clock.now()
+        loop.call_soon(self._check_batch)
+
+    def _check_batch(self) -> None:
+        if self._batch is None:
+            return  # committed meanwhile (by a request that found the loop idle)
+        if (
+            _loop_idle()
+            or self.runtime.uncommitted >= MAX_BATCH_ENTRIES
+            or self._clock.now() - self._batch_opened >= MAX_BATCH_WAIT_S
+            or self._stop.is_set()
+        ):
+            # A failed commit is already on the batch's future, for the callers to raise.
+            with contextlib.suppress(JournalError):
+                self._commit_batch()
+        else:
+            asyncio.get_running_loop().call_soon(self._check_batch)
+
+    def _commit_batch(self) -> None:
+        try:
+            self.runtime.commit()
+        except JournalError as exc:
+            self._failed(exc)  # fails the batch's callers too
+            raise
+        if self._batch is not None and not self.runtime.uncommitted:
+            self._on_committed([])  # there was nothing left to commit
+
+    def _on_committed(self, outcomes: list[Outcome]) -> None:
+        """The runtime's hook after each commit (ours, or one it made before the backend
+        reports): the calls waiting for it go on."""
+        if outcomes:
+            self.commits += 1
+            self.committed += len(outcomes)
+            self.metrics.on_commit(len(outcomes))
+            self._after_commit()
+        batch = self._batch
+        if batch is not None and not self.runtime.uncommitted:
+            self._batch = None
+            if not batch.done():
+                batch.set_result(None)
+
+    def _drop_batch(self, exc: BaseException) -> None:
+        """An append failed: the runtime dropped the uncommitted entries with it, so the
+        calls waiting for them fail as well."""
+        batch = self._batch
+        if batch is not None and not self.runtime.uncommitted:
+            self._batch = None
+            if not batch.done():
+                batch.set_exception(exc)
+                batch.add_done_callback(_retrieve)
+
     def _submit_catch_up(self) -> None:
         try:
             self.runtime.catch_up(self.now())
@@ -491,6 +611,7 @@ class ServiceCore:
         # An append the journal refused was rolled back (the engine is as the journal has
         # it): that call fails, the next may work. Only a broker that could not roll back
         # stops the service.
+        self._drop_batch(exc)
         if not self.runtime.broken:
             return
         if self._fatal is None:
@@ -515,6 +636,10 @@ class ServiceCore:
                 self._placed(d.lease_id)  # allocated, or ended first (the allocation failed)
             if self._subs and type(d) in _EVENT_KIND:
                 self._publish(d, outcome.seq, index)
+
+    def _after_commit(self) -> None:
+        """Once per commit batch, not per event: wake the timer task if it must, tell the
+        supply streams."""
         # Wake the timer task only if what is due next moved: earlier than it sleeps until,
         # or away from the timer it sleeps for (that one died: a renewal, a release). Most
         # requests move neither, and a wake-up costs more (a task and a timer on the loop)
@@ -541,13 +666,19 @@ class ServiceCore:
             await asyncio.shield(placing.done)
 
     def _notify_supply(self) -> None:
+        if not self._supply_waiters:
+            return  # nobody waits: no new event per decision
         ev, self._supply_changed = self._supply_changed, asyncio.Event()
         ev.set()
 
     async def supply_changed(self, timeout_s: float) -> None:
         """Wait until a decision changes the pool (or ``timeout_s`` passes)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._supply_changed.wait(), timeout_s)
+        self._supply_waiters += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._supply_changed.wait(), timeout_s)
+        finally:
+            self._supply_waiters -= 1
 
     # ------------------------------------------------------------------ leases
 
@@ -630,11 +761,15 @@ class ServiceCore:
         )
         first = call.start()
         if isinstance(first, Granted):
+            # Answered only once journaled; the listeners, which see the grant's placement
+            # begin, hear of it at that commit too.
+            await self.durable()
             if not call.replayed:
                 self._observe_grant(first, t0)
             await self._until_placed(first.lease_id)
             return first, first.at - call.request.at if not call.replayed else 0.0
         if isinstance(first, Rejected):
+            await self.durable()
             raise Refused(
                 first.reason, first.retry_after_s, campaign=campaign, request_id=first.request_id
             )
@@ -956,10 +1091,13 @@ class ServiceCore:
     # ------------------------------------------------------------------ admin
 
     def create_campaign(self, spec: CampaignSpec) -> str:
+        # As a replay will decode it (see Runtime.open).
+        spec = codec.campaign_from_dict(codec.plain(spec))
         self._submit(CreateCampaign(at=self.now(), spec=spec))
         return self.tokens.issue(spec.name, self.now())
 
     def update_campaign(self, spec: CampaignSpec) -> None:
+        spec = codec.campaign_from_dict(codec.plain(spec))
         self._submit(UpdateCampaign(at=self.now(), spec=spec))
 
     def require_campaign(self, name: str) -> None:
@@ -1016,6 +1154,23 @@ def _lock_state_dir(state: Path) -> int:
             "or choose another --state-dir"
         ) from None
     return fd
+
+
+def _loop_idle() -> bool:
+    """True if the running event loop has nothing else ready to run: a commit now makes
+    nobody wait who could have joined it.
+
+    Reads the loop's ready queue, which asyncio keeps private: a loop without one (another
+    implementation) counts as idle, so that entries are committed at once rather than late.
+    """
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return not ready
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    # The error reaches the callers that wait; one nobody waited for is not "never retrieved".
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _result(fut: asyncio.Future[Granted]) -> Granted | None:

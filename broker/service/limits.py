@@ -8,6 +8,7 @@ service's clock, so a test with a manual clock sees exact refill times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bursar.broker.clock import SYSTEM, Clock
@@ -27,8 +28,9 @@ class LimitSettings:
     """Streams (Watch, WatchSupply) a client may hold open at once."""
 
 
-def client_key(token: str | None, peer: str) -> str:
-    """``token:<digest prefix>`` for a client with a token, ``peer:<host>`` otherwise."""
+def client_key(token: str | None, peer: str, digest: Callable[[str], str] = digest) -> str:
+    """``token:<digest prefix>`` for a client with a token, ``peer:<host>`` otherwise.
+    ``digest``: the token store's cached one, on the service's path."""
     if token is not None:
         return "token:" + digest(token)[:16]
     # "ipv4:127.0.0.1:5555", "ipv6:[::1]:5555", "unix:/path": drop the port.

@@ -15,6 +15,8 @@ histogram are updated as calls and decisions happen.
     bursar_journal_entries                      entries in the journal
     bursar_journal_bytes                        journal file size (database + WAL)
     bursar_decisions_total{kind}                decisions made by this process
+    bursar_journal_commits_total                journal commits by this process (batches)
+    bursar_journal_committed_entries_total      entries those commits held
     bursar_rpc_errors_total{method,code}        calls that ended in an error status
     bursar_open_streams                         Watch / WatchSupply streams open
 """
@@ -30,7 +32,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from bursar.broker.decisions import Decision
+from bursar.broker.decisions import DECISION_TYPES, Decision, LeasePath
 from bursar.broker.runtime import Runtime
 from bursar.broker.supply import supply
 
@@ -104,8 +106,24 @@ class Metrics:
         self.decisions = Counter(
             "bursar_decisions", "Decisions made by this process", ["kind"], registry=r
         )
-        self._by_kind: dict[str, Any] = {}
-        self._by_path: dict[str, Any] = {}
+        # prometheus_client's labels() costs microseconds per call, and a request makes two
+        # or three decisions: every child is bound once, here.
+        self.commits = Counter(
+            "bursar_journal_commits", "Journal commits by this process (batches)", registry=r
+        )
+        self.committed_entries = Counter(
+            "bursar_journal_committed_entries",
+            "Journal entries committed by this process (entries per commit: over the commits)",
+            registry=r,
+        )
+        self._by_kind: dict[str, Any] = {k: self.decisions.labels(k) for k in DECISION_TYPES}
+        self._by_path: dict[str, Any] = {
+            p.value: self.grant_latency.labels(p.value) for p in LeasePath
+        }
+        self.watched = False
+        """True once /metrics is served: until then nobody can read the per-request counters
+        and histogram, and the requests skip updating them (the gauges are set by
+        ``refresh`` either way)."""
         self.rpc_errors = Counter(
             "bursar_rpc_errors",
             "Calls that ended in an error status",
@@ -119,15 +137,23 @@ class Metrics:
     # ----- updates (event loop)
 
     def on_decisions(self, decisions: Iterable[Decision]) -> None:
+        if not self.watched:
+            return
+        by_kind = self._by_kind
         for d in decisions:
-            child = self._by_kind.get(d.kind)
-            if child is None:
-                # prometheus_client's labels() costs microseconds per call; a request makes
-                # two or three decisions, so the children are looked up once and kept.
-                child = self._by_kind[d.kind] = self.decisions.labels(d.kind)
+            child = by_kind.get(d.kind)
+            if child is None:  # a kind added without a type in DECISION_TYPES
+                child = by_kind[d.kind] = self.decisions.labels(d.kind)
             child.inc()
 
+    def on_commit(self, entries: int) -> None:
+        if self.watched:
+            self.commits.inc()
+            self.committed_entries.inc(entries)
+
     def observe_grant(self, path: str, seconds: float) -> None:
+        if not self.watched:
+            return
         child = self._by_path.get(path)
         if child is None:
             child = self._by_path[path] = self.grant_latency.labels(path)
@@ -172,6 +198,7 @@ class Metrics:
     def start_http(self, host: str, port: int) -> int:
         """Serve /metrics on ``host:port`` (0: any free port); returns the port."""
         self._http, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self.watched = True
         return int(self._http.server_port)
 
     def stop_http(self) -> None:

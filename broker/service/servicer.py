@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -85,7 +86,9 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                 token, bad = bearer_token(metadata), None
             except Unauthenticated as exc:
                 token, bad = None, exc
-            key = client_key(token, context.peer() or "unknown")
+            # The peer names only a client without a token: not asked for otherwise.
+            peer = "" if token is not None else (context.peer() or "unknown")
+            key = client_key(token, peer, self.core.tokens.digest)
             self.core.limits.admit(key)
             if bad is not None:
                 raise bad
@@ -112,7 +115,12 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                     principal, k = await enter(self, request, context)
                     self.core.limits.open_stream(k)
                     key = k
+                    # The stream opens on committed state: a replay or snapshot then holds
+                    # no entry that is yet to be published to it at its commit.
+                    await self.core.settled()
                     async for item in fn(self, request, principal):
+                        # Nothing leaves before the journal entries it may show are committed.
+                        await self.core.durable()
                         if isinstance(item, _Headers):
                             # The stream is registered: from here on nothing is missed.
                             await context.send_initial_metadata(item.metadata)
@@ -132,9 +140,14 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
         ) -> Any:
             try:
                 principal, _ = await enter(self, request, context)
-                result = fn(self, request, principal)
-                if isinstance(result, Awaitable):
-                    result = await result
+                try:
+                    result = fn(self, request, principal)
+                    if inspect.iscoroutine(result):  # an async def RPC
+                        result = await result
+                finally:
+                    # No answer, an error included, before the journal entries it may
+                    # report (the call's own, or any it read) are committed.
+                    await self.core.durable()
                 return result
             except Exception as exc:
                 await self._abort(context, name, exc)

@@ -8,7 +8,8 @@ update, the metrics refresh) delays every call in flight at once. When on, this 
 
 * every garbage collection over ``SLOW_S``, with its generation and how many objects the
   collector tracks;
-* every journal append, decision-index update and metrics refresh over ``SLOW_S``;
+* every journal append, commit (of a batch of appends), decision-index update and metrics
+  refresh over ``SLOW_S``;
 * every time a 10 ms heartbeat on the loop woke over ``SLOW_S`` late, with the time spent
   meanwhile in collections, in slow journal calls, and waiting for a CPU (the kernel's
   run-queue wait of the loop's thread, from ``/proc/thread-self/schedstat``): a stall with
@@ -78,7 +79,7 @@ class StallLog:
         gc.callbacks.append(self._on_gc)
         self._undo.append(lambda: gc.callbacks.remove(self._on_gc))
         journal = runtime.journal
-        for name in ("append", "update_index"):
+        for name in ("append", "commit", "update_index"):
             self._wrap(journal, name, f"journal.{name}")
         self._wrap(metrics, "refresh", "metrics.refresh")
 
