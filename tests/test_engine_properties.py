@@ -479,9 +479,7 @@ _LENT_RESERVE_KEPT_RECLAIMABLE = _lent_reserve(
 # backfill lease whole), then asks for the rest of its guarantee. No node is left to boot,
 # so it takes its part of what the draining lease returns (it was once refused).
 _LENT_RESERVE_DRAINING_ALL_WARM = dataclasses.replace(
-    _lent_reserve(
-        [("request", 0, "bf", 0.75, 0, 0.05, False, None), _SCI_SMALL, _SCI_SMALL]
-    ),
+    _lent_reserve([("request", 0, "bf", 0.75, 0, 0.05, False, None), _SCI_SMALL, _SCI_SMALL]),
     warm=4,
 )
 
