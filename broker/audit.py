@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bursar.broker import codec, snapshot
 from bursar.broker.archive import chain
+from bursar.broker.engine import RULES_VERSION
 from bursar.broker.errors import JournalError, RequestError
 from bursar.broker.journal import (
     Journal,
@@ -72,7 +73,7 @@ class AuditReport:
     the audit started from (the entries before it are in an archive not given)."""
     problems: tuple[str, ...] = ()
     """Why the archives given are not the journal's history (then only the live journal
-    was audited)."""
+    was audited), or that the journal was written under other rules (``RULES_VERSION``)."""
 
     @property
     def ok(self) -> bool:
@@ -121,6 +122,7 @@ def audit(
     """
     base = journal.archived_through
     problems = chain(journal, archives) if archives else []
+
     started_from = 0
     if base and not archives:
         engine = _base_engine(journal, snapshots, base)
@@ -170,6 +172,13 @@ def audit(
                 mismatches.append(Mismatch(seq, expected, got))
             for snap in due.pop(seq, ()):
                 checks.append(_check(snap, engine))
+    if journal.rules_version != RULES_VERSION:
+        problems = [
+            *problems,
+            f"the journal was written under the engine's rules version "
+            f"{journal.rules_version} and this build decides by version {RULES_VERSION}: "
+            "mismatches are expected; audit it with a build of the version that wrote it",
+        ]
     return AuditReport(
         events_checked=events,
         decisions_checked=decisions,

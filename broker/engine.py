@@ -87,6 +87,15 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
+RULES_VERSION = 2
+"""The version of the decision rules. It goes up whenever a change can make the same
+events give other decisions; a journal records the version it was written under, and an
+audit by a build of another version says so (its decisions may differ). 2: the admission
+pass leaves a request as it is when the pool refuses its bucket (its campaign's own limits
+are looked at again when that campaign changes), reservation profiles read firm lease ends
+and guaranteed holdings as they were when built, and a batch campaign may take its lent
+reserve back from a lease already draining for another request."""
+
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to
 open a Watch on a lease that ended a while ago, bounded so that a long-running broker's
@@ -1274,6 +1283,7 @@ _HANDLERS = {
 __all__ = [
     "ENDED_KEPT",
     "KEY_WINDOW_S",
+    "RULES_VERSION",
     "CampaignState",
     "Engine",
     "KeyRecord",

@@ -274,10 +274,14 @@ def _create(
         raise JournalError(f"{path} is empty; to create a journal there, pass the pool spec")
     for statement in (*_SCHEMA, *_INDEX_SCHEMA):
         conn.execute(statement)
+    from bursar.broker.engine import RULES_VERSION
+
     meta = {
         "format": FORMAT,
         "pool": codec.dumps(spec_to_dict(pool)),
         "policy": codec.dumps(spec_to_dict(policy or PolicySpec())),
+        # Not part of the canonical form (``meta_line``): hashes stay what they were.
+        "rules_version": str(RULES_VERSION),
     }
     conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
     return meta
@@ -822,6 +826,12 @@ class Journal:
         with self._lock:
             row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
+
+    @property
+    def rules_version(self) -> int:
+        """The engine's rules version the journal was written under (1: from before the
+        version was recorded)."""
+        return int(self.meta_value("rules_version") or 1)
 
     @property
     def archived_through(self) -> int:

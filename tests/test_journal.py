@@ -508,3 +508,32 @@ def test_acknowledged_grants_survive_sigkill(tmp_path: Path) -> None:
     assert report.ok, report.mismatches[:3]
     assert report.events_checked > 0
     assert engine.state_digest() == report.state_digest
+
+
+def test_a_journal_of_other_rules_is_audited_with_a_warning(tmp_path: Path) -> None:
+    """A journal records the engine's rules version; one written under another (here: from
+    before the version was recorded) fails its audit with a reason a person can act on,
+    and its hash is what it was (the version is not part of the canonical form)."""
+    from bursar.broker.engine import RULES_VERSION
+
+    path = tmp_path / "j.sqlite"
+    engine = Engine(DEMO_POOL)
+    with Journal.open(path, DEMO_POOL) as j:
+        for e, ds in drive(engine, 200):
+            j.append(e, ds)
+        assert j.rules_version == RULES_VERSION
+        report = audit(j)
+        assert report.ok, report
+        sha = j.sha256()
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DELETE FROM meta WHERE key = 'rules_version'")
+    conn.close()
+    with Journal.open(path) as j:
+        assert j.rules_version == 1
+        assert j.sha256() == sha
+        report = audit(j)
+    assert not report.ok
+    assert report.mismatches == ()
+    (problem,) = report.problems
+    assert f"rules version 1 and this build decides by version {RULES_VERSION}" in problem
