@@ -91,6 +91,7 @@ class Queues:
         "_primary",
         "_push_timer",
         "_queues",
+        "_sizes",
         "aged",
         "dirty",
         "guarantee_heads",
@@ -121,6 +122,8 @@ class Queues:
         stale entries (gone, or blocked for their own reasons now) dropped when met."""
         self._buckets: dict[Bucket, SortedList] = {}
         """The pool-blocked requests by bucket, each in admission order."""
+        self._sizes: dict[Bucket, float] = {}
+        """Each bucket's size in the primary dimension (its demand's)."""
         self._durations: dict[Bucket, SortedList] = {}
         """The durations of each bucket's requests."""
         self.guarantee_heads: dict[str, None] = {}
@@ -272,6 +275,7 @@ class Queues:
             if not bucket:
                 del self._buckets[p.bucket]
                 del self._durations[p.bucket]
+                del self._sizes[p.bucket]
             p.head_entry = None
             p.bucket = None
             ids = self._indexed[p.campaign]
@@ -294,6 +298,7 @@ class Queues:
             if bucket is None:
                 bucket = self._buckets[p.bucket] = SortedList()
                 self._durations[p.bucket] = SortedList()
+                self._sizes[p.bucket] = p.size[self._primary]
             bucket.add(p.head_entry)
             self._durations[p.bucket].add(p.duration_s)
             self._indexed.setdefault(p.campaign, {})[p.id] = None
@@ -372,7 +377,7 @@ class Queues:
     def pool_scan(self, bound: float) -> PoolScan:
         """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
         admission order, bucket by bucket (see ``PoolScan``)."""
-        return PoolScan(self._buckets, self._durations, self._primary, bound)
+        return PoolScan(self._buckets, self._durations, self._sizes, bound)
 
 
 def _band(duration: float) -> int:
@@ -403,22 +408,22 @@ class PoolScan:
         "_dropped",
         "_durations",
         "_heap",
-        "_primary",
         "_refused",
         "_refused_by",
         "_refused_out",
+        "_sizes",
     )
 
     def __init__(
         self,
         buckets: dict[Bucket, SortedList],
         durations: dict[Bucket, SortedList],
-        primary: int,
+        sizes: Mapping[Bucket, float],
         bound: float,
     ) -> None:
         self._buckets = buckets
         self._durations = durations
-        self._primary = primary
+        self._sizes = sizes
         self._heap: list[tuple[HeadEntry, Bucket]] = []
         self._cursor: HeadEntry | None = None
         self._dropped: set[tuple[Any, ...]] = set()
@@ -432,15 +437,19 @@ class PoolScan:
     def restart(self, cursor: HeadEntry | None, bound: float) -> None:
         """Every bucket again (those small enough for ``bound``), from after ``cursor``."""
         heap = []
-        primary = self._primary
-        for key, entries in self._buckets.items():
-            demand = key[3]
-            size = demand.size if isinstance(demand, Demand) else demand
-            if size[primary] > bound:  # type: ignore[index]
-                continue
-            k = 0 if cursor is None else entries.bisect_right(cursor)
-            if k < len(entries):
-                heap.append((entries[k], key))
+        sizes = self._sizes
+        # The one pass over every bucket a restart makes: kept to a look-up or two each.
+        if cursor is None:
+            for key, entries in self._buckets.items():
+                if sizes[key] <= bound:
+                    heap.append((entries[0], key))
+        else:
+            for key, entries in self._buckets.items():
+                if sizes[key] > bound:
+                    continue
+                k = entries.bisect_right(cursor)
+                if k < len(entries):
+                    heap.append((entries[k], key))
         heapq.heapify(heap)
         self._heap = heap
         self._cursor = cursor
