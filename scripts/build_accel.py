@@ -1,0 +1,246 @@
+"""Build the optional compiled engine: mypyc over the engine's and the replay's hot modules.
+
+    python scripts/build_accel.py [--out build/accel] [--jobs 2] [--only MOD ...] [--check]
+
+The pure-Python modules stay the reference: this writes C extensions of some of them into
+an ignored folder (``build/accel`` by default), and ``bursar.broker.accel`` loads them in
+place of the sources only when ``BURSAR_ACCEL`` asks for it and the build still matches
+the sources (see that module). Nothing here edits the source tree.
+
+A module mypyc cannot compile (a type error, a construct it rejects) is left out with its
+first error printed and the build goes on with the rest: the engine's modules change
+often, and one of them failing must not cost the others their speed-up.
+
+Every class stays a plain Python class (mypyc's "non-native" classes): the engine's state
+is pickled by snapshots through ``__dict__`` and ``__getstate__``, and a snapshot written
+by either build must load in the other. The gain comes from the compiled function and
+method bodies (typed locals, direct calls between compiled functions, no bytecode loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _runtime() -> types.ModuleType:
+    """``bursar.broker.accel`` loaded from its file: the build must not import the package
+    whose modules it compiles (nor need it installed)."""
+    spec = importlib.util.spec_from_file_location("_bursar_accel", ROOT / "broker" / "accel.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while defining
+    spec.loader.exec_module(mod)
+    return mod
+
+
+runtime = _runtime()
+
+# The modules worth compiling: where bench_engine and bench_replay spend their time. Data
+# modules (events, decisions, codec) stay pure: the journal's encoding introspects them.
+MODULES: tuple[str, ...] = (
+    "bursar.broker.admission",
+    "bursar.broker.bucket",
+    "bursar.broker.dims",
+    "bursar.broker.engine",
+    "bursar.broker.ended",
+    "bursar.broker.isolation",
+    "bursar.broker.keys",
+    "bursar.broker.ledger",
+    "bursar.broker.metering",
+    "bursar.broker.paths",
+    "bursar.broker.pending",
+    "bursar.broker.placement",
+    "bursar.broker.pool",
+    "bursar.broker.power",
+    "bursar.broker.price",
+    "bursar.broker.reservations",
+    "bursar.broker.shape",
+    "bursar.broker.supply",
+    "bursar.broker.timers",
+    "bursar.broker.validation",
+    "bursar.sim.replay.kernel",
+    "bursar.sim.replay.mapping",
+    "bursar.sim.replay.metrics",
+    "bursar.sim.replay.profile",
+    "bursar.sim.replay.swf",
+    "bursar.sim.replay.table",
+    "bursar.sim.replay.policies.conservative",
+    "bursar.sim.replay.policies.easy",
+    "bursar.sim.replay.policies.fifo",
+    "bursar.sim.replay.policies.sjf",
+)
+
+# bursar.<x> lives in the repository's top-level folder <x> (pyproject's package-dir).
+TOP = ("broker", "cli", "protos", "providers", "sim", "workflows")
+
+_ERROR = re.compile(r"^(?P<path>[^:\n]+\.py):(?P<line>\d+): error: (?P<msg>.*)$", re.M)
+
+
+def stage(src: Path) -> None:
+    """A ``bursar`` package of links to the top-level folders, for mypy to name modules."""
+    pkg = src / "bursar"
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    for name in TOP:
+        link = pkg / name
+        if not link.is_symlink():
+            link.symlink_to(ROOT / name, target_is_directory=True)
+
+
+def module_path(src: Path, module: str) -> Path:
+    return src.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def non_native_everywhere() -> None:
+    """Make every class mypyc compiles a plain Python class (see the module docstring):
+    mypyc's own switch is a per-class decorator, which would put a build tool's import
+    into every state class of the engine."""
+    from mypyc.irbuild import prepare, util
+
+    def never(path: str, cdef: object, errors: object) -> bool:
+        return False
+
+    util.is_extension_class = never  # type: ignore[assignment]
+    prepare.is_extension_class = never  # type: ignore[attr-defined]
+
+
+def generate(src: Path, temp: Path, modules: list[str]) -> tuple[list[object], str]:
+    """mypyc's C for ``modules``; the extensions to build, or none and mypyc's messages."""
+    from mypyc.build import mypycify
+
+    paths = [str(module_path(src, m)) for m in modules]
+    flags = [
+        "--follow-imports=silent",
+        "--ignore-missing-imports",
+        "--python-version=3.11",
+        f"--cache-dir={temp / 'mypy-cache'}",
+    ]
+    out = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(src)  # mypyc names the generated files after the paths it is given
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            exts = mypycify(
+                [*flags, *[os.path.relpath(p, src) for p in paths]],
+                opt_level="3",
+                target_dir=str(temp / "c"),
+                group_name=runtime.GROUP,
+            )
+        return list(exts), out.getvalue()
+    except SystemExit:
+        return [], out.getvalue()
+    finally:
+        os.chdir(cwd)
+
+
+def failing(src: Path, modules: list[str], messages: str) -> dict[str, str]:
+    """The modules mypyc's messages fault, each with its first error."""
+    by_path = {module_path(src, m).resolve(): m for m in modules}
+    bad: dict[str, str] = {}
+    for m in _ERROR.finditer(messages):
+        p = (src / m["path"]).resolve()
+        mod = by_path.get(p)
+        if mod is not None and mod not in bad:
+            bad[mod] = f"line {m['line']}: {m['msg']}"
+    return bad
+
+
+def compile_c(src: Path, temp: Path, lib: Path, exts: list[object], jobs: int) -> None:
+    from setuptools import Distribution
+
+    dist = Distribution({"ext_modules": exts, "script_name": "build_accel"})
+    cmd = dist.get_command_obj("build_ext")
+    cmd.build_lib = str(lib)  # type: ignore[attr-defined]
+    cmd.build_temp = str(temp / "obj")  # type: ignore[attr-defined]
+    cmd.parallel = jobs  # type: ignore[attr-defined]
+    cmd.inplace = False  # type: ignore[attr-defined]
+    cwd = os.getcwd()
+    os.chdir(src)
+    try:
+        cmd.ensure_finalized()
+        cmd.run()
+    finally:
+        os.chdir(cwd)
+
+
+def build(out: Path, modules: list[str], jobs: int) -> dict[str, object]:
+    t0 = time.perf_counter()
+    src, temp, lib = out / "src", out / "tmp", out / "lib"
+    stage(src)
+    if lib.exists():
+        shutil.rmtree(lib)  # never leave half of an old build beside a new manifest
+    non_native_everywhere()
+    left_out: dict[str, str] = {}
+    todo = [m for m in modules if module_path(src, m).is_file()]
+    left_out.update({m: "no such module" for m in modules if m not in todo})
+    exts: list[object] = []
+    while todo:
+        exts, messages = generate(src, temp, todo)
+        if exts:
+            break
+        bad = failing(src, todo, messages)
+        if not bad:
+            sys.stderr.write(messages)
+            raise SystemExit("mypyc failed outside the modules it compiles; see above")
+        for mod, why in bad.items():
+            print(f"left out {mod}: {why}", file=sys.stderr)
+        left_out.update(bad)
+        todo = [m for m in todo if m not in bad]
+    if not todo:
+        raise SystemExit("no module could be compiled")
+    t1 = time.perf_counter()
+    compile_c(src, temp, lib, exts, jobs)
+    t2 = time.perf_counter()
+    manifest = runtime.make_manifest(ROOT, lib, todo)
+    manifest["left_out"] = left_out
+    manifest["seconds"] = {"mypyc": round(t1 - t0, 1), "cc": round(t2 - t1, 1)}
+    (lib / runtime.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "accel")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--only", nargs="+", help="compile these modules only")
+    ap.add_argument("--check", action="store_true", help="say whether the build is fresh")
+    args = ap.parse_args()
+    if args.check:
+        try:
+            files = runtime.check(args.out.resolve(), ROOT)
+        except runtime.StaleBuild as e:
+            raise SystemExit(f"BURSAR_ACCEL would run the pure-Python engine: {e}") from None
+        print(f"the compiled build in {args.out} is fresh: {len(files) - 1} modules")
+        return
+    if sysconfig.get_config_var("CC") is None and shutil.which("cc") is None:
+        raise SystemExit("no C compiler: the pure-Python build is the one in use")
+    try:
+        import mypyc  # noqa: F401
+    except ImportError:
+        raise SystemExit("mypyc is not installed: pip install -e '.[accel]'") from None
+    manifest = build(args.out.resolve(), list(args.only or MODULES), args.jobs)
+    mods = manifest["modules"]
+    assert isinstance(mods, dict)
+    secs = manifest["seconds"]
+    print(f"compiled {len(mods)} modules into {args.out} ({secs})")
+    for mod, why in sorted(dict(manifest["left_out"]).items()):  # type: ignore[call-overload]
+        print(f"  left out {mod}: {why}")
+    print("use it with BURSAR_ACCEL=1 (see python -m bursar.broker.accel)")
+
+
+if __name__ == "__main__":
+    main()
