@@ -11,15 +11,17 @@ A module mypyc cannot compile (a type error, a construct it rejects) is left out
 first error printed and the build goes on with the rest: the engine's modules change
 often, and one of them failing must not cost the others their speed-up.
 
-Every class stays a plain Python class (mypyc's "non-native" classes): the engine's state
-is pickled by snapshots through ``__dict__`` and ``__getstate__``, and a snapshot written
-by either build must load in the other. The gain comes from the compiled function and
+Every class stays a plain Python class (mypyc's "non-native" classes: the compiled copy of
+a module marks them so, see ``non_native``): the engine's state is pickled by snapshots
+through ``__dict__`` and ``__getstate__``, and a snapshot written by either build must
+load in the other. The gain comes from the compiled function and
 method bodies (typed locals, direct calls between compiled functions, no bytecode loop).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import importlib.util
 import io
@@ -27,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import sysconfig
 import time
@@ -51,12 +54,15 @@ runtime = _runtime()
 
 # The modules worth compiling: where bench_engine and bench_replay spend their time. Data
 # modules (events, decisions, codec) stay pure: the journal's encoding introspects them.
+# ``ended`` stays pure too: its Mapping subclass, compiled, fails to load (a metaclass
+# conflict), which the check after the build would report. ``timers`` stays pure: the
+# engine's state holds ``Timers.push`` as a callback, and a compiled method bound to a
+# plain class does not pickle.
 MODULES: tuple[str, ...] = (
     "bursar.broker.admission",
     "bursar.broker.bucket",
     "bursar.broker.dims",
     "bursar.broker.engine",
-    "bursar.broker.ended",
     "bursar.broker.isolation",
     "bursar.broker.keys",
     "bursar.broker.ledger",
@@ -70,7 +76,6 @@ MODULES: tuple[str, ...] = (
     "bursar.broker.reservations",
     "bursar.broker.shape",
     "bursar.broker.supply",
-    "bursar.broker.timers",
     "bursar.broker.validation",
     "bursar.sim.replay.kernel",
     "bursar.sim.replay.mapping",
@@ -87,35 +92,61 @@ MODULES: tuple[str, ...] = (
 # bursar.<x> lives in the repository's top-level folder <x> (pyproject's package-dir).
 TOP = ("broker", "cli", "protos", "providers", "sim", "workflows")
 
-_ERROR = re.compile(r"^(?P<path>[^:\n]+\.py):(?P<line>\d+): error: (?P<msg>.*)$", re.M)
+# "path:line: error: ..." and mypyc's own crashes ("path:line: ValueError: ..."); not notes, warnings.
+_ERROR = re.compile(
+    r"^(?P<path>[^:\n]+\.py):(?P<line>\d+): (?!note:|warning:)(?:error: )?(?P<msg>.*)$", re.M
+)
 
 
-def stage(src: Path) -> None:
-    """A ``bursar`` package of links to the top-level folders, for mypy to name modules."""
+def stage(src: Path, modules: list[str]) -> None:
+    """A ``bursar`` package for mypy to name modules by: links to the sources, and for the
+    modules to compile, copies whose classes are all marked non-native (``non_native``)."""
+    if src.exists():
+        shutil.rmtree(src)
     pkg = src / "bursar"
-    pkg.mkdir(parents=True, exist_ok=True)
+    pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
+    compiled = {module_path(src, m) for m in modules}
     for name in TOP:
-        link = pkg / name
-        if not link.is_symlink():
-            link.symlink_to(ROOT / name, target_is_directory=True)
+        for f in sorted((ROOT / name).rglob("*.py*")):
+            if f.suffix not in (".py", ".pyi") or "__pycache__" in f.parts:
+                continue
+            dest = pkg / f.relative_to(ROOT)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest in compiled:
+                dest.write_text(non_native(f.read_text(), str(f.relative_to(ROOT))))
+            else:
+                dest.symlink_to(f)
+
+
+MARK = "@_mypyc_attr(native_class=False)"
+IMPORT = "from mypy_extensions import mypyc_attr as _mypyc_attr"
+
+
+def non_native(text: str, name: str) -> str:
+    """``text`` with every top-level class marked ``@mypyc_attr(native_class=False)``: a
+    plain Python class, whose instances pickle as the pure build's do (snapshots read
+    ``__dict__``). The mark takes the blank line above the class and the import joins the
+    ``__future__`` line, so that every line keeps its number (tracebacks point at the
+    source); where that cannot be done the build stops and says why."""
+    lines = text.splitlines(keepends=True)
+    tree = ast.parse(text, name)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            first = min([d.lineno for d in node.decorator_list] + [node.lineno])
+            if first < 2 or lines[first - 2].strip():
+                raise SystemExit(f"{name}:{node.lineno}: no blank line above class {node.name}")
+            lines[first - 2] = MARK + "\n"
+    future = "from __future__ import annotations\n"
+    if future not in lines:
+        raise SystemExit(f"{name}: no `{future.strip()}` line to put the mypyc import on")
+    at = lines.index(future)
+    lines[at] = future.rstrip("\n") + "; " + IMPORT + "\n"
+    return "".join(lines)
 
 
 def module_path(src: Path, module: str) -> Path:
     return src.joinpath(*module.split(".")).with_suffix(".py")
-
-
-def non_native_everywhere() -> None:
-    """Make every class mypyc compiles a plain Python class (see the module docstring):
-    mypyc's own switch is a per-class decorator, which would put a build tool's import
-    into every state class of the engine."""
-    from mypyc.irbuild import prepare, util
-
-    def never(path: str, cdef: object, errors: object) -> bool:
-        return False
-
-    util.is_extension_class = never  # type: ignore[assignment]
-    prepare.is_extension_class = never  # type: ignore[attr-defined]
 
 
 def generate(src: Path, temp: Path, modules: list[str]) -> tuple[list[object], str]:
@@ -180,12 +211,11 @@ def compile_c(src: Path, temp: Path, lib: Path, exts: list[object], jobs: int) -
 def build(out: Path, modules: list[str], jobs: int) -> dict[str, object]:
     t0 = time.perf_counter()
     src, temp, lib = out / "src", out / "tmp", out / "lib"
-    stage(src)
     if lib.exists():
         shutil.rmtree(lib)  # never leave half of an old build beside a new manifest
-    non_native_everywhere()
     left_out: dict[str, str] = {}
-    todo = [m for m in modules if module_path(src, m).is_file()]
+    todo = [m for m in modules if runtime.source_of(ROOT, m) is not None]
+    stage(src, todo)
     left_out.update({m: "no such module" for m in modules if m not in todo})
     exts: list[object] = []
     while todo:
@@ -209,7 +239,21 @@ def build(out: Path, modules: list[str], jobs: int) -> dict[str, object]:
     manifest["left_out"] = left_out
     manifest["seconds"] = {"mypyc": round(t1 - t0, 1), "cc": round(t2 - t1, 1)}
     (lib / runtime.MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    smoke(out, todo)
     return manifest
+
+
+def smoke(out: Path, modules: list[str]) -> None:
+    """Import every compiled module in a fresh process, as ``BURSAR_ACCEL=require`` would;
+    a build that fails to load is removed, never left to be found at run time."""
+    code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
+    env = {**os.environ, runtime.ENV: "require", runtime.ENV_DIR: str(out)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *modules], env=env, capture_output=True, text=True
+    )
+    if proc.returncode:
+        (out / "lib" / runtime.MANIFEST).unlink()
+        raise SystemExit(f"the compiled build does not load, removed:\n{proc.stderr}")
 
 
 def main() -> None:
