@@ -256,6 +256,17 @@ def smoke(out: Path, modules: list[str]) -> None:
         raise SystemExit(f"the compiled build does not load, removed:\n{proc.stderr}")
 
 
+def toolchain_missing() -> str | None:
+    """What the build lacks here (a C compiler, Python's headers), or None."""
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        return f"no C compiler ({cc})"
+    include = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not include.is_file():
+        return f"no Python headers ({include}; the python3-dev package)"
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "accel")
@@ -270,8 +281,9 @@ def main() -> None:
             raise SystemExit(f"BURSAR_ACCEL would run the pure-Python engine: {e}") from None
         print(f"the compiled build in {args.out} is fresh: {len(files) - 1} modules")
         return
-    if sysconfig.get_config_var("CC") is None and shutil.which("cc") is None:
-        raise SystemExit("no C compiler: the pure-Python build is the one in use")
+    missing = toolchain_missing()
+    if missing:
+        raise SystemExit(f"cannot build the compiled engine: {missing}; the pure one stays in use")
     try:
         import mypyc  # noqa: F401
     except ImportError:

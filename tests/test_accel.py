@@ -176,9 +176,11 @@ def _no_toolchain() -> str | None:
         import mypyc  # noqa: F401
     except ImportError:
         return "mypyc is not installed (pip install -e '.[accel]')"
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
         return f"no C compiler ({cc})"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return "no Python headers"
     return None
 
 
