@@ -9,8 +9,11 @@ touched and stay the reference. ``BURSAR_ACCEL`` decides, once per process, when
 * ``1``: the compiled modules if the build is fresh; otherwise one warning on stderr that
   says why (not built, built for another Python, a source changed since) and the pure
   modules;
-* ``require``: the compiled modules, or ``ImportError`` with the same reason (benchmarks
-  and the equivalence test use it, so that they never time or compare the wrong build).
+* ``require``: the compiled modules, or ``ImportError`` with the same reason (for
+  benchmarks and the equivalence test: they must never time or compare the wrong build).
+
+Compiled modules import ``mypy_extensions`` (installed with mypy, the ``accel`` extra):
+uninstalling it breaks a build that was fresh; ``make accel`` rebuilds.
 
 ``BURSAR_ACCEL_DIR`` names another build folder (the one ``--out`` wrote);
 ``python scripts/build_accel.py --check`` says whether the build is fresh.
@@ -102,8 +105,8 @@ def sources(root: Path, modules: Iterable[str]) -> list[str]:
         if mod in seen:
             continue
         path = source_of(root, mod)
-        if path is None:
-            continue
+        if path is None or mod == "bursar.broker.accel":
+            continue  # this module: the loader, not compiled against
         seen[mod] = path
         todo.extend(n for n in _imports(root, mod, path) if n.startswith("bursar."))
     return sorted({p.relative_to(root).as_posix() for p in seen.values()})
