@@ -11,6 +11,7 @@ is made once for the session (about a minute on 2 cores), or reused where
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -95,7 +96,7 @@ def workload(seed: int, n_events: int) -> list[object]:
     return out
 
 
-def run_journal(out: Path) -> dict[str, object]:
+def run_journal(out: Path, seed: int = 7, n_events: int = EVENTS) -> dict[str, object]:
     """Apply the workload through the engine into a journal at ``out/journal.sqlite``;
     write the final engine's snapshot bytes to ``out/state.pickle``."""
     from bursar.broker import accel, snapshot
@@ -115,7 +116,7 @@ def run_journal(out: Path) -> dict[str, object]:
     eng = Engine(pool, policy)
     refused = 0
     with Journal.open(out / "journal.sqlite", pool, policy) as j:
-        for e in workload(7, EVENTS):
+        for e in workload(seed, n_events):
             try:
                 outcome = eng.apply(e)  # type: ignore[arg-type]
             except RequestError:
@@ -147,8 +148,29 @@ def run_replay(trace: Path, policy: str, limit: int) -> dict[str, object]:
     return {"accel": sorted(accel.active()), "manifest": r.manifest, "metrics": r.metrics}
 
 
+def serve() -> None:
+    """One line per workload on stdin (``seed n_events dir``), one line of JSON back: the
+    hash of the journal's entries as stored and the final state's fingerprint."""
+    from bursar.broker.journal import Journal
+
+    for line in sys.stdin:
+        seed, n, folder = line.split()
+        out = Path(folder)
+        out.mkdir(parents=True)
+        result = run_journal(out, int(seed), int(n))
+        with Journal.open(out / "journal.sqlite") as j:
+            h = hashlib.sha256()
+            for _, e, d in j.raw_entries(0):
+                h.update(f"{e}\n{d}\n".encode())
+        result["entries_sha256"] = h.hexdigest()
+        print(json.dumps(result, sort_keys=True), flush=True)
+
+
 def _child_main(argv: list[str]) -> None:
     mode, *args = argv
+    if mode == "serve":
+        serve()
+        return
     if mode == "journal":
         result = run_journal(Path(args[0]))
     elif mode == "load":
@@ -165,7 +187,11 @@ if __name__ == "__main__":
 
 # ---------------------------------------------------------------------- the tests
 
+from collections.abc import Iterator  # noqa: E402
+
 import pytest  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from bursar.broker import accel  # noqa: E402
 from bursar.broker.journal import Journal  # noqa: E402
@@ -259,6 +285,53 @@ def test_pure_and_compiled_journals_and_snapshots_are_byte_identical(
         _child(build_dir, False, "load", str(comp / "state.pickle"))["fingerprint"]
         == (b["fingerprint"])
     )
+
+
+class _Worker:
+    """A child process of one build, answering workloads one at a time."""
+
+    def __init__(self, build: Path, compiled: bool) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "serve"],
+            env=_env(build, "require" if compiled else "0"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, seed: int, n: int, folder: Path) -> dict[str, object]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{seed} {n} {folder}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "the worker died (its stderr is above)"
+        return json.loads(line)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def workers(build_dir: Path) -> Iterator[tuple[_Worker, _Worker]]:
+    pair = (_Worker(build_dir, False), _Worker(build_dir, True))
+    yield pair
+    for w in pair:
+        w.close()
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 400))
+def test_any_seeded_workload_gives_the_same_journal_in_both_builds(
+    workers: tuple[_Worker, _Worker], tmp_path_factory: pytest.TempPathFactory, seed: int, n: int
+) -> None:
+    folder = tmp_path_factory.mktemp("w")
+    a = workers[0].run(seed, n, folder / "pure")
+    b = workers[1].run(seed, n, folder / "compiled")
+    assert not a["accel"] and "bursar.broker.engine" in b["accel"]
+    for key in ("entries_sha256", "fingerprint", "refused"):
+        assert a[key] == b[key], key
 
 
 @pytest.mark.parametrize(("policy", "limit"), [("easy", 20_000), ("bursar", 1_500)])
