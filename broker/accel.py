@@ -28,18 +28,17 @@ This module imports nothing from ``bursar`` (the build script loads it from its 
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import json
+# Only what a process that does not ask for the build needs (the package imports this
+# module first, always): the rest is imported where it is used.
 import os
 import sys
-import sysconfig
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 GROUP = "bursar_accel"
 """mypyc's name for the build's one shared library (``bursar_accel__mypyc``)."""
@@ -59,6 +58,8 @@ class StaleBuild(ImportError):
 
 
 def ext_suffix() -> str:
+    import sysconfig
+
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     return suffix if isinstance(suffix, str) else ".so"
 
@@ -76,6 +77,8 @@ def source_of(root: Path, module: str) -> Path | None:
 
 
 def _imports(root: Path, module: str, path: Path) -> Iterable[str]:
+    import ast
+
     is_pkg = path.name == "__init__.py"
     tree = ast.parse(path.read_bytes(), str(path))
     for node in ast.walk(tree):
@@ -113,6 +116,8 @@ def sources(root: Path, modules: Iterable[str]) -> list[str]:
 
 
 def _sha256(path: Path) -> str:
+    import hashlib
+
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -139,6 +144,8 @@ def make_manifest(root: Path, lib: Path, modules: Sequence[str]) -> dict[str, ob
 
 def check(build_dir: Path, root: Path = ROOT) -> dict[str, str]:
     """The build's modules (name: extension file) if it is fresh; else ``StaleBuild``."""
+    import json
+
     lib = build_dir / "lib"
     rebuild = "rebuild it with `make accel`, or unset BURSAR_ACCEL"
     try:
@@ -172,7 +179,7 @@ def check(build_dir: Path, root: Path = ROOT) -> dict[str, str]:
     return files
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
     """Serves the compiled modules, ahead of every other finder (an extension beside the
     source would win anyway; this one is never beside it)."""
 
@@ -181,7 +188,10 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    ) -> ModuleSpec | None:
+        import importlib.machinery
+        import importlib.util
+
         file = self.files.get(fullname)
         if file is None:
             return None
