@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from bursar.broker import (
@@ -1265,7 +1265,7 @@ def _nonzero(v: dims.Vec) -> dict[str, float]:
     return out
 
 
-_HANDLERS = {
+_HANDLERS: dict[type[Event], Callable[[Engine, Any], Any]] = {
     CreateCampaign: Engine._on_create,
     UpdateCampaign: Engine._on_update,
     RequestLease: Engine._on_request,

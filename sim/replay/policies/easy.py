@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from math import inf
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sortedcontainers import SortedList
 
@@ -52,7 +52,7 @@ class Easy:
         self.recheck_at = inf
         """The first estimated end after the last full pass: a full pass is due from then."""
 
-    def order(self) -> Callable[[int], object] | None:
+    def order(self) -> Callable[[int], Any] | None:
         """Sort key of the queue; None keeps submit order."""
         return None
 

@@ -5,7 +5,7 @@ the one reservation, so a long job is not passed over forever once it heads the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from bursar.sim.replay.policies.easy import Easy
 
@@ -13,6 +13,6 @@ from bursar.sim.replay.policies.easy import Easy
 class Sjf(Easy):
     name: ClassVar[str] = "sjf"
 
-    def order(self) -> Callable[[int], object] | None:
+    def order(self) -> Callable[[int], Any] | None:
         dur = self.dur
         return lambda j: (dur[j], j)
