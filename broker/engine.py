@@ -748,14 +748,15 @@ class Engine:
         seen = memo.get("backfill")
         if seen is None or seen[0] is not profile:
             seen = memo["backfill"] = (profile, {})
+        bounds: dict[Any, tuple[float, float]] = seen[1]
         group = bucket[:5]
-        longest, shortest = seen[1].get(group, (-math.inf, math.inf))
+        longest, shortest = bounds.get(group, (-math.inf, math.inf))
         if d <= longest:
             return True
         if d >= shortest:
             return False
         ok = any(profile.admits(p.size, t, t + d, p.id) for t in starts)
-        seen[1][group] = (d, shortest) if ok else (longest, d)
+        bounds[group] = (d, shortest) if ok else (longest, d)
         if not ok and scan is not None:
             pending = self.queue.pending
             holders = {pending[h].bucket for h in profile.reservations if h in pending}
@@ -1217,11 +1218,11 @@ def _firm_ends_as_built(
             yield last[0], last[3], last[2]
 
 
-class _GuaranteeView(Mapping[str, tuple[dims.Vec, dims.Vec]]):
+class _GuaranteeView:
     """(guarantee, held) of the firm campaigns with a guarantee as they were when a profile
-    was built, read on demand: a profile reads it only for the campaigns whose leases its
-    walk reaches (the lazy steps may be read after a grant: ``freeze`` keeps what a
-    campaign held before the engine changes it)."""
+    was built, read on demand (``get``): a profile reads it only for the campaigns whose
+    leases its walk reaches (the lazy steps may be read after a grant: ``freeze`` keeps
+    what a campaign held before the engine changes it)."""
 
     __slots__ = ("_campaigns", "_frozen")
 
@@ -1234,18 +1235,12 @@ class _GuaranteeView(Mapping[str, tuple[dims.Vec, dims.Vec]]):
         if name in self._campaigns and name not in self._frozen:
             self._frozen[name] = (c.guarantee, c.held)
 
-    def __getitem__(self, name: str) -> tuple[dims.Vec, dims.Vec]:
+    def get(self, name: str) -> tuple[dims.Vec, dims.Vec] | None:
         got = self._frozen.get(name)
         if got is not None:
             return got
-        c = self._campaigns[name]
-        return c.guarantee, c.held
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._campaigns)
-
-    def __len__(self) -> int:
-        return len(self._campaigns)
+        c = self._campaigns.get(name)
+        return None if c is None else (c.guarantee, c.held)
 
 
 _PLACED = {d: i for i, d in enumerate(dims.PLACED)}

@@ -223,7 +223,7 @@ class PoolState:
         goal = min(want, limit)
         total_mode = d.mode is shape.Mode.TOTAL
         if total_mode and d.whole:
-            goal = math.floor(goal + shape.EPS)
+            goal = float(math.floor(goal + shape.EPS))
         if goal <= shape.EPS:
             return []
         unit = d.unit

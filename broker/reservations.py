@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from bursar.broker import dims
 
@@ -222,9 +223,15 @@ class Profile:
             self._windows.append(_Window(start, end, size, False))
 
 
+class HeldOf(Protocol):
+    """(guarantee, held now) of a campaign with a guarantee, None for any other."""
+
+    def get(self, name: str, /) -> tuple[dims.Vec, dims.Vec] | None: ...
+
+
 def firm_steps(
     ends: Iterable[tuple[float, str, dims.Vec]],
-    unmet_growth: Mapping[str, tuple[dims.Vec, dims.Vec]],
+    unmet_growth: HeldOf,
 ) -> Iterator[Step]:
     """Capacity returned by firm leases at their expiry, in time order.
 

@@ -88,6 +88,7 @@ class Snapshot:
 
 SHELL_MODULES = frozenset(
     {
+        "accel",
         "acquisition",
         "actuator",
         "archive",
