@@ -1,0 +1,69 @@
+"""The README's benchmark commands run as written (at small sizes: the figures the README
+quotes come from the full runs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str, timeout: float = 600) -> str:
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_bench_engine_prints_decisions_per_second() -> None:
+    out = _run(
+        "benchmarks/bench_engine.py", "--campaigns", "50", "--pending", "300", "--events", "300"
+    )
+    assert "deep queue" in out and "decisions/s" in out
+
+
+def test_bench_engine_scaling_prints_a_table_against_the_smallest_pool() -> None:
+    out = _run(
+        "benchmarks/bench_engine.py",
+        "--scaling",
+        "--campaigns",
+        "40",
+        "--nodes",
+        "16,64",
+        "--pendings",
+        "100,400",
+        "--events",
+        "150",
+        "--repeat",
+        "2",
+    )
+    rows = [
+        r for r in (line.split() for line in out.splitlines()) if len(r) == 8 and r[0].isdigit()
+    ]
+    assert len(rows) == 4
+    # Each 16-node row is its own baseline.
+    assert [r[-2] for r in rows if r[0] == "16"] == ["1.00", "1.00"]
+
+
+def test_bench_service_prints_the_ratio_to_the_empty_handler() -> None:
+    out = _run(
+        "benchmarks/bench_service.py", "--clients", "1,4", "--seconds", "0.5", "--rounds", "1"
+    )
+    assert "ratio" in out.lower() or "x empty" in out.lower(), out
+
+
+def test_bench_replay_prints_wall_times_against_parsing() -> None:
+    out = _run(
+        "benchmarks/bench_replay.py",
+        "--policies",
+        "fifo",
+        "easy",
+        "--bursar-jobs",
+        "300",
+        "--repeat",
+        "1",
+    )
+    assert "bursar / easy" in out and "x parse" in out
