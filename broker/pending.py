@@ -125,6 +125,7 @@ class Queues:
         self._sizes: dict[Bucket, float] = {}
         """Each bucket's size in the primary dimension (its demand's)."""
         self._durations: dict[Bucket, SortedList] = {}
+        """Each bucket's requests by duration: (duration, arrival, id)."""
         """The durations of each bucket's requests."""
         self.guarantee_heads: dict[str, None] = {}
         self._indexed: dict[str, dict[str, None]] = {}
@@ -271,7 +272,7 @@ class Queues:
             assert p.bucket is not None
             bucket = self._buckets[p.bucket]
             bucket.remove(p.head_entry)
-            self._durations[p.bucket].remove(p.duration_s)
+            self._durations[p.bucket].remove((p.duration_s, p.seq, p.id))
             if not bucket:
                 del self._buckets[p.bucket]
                 del self._durations[p.bucket]
@@ -300,7 +301,7 @@ class Queues:
                 self._durations[p.bucket] = SortedList()
                 self._sizes[p.bucket] = p.size[self._primary]
             bucket.add(p.head_entry)
-            self._durations[p.bucket].add(p.duration_s)
+            self._durations[p.bucket].add((p.duration_s, p.seq, p.id))
             self._indexed.setdefault(p.campaign, {})[p.id] = None
             if isolation.within_own_guarantee(p.size, self._campaigns[p.campaign].unmet):
                 self.guarantee_heads[p.id] = None
@@ -369,15 +370,10 @@ class Queues:
                 out.append((self.key(self.pending[rid]), rid))
         return out
 
-    def shortest(self, bucket: Bucket) -> float:
-        """The shortest duration asked for in a pool-blocked bucket (+inf when empty)."""
-        durations = self._durations.get(bucket)
-        return durations[0] if durations else math.inf
-
     def pool_scan(self, bound: float) -> PoolScan:
         """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
         admission order, bucket by bucket (see ``PoolScan``)."""
-        return PoolScan(self._buckets, self._durations, self._sizes, bound)
+        return PoolScan(self._buckets, self._durations, self._sizes, self.pending, bound)
 
 
 def _band(duration: float) -> int:
@@ -396,22 +392,26 @@ class PoolScan:
     next grant: ``drop`` leaves the rest of that bucket out of the walk, so that a pass over
     a long queue looks at a few requests per bucket rather than every one. Once the
     reservations refused a request of some duration, they refuse every longer one of its
-    group while they stay as they are: ``refuse_from`` leaves out the buckets whose every
-    request lasts at least that long, and they come back when the reservations change.
-    ``restart`` (after a grant) brings every bucket back from a cursor on. O(B log B) per
-    restart for B buckets, O(log n) per request looked at.
+    group while they stay as they are: after ``refuse_from``, the walk goes from a bucket's
+    request straight to its next one that is shorter than that (by the bucket's duration
+    index), and leaves out a bucket none of whose requests is; all of it comes back when
+    the reservations change. ``restart`` (after a grant) brings every bucket back from a
+    cursor on. O(B log B) per restart for B buckets, O(log n) per request looked at, and a
+    pass over a bucket's shorter requests per jump.
     """
 
     __slots__ = (
+        "_bound",
         "_buckets",
         "_cursor",
         "_dropped",
         "_durations",
         "_heap",
+        "_pending",
         "_refused",
         "_refused_by",
-        "_refused_out",
         "_sizes",
+        "_skipped",
     )
 
     def __init__(
@@ -419,43 +419,53 @@ class PoolScan:
         buckets: dict[Bucket, SortedList],
         durations: dict[Bucket, SortedList],
         sizes: Mapping[Bucket, float],
+        pending: Mapping[str, Pending],
         bound: float,
     ) -> None:
         self._buckets = buckets
         self._durations = durations
         self._sizes = sizes
+        self._pending = pending
+        self._bound = bound
         self._heap: list[tuple[HeadEntry, Bucket]] = []
         self._cursor: HeadEntry | None = None
         self._dropped: set[tuple[Any, ...]] = set()
         self._refused: dict[tuple[Any, ...], tuple[float, set[Bucket]]] = {}
         self._refused_by: object = None
         """The reservations (profile) the refusals came from."""
-        self._refused_out: list[Bucket] = []
-        """Buckets left out for a refusal (they come back with the next reservations)."""
+        self._skipped = False
+        """Some request was passed over for a refusal (it comes back with the next
+        reservations)."""
         self.restart(None, bound)
 
     def restart(self, cursor: HeadEntry | None, bound: float) -> None:
         """Every bucket again (those small enough for ``bound``), from after ``cursor``."""
+        self._bound = bound
+        self._cursor = cursor
+        self._dropped = set()
+        self._refused = {}
+        self._refused_by = None
+        self._skipped = False
+        self._fill()
+
+    def _fill(self) -> None:
         heap = []
+        bound, cursor, dropped = self._bound, self._cursor, self._dropped
         sizes = self._sizes
         # The one pass over every bucket a restart makes: kept to a look-up or two each.
         if cursor is None:
             for key, entries in self._buckets.items():
-                if sizes[key] <= bound:
+                if sizes[key] <= bound and (not dropped or key[:5] not in dropped):
                     heap.append((entries[0], key))
         else:
             for key, entries in self._buckets.items():
-                if sizes[key] > bound:
+                if sizes[key] > bound or (dropped and key[:5] in dropped):
                     continue
                 k = entries.bisect_right(cursor)
                 if k < len(entries):
                     heap.append((entries[k], key))
         heapq.heapify(heap)
         self._heap = heap
-        self._cursor = cursor
-        self._dropped = set()
-        self._refused = {}
-        self._refused_out = []
 
     def drop(self, key: Bucket | None) -> None:
         """The pool refused a request of bucket ``key``: leave out the rest of it and of
@@ -465,41 +475,35 @@ class PoolScan:
 
     def refuse_from(self, key: Bucket, duration: float, keep: set[Bucket], profile: object) -> None:
         """The reservations ``profile`` refused a request of ``key`` lasting ``duration``:
-        while they stay as they are, leave out the buckets of its group whose every request
-        lasts at least that long, except those in ``keep`` (they hold a reservation holder,
-        which is asked on its own)."""
+        while they stay as they are, pass over the requests of its group that last at
+        least that long, except in the buckets in ``keep`` (they hold a reservation
+        holder, which is asked on its own)."""
         if profile is not self._refused_by:
             self._revive()
             self._refused_by = profile
         self._refused[key[:5]] = (duration, keep)
 
     def _revive(self) -> None:
-        """The reservations changed: the buckets left out for a refusal come back, from
-        after the cursor."""
-        cursor = self._cursor
-        for key in self._refused_out:
-            entries = self._buckets.get(key)
-            if entries is None:
-                continue
-            k = 0 if cursor is None else entries.bisect_right(cursor)
-            if k < len(entries):
-                heapq.heappush(self._heap, (entries[k], key))
+        """The reservations changed: what was passed over for them comes back, from after
+        the cursor."""
+        if self._skipped:
+            self._fill()
         self._refused = {}
-        self._refused_out = []
         self._refused_by = None
+        self._skipped = False
 
-    def _out(self, key: Bucket) -> bool:
-        group = key[:5]
-        if group in self._dropped:
-            return True
-        refused = self._refused.get(group)
-        if refused is None or key in refused[1]:
-            return False
-        durations = self._durations.get(key)
-        if not durations or durations[0] >= refused[0]:
-            self._refused_out.append(key)
-            return True
-        return False
+    def _shorter(self, key: Bucket, after: HeadEntry, limit: float) -> HeadEntry | None:
+        """The first request of bucket ``key`` after ``after`` in admission order that
+        lasts less than ``limit``, or None."""
+        pending = self._pending
+        best: HeadEntry | None = None
+        for duration, _, rid in self._durations.get(key, ()):
+            if duration >= limit:
+                break
+            entry = pending[rid].head_entry
+            if entry is not None and entry > after and (best is None or entry < best):
+                best = entry
+        return best
 
     def peek(self, seen: set[str], profile: object) -> HeadEntry | None:
         """The next request in admission order that is not in ``seen``, or None when the
@@ -508,14 +512,32 @@ class PoolScan:
         if self._refused_by is not None and profile is not self._refused_by:
             self._revive()
         heap = self._heap
+        dropped, refusals = self._dropped, self._refused
         while heap:
             entry, key = heap[0]
-            if self._out(key):
+            group = key[:5]
+            if group in dropped:
                 heapq.heappop(heap)
-            elif entry[3] in seen:
+                continue
+            refused = refusals.get(group) if refusals else None
+            if (
+                refused is not None
+                and key not in refused[1]
+                and self._pending[entry[3]].duration_s >= refused[0]
+            ):
+                # Refused like every request of its group this long: on to the next
+                # shorter one of its bucket.
+                self._skipped = True
+                nxt = self._shorter(key, entry, refused[0])
+                if nxt is None:
+                    heapq.heappop(heap)
+                else:
+                    heapq.heapreplace(heap, (nxt, key))
+                continue
+            if entry[3] in seen:
                 self.advance()
-            else:
-                return entry
+                continue
+            return entry
         return None
 
     def advance(self) -> None:
