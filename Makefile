@@ -8,8 +8,6 @@
 #   make matrix     replay every policy on the CTC-SP2, SDSC-SP2 and HPC2N traces into
 #                   docs/replay-matrix.{md,html,json,png} (TRACES=dir overrides the traces)
 #   make format     apply ruff's fixes and formatting
-#   make accel      optional: compile the engine's hot modules with mypyc into build/accel
-#                   (needs a C compiler; installs the accel extra); BURSAR_ACCEL=1 uses them
 #   make clean      remove generated output and caches (keeps .venv)
 #   make distclean  clean, and remove .venv too
 
@@ -22,7 +20,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: demo test lint format clean distclean system-deps matrix accel accel-clean
+.PHONY: demo test lint format clean distclean system-deps matrix
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,20 +46,6 @@ TRACES ?= ../shared/traces
 
 matrix: $(STAMP)
 	BURSAR_TRACES_DIR=$(TRACES) $(BIN)/bursar matrix --out docs
-
-# The optional compiled engine. The pure modules stay the reference and the fallback:
-# nothing else here depends on it, and without a C compiler this target fails saying so.
-ACCEL_STAMP := $(VENV)/.accel-installed
-
-$(ACCEL_STAMP): pyproject.toml | $(STAMP)
-	$(BIN)/python -m pip install -e '.[dev,plots,accel]'
-	touch $@
-
-accel: $(ACCEL_STAMP)
-	$(BIN)/python scripts/build_accel.py
-
-accel-clean:
-	rm -rf build/accel
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

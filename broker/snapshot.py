@@ -88,7 +88,6 @@ class Snapshot:
 
 SHELL_MODULES = frozenset(
     {
-        "accel",
         "acquisition",
         "actuator",
         "archive",
