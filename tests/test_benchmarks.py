@@ -67,3 +67,20 @@ def test_bench_replay_prints_wall_times_against_parsing() -> None:
         "1",
     )
     assert "bursar / easy" in out and "x parse" in out
+
+
+def test_soak_runs_alone_and_prints_its_percentiles(tmp_path: Path) -> None:
+    out = _run(
+        "benchmarks/reliability/soak.py",
+        "--mode",
+        "short",
+        "--agents",
+        "4",
+        "--seconds",
+        "4",
+        "--window",
+        "2",
+        "--out",
+        str(tmp_path / "soak.json"),
+    )
+    assert "p99.9" in out, out
