@@ -2,14 +2,61 @@
 
 ``times[k]`` is where step k starts; it lasts until ``times[k + 1]`` (the last step lasts
 forever) with ``free[k]`` units free. Running jobs and reservations are carved out of it.
-Two parallel Python lists with ``bisect`` are the fastest structure here: the searches
-walk a few neighbouring steps, and inserting a breakpoint is one C-level memmove.
+The steps are two parallel Python lists searched with ``bisect``: inserting a breakpoint
+is one C-level memmove, and a take or give rewrites the free units of the steps it spans
+with one list comprehension.
+
+Where a job of ``u`` units fits is answered from a *run table* for ``u``: the maximal
+stretches of steps with at least ``u`` free, in order, with a prefix maximum of their
+lengths (see ``earlier_slot``). A table is kept for every size asked about and updated
+in place: a take or give marks dirty only the tables whose threshold some step in its
+window crosses (a step whose free units go from at least ``u`` to below it, or back), by
+widening the table's dirty span, and the next query for that size rescans the steps of
+that span alone and splices the runs it finds into the table.
+
+Costs, for n steps, a take or give spanning w of them and a table of r runs:
+``take`` and ``give`` O(log n + w) plus O(log t + c) for the t tables kept, c of them in
+the band of sizes the window could cross; ``max_free`` O(log n + w); ``earliest`` and
+``earlier_slot`` O(log r) on a clean table. A dirty table first costs O(s) Python steps
+for a dirty span of s steps, plus O(r) at C level to redo the prefix maximum from the
+first run that changed; moving the origin (``drop_before``) costs O(r) at C level on the
+next query of each table. A table is built from scratch (O(n)) only the first time its
+size is asked about.
 """
 
 from __future__ import annotations
 
 import bisect
-import math
+from itertools import accumulate
+from math import inf
+from operator import sub
+
+
+class _Runs:
+    """The runs of steps with at least ``units`` free, for one size.
+
+    ``starts[i]`` and ``ends[i]`` bound run i (the last may end at ``inf``); a run that
+    began before the profile's origin starts at the origin. ``longest[i]`` is the
+    longest of runs 1..i (``longest[0]`` is ``-inf``): run 0 is left out because a
+    query clamps its start to ``now``. [``lo``, ``hi``) is the span where the profile
+    changed across this threshold since the table was last made true (``lo > hi``: none).
+    """
+
+    __slots__ = ("ends", "hi", "lo", "longest", "starts", "version")
+
+    def __init__(self, version: int, starts: list[float], ends: list[float]) -> None:
+        self.version = version
+        self.starts = starts
+        self.ends = ends
+        self.longest = _longest(starts, ends)
+        self.lo = inf
+        self.hi = -inf
+
+
+def _longest(starts: list[float], ends: list[float]) -> list[float]:
+    if not starts:
+        return []
+    return list(accumulate(map(sub, ends[1:], starts[1:]), max, initial=-inf))
 
 
 class Profile:
@@ -17,9 +64,11 @@ class Profile:
         self.capacity = capacity
         self.times: list[float] = [origin]
         self.free: list[int] = [capacity]
-        # Run tables (see earlier_slot) by units, for one ``now``; a change drops the
-        # tables whose runs it alters.
-        self._runs: dict[int, tuple[float, list[float], list[float], list[float]]] = {}
+        self._tables: dict[int, _Runs] = {}
+        # Every take and give since ``_base`` changes: the band of sizes whose threshold
+        # it may cross, its window, its units, the free units it found (see _sync).
+        self._log: list[tuple[float, float, int, int, list[int]]] = []
+        self._base = 0
 
     def _split(self, t: float) -> int:
         """Index of the step starting exactly at ``t`` (creating it)."""
@@ -27,6 +76,9 @@ class Profile:
         k = bisect.bisect_left(times, t)
         if k < len(times) and times[k] == t:
             return k
+        if k == 0 and self._tables:
+            # A step before the origin: the tables know nothing of it.
+            self._tables.clear()
         times.insert(k, t)
         self.free.insert(k, self.free[k - 1])
         return k
@@ -40,23 +92,8 @@ class Profile:
         free = self.free
         before = free[a:b]
         free[a:b] = [f - units for f in before]
-        # A run table for u changes only where a step's free units cross u: from at
-        # least u to below it (u <= f < u + units).
-        self._drop_crossed(before, units, 0)
-
-    def _drop_crossed(self, before: list[int], units: int, shift: int) -> None:
-        """Drop the run tables for the sizes u that some step crossed, its free units
-        going from f (in ``before``) to f - units (a take, ``shift`` 0: u <= f < u +
-        units) or to f + units (a give, ``shift`` = units: u - units <= f < u)."""
-        runs = self._runs
-        if not runs:
-            return
-        vals = sorted(set(before))
-        n = len(vals)
-        for u in list(runs):
-            i = bisect.bisect_left(vals, u - shift)
-            if i < n and vals[i] < u + units - shift:
-                del runs[u]
+        if self._tables:
+            self._note(start, end, before, units, 0)
 
     def give(self, start: float, end: float, units: int) -> None:
         """Return ``units`` over [start, end) and merge steps left equal to their neighbour."""
@@ -67,12 +104,26 @@ class Profile:
         free, times = self.free, self.times
         before = free[a:b]
         free[a:b] = [f + units for f in before]
-        self._drop_crossed(before, units, units)
-        # Merge from the right so indices stay valid.
+        if self._tables:
+            self._note(start, end, before, units, units)
+        # Merge from the right so indices stay valid. A merge joins two steps on the same
+        # side of every threshold, so it changes no run.
         for k in (b, a):
             if 0 < k < len(times) and free[k] == free[k - 1]:
                 del times[k]
                 del free[k]
+
+    def _note(self, start: float, end: float, before: list[int], units: int, shift: int) -> None:
+        """Log a change for the tables: a step of ``f`` free units (in ``before``) went to
+        f - units (a take, ``shift`` 0) or f + units (a give, ``shift`` = units), which
+        crosses the threshold of size u when u - shift <= f < u - shift + units."""
+        log = self._log
+        if len(log) >= 2 * len(self.times) + 64:
+            # A table this far behind is rebuilt (O(n)) rather than caught up.
+            half = len(log) // 2
+            del log[:half]
+            self._base += half
+        log.append((start, end, units, shift, before))
 
     def drop_before(self, now: float) -> None:
         """Forget steps that ended before ``now`` (the step containing ``now`` stays)."""
@@ -82,23 +133,21 @@ class Profile:
             del self.free[:k]
 
     def earliest(self, now: float, units: int, length: float) -> float:
-        """The earliest start >= now with ``units`` free for ``length`` seconds."""
-        times, free = self.times, self.free
-        n = len(times)
-        k = bisect.bisect_right(times, now) - 1
-        if k < 0:
-            k = 0
-        while True:
-            while free[k] < units:
-                k += 1  # the last step has the whole capacity free: this ends
-            start = times[k] if times[k] > now else now
-            end = start + length
-            m = k + 1
-            while m < n and times[m] < end and free[m] >= units:
-                m += 1
-            if m >= n or times[m] >= end:
-                return start
-            k = m
+        """The earliest start >= now with ``units`` free for ``length`` seconds.
+
+        The start of the first run (clamped to ``now``) at least ``length`` long: the
+        last step has the whole capacity free, so the last run lasts forever."""
+        t = self._table(units)
+        starts, ends = t.starts, t.ends
+        i = bisect.bisect_right(ends, now)  # the first run not over by ``now``
+        s = starts[i]
+        if s < now:
+            s = now
+        if ends[i] - s >= length:
+            return s
+        if i and t.longest[i] >= length:
+            i = self._forget_past(t, i)
+        return starts[_first_long(t, i, len(starts), length)]
 
     def earlier_slot(self, now: float, units: int, length: float, held: float) -> float | None:
         """The earliest start in [now, held) for a job that already holds [held, held +
@@ -108,60 +157,146 @@ class Profile:
         without changing the profile. A window [t, t + length) with t < held is feasible
         exactly when ``units`` are free on [t, min(t + length, held)): from ``held`` on,
         the job's own reservation covers it. So the answer is the start of the first
-        *run* (maximal stretch of steps with ``units`` free) that begins before ``held``
-        and either lasts ``length`` from its start or reaches ``held`` (only the last run
-        before ``held`` can). The runs for ``units``, with a prefix maximum of their
-        lengths, are kept until a change alters them and answer each job in O(log n):
-        in a long queue most jobs are looked at and few move. A change drops only the
-        tables it alters (where some step's free units cross their threshold).
+        *run* (maximal stretch of steps with ``units`` free, the first clamped to start
+        at ``now``) that begins before ``held`` and either lasts ``length`` from its start
+        or reaches ``held`` (only the last run before ``held`` can). With the table true
+        that is a few bisections: in a long queue most jobs are looked at and few move.
         """
-        _, starts, ends, longest = self._run_table(now, units)
-        hi = bisect.bisect_left(starts, held)
-        if hi == 0:
+        t = self._table(units)
+        starts, ends = t.starts, t.ends
+        i = bisect.bisect_right(ends, now)
+        if i >= len(starts):
             return None
-        best = bisect.bisect_left(longest, length)
-        if best >= hi:
-            best = hi
+        s = starts[i]
+        if s < now:
+            s = now
+        if s >= held:
+            return None
+        if ends[i] - s >= length:
+            return s
+        if i and t.longest[i] >= length:
+            i = self._forget_past(t, i)
+        hi = bisect.bisect_left(starts, held, i + 1)
+        best = _first_long(t, i, hi, length)
         if ends[hi - 1] >= held and hi - 1 < best:
             best = hi - 1
         if best >= hi:
             return None
-        s = starts[best]
-        return s if s > now else now
+        return s if best == i else starts[best]
 
-    def _run_table(
-        self, now: float, units: int
-    ) -> tuple[float, list[float], list[float], list[float]]:
-        cached = self._runs.get(units)
-        if cached is not None and cached[0] == now:
-            return cached
+    def _table(self, units: int) -> _Runs:
+        """The run table for ``units``, true for the profile as it is now."""
+        t = self._tables.get(units)
+        version = self._base + len(self._log)
+        if t is None or t.version < self._base:
+            t = _Runs(version, *self._scan(0, len(self.times), units))
+            self._tables[units] = t
+            return t
+        if t.version != version:
+            self._sync(t, units, version)
+        if t.lo < t.hi:
+            self._rescan(t, units)
+        return t
+
+    def _forget_past(self, t: _Runs, i: int) -> int:
+        """Drop the runs whose steps drop_before forgot (they spoil the prefix maximum
+        for a query past them); the index that run i has then."""
+        k = bisect.bisect_right(t.ends, self.times[0])
+        if k:
+            del t.starts[:k]
+            del t.ends[:k]
+            t.longest = _longest(t.starts, t.ends)
+        return i - k
+
+    def _sync(self, t: _Runs, u: int, version: int) -> None:
+        """Widen ``t``'s dirty span by the logged changes since it was last made true that
+        crossed its threshold (a change inside the span already is not looked at)."""
+        lo, hi = t.lo, t.hi
+        for start, end, units, shift, before in self._log[t.version - self._base :]:
+            if (start < lo or end > hi) and any(
+                map(range(u - shift, u - shift + units).__contains__, before)
+            ):
+                if start < lo:
+                    lo = start
+                if end > hi:
+                    hi = end
+        t.lo, t.hi = lo, hi
+        t.version = version
+
+    def _scan(self, a: int, b: int, units: int) -> tuple[list[float], list[float]]:
+        """The runs within steps [a, b), the last ending at step b (``inf`` past the end)."""
         times, free = self.times, self.free
-        k0 = max(0, bisect.bisect_right(times, now) - 1)
         starts: list[float] = []
         ends: list[float] = []
-        longest: list[float] = []
-        best = -1.0
         inside = False
-        start = 0.0
-        for k in range(k0, len(times)):
+        for k in range(a, b):
             if free[k] >= units:
                 if not inside:
                     inside = True
-                    start = times[k] if times[k] > now else now
+                    starts.append(times[k])
             elif inside:
                 inside = False
-                starts.append(start)
                 ends.append(times[k])
-                if times[k] - start > best:
-                    best = times[k] - start
-                longest.append(best)
-        if inside:  # the last step lasts forever
-            starts.append(start)
-            ends.append(math.inf)
-            longest.append(math.inf)
-        table = (now, starts, ends, longest)
-        self._runs[units] = table
-        return table
+        if inside:
+            ends.append(times[b] if b < len(times) else inf)
+        return starts, ends
+
+    def _rescan(self, t: _Runs, units: int) -> None:
+        """Redo ``t``'s runs over its dirty span; outside it no step crossed ``units``,
+        so the table is true there and gives the runs that reach into the span."""
+        times, free = self.times, self.free
+        n = len(times)
+        a = max(0, bisect.bisect_right(times, t.lo) - 1)
+        b = bisect.bisect_left(times, t.hi, a + 1)
+        t.lo, t.hi = inf, -inf
+        starts, ends = t.starts, t.ends
+        t0 = times[a]
+        t1 = times[b] if b < n else inf
+        # The runs touching [t0, t1]: the one holding step a - 1 (if any) ends at t0 or
+        # later, the one holding step b (if any) starts at t1.
+        lo = bisect.bisect_left(ends, t0)
+        hi = bisect.bisect_right(starts, t1) if b < n else len(starts)
+        new_s, new_e = self._scan(a, b, units)
+        if a > 0 and free[a - 1] >= units:
+            if new_s and new_s[0] == t0:
+                new_s[0] = starts[lo]
+            else:
+                new_s.insert(0, starts[lo])
+                new_e.insert(0, t0)
+        if b < n and free[b] >= units:
+            if new_e and new_e[-1] == t1:
+                new_e[-1] = ends[hi - 1]
+            else:
+                new_s.append(t1)
+                new_e.append(ends[hi - 1])
+        longest = t.longest
+        old_last = longest[hi - 1] if hi and longest else -inf
+        starts[lo:hi] = new_s
+        ends[lo:hi] = new_e
+        m = len(new_s)
+        if not longest or (lo == 0 and (m == 0 or hi == 0)):
+            # Run 0 (left out of the prefix maximum) is another run now.
+            t.longest = _longest(starts, ends)
+            return
+        # Runs before ``lo`` are unchanged, and so is the prefix maximum up to lo - 1.
+        if lo:
+            base = longest[lo - 1]
+            seg = list(accumulate(map(sub, new_e, new_s), max, initial=base))
+            del seg[0]
+        else:
+            seg = list(accumulate(map(sub, new_e[1:], new_s[1:]), max, initial=-inf))
+        if (seg[-1] if seg else longest[lo - 1]) == old_last:
+            # The runs after the new ones see the same maximum as before: only the
+            # new runs' entries change.
+            longest[lo:hi] = seg
+        else:
+            t.longest = _longest(starts, ends)
+        k = bisect.bisect_right(ends, times[0])
+        if 2 * k > len(ends):
+            # Runs whose steps drop_before forgot: dropped once they are half the table.
+            del starts[:k]
+            del ends[:k]
+            t.longest = _longest(starts, ends)
 
     def max_free(self, start: float, end: float) -> int:
         """The most units free at any instant of [start, end)."""
@@ -169,3 +304,17 @@ class Profile:
         a = max(0, bisect.bisect_right(times, start) - 1)
         b = bisect.bisect_left(times, end)
         return max(self.free[a : max(b, a + 1)])
+
+
+def _first_long(t: _Runs, i: int, hi: int, length: float) -> int:
+    """The first run after run i and before run ``hi`` at least ``length`` long, else
+    ``hi``. The prefix maximum answers unless one of runs 1..i is that long already (a
+    ``now`` past the table's first runs, see _forget_past); then the runs are walked."""
+    longest = t.longest
+    if i == 0 or longest[i] < length:
+        return bisect.bisect_left(longest, length, i + 1, hi)
+    starts, ends = t.starts, t.ends
+    for k in range(i + 1, hi):
+        if ends[k] - starts[k] >= length:
+            return k
+    return hi
