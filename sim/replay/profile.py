@@ -67,7 +67,7 @@ class Profile:
         self._tables: dict[int, _Runs] = {}
         # Every take and give since ``_base`` changes: the band of sizes whose threshold
         # it may cross, its window, its units, the free units it found (see _sync).
-        self._log: list[tuple[float, float, int, int, list[int]]] = []
+        self._log: list[tuple[int, int, float, float, int, int, list[int]]] = []
         self._base = 0
 
     def _split(self, t: float) -> int:
@@ -113,6 +113,29 @@ class Profile:
                 del times[k]
                 del free[k]
 
+    def move(self, old: float, new: float, length: float, units: int) -> None:
+        """Move ``units`` held over [old, old + length) to [new, new + length): the same
+        step function as ``give`` of the one and ``take`` of the other, but only the parts
+        that do not overlap change (a reservation that moves earlier mostly moves a
+        little, and the overlap spans most of the steps of either)."""
+        if new < old:
+            self.take(new, min(new + length, old), units)
+            self.give(max(old, new + length), old + length, units)
+            self._merge_at(old)
+        elif new > old:
+            self.give(old, min(old + length, new), units)
+            self.take(max(new, old + length), new + length, units)
+            self._merge_at(old + length)
+
+    def _merge_at(self, t: float) -> None:
+        """Drop the breakpoint at ``t`` if the steps either side have the same free units
+        (where the slot that moved began or ended; ``give`` merges its own ends)."""
+        times = self.times
+        k = bisect.bisect_left(times, t)
+        if 0 < k < len(times) and times[k] == t and self.free[k] == self.free[k - 1]:
+            del times[k]
+            del self.free[k]
+
     def _note(self, start: float, end: float, before: list[int], units: int, shift: int) -> None:
         """Log a change for the tables: a step of ``f`` free units (in ``before``) went to
         f - units (a take, ``shift`` 0) or f + units (a give, ``shift`` = units), which
@@ -123,7 +146,10 @@ class Profile:
             half = len(log) // 2
             del log[:half]
             self._base += half
-        log.append((start, end, units, shift, before))
+        # Only sizes in [min f - units + 1, max f] (shifted) can have been crossed.
+        log.append(
+            (min(before) - units + 1 + shift, max(before) + shift, start, end, units, shift, before)
+        )
 
     def drop_before(self, now: float) -> None:
         """Forget steps that ended before ``now`` (the step containing ``now`` stays)."""
@@ -212,9 +238,11 @@ class Profile:
         """Widen ``t``'s dirty span by the logged changes since it was last made true that
         crossed its threshold (a change inside the span already is not looked at)."""
         lo, hi = t.lo, t.hi
-        for start, end, units, shift, before in self._log[t.version - self._base :]:
-            if (start < lo or end > hi) and any(
-                map(range(u - shift, u - shift + units).__contains__, before)
+        for low, high, start, end, units, shift, before in self._log[t.version - self._base :]:
+            if (
+                low <= u <= high
+                and (start < lo or end > hi)
+                and any(map(range(u - shift, u - shift + units).__contains__, before))
             ):
                 if start < lo:
                     lo = start

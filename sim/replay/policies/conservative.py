@@ -110,11 +110,12 @@ class Conservative:
             new = p.earlier_slot(max(now, after), s, d, old)
             if new is None:
                 continue
-            p.give(old, old + d, s)
-            p.take(new, new + d, s)
-            if old < boost_from:
-                boost_from = old
-            boost = max(boost, p.max_free(old, old + d))
+            p.move(old, new, d, s)
+            # Given back: the end of the old slot that the new one does not cover.
+            back = max(old, new + d)
+            if back < boost_from:
+                boost_from = back
+            boost = max(boost, p.max_free(back, old + d))
             if new == now:
                 del reserved[j]
                 self.due.append(j)
@@ -128,8 +129,7 @@ class Conservative:
         for j, old in self.blocked.items():
             d, s = dur[j], size[j]
             # Before drop_before: the old slot still starts inside the profile.
-            p.give(old, old + d, s)
-            p.take(now, now + d, s)
+            p.move(old, now, d, s)
             self.due.append(j)
         self.blocked = {}
 
