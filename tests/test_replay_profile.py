@@ -47,7 +47,9 @@ class _Steps:
         """``units`` free at every instant of [start, end)."""
         if self.free_at(start) < units:
             return False
-        return all(f >= units for t, f in zip(self.times, self.free) if start < t < end)
+        return all(
+            f >= units for t, f in zip(self.times, self.free, strict=True) if start < t < end
+        )
 
     def candidates(self, now: float) -> list[float]:
         return [now] + [t for t in self.times if t > now]
@@ -64,7 +66,10 @@ class _Steps:
         return None
 
     def max_free(self, start: float, end: float) -> int:
-        return max([self.free_at(start)] + [f for t, f in zip(self.times, self.free) if start < t < end])
+        return max(
+            [self.free_at(start)]
+            + [f for t, f in zip(self.times, self.free, strict=True) if start < t < end]
+        )
 
 
 # One operation: (kind, a, b, units, c). Times are whole numbers: the profile compares
@@ -81,7 +86,9 @@ _op = st.tuples(
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_op, min_size=1, max_size=80))
-def test_profile_answers_as_a_walk_over_its_steps(ops: list[tuple[str, int, int, int, int]]) -> None:
+def test_profile_answers_as_a_walk_over_its_steps(
+    ops: list[tuple[str, int, int, int, int]],
+) -> None:
     p = Profile(CAPACITY, 0.0)
     ref = _Steps(CAPACITY, 0.0)
     now = 0.0

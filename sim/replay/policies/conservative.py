@@ -102,12 +102,7 @@ class Conservative:
             d, s = dur[j], size[j]
             if most[bisect_left(times, old) - 1] < s and (old <= boost_from or boost < s):
                 continue
-            # No step before this one can have ``s`` free: start the search there.
-            first = bisect_left(most, s)
-            after = times[first] if first < len(times) else inf
-            if boost >= s and boost_from < after:
-                after = boost_from
-            new = p.earlier_slot(max(now, after), s, d, old)
+            new = p.earlier_slot(now, s, d, old)
             if new is None:
                 continue
             p.move(old, new, d, s)
