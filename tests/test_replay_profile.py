@@ -76,7 +76,7 @@ class _Steps:
 # run lengths (end - start >= length) where a walk compares end >= start + length, the
 # same on whole numbers.
 _op = st.tuples(
-    st.sampled_from(["take", "give", "drop", "earliest", "slot", "slot_after", "max"]),
+    st.sampled_from(["take", "give", "move", "drop", "earliest", "slot", "slot_after", "max"]),
     st.integers(0, 40),
     st.integers(1, 30),
     st.integers(1, CAPACITY),
@@ -105,6 +105,15 @@ def test_profile_answers_as_a_walk_over_its_steps(
             if s < e:
                 p.give(s, e, u)
                 ref.add(s, e, u)
+        elif kind == "move" and held:
+            s, e, u = held.pop(c % len(held))
+            if s >= now:  # as a reservation moves: its slot starts inside the profile
+                new = max(now, s + a - 20)
+                p.move(s, new, e - s, u)
+                ref.add(s, e, u)
+                ref.add(new, new + e - s, -u)
+                s, e = new, new + e - s
+            held.append((s, e, u))
         elif kind == "drop":
             now += c % 7
             p.drop_before(now)
