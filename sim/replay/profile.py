@@ -4,24 +4,29 @@
 forever) with ``free[k]`` units free. Running jobs and reservations are carved out of it.
 The steps are two parallel Python lists searched with ``bisect``: inserting a breakpoint
 is one C-level memmove, and a take or give rewrites the free units of the steps it spans
-with one list comprehension.
+with one list comprehension. ``move`` shifts a holding and changes only the parts of the
+old and new slot that do not overlap.
 
 Where a job of ``u`` units fits is answered from a *run table* for ``u``: the maximal
 stretches of steps with at least ``u`` free, in order, with a prefix maximum of their
 lengths (see ``earlier_slot``). A table is kept for every size asked about and updated
-in place: a take or give marks dirty only the tables whose threshold some step in its
-window crosses (a step whose free units go from at least ``u`` to below it, or back), by
-widening the table's dirty span, and the next query for that size rescans the steps of
-that span alone and splices the runs it finds into the table.
+in place, not rebuilt: every take and give is logged (its window and the free units it
+found), and the next query for a size reads the log since that table was last true,
+keeps the changes that crossed its threshold (a step whose free units went from at
+least ``u`` to below it, or back), rescans the steps of the span they cover, and splices
+the runs it finds into the table. The prefix maximum is redone from the first run that
+changed, and only as far as the maximum differs from what it was.
 
-Costs, for n steps, a take or give spanning w of them and a table of r runs:
-``take`` and ``give`` O(log n + w) plus O(log t + c) for the t tables kept, c of them in
-the band of sizes the window could cross; ``max_free`` O(log n + w); ``earliest`` and
-``earlier_slot`` O(log r) on a clean table. A dirty table first costs O(s) Python steps
-for a dirty span of s steps, plus O(r) at C level to redo the prefix maximum from the
-first run that changed; moving the origin (``drop_before``) costs O(r) at C level on the
-next query of each table. A table is built from scratch (O(n)) only the first time its
-size is asked about.
+Costs, for n steps, a take or give spanning w of them, a table of r runs and a log of l
+changes since that table was last true: ``take``, ``give`` and ``move`` O(log n + w)
+(``move`` with w the steps of the non-overlapping parts); ``max_free`` O(log n + w);
+``earliest`` and ``earlier_slot`` O(log r) on a true table, plus O(l) to read the log
+(each logged change is read once per table) and, if some change crossed, O(s) Python
+steps for a span of s steps and up to O(r) at C level for the prefix maximum. A table
+is built from scratch (O(n)) the first time its size is asked about, or when it is
+further behind than the log reaches (it is cut by half once it holds 2n + 64 changes). Runs whose
+steps ``drop_before`` forgot stay in a table until they are half of it, or until a
+query needs the prefix maximum without them.
 """
 
 from __future__ import annotations
@@ -35,11 +40,12 @@ from operator import sub
 class _Runs:
     """The runs of steps with at least ``units`` free, for one size.
 
-    ``starts[i]`` and ``ends[i]`` bound run i (the last may end at ``inf``); a run that
-    began before the profile's origin starts at the origin. ``longest[i]`` is the
-    longest of runs 1..i (``longest[0]`` is ``-inf``): run 0 is left out because a
-    query clamps its start to ``now``. [``lo``, ``hi``) is the span where the profile
-    changed across this threshold since the table was last made true (``lo > hi``: none).
+    ``starts[i]`` and ``ends[i]`` bound run i (the last may end at ``inf``); the first
+    runs may be over already (see _forget_past). ``longest[i]`` is the longest of runs
+    1..i (``longest[0]`` is ``-inf``): run 0 is left out because a query clamps its start
+    to ``now``. The table is true for the profile as of log entry ``version``, except on
+    [``lo``, ``hi``), a span where the profile crossed this threshold since (``lo > hi``:
+    nowhere).
     """
 
     __slots__ = ("ends", "hi", "lo", "longest", "starts", "version")
@@ -65,8 +71,9 @@ class Profile:
         self.times: list[float] = [origin]
         self.free: list[int] = [capacity]
         self._tables: dict[int, _Runs] = {}
-        # Every take and give since ``_base`` changes: the band of sizes whose threshold
-        # it may cross, its window, its units, the free units it found (see _sync).
+        # The takes and gives from change number ``_base`` on, each with the band of sizes
+        # whose threshold it may have crossed, its window, units and shift (0 for a
+        # take), and the free units it found (see _note and _sync).
         self._log: list[tuple[int, int, float, float, int, int, list[int]]] = []
         self._base = 0
 
