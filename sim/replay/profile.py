@@ -73,7 +73,7 @@ class Profile:
         self._tables: dict[int, _Runs] = {}
         # The takes and gives from change number ``_base`` on, each with the band of sizes
         # whose threshold it may have crossed, its window, units and shift (0 for a
-        # take), and the free units it found (see _note and _sync).
+        # take), and the free units it found (see _trim and _sync).
         self._log: list[tuple[int, int, float, float, int, int, list[int]]] = []
         self._base = 0
 
@@ -100,7 +100,11 @@ class Profile:
         before = free[a:b]
         free[a:b] = [f - units for f in before]
         if self._tables:
-            self._note(start, end, before, units, 0)
+            # Logged for the tables (see above _trim), inline: the hottest path.
+            log = self._log
+            if len(log) >= 2 * len(self.times) + 64:
+                self._trim()
+            log.append((min(before) - units + 1, max(before), start, end, units, 0, before))
 
     def give(self, start: float, end: float, units: int) -> None:
         """Return ``units`` over [start, end) and merge steps left equal to their neighbour."""
@@ -112,7 +116,10 @@ class Profile:
         before = free[a:b]
         free[a:b] = [f + units for f in before]
         if self._tables:
-            self._note(start, end, before, units, units)
+            log = self._log
+            if len(log) >= 2 * len(self.times) + 64:
+                self._trim()
+            log.append((min(before) + 1, max(before) + units, start, end, units, units, before))
         # Merge from the right so indices stay valid. A merge joins two steps on the same
         # side of every threshold, so it changes no run.
         for k in (b, a):
@@ -143,20 +150,17 @@ class Profile:
             del times[k]
             del self.free[k]
 
-    def _note(self, start: float, end: float, before: list[int], units: int, shift: int) -> None:
-        """Log a change for the tables: a step of ``f`` free units (in ``before``) went to
-        f - units (a take, ``shift`` 0) or f + units (a give, ``shift`` = units), which
-        crosses the threshold of size u when u - shift <= f < u - shift + units."""
-        log = self._log
-        if len(log) >= 2 * len(self.times) + 64:
-            # A table this far behind is rebuilt (O(n)) rather than caught up.
-            half = len(log) // 2
-            del log[:half]
-            self._base += half
-        # Only sizes in [min f - units + 1, max f] (shifted) can have been crossed.
-        log.append(
-            (min(before) - units + 1 + shift, max(before) + shift, start, end, units, shift, before)
-        )
+    # A change logged by take or give: a step of f free units (one of ``before``) went
+    # to f - units (a take, shift 0) or f + units (a give, shift = units), which crosses
+    # the threshold of size u when u - shift <= f < u - shift + units; so only sizes in
+    # [min f - units + 1 + shift, max f + shift] can have been crossed.
+
+    def _trim(self) -> None:
+        """Cut the log by half: a table further behind is rebuilt (O(n)) rather than
+        caught up."""
+        half = len(self._log) // 2
+        del self._log[:half]
+        self._base += half
 
     def drop_before(self, now: float) -> None:
         """Forget steps that ended before ``now`` (the step containing ``now`` stays)."""
@@ -195,7 +199,9 @@ class Profile:
         or reaches ``held`` (only the last run before ``held`` can). With the table true
         that is a few bisections: in a long queue most jobs are looked at and few move.
         """
-        t = self._table(units)
+        t = self._tables.get(units)
+        if t is None or t.version != self._base + len(self._log):
+            t = self._table(units)  # a table up to date with the log is true as it is
         starts, ends = t.starts, t.ends
         i = bisect.bisect_right(ends, now)
         if i >= len(starts):
@@ -314,16 +320,22 @@ class Profile:
             t.longest = _longest(starts, ends)
             return
         # Runs before ``lo`` are unchanged, and so is the prefix maximum up to lo - 1.
-        if lo:
-            base = longest[lo - 1]
-            seg = list(accumulate(map(sub, new_e, new_s), max, initial=base))
-            del seg[0]
-        else:
-            seg = list(accumulate(map(sub, new_e[1:], new_s[1:]), max, initial=-inf))
-        if (seg[-1] if seg else longest[lo - 1]) == old_last:
+        base = longest[lo - 1] if lo else -inf
+        seg: list[float] = []
+        most = base
+        for k in range(0 if lo else 1, m):  # a few runs: a loop beats accumulate's setup
+            d = new_e[k] - new_s[k]
+            if d > most:
+                most = d
+            seg.append(most)
+        if not lo:
+            seg.insert(0, -inf)
+        if most == old_last:
             # The runs after the new ones see the same maximum as before: only the
             # new runs' entries change.
             longest[lo:hi] = seg
+        elif lo:
+            longest[lo - 1 :] = accumulate(map(sub, ends[lo:], starts[lo:]), max, initial=base)
         else:
             t.longest = _longest(starts, ends)
         k = bisect.bisect_right(ends, times[0])
