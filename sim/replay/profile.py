@@ -23,8 +23,9 @@ changes since that table was last true: ``take``, ``give`` and ``move`` O(log n 
 ``earliest`` and ``earlier_slot`` O(log r) on a true table, plus O(l) to read the log
 (each logged change is read once per table) and, if some change crossed, O(s) Python
 steps for a span of s steps and up to O(r) at C level for the prefix maximum. A table
-is built from scratch (O(n)) the first time its size is asked about, or when it is
-further behind than the log reaches (it is cut by half once it holds 2n + 64 changes). Runs whose
+is built from scratch (O(n)) the first time its size is asked about, and when it is
+n / 8 or more changes behind (reading them would cost about as much; the log itself is
+cut by half once it holds 2n + 64 changes). Runs whose
 steps ``drop_before`` forgot stay in a table until they are half of it, or until a
 query needs the prefix maximum without them.
 """
@@ -227,8 +228,11 @@ class Profile:
         """The run table for ``units``, true for the profile as it is now."""
         t = self._tables.get(units)
         version = self._base + len(self._log)
-        if t is None or t.version < self._base:
-            t = _Runs(version, *self._scan(0, len(self.times), units))
+        n = len(self.times)
+        # Reading a logged change costs about what rescanning eight steps does: a table
+        # that far behind on a short profile is rebuilt instead.
+        if t is None or t.version < self._base or 8 * (version - t.version) >= n:
+            t = _Runs(version, *self._scan(0, n, units))
             self._tables[units] = t
             return t
         if t.version != version:
