@@ -114,9 +114,11 @@ def test_profile_answers_as_a_walk_over_its_steps(
             s, e, u = held.pop(c % len(held))
             if s >= now:  # as a reservation moves: its slot starts inside the profile
                 new = max(now, s + a - 20)
-                p.move(s, new, e - s, u)
+                back_free = p.move(s, new, e - s, u)
                 ref.add(s, e, u)
                 ref.add(new, new + e - s, -u)
+                if new < s:  # it says what is free on the part it gave back
+                    assert back_free == ref.max_free(max(s, new + e - s), e)
                 s, e = new, new + e - s
             held.append((s, e, u))
         elif kind == "drop":

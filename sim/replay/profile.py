@@ -109,8 +109,12 @@ class Profile:
 
     def give(self, start: float, end: float, units: int) -> None:
         """Return ``units`` over [start, end) and merge steps left equal to their neighbour."""
+        self._give(start, end, units)
+
+    def _give(self, start: float, end: float, units: int) -> int:
+        """``give``; the most units free on [start, end) after it."""
         if end <= start or units == 0:
-            return
+            return self.max_free(start, end) if end > start else 0
         a = self._split(start)
         b = self._split(end)
         free, times = self.free, self.times
@@ -127,20 +131,25 @@ class Profile:
             if 0 < k < len(times) and free[k] == free[k - 1]:
                 del times[k]
                 del free[k]
+        return max(before) + units
 
-    def move(self, old: float, new: float, length: float, units: int) -> None:
+    def move(self, old: float, new: float, length: float, units: int) -> int:
         """Move ``units`` held over [old, old + length) to [new, new + length): the same
         step function as ``give`` of the one and ``take`` of the other, but only the parts
         that do not overlap change (a reservation that moves earlier mostly moves a
-        little, and the overlap spans most of the steps of either)."""
+        little, and the overlap spans most of the steps of either). For a move earlier,
+        the most units then free on the part given back, [max(old, new + length), old +
+        length) (what ``max_free`` would say of it); else 0."""
         if new < old:
             self.take(new, min(new + length, old), units)
-            self.give(max(old, new + length), old + length, units)
+            most = self._give(max(old, new + length), old + length, units)
             self._merge_at(old)
-        elif new > old:
+            return most
+        if new > old:
             self.give(old, min(old + length, new), units)
             self.take(max(new, old + length), new + length, units)
             self._merge_at(old + length)
+        return 0
 
     def _merge_at(self, t: float) -> None:
         """Drop the breakpoint at ``t`` if the steps either side have the same free units

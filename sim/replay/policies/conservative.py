@@ -105,12 +105,13 @@ class Conservative:
             new = p.earlier_slot(now, s, d, old)
             if new is None:
                 continue
-            p.move(old, new, d, s)
             # Given back: the end of the old slot that the new one does not cover.
+            back_free = p.move(old, new, d, s)
             back = max(old, new + d)
             if back < boost_from:
                 boost_from = back
-            boost = max(boost, p.max_free(back, old + d))
+            if back_free > boost:
+                boost = back_free
             if new == now:
                 del reserved[j]
                 self.due.append(j)
