@@ -91,6 +91,9 @@ class Conservative:
         # prefix maximum of free units, taken once per pass, answers that for most jobs
         # in O(log n); moves during the pass only give back capacity at or after
         # ``boost_from``, by at most ``boost`` units free, which keeps the bound safe.
+        # A job past the bound costs one run-table query (O(log r) once the table has
+        # caught up with the changes since it was last asked, see Profile), a job that
+        # moves one Profile.move, which changes only the ends of the slot that moved.
         times = list(p.times)
         most = list(accumulate(p.free, max))
         boost_from, boost = inf, 0
