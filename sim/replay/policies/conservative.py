@@ -91,6 +91,9 @@ class Conservative:
         # prefix maximum of free units, taken once per pass, answers that for most jobs
         # in O(log n); moves during the pass only give back capacity at or after
         # ``boost_from``, by at most ``boost`` units free, which keeps the bound safe.
+        # A job past the bound costs one run-table query (O(log r) once the table has
+        # caught up with the changes since it was last asked, see Profile), a job that
+        # moves one Profile.move, which changes only the ends of the slot that moved.
         times = list(p.times)
         most = list(accumulate(p.free, max))
         boost_from, boost = inf, 0
@@ -102,19 +105,16 @@ class Conservative:
             d, s = dur[j], size[j]
             if most[bisect_left(times, old) - 1] < s and (old <= boost_from or boost < s):
                 continue
-            # No step before this one can have ``s`` free: start the search there.
-            first = bisect_left(most, s)
-            after = times[first] if first < len(times) else inf
-            if boost >= s and boost_from < after:
-                after = boost_from
-            new = p.earlier_slot(max(now, after), s, d, old)
+            new = p.earlier_slot(now, s, d, old)
             if new is None:
                 continue
-            p.give(old, old + d, s)
-            p.take(new, new + d, s)
-            if old < boost_from:
-                boost_from = old
-            boost = max(boost, p.max_free(old, old + d))
+            # Given back: the end of the old slot that the new one does not cover.
+            back_free = p.move(old, new, d, s)
+            back = max(old, new + d)
+            if back < boost_from:
+                boost_from = back
+            if back_free > boost:
+                boost = back_free
             if new == now:
                 del reserved[j]
                 self.due.append(j)
@@ -128,8 +128,7 @@ class Conservative:
         for j, old in self.blocked.items():
             d, s = dur[j], size[j]
             # Before drop_before: the old slot still starts inside the profile.
-            p.give(old, old + d, s)
-            p.take(now, now + d, s)
+            p.move(old, now, d, s)
             self.due.append(j)
         self.blocked = {}
 
