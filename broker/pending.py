@@ -7,9 +7,10 @@ are tried like any other (a pool-blocked request may be passed, within its campa
 across campaigns; the reservations keep that from starving it). Beside the queues
 ``Queues`` keeps, incrementally:
 
-* the requests blocked for a pool reason, in admission order, with their sizes in the
-  primary dimension (a pass walks them in order, skips those too big for what is free,
-  and stops once nothing left could fit), and which of them lie within their campaign's
+* the requests blocked for a pool reason, by bucket (``Bucket``: what the pool's answer
+  depends on, plus the request's class and duration band), each bucket in admission order
+  and by duration, with its size in the primary dimension; a pass walks them in admission
+  order bucket by bucket (``PoolScan``), and which of them lie within their campaign's
   unmet guarantee (exempt from the reservations);
 * the aged requests (their head-of-line patience ran out) and, by (-class rank, arrival),
   those still blocked for a pool reason: the top is the head-of-line barrier;
