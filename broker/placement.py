@@ -172,18 +172,8 @@ class Placement:
         takes = shape.take(d, cands, d.count, d.count, self._pool.primary, best_fit=False)
         if shape.total_units(takes) + shape.EPS < d.count:
             return None
-        claims = []
-        for i, units in takes:
-            want = shape.piece(d, units)
-            for vid, part in owners[i]:
-                t = dims.vmin(want, part)
-                if dims.is_zero(t):
-                    continue
-                claims.append((vid, i, t))
-                want = dims.vmax0(dims.sub(want, t))
-                if dims.is_zero(want):
-                    break
-        return paths.Plan(LeasePath.RECLAIM, dims.ZERO, p.size, dims.ZERO, {}, tuple(claims))
+        claims = _claims(d, takes, owners)
+        return paths.Plan(LeasePath.RECLAIM, dims.ZERO, p.size, dims.ZERO, {}, claims)
 
     def _plan_reclaim(
         self, d: shape.Demand, rest: float, exclude: set[int], everything: bool
@@ -211,18 +201,7 @@ class Placement:
         # the best-fitting node: a later victim is not preempted to spare an earlier one.
         cands = [(first[i], i, room[i]) for i in sorted(room)]
         takes = shape.take(d, cands, rest, rest, self._pool.primary, best_fit=False)
-        claims = []
-        for i, units in takes:
-            want = shape.piece(d, units)
-            for vid, part in owners[i]:
-                t = dims.vmin(want, part)
-                if dims.is_zero(t):
-                    continue
-                claims.append((vid, i, t))
-                want = dims.vmax0(dims.sub(want, t))
-                if dims.is_zero(want):
-                    break
-        return tuple(claims), shape.total_units(takes)
+        return _claims(d, takes, owners), shape.total_units(takes)
 
     def _plan_cold(self, d: shape.Demand, rest: float, limit: float) -> dict[int, dims.Vec] | None:
         """Pieces for ``rest`` units on booting nodes and cold ones to boot, or None."""
@@ -415,6 +394,27 @@ class Placement:
         for i in ls.pieces:
             self._power.watch_idle(i, now)
         return out
+
+
+def _claims(
+    d: shape.Demand,
+    takes: list[tuple[int, float]],
+    owners: dict[int, list[tuple[str, dims.Vec]]],
+) -> tuple[tuple[str, int, dims.Vec], ...]:
+    """The (victim, node, part) claims that make the pieces ``takes`` chose, each node's
+    piece drawn from its owners in their order."""
+    claims = []
+    for i, units in takes:
+        want = shape.piece(d, units)
+        for vid, part in owners[i]:
+            t = dims.vmin(want, part)
+            if dims.is_zero(t):
+                continue
+            claims.append((vid, i, t))
+            want = dims.vmax0(dims.sub(want, t))
+            if dims.is_zero(want):
+                break
+    return tuple(claims)
 
 
 def _sum(vs: object) -> dims.Vec:

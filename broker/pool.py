@@ -176,32 +176,38 @@ class PoolState:
         c = n.cap
         return power, 0, (c[0] - u[0], c[1] - u[1], c[2] - u[2])
 
-    def _index(self, i: int) -> None:
+    def _keys(self, i: int) -> tuple[NodeState, tuple[Any, ...], list[tuple[Any, ...]]] | None:
+        """Node ``i``'s entries: (power, its packing-order entry, its (power, group,
+        dimension) room lists); None when it is in none (down, or nothing free)."""
         at = self._entries(i)
         if at is None:
-            return
+            return None
         power, group, free = at
         if all(x <= 0 for x in free):
+            return None
+        rooms = [(power, group, j) for j, x in enumerate(free) if x > 0]
+        return power, (group, free[self.primary], *free, i), rooms
+
+    def _index(self, i: int) -> None:
+        keys = self._keys(i)
+        if keys is None:
             return
-        self._fit[power].add((group, free[self.primary], *free, i))
-        for j, x in enumerate(free):
-            if x > 0:
-                rooms = self._rooms.get((power, group, j))
-                if rooms is None:
-                    rooms = self._rooms[power, group, j] = SortedList()
-                rooms.add(i)
+        power, entry, rooms = keys
+        self._fit[power].add(entry)
+        for key in rooms:
+            lst = self._rooms.get(key)
+            if lst is None:
+                lst = self._rooms[key] = SortedList()
+            lst.add(i)
 
     def _unindex(self, i: int) -> None:
-        at = self._entries(i)
-        if at is None:
+        keys = self._keys(i)
+        if keys is None:
             return
-        power, group, free = at
-        if all(x <= 0 for x in free):
-            return
-        self._fit[power].remove((group, free[self.primary], *free, i))
-        for j, x in enumerate(free):
-            if x > 0:
-                self._rooms[power, group, j].remove(i)
+        power, entry, rooms = keys
+        self._fit[power].remove(entry)
+        for key in rooms:
+            self._rooms[key].remove(i)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
