@@ -48,6 +48,17 @@ def _open(tmp_path: Path, clock: ManualClock) -> ServiceCore:
     return ServiceCore.open(tmp_path, config(), clock=clock)
 
 
+def _heard(tmp_path: Path) -> tuple[ServiceCore, Reader, int, list[int]]:
+    """A core on a clock that never moves, a reader of its journal, the entries it holds,
+    and the sequence numbers its listeners hear, in order."""
+    core = _open(tmp_path, ManualClock(START))
+    reader = Reader(tmp_path)
+    before = reader.entries()
+    heard: list[int] = []
+    core.runtime.listen(lambda _event, outcome: heard.append(outcome.seq))
+    return core, reader, before, heard
+
+
 async def _acquire(core: ServiceCore, reader: Reader, seen: list[bool]) -> Granted:
     grant, _ = await core.acquire("sci", {"gpu": 1}, 30.0, 0.0, None, {})
     # Checked in the same step the answer is ready in, before anything else runs.
@@ -76,12 +87,7 @@ def test_a_lone_request_commits_at_once(tmp_path: Path) -> None:
 
 
 def test_requests_that_arrive_together_share_one_commit(tmp_path: Path) -> None:
-    clock = ManualClock(START)
-    core = _open(tmp_path, clock)
-    reader = Reader(tmp_path)
-    before = reader.entries()
-    heard: list[int] = []
-    core.runtime.listen(lambda _event, outcome: heard.append(outcome.seq))
+    core, reader, before, heard = _heard(tmp_path)
 
     async def scenario() -> None:
         seen: list[bool] = []
@@ -151,12 +157,7 @@ def _deny_commits(journal: Journal, deny: bool) -> None:
 
 
 def test_a_failed_commit_fails_every_call_of_its_batch_and_none_happened(tmp_path: Path) -> None:
-    clock = ManualClock(START)
-    core = _open(tmp_path, clock)
-    reader = Reader(tmp_path)
-    before = reader.entries()
-    heard: list[int] = []
-    core.runtime.listen(lambda _event, outcome: heard.append(outcome.seq))
+    core, reader, before, heard = _heard(tmp_path)
 
     async def scenario() -> None:
         seen: list[bool] = []
