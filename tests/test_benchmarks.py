@@ -3,9 +3,12 @@ quotes come from the full runs)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,6 +59,9 @@ def test_bench_service_prints_the_ratio_to_the_empty_handler() -> None:
 
 
 def test_bench_replay_prints_wall_times_against_parsing() -> None:
+    traces = Path(os.environ.get("BURSAR_TRACES_DIR") or ROOT.parent / "shared" / "traces")
+    if not (traces / "pwa-hpc2n" / "HPC2N-2002-2.2-cln.swf.gz").exists():
+        pytest.skip(f"no HPC2N trace under {traces} (set BURSAR_TRACES_DIR)")
     out = _run(
         "benchmarks/bench_replay.py",
         "--policies",

@@ -792,7 +792,10 @@ class ServiceCore:
             if waiter.calls > 0 and not isinstance(exc, ShuttingDown):
                 grant = None  # another call still waits for this request: leave it queued
             else:
-                call.withdraw(self.now())
+                if not call.withdraw(self.now()) and not waiter.future.done():
+                    # Granted in a batch not committed yet: the waiter hears of it at the
+                    # commit, and the grant is this call's (or given back, below).
+                    await self.durable()
                 grant = call.live(_result(waiter.future))
             if gone:
                 # The caller is gone: a grant that raced with its leaving is given back.
