@@ -180,6 +180,41 @@ class Allocated(Decision):
 
 
 @dataclass(frozen=True, slots=True)
+class Resized(Decision):
+    """An elastic lease grew (at once, from spare warm capacity) or shrank (at the deadline
+    of its ResizeWarned). ``size`` is the new total; ``delta`` what changed (negative when
+    shrunk); ``tokens``/``credits`` charged for what it grew by (refunds are negative);
+    ``inputs`` the allocator's view (units, slack, risk, marginal utility, mode)."""
+
+    kind: ClassVar[str] = "resize"
+    lease_id: str
+    campaign: str
+    size: Mapping[str, float]
+    delta: Mapping[str, float]
+    mode: str
+    tokens: float
+    credits: float
+    nodes: tuple[str, ...]
+    pieces: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ResizeWarned(Decision):
+    """An elastic lease will shrink to ``to`` at ``deadline`` (the grace period): the holder
+    drains what it loses before then. ``for_request`` names the waiting request the units
+    go to, or is empty when they go to another elastic lease (``inputs`` says which)."""
+
+    kind: ClassVar[str] = "resize_warning"
+    lease_id: str
+    campaign: str
+    deadline: float
+    to: Mapping[str, float]
+    for_request: str
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class CampaignSet(Decision):
     """A campaign created or updated (with the envelope now in force)."""
 
@@ -206,5 +241,7 @@ DECISION_TYPES: dict[str, type[Decision]] = {
         PoweredOff,
         CampaignSet,
         Allocated,
+        Resized,
+        ResizeWarned,
     )
 }

@@ -16,6 +16,7 @@ class Reason(enum.Enum):
     POOL_FULL = "POOL_FULL"
     HEAD_OF_LINE = "HEAD_OF_LINE"
     LEASE_PREEMPTING = "LEASE_PREEMPTING"
+    DEADLINE_UNREACHABLE = "DEADLINE_UNREACHABLE"
 
     @property
     def explanation(self) -> str:
@@ -34,4 +35,7 @@ _TEXT = {
     "ask for less or shorter, or wait (a lease whose renewal is refused so ends at its "
     "expiry)",
     Reason.LEASE_PREEMPTING: "the lease is being reclaimed and cannot be renewed",
+    Reason.DEADLINE_UNREACHABLE: "no allocation up to the intent's max meets its deadline in any "
+    "of its modes, and its value past the deadline is nothing; ask with a later deadline, less "
+    "work or a larger max, or with a decay that leaves value past the deadline",
 }

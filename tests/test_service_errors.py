@@ -78,6 +78,12 @@ EXPECTED: dict[str, tuple[grpc.StatusCode, str, float | None, str | None]] = {
         None,
         None,
     ),
+    "Refused:DEADLINE_UNREACHABLE": (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "DEADLINE_UNREACHABLE",
+        None,
+        None,
+    ),
     "Unauthenticated": (grpc.StatusCode.UNAUTHENTICATED, "MISSING_TOKEN", None, None),
     "PermissionDenied": (grpc.StatusCode.PERMISSION_DENIED, "ADMIN_ONLY", None, None),
     "RateLimited": (grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED", 0.25, "quota"),

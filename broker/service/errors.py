@@ -275,6 +275,7 @@ TABLE: tuple[Row, ...] = (
     _refused_row(Reason.POOL_FULL, _RE, retry=True, quota=False),
     _refused_row(Reason.HEAD_OF_LINE, _RE, retry=True, quota=False),
     _refused_row(Reason.LEASE_PREEMPTING, _FP, retry=False, quota=False),
+    _refused_row(Reason.DEADLINE_UNREACHABLE, _FP, retry=False, quota=False),
     # Credentials and permissions.
     Row(
         key="Unauthenticated",

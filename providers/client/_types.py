@@ -43,6 +43,7 @@ __all__ = [
     "CreatedCampaign",
     "DimEnvelope",
     "DimSupply",
+    "ElasticState",
     "Lease",
     "LeaseClass",
     "LeaseEvent",
@@ -357,6 +358,18 @@ class _LeaseBase(_Message):
         return self.state.ended  # type: ignore[attr-defined, no-any-return]
 
 
+ElasticState = _message(
+    _Message,
+    "ElasticState",
+    _Shape(pb.ElasticState.DESCRIPTOR, optional=frozenset({"resize_deadline"})),
+    """An elastic lease as the broker's allocator sees it (``bursar.v1.ElasticState``): its
+    ``min``/``max``/``step``, the ``units`` of its speedup dimension held, its ``mode``
+    (``"full"`` or a degrade mode), ``deadline``, the ``remaining_work`` by the broker's
+    model, ``slack_s``, ``risk``, the ``marginal_utility`` of one more step, and while a
+    shrink is announced ``resize_deadline`` and ``resize_to`` (else None and empty).""",
+)
+
+
 Lease = _message(
     _LeaseBase,
     "Lease",
@@ -371,7 +384,7 @@ Lease = _message(
 
 def _event_adjust(values: dict[str, Any]) -> None:
     # The wire's deadline is 0 but for a warning; the client says "none".
-    if values["kind"] is not LeaseEventKind.PREEMPT_WARNING:
+    if values["kind"] not in (LeaseEventKind.PREEMPT_WARNING, LeaseEventKind.RESIZE_WARNING):
         values["deadline"] = None
 
 

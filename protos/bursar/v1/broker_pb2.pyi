@@ -40,6 +40,7 @@ class ReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_POOL_FULL: _ClassVar[ReasonCode]
     REASON_HEAD_OF_LINE: _ClassVar[ReasonCode]
     REASON_LEASE_PREEMPTING: _ClassVar[ReasonCode]
+    REASON_DEADLINE_UNREACHABLE: _ClassVar[ReasonCode]
 
 class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -59,6 +60,8 @@ class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_KIND_CAMPAIGN: _ClassVar[DecisionKind]
     DECISION_KIND_POWER_OFF: _ClassVar[DecisionKind]
     DECISION_KIND_ALLOCATED: _ClassVar[DecisionKind]
+    DECISION_KIND_RESIZE: _ClassVar[DecisionKind]
+    DECISION_KIND_RESIZE_WARNING: _ClassVar[DecisionKind]
 
 class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -71,6 +74,8 @@ class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LEASE_EVENT_KIND_EXPIRED: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_RELEASED: _ClassVar[LeaseEventKind]
     LEASE_EVENT_KIND_ALLOCATED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_RESIZED: _ClassVar[LeaseEventKind]
+    LEASE_EVENT_KIND_RESIZE_WARNING: _ClassVar[LeaseEventKind]
 LEASE_STATE_UNSPECIFIED: LeaseState
 LEASE_STATE_STARTING: LeaseState
 LEASE_STATE_ACTIVE: LeaseState
@@ -93,6 +98,7 @@ REASON_GUARANTEE_RESERVED: ReasonCode
 REASON_POOL_FULL: ReasonCode
 REASON_HEAD_OF_LINE: ReasonCode
 REASON_LEASE_PREEMPTING: ReasonCode
+REASON_DEADLINE_UNREACHABLE: ReasonCode
 DECISION_KIND_UNSPECIFIED: DecisionKind
 DECISION_KIND_GRANT: DecisionKind
 DECISION_KIND_QUEUE: DecisionKind
@@ -109,6 +115,8 @@ DECISION_KIND_POWER_ON: DecisionKind
 DECISION_KIND_CAMPAIGN: DecisionKind
 DECISION_KIND_POWER_OFF: DecisionKind
 DECISION_KIND_ALLOCATED: DecisionKind
+DECISION_KIND_RESIZE: DecisionKind
+DECISION_KIND_RESIZE_WARNING: DecisionKind
 LEASE_EVENT_KIND_UNSPECIFIED: LeaseEventKind
 LEASE_EVENT_KIND_GRANTED: LeaseEventKind
 LEASE_EVENT_KIND_ACTIVATED: LeaseEventKind
@@ -118,9 +126,11 @@ LEASE_EVENT_KIND_REVOKED: LeaseEventKind
 LEASE_EVENT_KIND_EXPIRED: LeaseEventKind
 LEASE_EVENT_KIND_RELEASED: LeaseEventKind
 LEASE_EVENT_KIND_ALLOCATED: LeaseEventKind
+LEASE_EVENT_KIND_RESIZED: LeaseEventKind
+LEASE_EVENT_KIND_RESIZE_WARNING: LeaseEventKind
 
 class Lease(_message.Message):
-    __slots__ = ("lease_id", "campaign", "state", "size", "path", "lease_class", "preemptible", "granted_at", "starts_at", "expires_at", "preempt_deadline", "nodes", "labels", "ended_at", "end_cause", "allocation")
+    __slots__ = ("lease_id", "campaign", "state", "size", "path", "lease_class", "preemptible", "granted_at", "starts_at", "expires_at", "preempt_deadline", "nodes", "labels", "ended_at", "end_cause", "allocation", "elastic")
     class SizeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +168,7 @@ class Lease(_message.Message):
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     END_CAUSE_FIELD_NUMBER: _ClassVar[int]
     ALLOCATION_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     campaign: str
     state: LeaseState
@@ -174,7 +185,8 @@ class Lease(_message.Message):
     ended_at: float
     end_cause: str
     allocation: _containers.ScalarMap[str, str]
-    def __init__(self, lease_id: _Optional[str] = ..., campaign: _Optional[str] = ..., state: _Optional[_Union[LeaseState, str]] = ..., size: _Optional[_Mapping[str, float]] = ..., path: _Optional[_Union[LeasePath, str]] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., preemptible: _Optional[bool] = ..., granted_at: _Optional[float] = ..., starts_at: _Optional[float] = ..., expires_at: _Optional[float] = ..., preempt_deadline: _Optional[float] = ..., nodes: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ended_at: _Optional[float] = ..., end_cause: _Optional[str] = ..., allocation: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    elastic: ElasticState
+    def __init__(self, lease_id: _Optional[str] = ..., campaign: _Optional[str] = ..., state: _Optional[_Union[LeaseState, str]] = ..., size: _Optional[_Mapping[str, float]] = ..., path: _Optional[_Union[LeasePath, str]] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., preemptible: _Optional[bool] = ..., granted_at: _Optional[float] = ..., starts_at: _Optional[float] = ..., expires_at: _Optional[float] = ..., preempt_deadline: _Optional[float] = ..., nodes: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., ended_at: _Optional[float] = ..., end_cause: _Optional[str] = ..., allocation: _Optional[_Mapping[str, str]] = ..., elastic: _Optional[_Union[ElasticState, _Mapping]] = ...) -> None: ...
 
 class DimEnvelope(_message.Message):
     __slots__ = ("guarantee", "sustained", "burst", "bucket")
@@ -349,7 +361,7 @@ class DecisionRecord(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., at: _Optional[float] = ..., kind: _Optional[_Union[DecisionKind, str]] = ..., campaign: _Optional[str] = ..., lease_id: _Optional[str] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., json: _Optional[str] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("campaign", "size", "duration_s", "timeout_s", "lease_class", "labels", "idempotency_key", "shape")
+    __slots__ = ("campaign", "size", "duration_s", "timeout_s", "lease_class", "labels", "idempotency_key", "shape", "intent")
     class SizeEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -372,6 +384,7 @@ class AcquireRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
     campaign: str
     size: _containers.ScalarMap[str, float]
     duration_s: float
@@ -380,7 +393,8 @@ class AcquireRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     idempotency_key: str
     shape: Shape
-    def __init__(self, campaign: _Optional[str] = ..., size: _Optional[_Mapping[str, float]] = ..., duration_s: _Optional[float] = ..., timeout_s: _Optional[float] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., shape: _Optional[_Union[Shape, _Mapping]] = ...) -> None: ...
+    intent: Intent
+    def __init__(self, campaign: _Optional[str] = ..., size: _Optional[_Mapping[str, float]] = ..., duration_s: _Optional[float] = ..., timeout_s: _Optional[float] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., shape: _Optional[_Union[Shape, _Mapping]] = ..., intent: _Optional[_Union[Intent, _Mapping]] = ...) -> None: ...
 
 class Shape(_message.Message):
     __slots__ = ("nodes", "per_node", "exclusive", "cpus_per_gpu", "mem_per_gpu")
@@ -402,6 +416,177 @@ class Shape(_message.Message):
     cpus_per_gpu: float
     mem_per_gpu: float
     def __init__(self, nodes: _Optional[int] = ..., per_node: _Optional[_Mapping[str, float]] = ..., exclusive: _Optional[bool] = ..., cpus_per_gpu: _Optional[float] = ..., mem_per_gpu: _Optional[float] = ...) -> None: ...
+
+class Intent(_message.Message):
+    __slots__ = ("min", "max", "step", "speedup", "remaining_work", "deadline_s", "value", "decay", "degrade")
+    class MinEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class MaxEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class StepEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SPEEDUP_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_WORK_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    DECAY_FIELD_NUMBER: _ClassVar[int]
+    DEGRADE_FIELD_NUMBER: _ClassVar[int]
+    min: _containers.ScalarMap[str, float]
+    max: _containers.ScalarMap[str, float]
+    step: _containers.ScalarMap[str, float]
+    speedup: Speedup
+    remaining_work: float
+    deadline_s: float
+    value: float
+    decay: Decay
+    degrade: _containers.RepeatedCompositeFieldContainer[DegradeMode]
+    def __init__(self, min: _Optional[_Mapping[str, float]] = ..., max: _Optional[_Mapping[str, float]] = ..., step: _Optional[_Mapping[str, float]] = ..., speedup: _Optional[_Union[Speedup, _Mapping]] = ..., remaining_work: _Optional[float] = ..., deadline_s: _Optional[float] = ..., value: _Optional[float] = ..., decay: _Optional[_Union[Decay, _Mapping]] = ..., degrade: _Optional[_Iterable[_Union[DegradeMode, _Mapping]]] = ...) -> None: ...
+
+class Speedup(_message.Message):
+    __slots__ = ("amdahl_serial_fraction", "curve")
+    AMDAHL_SERIAL_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    CURVE_FIELD_NUMBER: _ClassVar[int]
+    amdahl_serial_fraction: float
+    curve: ThroughputCurve
+    def __init__(self, amdahl_serial_fraction: _Optional[float] = ..., curve: _Optional[_Union[ThroughputCurve, _Mapping]] = ...) -> None: ...
+
+class ThroughputCurve(_message.Message):
+    __slots__ = ("points",)
+    POINTS_FIELD_NUMBER: _ClassVar[int]
+    points: _containers.RepeatedCompositeFieldContainer[ThroughputPoint]
+    def __init__(self, points: _Optional[_Iterable[_Union[ThroughputPoint, _Mapping]]] = ...) -> None: ...
+
+class ThroughputPoint(_message.Message):
+    __slots__ = ("units", "throughput")
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_FIELD_NUMBER: _ClassVar[int]
+    units: float
+    throughput: float
+    def __init__(self, units: _Optional[float] = ..., throughput: _Optional[float] = ...) -> None: ...
+
+class Decay(_message.Message):
+    __slots__ = ("kind", "window_s")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[Decay.Kind]
+        KIND_STEP: _ClassVar[Decay.Kind]
+        KIND_LINEAR: _ClassVar[Decay.Kind]
+        KIND_EXPONENTIAL: _ClassVar[Decay.Kind]
+    KIND_UNSPECIFIED: Decay.Kind
+    KIND_STEP: Decay.Kind
+    KIND_LINEAR: Decay.Kind
+    KIND_EXPONENTIAL: Decay.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    kind: Decay.Kind
+    window_s: float
+    def __init__(self, kind: _Optional[_Union[Decay.Kind, str]] = ..., window_s: _Optional[float] = ...) -> None: ...
+
+class DegradeMode(_message.Message):
+    __slots__ = ("name", "work_factor", "value_factor")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WORK_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    work_factor: float
+    value_factor: float
+    def __init__(self, name: _Optional[str] = ..., work_factor: _Optional[float] = ..., value_factor: _Optional[float] = ...) -> None: ...
+
+class ElasticState(_message.Message):
+    __slots__ = ("min", "max", "step", "units", "mode", "deadline", "remaining_work", "slack_s", "risk", "marginal_utility", "resize_deadline", "resize_to")
+    class MinEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class MaxEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class StepEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class ResizeToEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_WORK_FIELD_NUMBER: _ClassVar[int]
+    SLACK_S_FIELD_NUMBER: _ClassVar[int]
+    RISK_FIELD_NUMBER: _ClassVar[int]
+    MARGINAL_UTILITY_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_TO_FIELD_NUMBER: _ClassVar[int]
+    min: _containers.ScalarMap[str, float]
+    max: _containers.ScalarMap[str, float]
+    step: _containers.ScalarMap[str, float]
+    units: float
+    mode: str
+    deadline: float
+    remaining_work: float
+    slack_s: float
+    risk: float
+    marginal_utility: float
+    resize_deadline: float
+    resize_to: _containers.ScalarMap[str, float]
+    def __init__(self, min: _Optional[_Mapping[str, float]] = ..., max: _Optional[_Mapping[str, float]] = ..., step: _Optional[_Mapping[str, float]] = ..., units: _Optional[float] = ..., mode: _Optional[str] = ..., deadline: _Optional[float] = ..., remaining_work: _Optional[float] = ..., slack_s: _Optional[float] = ..., risk: _Optional[float] = ..., marginal_utility: _Optional[float] = ..., resize_deadline: _Optional[float] = ..., resize_to: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class WhatIfRequest(_message.Message):
+    __slots__ = ("acquire", "envelope")
+    ACQUIRE_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    acquire: AcquireRequest
+    envelope: CampaignSpec
+    def __init__(self, acquire: _Optional[_Union[AcquireRequest, _Mapping]] = ..., envelope: _Optional[_Union[CampaignSpec, _Mapping]] = ...) -> None: ...
+
+class WhatIfResponse(_message.Message):
+    __slots__ = ("outcome", "lease", "reason", "estimated_wait_s", "decisions")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    outcome: DecisionKind
+    lease: Lease
+    reason: ReasonCode
+    estimated_wait_s: float
+    decisions: _containers.RepeatedCompositeFieldContainer[DecisionRecord]
+    def __init__(self, outcome: _Optional[_Union[DecisionKind, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., estimated_wait_s: _Optional[float] = ..., decisions: _Optional[_Iterable[_Union[DecisionRecord, _Mapping]]] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("lease", "tokens", "price", "credits", "waited_s")
@@ -484,7 +669,14 @@ class WatchRequest(_message.Message):
     def __init__(self, lease_ids: _Optional[_Iterable[str]] = ..., campaign: _Optional[str] = ..., from_seq: _Optional[int] = ..., from_index: _Optional[int] = ...) -> None: ...
 
 class LeaseEvent(_message.Message):
-    __slots__ = ("kind", "at", "lease", "deadline", "cause", "snapshot", "for_request", "seq", "index")
+    __slots__ = ("kind", "at", "lease", "deadline", "cause", "snapshot", "for_request", "seq", "index", "resize_to")
+    class ResizeToEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     KIND_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -494,6 +686,7 @@ class LeaseEvent(_message.Message):
     FOR_REQUEST_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_TO_FIELD_NUMBER: _ClassVar[int]
     kind: LeaseEventKind
     at: float
     lease: Lease
@@ -503,7 +696,8 @@ class LeaseEvent(_message.Message):
     for_request: str
     seq: int
     index: int
-    def __init__(self, kind: _Optional[_Union[LeaseEventKind, str]] = ..., at: _Optional[float] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., deadline: _Optional[float] = ..., cause: _Optional[str] = ..., snapshot: _Optional[bool] = ..., for_request: _Optional[str] = ..., seq: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
+    resize_to: _containers.ScalarMap[str, float]
+    def __init__(self, kind: _Optional[_Union[LeaseEventKind, str]] = ..., at: _Optional[float] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., deadline: _Optional[float] = ..., cause: _Optional[str] = ..., snapshot: _Optional[bool] = ..., for_request: _Optional[str] = ..., seq: _Optional[int] = ..., index: _Optional[int] = ..., resize_to: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class SupplyRequest(_message.Message):
     __slots__ = ("units", "dim")

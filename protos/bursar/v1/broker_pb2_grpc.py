@@ -93,6 +93,11 @@ class BrokerStub:
                 request_serializer=bursar_dot_v1_dot_broker__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=bursar_dot_v1_dot_broker__pb2.Status.FromString,
                 _registered_method=True)
+        self.WhatIf = channel.unary_unary(
+                '/bursar.v1.Broker/WhatIf',
+                request_serializer=bursar_dot_v1_dot_broker__pb2.WhatIfRequest.SerializeToString,
+                response_deserializer=bursar_dot_v1_dot_broker__pb2.WhatIfResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -199,6 +204,15 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhatIf(self, request, context):
+        """What would the broker decide if this Acquire, or this change of a campaign's
+        envelope (admin only), arrived now? It runs on a copy of the broker's state:
+        nothing changes and nothing is journaled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -256,6 +270,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=bursar_dot_v1_dot_broker__pb2.GetStatusRequest.FromString,
                     response_serializer=bursar_dot_v1_dot_broker__pb2.Status.SerializeToString,
+            ),
+            'WhatIf': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhatIf,
+                    request_deserializer=bursar_dot_v1_dot_broker__pb2.WhatIfRequest.FromString,
+                    response_serializer=bursar_dot_v1_dot_broker__pb2.WhatIfResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -559,6 +578,33 @@ class Broker:
             '/bursar.v1.Broker/GetStatus',
             bursar_dot_v1_dot_broker__pb2.GetStatusRequest.SerializeToString,
             bursar_dot_v1_dot_broker__pb2.Status.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhatIf(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bursar.v1.Broker/WhatIf',
+            bursar_dot_v1_dot_broker__pb2.WhatIfRequest.SerializeToString,
+            bursar_dot_v1_dot_broker__pb2.WhatIfResponse.FromString,
             options,
             channel_credentials,
             insecure,
