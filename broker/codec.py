@@ -20,6 +20,7 @@ from bursar.broker.decisions import DECISION_TYPES, Decision, LeasePath
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import EVENT_TYPES, Event
 from bursar.broker.reasons import Reason
+from bursar.broker.elastic import intent_from_dict
 from bursar.broker.shape import shape_from_dict
 
 _SCALARS = (str, int, bool, type(None))
@@ -205,6 +206,7 @@ _FIELD_DECODERS = {
     "nodes": tuple,
     "also": tuple,
     "shape": shape_from_dict,
+    "intent": intent_from_dict,
 }
 
 

@@ -184,6 +184,13 @@ class _Policy(_Table):
     price_k: float = Field(default=_POLICY_DEFAULTS["price_k"], ge=0)
     meter_window_s: float = Field(default=_POLICY_DEFAULTS["meter_window_s"], gt=0)
     power_down_idle_s: float | None = Field(default=_POLICY_DEFAULTS["power_down_idle_s"], ge=0)
+    elastic_rule: Literal["dmug", "edf", "value", "proportional"] = _POLICY_DEFAULTS[
+        "elastic_rule"
+    ]
+    elastic_risk: bool = _POLICY_DEFAULTS["elastic_risk"]
+    elastic_degrade: bool = _POLICY_DEFAULTS["elastic_degrade"]
+    elastic_admission: bool = _POLICY_DEFAULTS["elastic_admission"]
+    elastic_hysteresis: float = Field(default=_POLICY_DEFAULTS["elastic_hysteresis"], ge=1)
 
     @field_validator("fairshare_half_life_s", mode="before")
     @classmethod
@@ -427,6 +434,11 @@ def _build(
         price_k=p.price_k,
         meter_window_s=p.meter_window_s,
         power_down_idle_s=None if keep_nodes_on else p.power_down_idle_s,
+        elastic_rule=p.elastic_rule,
+        elastic_risk=p.elastic_risk,
+        elastic_degrade=p.elastic_degrade,
+        elastic_admission=p.elastic_admission,
+        elastic_hysteresis=p.elastic_hysteresis,
     )
     return _check(model, source, pool, policy, slurm, problems)
 

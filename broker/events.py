@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from bursar.broker.elastic import Intent
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.shape import Shape
 
@@ -59,6 +60,10 @@ class RequestLease(Event):
     """How the lease may be cut into node pieces (``broker/shape.py``); None: any split
     that keeps the size's ratios. With ``nodes`` x ``per_node`` or ``exclusive`` the size
     may be left empty: the shape gives it."""
+    intent: Intent | None = field(default=None, metadata={"omit_default": True})
+    """Elastic and deadline-aware (``broker/elastic.py``): granted at ``intent.min`` (the
+    size is then empty or equal to it), grown and shrunk by the allocator; None: a lease
+    of a fixed size."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,7 +200,8 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
     """A PoolSpec, PolicySpec or NodeGroup as a canonical JSON-able dict.
 
     Every field is written, defaults included, so a journal keeps meaning the same thing
-    if a later version changes a default. Values are normalised to their declared types
+    if a later version changes a default; only a field marked ``omit_default`` (added
+    after journals existed) is left out while it holds its default. Values are normalised to their declared types
     (ints for counts, floats for quantities, enum values for enums).
     """
     if not (dataclasses.is_dataclass(spec) and not isinstance(spec, type)):
@@ -209,6 +210,9 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
     return {
         f.name: _encode_value(getattr(spec, f.name), hints[f.name])
         for f in dataclasses.fields(spec)
+        # A setting added later is written only once it differs from its default, so that
+        # journals written before it existed keep their bytes.
+        if not (f.metadata.get("omit_default") and getattr(spec, f.name) == f.default)
     }
 
 

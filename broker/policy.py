@@ -73,3 +73,17 @@ class PolicySpec:
     power_down_idle_s: float | None = 600.0
     """Power a node down after it has been idle this long, if the warm reserve and headroom
     stay covered without it; None keeps idle nodes on."""
+    elastic_rule: str = field(default="dmug", metadata={"omit_default": True})
+    """How spare capacity is handed out among elastic leases (``broker/elastic.py``):
+    ``dmug`` (marginal utility), or the baselines ``edf``, ``value``, ``proportional``."""
+    elastic_risk: bool = field(default=True, metadata={"omit_default": True})
+    """Weigh marginal utility by deadline risk (off: an ablation)."""
+    elastic_degrade: bool = field(default=True, metadata={"omit_default": True})
+    """Let a lease whose deadline is otherwise lost run in a degrade mode (off: an ablation)."""
+    elastic_admission: bool = field(default=True, metadata={"omit_default": True})
+    """Refuse at once an elastic request no allocation can serve by its deadline (off: an
+    ablation; such a request is then served as any other)."""
+    elastic_hysteresis: float = field(default=2.0, metadata={"omit_default": True})
+    """A step is taken from one elastic lease for another only when the other's marginal
+    utility is at least this many times what the step is worth where it is (>= 1; keeps
+    two leases from trading a step back and forth)."""

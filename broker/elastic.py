@@ -1,0 +1,342 @@
+"""Elastic, deadline-aware leases: the intent a request carries and the allocator's rules.
+
+An intent says how far a lease may stretch (``min`` to ``max``, one ``step`` at a time),
+how fast its work goes on ``n`` units (Amdahl's law, or a measured throughput curve), how
+much work is left, its deadline, what finishing is worth and how that value decays past
+the deadline, and cheaper modes it may run in (``degrade``). The engine grants ``min``
+under the envelope rules, then hands spare capacity out among elastic leases one step at
+a time by the rule named in ``PolicySpec.elastic_rule``:
+
+* ``dmug`` (deadline-aware marginal-utility greedy, the default): the next step goes to
+  the lease with the highest normalised marginal utility
+
+      NMU(n) = v(n) x w(n) x (speed(n + 1 step) - speed(n)) / speed(n)
+
+  where ``v(n)`` is the value the lease can still reach (at the finish one more step
+  gives, or at the finish ``max`` gives when one step does not save the deadline),
+  ``w(n) = 1 / (1 + max(0, slack(n)) / time_left(n))`` the risk weight (1 when the
+  deadline is at risk, falling as slack grows), ``time_left(n) = work_left / speed(n)``
+  and ``slack(n) = deadline - now - time_left(n)``. Speed gain is relative, so that jobs
+  whose work is counted in different units compare;
+* ``edf``: earliest deadline first; ``value``: largest value first; ``proportional``:
+  the lease with the fewest steps above its min first (an equal share). These are the
+  baselines the evaluation compares with.
+
+Ties go to the earlier deadline, then the older lease (its request number): the order is
+total, so the same state always gives the same allocation. Each step's NMU is computed
+once per step given (a heap of the candidates): a pass that hands out ``s`` steps among
+``E`` elastic leases costs O((E + s) log E) plus the placement of each step.
+
+Everything here is pure: functions of the intent, the lease's model state and the time.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bursar.broker import dims
+
+RULES = ("dmug", "edf", "value", "proportional")
+"""The allocation rules ``PolicySpec.elastic_rule`` may name."""
+
+FULL = "full"
+"""The name of the mode a lease runs in before any degrade mode is picked."""
+
+SCALE_ORDER = ("gpu", "cpu", "mem_gb")
+"""The dimension an intent's units count, the first of these that its step holds."""
+
+MAX_MODES = 8
+MAX_CURVE_POINTS = 64
+
+
+class DecayKind(enum.Enum):
+    __hash__ = object.__hash__
+
+    STEP = "step"
+    """Nothing is left past the deadline."""
+    LINEAR = "linear"
+    """Falls linearly to nothing over ``window_s`` past the deadline."""
+    EXPONENTIAL = "exponential"
+    """Halves every ``window_s`` past the deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decay:
+    kind: DecayKind = DecayKind.STEP
+    window_s: float = 0.0
+
+    def factor(self, late_s: float) -> float:
+        """What is left of the value when the work finishes ``late_s`` after the deadline."""
+        if late_s <= 0:
+            return 1.0
+        if self.kind is DecayKind.STEP:
+            return 0.0
+        if self.kind is DecayKind.LINEAR:
+            return max(0.0, 1.0 - late_s / self.window_s)
+        return 0.5 ** (late_s / self.window_s)
+
+
+@dataclass(frozen=True, slots=True)
+class DegradeMode:
+    name: str
+    work_factor: float
+    """The work left is multiplied by this, in (0, 1]."""
+    value_factor: float
+    """The value is multiplied by this, in [0, 1]."""
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """What an elastic request says about itself (``AcquireRequest.intent``)."""
+
+    min: Mapping[str, float]
+    max: Mapping[str, float]
+    remaining_work: float
+    deadline_s: float
+    """Seconds from the request's time."""
+    step: Mapping[str, float] = field(default_factory=dict)
+    """Empty: resolved by :func:`resolve_step`."""
+    amdahl: float | None = None
+    """Amdahl's serial fraction, or None with a curve."""
+    curve: tuple[tuple[float, float], ...] = ()
+    """(units, throughput) points, units increasing."""
+    value: float = 1.0
+    decay: Decay = field(default_factory=Decay)
+    degrade: tuple[DegradeMode, ...] = ()
+
+
+def intent_from_dict(d: Mapping[str, Any] | None) -> Intent | None:
+    """The codec's decoder for a journaled intent (None: the request had none)."""
+    if d is None:
+        return None
+    decay = d.get("decay") or {}
+    return Intent(
+        min=dict(d["min"]),
+        max=dict(d["max"]),
+        remaining_work=float(d["remaining_work"]),
+        deadline_s=float(d["deadline_s"]),
+        step=dict(d.get("step", {})),
+        amdahl=None if d.get("amdahl") is None else float(d["amdahl"]),
+        curve=tuple((float(u), float(t)) for u, t in d.get("curve", ())),
+        value=float(d.get("value", 1.0)),
+        decay=Decay(DecayKind(decay.get("kind", "step")), float(decay.get("window_s", 0.0))),
+        degrade=tuple(
+            DegradeMode(m["name"], float(m["work_factor"]), float(m["value_factor"]))
+            for m in d.get("degrade", ())
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def scale_dim(step: Mapping[str, float]) -> str:
+    """The dimension the speedup model counts units of."""
+    for d in SCALE_ORDER:
+        if step.get(d, 0) > 0:
+            return d
+    return next(d for d, v in sorted(step.items()) if v > 0)
+
+
+def resolve_step(intent: Intent) -> dict[str, float]:
+    """The intent's step, its default filled in: one unit of the first of gpu, cpu, mem_gb
+    that max raises above min, with the other dimensions in proportion."""
+    if intent.step:
+        return {d: float(v) for d, v in intent.step.items() if v > 0}
+    grows = {d: intent.max.get(d, 0.0) - intent.min.get(d, 0.0) for d in intent.max}
+    lead = next((d for d in SCALE_ORDER if grows.get(d, 0) > 0), None)
+    if lead is None:
+        lead = next((d for d, g in sorted(grows.items()) if g > 0), None)
+    if lead is None:
+        return {}
+    return {d: g / grows[lead] for d, g in grows.items() if g > 0}
+
+
+def speed(intent: Intent, n: float) -> float:
+    """Work per second on ``n`` units of the scale dimension."""
+    if n <= 0:
+        return 0.0
+    if intent.amdahl is not None:
+        s = intent.amdahl
+        return 1.0 / (s + (1.0 - s) / n)
+    pts = intent.curve
+    if n <= pts[0][0]:
+        return pts[0][1] * n / pts[0][0]
+    for (u0, t0), (u1, t1) in zip(pts, pts[1:], strict=False):
+        if n <= u1:
+            return t0 + (t1 - t0) * (n - u0) / (u1 - u0)
+    return pts[-1][1]
+
+
+def modes(intent: Intent) -> tuple[DegradeMode, ...]:
+    """The full mode, then the degrade modes in the order given."""
+    return (DegradeMode(FULL, 1.0, 1.0), *intent.degrade)
+
+
+@dataclass(slots=True)
+class ElasticLease:
+    """The allocator's state of one elastic lease (the engine keeps one per lease)."""
+
+    lease_id: str
+    campaign: str
+    seq: int
+    intent: Intent
+    step: dims.Vec
+    dim: int
+    """Index of the scale dimension in ``dims.PLACED``."""
+    deadline: float
+    base_units: float
+    """Units of the scale dimension in ``min``."""
+    mode: int = 0
+    """Index into :func:`modes`."""
+    work_left: float = 0.0
+    """In the full mode's work units scaled by the mode's work factor, as of ``at``."""
+    at: float = 0.0
+    running: bool = False
+    """Progress counts only while the lease's resources are usable."""
+    extents: list[str] = field(default_factory=list)
+    """The lease's extra steps (each a lease of the engine's own), oldest first."""
+    warned: dict[str, float] = field(default_factory=dict)
+    """Extent id -> the deadline it ends at (announced by a ResizeWarned)."""
+
+    @property
+    def steps(self) -> int:
+        return len(self.extents)
+
+    @property
+    def max_steps(self) -> int:
+        grow = self.intent.max.get(dims.PLACED[self.dim], 0.0) - self.base_units
+        per = self.step[self.dim]
+        return int(round(grow / per)) if per > 0 else 0
+
+    def units(self, steps: int | None = None) -> float:
+        k = self.steps if steps is None else steps
+        return self.base_units + k * self.step[self.dim]
+
+    def speed(self, steps: int | None = None) -> float:
+        return speed(self.intent, self.units(steps))
+
+    def advance(self, t: float) -> None:
+        """Count the work done up to ``t`` at the units held."""
+        if self.running and t > self.at:
+            self.work_left = max(0.0, self.work_left - (t - self.at) * self.speed())
+        self.at = max(self.at, t)
+
+    def time_left(self, steps: int | None = None) -> float:
+        sp = self.speed(steps)
+        return math.inf if sp <= 0 else self.work_left / sp
+
+    def slack(self, now: float, steps: int | None = None) -> float:
+        return self.deadline - now - self.time_left(steps)
+
+    def value_at(self, finish: float) -> float:
+        m = modes(self.intent)[self.mode]
+        return self.intent.value * m.value_factor * self.intent.decay.factor(finish - self.deadline)
+
+    def risk(self, now: float, use_risk: bool = True) -> float:
+        if not use_risk:
+            return 1.0
+        tl = self.time_left()
+        if math.isinf(tl) or tl <= 0:
+            return 1.0
+        return 1.0 / (1.0 + max(0.0, self.slack(now)) / tl)
+
+    def nmu(self, now: float, use_risk: bool = True) -> float:
+        """The normalised marginal utility of one more step (0 at max, or when it buys no
+        speed or no value)."""
+        k = self.steps
+        if k >= self.max_steps:
+            return 0.0
+        sp, sp1 = self.speed(k), self.speed(k + 1)
+        if sp <= 0 or sp1 <= sp:
+            return 0.0
+        v = self.value_at(now + self.work_left / sp1)
+        if v <= 0:
+            # One step does not save the deadline: what the lease can still reach at max.
+            v = self.value_at(now + self.time_left(self.max_steps))
+        return v * self.risk(now, use_risk) * (sp1 - sp) / sp
+
+    def priority(self, rule: str, now: float, use_risk: bool = True) -> tuple[float, ...]:
+        """Heap key of the next step under ``rule`` (smaller first), ties by deadline, then
+        age. NaN never appears: every term is finite."""
+        if rule == "dmug":
+            head = -self.nmu(now, use_risk)
+        elif rule == "edf":
+            head = self.deadline
+        elif rule == "value":
+            head = -self.intent.value
+        else:
+            head = float(self.steps)
+        return (head, self.deadline, float(self.seq))
+
+    def wants(self, rule: str, now: float, use_risk: bool = True) -> bool:
+        """Would another step help this lease at all? Under every rule a step must add
+        speed; under dmug it must also add utility."""
+        k = self.steps
+        if k >= self.max_steps or self.speed(k + 1) <= self.speed(k):
+            return False
+        return rule != "dmug" or self.nmu(now, use_risk) > 0
+
+    def table(self, now: float, use_risk: bool = True) -> dict[str, Any]:
+        """The allocator's view, as decisions record it."""
+        return {
+            "units": self.units(),
+            "mode": modes(self.intent)[self.mode].name,
+            "work_left": self.work_left,
+            "slack_s": _finite(self.slack(now)),
+            "risk": self.risk(now, use_risk),
+            "nmu": self.nmu(now, use_risk),
+        }
+
+
+def _finite(x: float) -> float:
+    return -1e18 if x == -math.inf else (1e18 if x == math.inf else x)
+
+
+def best_finish(intent: Intent, mode: DegradeMode, now: float, units: float) -> float:
+    sp = speed(intent, units)
+    return math.inf if sp <= 0 else now + intent.remaining_work * mode.work_factor / sp
+
+
+def admit(intent: Intent, now: float, degrade: bool = True) -> int | None:
+    """Admission control: the mode a new elastic request starts in, or None when no
+    allocation up to its max meets the deadline in any mode and nothing of its value is
+    left at the earliest finish. The first mode (full, then the degrade modes in order)
+    that meets the deadline at max units; when none does, the one that keeps the most
+    value at its finish."""
+    step = resolve_step(intent)
+    dim = scale_dim(step) if step else scale_dim(intent.min)
+    top = intent.max.get(dim, intent.min.get(dim, 0.0))
+    deadline = now + intent.deadline_s
+    ms = modes(intent) if degrade else modes(intent)[:1]
+    best: tuple[float, int] | None = None
+    for i, m in enumerate(ms):
+        finish = best_finish(intent, m, now, top)
+        if finish <= deadline:
+            return i
+        v = intent.value * m.value_factor * intent.decay.factor(finish - deadline)
+        if v > 0 and (best is None or v > best[0]):
+            best = (v, i)
+    return None if best is None else best[1]
+
+
+def repick(el: ElasticLease, now: float, degrade: bool = True) -> int:
+    """The mode a running lease should be in: it only moves to a later (cheaper) mode, and
+    only when the deadline is lost at max units in its own mode but met in that one."""
+    if not degrade:
+        return el.mode
+    top = el.units(el.max_steps)
+    ms = modes(el.intent)
+    cur = ms[el.mode]
+    sp = speed(el.intent, top)
+    if sp <= 0 or now + el.work_left / sp <= el.deadline:
+        return el.mode
+    base = el.work_left / cur.work_factor
+    for i in range(el.mode + 1, len(ms)):
+        if now + base * ms[i].work_factor / sp <= el.deadline:
+            return i
+    return el.mode
