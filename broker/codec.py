@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 
 from bursar.broker.decisions import DECISION_TYPES, Decision, LeasePath
+from bursar.broker.elastic import intent_from_dict
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import EVENT_TYPES, Event
 from bursar.broker.reasons import Reason
-from bursar.broker.elastic import intent_from_dict
 from bursar.broker.shape import shape_from_dict
 
 _SCALARS = (str, int, bool, type(None))

@@ -33,6 +33,7 @@ Everything here is pure: functions of the intent, the lease's model state and th
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -166,7 +167,7 @@ def speed(intent: Intent, n: float) -> float:
     pts = intent.curve
     if n <= pts[0][0]:
         return pts[0][1] * n / pts[0][0]
-    for (u0, t0), (u1, t1) in zip(pts, pts[1:], strict=False):
+    for (u0, t0), (u1, t1) in itertools.pairwise(pts):
         if n <= u1:
             return t0 + (t1 - t0) * (n - u0) / (u1 - u0)
     return pts[-1][1]
@@ -211,7 +212,7 @@ class ElasticLease:
     def max_steps(self) -> int:
         grow = self.intent.max.get(dims.PLACED[self.dim], 0.0) - self.base_units
         per = self.step[self.dim]
-        return int(round(grow / per)) if per > 0 else 0
+        return round(grow / per) if per > 0 else 0
 
     def units(self, steps: int | None = None) -> float:
         k = self.steps if steps is None else steps
