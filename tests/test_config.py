@@ -180,6 +180,11 @@ def test_every_policy_field_is_a_config_key(tmp_path: Path) -> None:
         "power_down_idle_s": 120.0,
         "reservations": 3,
         "fairshare_half_life_s": 3600.0,
+        "elastic_rule": "edf",
+        "elastic_risk": False,
+        "elastic_degrade": False,
+        "elastic_admission": False,
+        "elastic_hysteresis": 3.0,
     }
     assert set(overrides) == {f.name for f in dataclasses.fields(PolicySpec)}
     data = tomllib.loads(BASE_TOML)
