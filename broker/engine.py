@@ -933,6 +933,12 @@ class Engine:
         }
         inputs["within_guarantee"] = isolation.within_own_guarantee(p.size, own)
         inputs["waited_s"] = self.now - p.queued_at
+        if not quiet and self.elastic.waiting and p.id in self.elastic.waiting:
+            intent, mode = self.elastic.waiting[p.id]
+            inputs["elastic"] = {
+                "mode": elastic.modes(intent)[mode].name,
+                "deadline": p.queued_at + intent.deadline_s,
+            }
         # A new lease is priced at the pressure that includes itself, as a renewal is (its
         # holding is then counted): a queued request's demand is already counted, unless
         # it waited on its own campaign's envelope (not congestion, so not counted).
