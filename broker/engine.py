@@ -210,6 +210,14 @@ class Engine:
         """Every waiting request by id."""
         return self.queue.pending
 
+    def holders_leases(self) -> Iterator[Lease]:
+        """The live leases holders know of: every lease but elastic leases' extra steps
+        (which are the engine's own, reported as part of their lease)."""
+        steps = self.elastic.parent_of
+        if not steps:
+            return iter(self.leases.values())
+        return (ls for ls in self.leases.values() if ls.id not in steps)
+
     def lease(self, lease_id: str) -> Lease:
         try:
             return self.leases[lease_id]
@@ -1112,7 +1120,7 @@ class Engine:
         """A live lease's whole size and pieces: its own, and for an elastic lease its extra
         steps' too (what the holder may use)."""
         ls = self.leases[lease_id]
-        el = self.elastic.by_lease.get(lease_id)
+        el = self.elastic.by_lease.get(lease_id) if self.elastic.by_lease else None
         if el is None or not el.extents:
             return ls.size, ls.pieces
         size = ls.size

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from bursar.broker import dims
+from bursar.broker import dims, elastic
 from bursar.broker.decisions import LeasePath
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
@@ -140,16 +140,61 @@ def shape_from_proto(req: pb.AcquireRequest) -> Shape | None:
     return None if shape.is_default else shape
 
 
+_DECAY = {
+    pb.Decay.KIND_UNSPECIFIED: elastic.DecayKind.STEP,
+    pb.Decay.KIND_STEP: elastic.DecayKind.STEP,
+    pb.Decay.KIND_LINEAR: elastic.DecayKind.LINEAR,
+    pb.Decay.KIND_EXPONENTIAL: elastic.DecayKind.EXPONENTIAL,
+}
+
+
+def intent_from_proto(req: pb.AcquireRequest) -> elastic.Intent | None:
+    """The request's intent, None when it has none. Only the sizes of repeated and map
+    fields are bounded here; every value's range is the engine's check (it names the
+    field and the range)."""
+    if not req.HasField("intent"):
+        return None
+    it = req.intent
+    for where, m in (("intent.min", it.min), ("intent.max", it.max), ("intent.step", it.step)):
+        if len(m) > MAX_SIZE_ENTRIES:
+            raise _bad(where, f"at most {MAX_SIZE_ENTRIES} dimensions")
+    model = it.speedup.WhichOneof("model")
+    points = tuple((p.units, p.throughput) for p in it.speedup.curve.points)
+    if len(points) > elastic.MAX_CURVE_POINTS:
+        raise _bad("intent.speedup.curve", f"at most {elastic.MAX_CURVE_POINTS} points")
+    if len(it.degrade) > elastic.MAX_MODES:
+        raise _bad("intent.degrade", f"at most {elastic.MAX_MODES} modes")
+    kind = _DECAY.get(it.decay.kind)
+    if kind is None:
+        raise _bad("intent.decay.kind", "allowed: STEP, LINEAR, EXPONENTIAL")
+    return elastic.Intent(
+        min=dict(it.min),
+        max=dict(it.max),
+        remaining_work=it.remaining_work,
+        deadline_s=it.deadline_s,
+        step=dict(it.step),
+        amdahl=it.speedup.amdahl_serial_fraction if model == "amdahl_serial_fraction" else None,
+        curve=points if model == "curve" else (),
+        value=it.value or 1.0,
+        decay=elastic.Decay(kind, it.decay.window_s),
+        degrade=tuple(
+            elastic.DegradeMode(m.name, m.work_factor, m.value_factor) for m in it.degrade
+        ),
+    )
+
+
 # --------------------------------------------------------------------------- leases
 
 
 def lease_to_proto(engine: Engine, ls: Lease) -> pb.Lease:
     nodes = engine.pool.nodes
+    # An elastic lease is its own size and pieces and its extra steps'.
+    size, pieces = engine.elastic_size(ls.id)
     out = pb.Lease(
         lease_id=ls.id,
         campaign=ls.campaign,
         state=_STATE[ls.state],
-        size=dims.as_dict(ls.size),
+        size=dims.as_dict(size),
         path=_PATH[ls.path],
         lease_class=_CLASS[ls.lease_class],
         preemptible=ls.preemptible,
@@ -157,13 +202,41 @@ def lease_to_proto(engine: Engine, ls: Lease) -> pb.Lease:
         starts_at=ls.starts_at,
         expires_at=ls.expires_at,
         # Placed (usable) only once active; a starting lease's pieces are still claims.
-        nodes=[nodes[i].name for i in sorted(ls.pieces)]
+        nodes=[nodes[i].name for i in sorted(pieces)]
         if ls.state is not LeaseState.STARTING
         else [],
         labels=ls.labels,
     )
     if ls.preempt_deadline is not None:
         out.preempt_deadline = ls.preempt_deadline
+    el = engine.elastic.by_lease.get(ls.id)
+    if el is not None:
+        out.elastic.CopyFrom(elastic_to_proto(engine, el))
+    return out
+
+
+def elastic_to_proto(engine: Engine, el: elastic.ElasticLease) -> pb.ElasticState:
+    """The allocator's view of an elastic lease, as of the engine's clock."""
+    now, risk = engine.now, engine.policy.elastic_risk
+    table = el.table(now, risk)
+    out = pb.ElasticState(
+        min=dict(el.intent.min),
+        max=dict(el.intent.max),
+        step={d: v for d, v in dims.as_dict(el.step).items() if v},
+        units=table["units"],
+        mode=table["mode"],
+        deadline=el.deadline,
+        remaining_work=table["work_left"],
+        slack_s=table["slack_s"],
+        risk=table["risk"],
+        marginal_utility=table["nmu"],
+    )
+    if el.warned:
+        out.resize_deadline = min(el.warned.values())
+        size, _ = engine.elastic_size(el.lease_id)
+        for xid in el.warned:
+            size = dims.sub(size, engine.leases[xid].size)
+        out.resize_to.update(dims.as_dict(size))
     return out
 
 
@@ -232,7 +305,7 @@ def campaign_to_proto(
         held=dims.as_dict(c.held),
         bucket=engine.bucket_levels(name, at),
         credits=c.credits,
-        leases=len(c.leases),
+        leases=sum(1 for lid in c.leases if lid not in engine.elastic.parent_of),
         queued=queued,
         token_issued_at=token_issued_at,
     )

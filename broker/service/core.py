@@ -58,8 +58,11 @@ from bursar.broker.decisions import (
     Rejected,
     Released,
     Renewed,
+    Resized,
+    ResizeWarned,
     Revoked,
 )
+from bursar.broker.elastic import Intent
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, JournalError, RequestError
@@ -130,6 +133,8 @@ _EVENT_KIND = {
     Expired: pb.LEASE_EVENT_KIND_EXPIRED,
     Released: pb.LEASE_EVENT_KIND_RELEASED,
     Allocated: pb.LEASE_EVENT_KIND_ALLOCATED,
+    Resized: pb.LEASE_EVENT_KIND_RESIZED,
+    ResizeWarned: pb.LEASE_EVENT_KIND_RESIZE_WARNING,
 }
 _END_KIND = {
     LeaseState.RELEASED: pb.LEASE_EVENT_KIND_RELEASED,
@@ -684,7 +689,7 @@ class ServiceCore:
 
     def lease_proto(self, lease_id: str) -> pb.Lease:
         ls = self.engine.leases.get(lease_id)
-        if ls is not None:
+        if ls is not None and lease_id not in self.engine.elastic.parent_of:
             return self._live_lease_proto(ls)
         ended = self.engine.ended.get(lease_id)
         if ended is not None:
@@ -701,7 +706,7 @@ class ServiceCore:
 
     def _lease_campaign(self, lease_id: str) -> str | None:
         ls = self.engine.leases.get(lease_id)
-        if ls is not None:
+        if ls is not None and lease_id not in self.engine.elastic.parent_of:
             return ls.campaign
         ended = self.engine.ended.get(lease_id)
         return ended.campaign if ended is not None else None
@@ -722,7 +727,7 @@ class ServiceCore:
         if campaign and not principal.admin:
             principal.acting_for(campaign)
         only = principal.campaign or campaign or None
-        leases = sorted(self.engine.leases.values(), key=lambda ls: int(ls.id[1:]))
+        leases = sorted(self.engine.holders_leases(), key=lambda ls: int(ls.id[1:]))
         return [self._live_lease_proto(ls) for ls in leases if only is None or ls.campaign == only]
 
     async def acquire(
@@ -735,6 +740,7 @@ class ServiceCore:
         labels: dict[str, str],
         key: str = "",
         shape: Shape | None = None,
+        intent: Intent | None = None,
     ) -> tuple[Granted, float]:
         """Request a lease; return the grant and the seconds it waited in the queue.
 
@@ -757,6 +763,7 @@ class ServiceCore:
                 labels=labels,
                 idempotency_key=key,
                 shape=shape,
+                intent=intent,
             ),
         )
         first = call.start()
@@ -930,7 +937,7 @@ class ServiceCore:
             targets = ids
         else:
             targets = sorted(
-                (ls.id for ls in self.engine.leases.values() if scope in (None, ls.campaign)),
+                (ls.id for ls in self.engine.holders_leases() if scope in (None, ls.campaign)),
                 key=lambda x: int(x[1:]),
             )
         for lid in targets:
@@ -1020,6 +1027,13 @@ class ServiceCore:
         elif isinstance(d, Allocated):
             lease.allocation.clear()
             lease.allocation.update(d.allocation)
+        elif isinstance(d, Resized):
+            lease.size.clear()
+            lease.size.update(d.size)
+            lease.nodes[:] = list(d.nodes)
+        elif isinstance(d, ResizeWarned):
+            ev.deadline = d.deadline
+            ev.resize_to.update(d.to)
         elif isinstance(d, PreemptWarned):
             lease.state = convert.state_to_proto(LeaseState.PREEMPTING)
             lease.preempt_deadline = d.deadline

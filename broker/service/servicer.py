@@ -183,6 +183,14 @@ class BrokerServicer(_Base):
     async def Acquire(self, req: pb.AcquireRequest, who: Principal) -> pb.AcquireResponse:
         campaign = who.acting_for(req.campaign)
         shape = convert.shape_from_proto(req)
+        intent = convert.intent_from_proto(req)
+        if intent is not None and not self.core.runtime.backend.resizes:
+            raise RequestError(
+                ErrorCode.FAILED_PRECONDITION,
+                "intent",
+                f"this broker's backend ({type(self.core.runtime.backend).__name__}) cannot "
+                "resize a lease where it is; ask for a fixed size",
+            )
         grant, waited = await self.core.acquire(
             campaign,
             convert.check_size(req.size, shape),
@@ -192,6 +200,7 @@ class BrokerServicer(_Base):
             convert.check_labels(req.labels),
             req.idempotency_key,
             shape,
+            intent,
         )
         return pb.AcquireResponse(
             lease=self.core.lease_proto(grant.lease_id),
@@ -329,7 +338,7 @@ class BrokerServicer(_Base):
             started_at=core.started_at,
             journal_entries=core.runtime.journal.last_seq,
             campaigns=len(eng.campaigns),
-            leases=len(eng.leases),
+            leases=len(eng.leases) - len(eng.elastic.parent_of),
             pending=len(eng.pending),
             open_streams=core.limits.open_streams,
             caller=str(who),

@@ -43,6 +43,7 @@ from bursar.providers.client._errors import PermissionDenied as PermissionDenied
 from bursar.providers.client._errors import Refused as Refused
 from bursar.providers.client._errors import Unauthenticated as Unauthenticated
 from bursar.providers.client._errors import Unavailable as Unavailable
+from bursar.providers.client._intent import Intent as Intent
 from bursar.providers.client._lease import LeaseHandle as LeaseHandle
 from bursar.providers.client._loop import LoopThread as LoopThread
 from bursar.providers.client._sync import AdminClient as AdminClient
@@ -55,6 +56,7 @@ from bursar.providers.client._types import CampaignSupply as CampaignSupply
 from bursar.providers.client._types import CreatedCampaign as CreatedCampaign
 from bursar.providers.client._types import DimEnvelope as DimEnvelope
 from bursar.providers.client._types import DimSupply as DimSupply
+from bursar.providers.client._types import ElasticState as ElasticState
 from bursar.providers.client._types import Lease as Lease
 from bursar.providers.client._types import LeaseClass as LeaseClass
 from bursar.providers.client._types import LeaseEvent as LeaseEvent
@@ -84,8 +86,10 @@ __all__ = [
     "DeadlineExceeded",
     "DimEnvelope",
     "DimSupply",
+    "ElasticState",
     "FailedPrecondition",
     "FieldViolation",
+    "Intent",
     "InvalidArgument",
     "Lease",
     "LeaseClass",

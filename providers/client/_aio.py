@@ -26,6 +26,7 @@ from bursar.providers.client._errors import (
     OutOfRange,
     from_rpc_error,
 )
+from bursar.providers.client._intent import Intent
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._types import (
     BrokerStatus,
@@ -154,6 +155,7 @@ class AsyncBrokerClient:
         exclusive: bool = False,
         cpus_per_gpu: float | None = None,
         mem_per_gpu: float | None = None,
+        intent: Intent | None = None,
     ) -> Lease:
         """Ask for a lease of ``size`` (e.g. ``{"gpu": 8}``) for ``duration_s`` seconds.
 
@@ -176,10 +178,22 @@ class AsyncBrokerClient:
         ``idempotency_key`` is given), and its retries after UNAVAILABLE carry the same
         key: a reply lost on the way back never leaves a second, orphaned lease. Pass your
         own key to make a retry of your own (e.g. after this process restarts) safe too.
+
+        ``intent`` (an :class:`Intent`; ``size`` then ``{}``): an elastic, deadline-aware
+        lease, granted at ``intent.min`` and resized by the broker; its Watch stream hears
+        RESIZED and RESIZE_WARNING, and ``Lease.elastic`` shows the allocator's view.
         """
         wire = shape_to_proto(shape, nodes, per_node, exclusive, cpus_per_gpu, mem_per_gpu)
         lease, _ = await self._acquire(
-            size, duration_s, blocking, timeout, lease_class, labels, idempotency_key, wire
+            size,
+            duration_s,
+            blocking,
+            timeout,
+            lease_class,
+            labels,
+            idempotency_key,
+            wire,
+            None if intent is None else intent.to_proto(),
         )
         return lease
 
@@ -193,6 +207,7 @@ class AsyncBrokerClient:
         labels: Mapping[str, str] | None,
         idempotency_key: str | None = None,
         shape: pb.Shape | None = None,
+        intent: pb.Intent | None = None,
     ) -> tuple[Lease, pb.AcquireResponse]:
         wait = 0.0 if not blocking else MAX_WAIT_S if timeout is None else timeout
         request = pb.AcquireRequest(
@@ -204,6 +219,7 @@ class AsyncBrokerClient:
             labels=dict(labels or {}),
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             shape=shape,
+            intent=intent,
         )
         t0 = self.clock.now()
 

@@ -32,6 +32,7 @@ from bursar.broker.clock import SYSTEM, Clock
 from bursar.providers.client._aio import AsyncAdminClient, AsyncBrokerClient
 from bursar.providers.client._backoff import Backoff
 from bursar.providers.client._channel import DEFAULT_TARGET, Tls
+from bursar.providers.client._intent import Intent
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._loop import LoopThread
 from bursar.providers.client._types import (
@@ -154,6 +155,7 @@ class BrokerClient(_SyncClient):
         exclusive: bool = False,
         cpus_per_gpu: float | None = None,
         mem_per_gpu: float | None = None,
+        intent: Intent | None = None,
     ) -> Lease:
         """See :meth:`AsyncBrokerClient.acquire`."""
         return self._run(
@@ -171,6 +173,7 @@ class BrokerClient(_SyncClient):
                 exclusive=exclusive,
                 cpus_per_gpu=cpus_per_gpu,
                 mem_per_gpu=mem_per_gpu,
+                intent=intent,
             )
         )
 
