@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from bursar.broker import dims, elastic
+from bursar.broker import codec, dims, elastic
 from bursar.broker.decisions import LeasePath
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
+from bursar.broker.events import RequestLease
 from bursar.broker.lease import EndedLease, Lease, LeaseState
 from bursar.broker.reasons import Reason
 from bursar.broker.shape import MAX_NODES, Shape
@@ -25,10 +28,15 @@ from bursar.protos.bursar.v1 import broker_pb2 as pb
 __all__ = [
     "MAX_ID_LEN",
     "MAX_LABELS",
+    "MAX_WAIT_S",
+    "AcquireArgs",
+    "acquire_from_proto",
     "campaign_to_proto",
     "check_id",
     "check_labels",
     "check_number",
+    "decision_kind_to_proto",
+    "decision_record",
     "lease_class_from_proto",
     "lease_class_to_proto",
     "lease_to_proto",
@@ -46,6 +54,9 @@ MAX_LABELS = 16
 MAX_LABEL_KEY = 63
 MAX_LABEL_VALUE = 256
 MAX_SIZE_ENTRIES = 8
+
+MAX_WAIT_S = 3600.0
+"""Longest a blocking Acquire may wait (AcquireRequest.timeout_s)."""
 
 _STATE = {s: pb.LeaseState.Value(f"LEASE_STATE_{s.name}") for s in LeaseState}
 _PATH = {p: pb.LeasePath.Value(f"LEASE_PATH_{p.name}") for p in LeasePath}
@@ -72,6 +83,25 @@ def reason_to_proto(r: Reason | None) -> int:
 
 def lease_class_to_proto(c: LeaseClass) -> int:
     return _CLASS[c]
+
+
+def decision_kind_to_proto(kind: str) -> int:
+    """The wire's DecisionKind for a decision's ``kind`` ("grant", "queue", ...)."""
+    return pb.DecisionKind.Value(f"DECISION_KIND_{kind.upper()}")
+
+
+def decision_record(seq: int, d: Mapping[str, Any]) -> pb.DecisionRecord:
+    """A decision as the journal records it (its dict form), as ListDecisions sends it."""
+    reason = d.get("reason")
+    return pb.DecisionRecord(
+        seq=seq,
+        at=d.get("at", 0.0),
+        kind=decision_kind_to_proto(d["kind"]),
+        campaign=d.get("campaign", ""),
+        lease_id=d.get("lease_id") or d.get("request_id") or "",
+        reason=reason_to_proto(Reason(reason) if reason else None),
+        json=codec.dumps(d),
+    )
 
 
 def lease_class_from_proto(value: int, field: str = "lease_class") -> LeaseClass | None:
@@ -180,6 +210,56 @@ def intent_from_proto(req: pb.AcquireRequest) -> elastic.Intent | None:
         degrade=tuple(
             elastic.DegradeMode(m.name, m.work_factor, m.value_factor) for m in it.degrade
         ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireArgs:
+    """An Acquire as the wire asked for it, checked for what the engine cannot see: what
+    Acquire submits and WhatIf decides on a copy, from the one conversion."""
+
+    campaign: str
+    size: dict[str, float]
+    duration_s: float
+    timeout_s: float
+    lease_class: LeaseClass | None
+    labels: dict[str, str]
+    key: str = ""
+    shape: Shape | None = None
+    intent: elastic.Intent | None = None
+
+    def event(self, at: float) -> RequestLease:
+        """The engine's event for this Acquire arriving at ``at``: a request that may wait
+        queues (blocking), one that may not is refused when it cannot be granted now."""
+        return RequestLease(
+            at=at,
+            campaign=self.campaign,
+            size=self.size,
+            duration_s=self.duration_s,
+            blocking=self.timeout_s > 0,
+            lease_class=self.lease_class,
+            labels=self.labels,
+            idempotency_key=self.key,
+            shape=self.shape,
+            intent=self.intent,
+        )
+
+
+def acquire_from_proto(req: pb.AcquireRequest, campaign: str) -> AcquireArgs:
+    """An AcquireRequest for ``campaign`` (the caller's, as its token allows)."""
+    shape = shape_from_proto(req)
+    intent = intent_from_proto(req)
+    return AcquireArgs(
+        campaign,
+        # With an intent the size may be left empty: intent.min is the size.
+        check_size(req.size, shape) if intent is None else dict(req.size),
+        req.duration_s,
+        check_number(req.timeout_s, "timeout_s", high=MAX_WAIT_S),
+        lease_class_from_proto(req.lease_class),
+        check_labels(req.labels),
+        req.idempotency_key,
+        shape,
+        intent,
     )
 
 

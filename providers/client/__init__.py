@@ -54,6 +54,8 @@ from bursar.providers.client._types import Campaign as Campaign
 from bursar.providers.client._types import CampaignSpec as CampaignSpec
 from bursar.providers.client._types import CampaignSupply as CampaignSupply
 from bursar.providers.client._types import CreatedCampaign as CreatedCampaign
+from bursar.providers.client._types import DecisionKind as DecisionKind
+from bursar.providers.client._types import DecisionRecord as DecisionRecord
 from bursar.providers.client._types import DimEnvelope as DimEnvelope
 from bursar.providers.client._types import DimSupply as DimSupply
 from bursar.providers.client._types import ElasticState as ElasticState
@@ -64,9 +66,11 @@ from bursar.providers.client._types import LeaseEventKind as LeaseEventKind
 from bursar.providers.client._types import LeasePath as LeasePath
 from bursar.providers.client._types import LeaseState as LeaseState
 from bursar.providers.client._types import MeterResult as MeterResult
+from bursar.providers.client._types import ReasonCode as ReasonCode
 from bursar.providers.client._types import Shape as Shape
 from bursar.providers.client._types import Supply as Supply
 from bursar.providers.client._types import TimeTo as TimeTo
+from bursar.providers.client._types import WhatIfResult as WhatIfResult
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -84,6 +88,8 @@ __all__ = [
     "CampaignSupply",
     "CreatedCampaign",
     "DeadlineExceeded",
+    "DecisionKind",
+    "DecisionRecord",
     "DimEnvelope",
     "DimSupply",
     "ElasticState",
@@ -103,6 +109,7 @@ __all__ = [
     "NotFound",
     "OutOfRange",
     "PermissionDenied",
+    "ReasonCode",
     "Refused",
     "Shape",
     "Supply",
@@ -111,4 +118,5 @@ __all__ = [
     "Tls",
     "Unauthenticated",
     "Unavailable",
+    "WhatIfResult",
 ]

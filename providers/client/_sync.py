@@ -46,6 +46,7 @@ from bursar.providers.client._types import (
     MeterResult,
     Shape,
     Supply,
+    WhatIfResult,
 )
 
 __all__ = ["AdminClient", "BrokerClient", "SyncLeaseHandle"]
@@ -176,6 +177,44 @@ class BrokerClient(_SyncClient):
                 intent=intent,
             )
         )
+
+    def whatif_acquire(
+        self,
+        size: Mapping[str, float],
+        duration_s: float,
+        *,
+        blocking: bool = True,
+        timeout: float | None = None,
+        lease_class: LeaseClass | str | None = None,
+        labels: Mapping[str, str] | None = None,
+        shape: Shape | None = None,
+        nodes: int | None = None,
+        per_node: Mapping[str, float] | None = None,
+        exclusive: bool = False,
+        cpus_per_gpu: float | None = None,
+        mem_per_gpu: float | None = None,
+    ) -> WhatIfResult:
+        """See :meth:`AsyncBrokerClient.whatif_acquire`."""
+        return self._run(
+            self._aio.whatif_acquire(
+                size,
+                duration_s,
+                blocking=blocking,
+                timeout=timeout,
+                lease_class=lease_class,
+                labels=labels,
+                shape=shape,
+                nodes=nodes,
+                per_node=per_node,
+                exclusive=exclusive,
+                cpus_per_gpu=cpus_per_gpu,
+                mem_per_gpu=mem_per_gpu,
+            )
+        )
+
+    def whatif_envelope(self, spec: CampaignSpec) -> WhatIfResult:
+        """See :meth:`AsyncBrokerClient.whatif_envelope` (the admin token only)."""
+        return self._run(self._aio.whatif_envelope(spec))
 
     def renew(self, lease_id: str, duration_s: float) -> Lease:
         return self._run(self._aio.renew(lease_id, duration_s))
@@ -391,6 +430,10 @@ class AdminClient(_SyncClient):
 
     def update_campaign(self, spec: CampaignSpec) -> Campaign:
         return self._run(self._aio.update_campaign(spec))
+
+    def whatif_envelope(self, spec: CampaignSpec) -> WhatIfResult:
+        """See :meth:`AsyncAdminClient.whatif_envelope`."""
+        return self._run(self._aio.whatif_envelope(spec))
 
     def get_campaign(self, name: str) -> Campaign:
         return self._run(self._aio.get_campaign(name))
