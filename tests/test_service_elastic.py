@@ -1,0 +1,125 @@
+"""Elastic leases over real gRPC: an Acquire with an intent, its Watch stream (GRANTED,
+RESIZED, RESIZE_WARNING, RESIZED), the lease's elastic view, and the refusals."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+from service_support import (
+    CAMPAIGNS,
+    POOL,
+    START,
+    asleep_until,
+    config,
+    fails,
+    next_event,
+    run,
+    serve,
+)
+
+from bursar.broker.clock import ManualClock
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+
+K = pb
+# The service tests' pool without its cold node: a waiting request can only be served
+# by what the elastic lease gives back.
+WARM_ONLY = config(
+    POOL[: POOL.index("[pool.groups.c]")] + POOL[POOL.index("[policy]") :] + CAMPAIGNS
+)
+
+
+def intent(**kw: object) -> pb.Intent:
+    base: dict[str, object] = dict(
+        min={"gpu": 2},
+        max={"gpu": 16},
+        speedup=pb.Speedup(amdahl_serial_fraction=0.05),
+        remaining_work=20_000,
+        deadline_s=3_000,
+    )
+    base.update(kw)
+    return pb.Intent(**base)  # type: ignore[arg-type]
+
+
+def test_an_elastic_lease_grows_then_shrinks_for_a_waiting_request(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = ManualClock(START)
+        async with serve(tmp_path, WARM_ONLY, clock=clock) as c:
+            stream = c.broker.Watch(pb.WatchRequest(), metadata=c.as_("sci"))
+            await stream.initial_metadata()
+            got = await c.broker.Acquire(
+                pb.AcquireRequest(duration_s=600, intent=intent()), metadata=c.as_("sci")
+            )
+            lease = got.lease
+            # Answered once granted and grown in the same decision step: the whole pool's
+            # warm GPUs (two nodes of 8).
+            assert dict(lease.size) == {"gpu": 16.0} and len(lease.nodes) == 2
+            assert lease.elastic.units == 16 and lease.elastic.mode == "full"
+            assert lease.elastic.deadline == START + 3_000
+            granted = await next_event(stream)
+            assert granted.kind == K.LEASE_EVENT_KIND_GRANTED
+            grown = await next_event(stream)
+            assert grown.kind == K.LEASE_EVENT_KIND_RESIZED
+            assert dict(grown.lease.size) == {"gpu": 16.0} and grown.seq == granted.seq
+            # Extra steps are no leases of their own.
+            listed = await c.broker.ListLeases(pb.ListLeasesRequest(), metadata=c.as_("sci"))
+            assert [x.lease_id for x in listed.leases] == [lease.lease_id]
+
+            # Another campaign asks for 8 GPUs and waits: the lease is told to shrink.
+            task = asyncio.ensure_future(c.acquire("other", 8, duration_s=60, timeout_s=30))
+            warn = await next_event(stream)
+            assert warn.kind == K.LEASE_EVENT_KIND_RESIZE_WARNING
+            assert warn.deadline == START + 0.6 and dict(warn.resize_to) == {"gpu": 8.0}
+            now = await c.broker.GetLease(
+                pb.GetLeaseRequest(lease_id=lease.lease_id), metadata=c.as_("sci")
+            )
+            assert dict(now.size) == {"gpu": 16.0}
+            assert now.elastic.resize_deadline == START + 0.6
+            assert dict(now.elastic.resize_to) == {"gpu": 8.0}
+            await asleep_until(clock, START + 0.6)
+            clock.set(START + 0.6)
+            shrunk = await next_event(stream)
+            assert shrunk.kind == K.LEASE_EVENT_KIND_RESIZED
+            assert dict(shrunk.lease.size) == {"gpu": 8.0} and shrunk.at == START + 0.6
+            won = await task
+            assert won.lease.campaign == "other" and abs(won.waited_s - 0.6) < 1e-6
+            stream.cancel()
+
+    run(scenario())
+
+
+def test_elastic_refusals_over_the_wire(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path, clock=ManualClock(START)) as c:
+            journal = c.journal_len()
+            bad = await fails(
+                c.broker.Acquire(
+                    pb.AcquireRequest(
+                        duration_s=60,
+                        intent=intent(speedup=pb.Speedup(amdahl_serial_fraction=1.5)),
+                    ),
+                    metadata=c.as_("sci"),
+                )
+            )
+            assert bad.code == grpc.StatusCode.INVALID_ARGUMENT
+            ((where, why),) = bad.field_violations
+            assert where == "intent.speedup.amdahl_serial_fraction" and "[0, 1]" in why
+            assert c.journal_len() == journal
+            hopeless = await fails(
+                c.broker.Acquire(
+                    pb.AcquireRequest(duration_s=60, intent=intent(deadline_s=10)),
+                    metadata=c.as_("sci"),
+                )
+            )
+            assert hopeless.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert hopeless.reason == "DEADLINE_UNREACHABLE" and hopeless.retry_after_s is None
+            preemptible = await fails(
+                c.broker.Acquire(
+                    pb.AcquireRequest(duration_s=60, intent=intent()), metadata=c.as_("backfill")
+                )
+            )
+            assert preemptible.code == grpc.StatusCode.FAILED_PRECONDITION
+            assert "preemptible" in preemptible.message
+
+    run(scenario())
