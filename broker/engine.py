@@ -745,6 +745,9 @@ class Engine:
         cold_avail = dims.vmax0(dims.sub(dims.add(boot_free, cold), short))
         early: list[reservations.Step] = []
         reclaim = dims.vmax0(dims.sub(ledger.reclaimable, ledger.lent()))
+        if not dims.is_zero(self.elastic.held):
+            # Elastic leases' extra steps come back a grace period after a warning.
+            reclaim = dims.add(reclaim, self.elastic.held)
         if not dims.is_zero(reclaim):
             early.append((now + self.policy.grace_s, reclaim))
         if not dims.is_zero(cold_avail):
@@ -980,8 +983,14 @@ class Engine:
         c.leases.add(ls.id)
         self.leases[ls.id] = ls
         self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
-        self.ledger.firm_started(ls)
-        if self._guarantees is not None and not ls.preemptible:
+        if quiet:
+            # An extra step comes back within a grace period whenever a waiting request
+            # needs it: the reservations count the steps so (``_reservations``), not as
+            # capacity held to their expiry.
+            self.elastic.held = dims.add(self.elastic.held, ls.size)
+        else:
+            self.ledger.firm_started(ls)
+        if self._guarantees is not None and not ls.preemptible and not quiet:
             # Granted past the reservations: the profile counts it with a window over its
             # span (``_reserved_granted``), not as capacity returning at its expiry.
             self._firm_added.add(ledger_end_entry(ls, ls.expires_at))
@@ -1053,8 +1062,14 @@ class Engine:
         self._set_held(c, dims.vmax0(dims.sub(c.held, ls.size)))
         self.ledger.refund(c, refund_tokens, refund_credits)
         c.leases.discard(ls.id)
-        self.ledger.firm_ended(ls)
         del self.leases[ls.id]
+        if quiet:
+            # A step is part of its lease: no record of its own is kept.
+            self.elastic.held = dims.vmax0(dims.sub(self.elastic.held, ls.size))
+            self.queue.dirty.add(ls.campaign)
+            self.queue.pool_dirty = True
+            return decision
+        self.ledger.firm_ended(ls)
         self.ended.add(
             EndedLease(
                 ls.id,
@@ -1165,7 +1180,10 @@ class Engine:
         """End an ending lease's extra steps with it; their refunds join the lease's own."""
         tokens = credits = 0.0
         for xid in el.extents:
-            d = self._end(self.leases[xid], state, cause, quiet=True)
+            x = self.leases[xid]
+            if xid in el.warned:
+                self.elastic.warned_held = dims.vmax0(dims.sub(self.elastic.warned_held, x.size))
+            d = self._end(x, state, cause, quiet=True)
             tokens += getattr(d, "refund_tokens", 0.0)
             credits += getattr(d, "refund_credits", 0.0)
             del self.elastic.parent_of[xid]
@@ -1187,7 +1205,8 @@ class Engine:
             tokens += getattr(d, "refund_tokens", 0.0)
             credits += getattr(d, "refund_credits", 0.0)
             el.extents.remove(xid)
-            el.warned.pop(xid, None)
+            if el.warned.pop(xid, None) is not None:
+                self.elastic.warned_held = dims.vmax0(dims.sub(self.elastic.warned_held, x.size))
             del self.elastic.parent_of[xid]
         return self._resized(el, delta, -tokens, -credits, {"cause": cause})
 
@@ -1215,7 +1234,6 @@ class Engine:
             tokens += t
             credits += cr
             x.segments.append(Segment(x.expires_at, new_end, rate, credit_rate))
-            self.ledger.firm_renewed(x, new_end)
             self._charge_usage(c, x.size, x.expires_at, new_end, +1)
             x.expires_at = new_end
             self.timers.push(new_end, TimerKind.EXPIRE, xid)
@@ -1236,6 +1254,7 @@ class Engine:
         for xid in extents:
             el.warned[xid] = deadline
             self.timers.push(deadline, TimerKind.RESIZE, xid)
+            self.elastic.warned_held = dims.add(self.elastic.warned_held, self.leases[xid].size)
         size, _ = self.elastic_size(el.lease_id)
         for xid in el.warned:
             size = dims.sub(size, self.leases[xid].size)
@@ -1265,6 +1284,8 @@ class Engine:
             ls = self.leases[e.lease_id]
             e.running = ls.state is LeaseState.ACTIVE
             e.advance(now)
+            if not e.intent.degrade:
+                continue
             mode = elastic.repick(e, now, policy.elastic_degrade)
             if mode != e.mode:
                 ms = elastic.modes(e.intent)
@@ -1289,24 +1310,30 @@ class Engine:
         if not pending:
             return None
         el = self.elastic
-        spare = inflight = dims.ZERO
-        for e in el.by_lease.values():
-            for xid in e.extents:
-                if xid in e.warned:
-                    inflight = dims.add(inflight, self.leases[xid].size)
-                else:
-                    spare = dims.add(spare, self.leases[xid].size)
-        limits: dict[str, dims.Vec] = {}
+        inflight = el.warned_held
+        spare = dims.vmax0(dims.sub(el.held, inflight))
+        limits: dict[Any, dims.Vec] = {}
         queue = self.queue
-        for p in sorted((p for p in pending.values() if p.counted), key=queue.key):
-            limit = limits.get(p.campaign)
+        best: tuple[Any, Pending, dims.Vec] | None = None
+        for p in pending.values():
+            if not p.counted:
+                continue
+            c = self.campaigns[p.campaign]
+            # The warm limit depends on the campaign's group only (as the pass's memo).
+            group = (c.spec.preemptible, c.spec.lease_class, c.unmet)
+            limit = limits.get(group)
             if limit is None:
-                limit = limits[p.campaign] = dims.vmax0(
-                    self._capacity_for(self.campaigns[p.campaign])[0]
-                )
+                limit = limits[group] = dims.vmax0(self._capacity_for(c)[0])
             if dims.fits(p.size, dims.add(dims.add(limit, spare), inflight)):
-                return p.id, dims.vmax0(dims.sub(p.size, dims.add(limit, inflight)))
-        return None
+                # The first such request in admission order (keys are looked at only for
+                # the requests the steps could serve).
+                key = queue.key(p)
+                if best is None or key < best[0]:
+                    best = (key, p, limit)
+        if best is None:
+            return None
+        _, p, limit = best
+        return p.id, dims.vmax0(dims.sub(p.size, dims.add(limit, inflight)))
 
     def _elastic_yield(self, rid: str, need: dims.Vec) -> None:
         """Announce the shrink of the extra steps worth least where they are, until what

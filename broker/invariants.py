@@ -84,3 +84,10 @@ def _check_elastic(eng: Engine) -> None:
             assert xid in e.extents and deadline >= eng.now - 1e-9, (lid, xid, deadline)
     for rid in el.waiting:
         assert rid in eng.pending, rid
+    held = warned = dims.ZERO
+    for xid, parent in el.parent_of.items():
+        held = dims.add(held, eng.leases[xid].size)
+        if xid in el.by_lease[parent].warned:
+            warned = dims.add(warned, eng.leases[xid].size)
+    for got, want in ((el.held, held), (el.warned_held, warned)):
+        assert all(abs(a - b) < 1e-6 for a, b in zip(got, want, strict=True)), (got, want)
