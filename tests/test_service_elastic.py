@@ -19,8 +19,11 @@ from service_support import (
     serve,
 )
 
+from bursar.broker.audit import audit
 from bursar.broker.clock import ManualClock
+from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.protos.bursar.v1 import broker_pb2 as pb
+from bursar.providers.client import AsyncBrokerClient, Backoff, Intent
 
 K = pb
 # The service tests' pool without its cold node: a waiting request can only be served
@@ -123,3 +126,36 @@ def test_elastic_refusals_over_the_wire(tmp_path: Path) -> None:
             assert "preemptible" in preemptible.message
 
     run(scenario())
+
+
+def test_the_client_library_asks_for_an_elastic_lease_and_the_journal_audits(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with (
+            serve(tmp_path, WARM_ONLY, clock=ManualClock(START)) as c,
+            AsyncBrokerClient(c.address, c.tokens["sci"], backoff=Backoff(0.05, 0.3)) as sci,
+        ):
+            want = Intent(
+                min={"gpu": 2},
+                max={"gpu": 8},
+                work=5_000,
+                deadline_s=2_000,
+                curve=((1, 1.0), (2, 1.9), (4, 3.5), (8, 6.0)),
+                decay=("linear", 600.0),
+                degrade=(("fp16", 0.6, 0.9),),
+            )
+            lease = await sci.acquire({}, 600, intent=want)
+            assert dict(lease.size) == {"gpu": 8.0}
+            assert lease.elastic is not None and lease.elastic.units == 8
+            assert lease.elastic.max == {"gpu": 8.0} and lease.elastic.mode == "full"
+            assert lease.elastic.marginal_utility == 0  # at max
+            await sci.release(lease.id)
+
+    run(scenario())
+    journal = Journal.open(tmp_path / JOURNAL_FILENAME)
+    try:
+        report = audit(journal)
+        assert report.ok and not report.mismatches
+    finally:
+        journal.close()

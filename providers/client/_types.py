@@ -394,12 +394,14 @@ ElasticState = _message(
 Lease = _message(
     _LeaseBase,
     "Lease",
-    _Shape(pb.Lease.DESCRIPTOR, rename={"lease_id": "id"}),
+    _Shape(pb.Lease.DESCRIPTOR, rename={"lease_id": "id"}, optional=frozenset({"elastic"})),
     """A lease as the broker last described it (``bursar.v1.Lease``; ``lease_id`` is
     ``id`` here). ``size`` holds the units per placed dimension (``{"gpu": 8.0}``);
     ``nodes`` is empty until it is active; ``preempt_deadline`` is set while PREEMPTING
     and ``ended_at`` once it has ended (else None); ``allocation`` says how to run inside
-    it on a real resource manager (:func:`bursar.providers.launch.launch_argv`).""",
+    it on a real resource manager (:func:`bursar.providers.launch.launch_argv`);
+    ``elastic`` is the allocator's view of an elastic lease (:class:`ElasticState`), None
+    for a lease of a fixed size.""",
 )
 
 
