@@ -5,7 +5,11 @@ refuses what Acquire and Admin.UpdateCampaign refuse, the same way."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
+import gc
 import json
+import types
 from pathlib import Path
 from typing import Any
 
@@ -315,5 +319,54 @@ def test_each_answer_is_the_next_real_decision(tmp_path: Path, asks: list[Any]) 
                 mine = [d for d in real if d.get("campaign") == who]
                 assert [json.loads(x.json) for x in what.decisions] == mine
                 assert c.journal_len() == entries + 1
+
+    run(scenario())
+
+
+_CONSTANT = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range)
+
+
+def _mutable_reachable(root: object) -> dict[int, object]:
+    """Every object reachable from ``root`` that could be changed in place: containers
+    and instances, but not constants, enum members, classes, functions or modules (shared
+    by design: a copy refers to the same ones). Frozen dataclasses are walked into, and
+    not counted themselves."""
+    out: dict[int, object] = {}
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type | types.ModuleType | types.FunctionType | enum.Enum):
+            continue
+        if isinstance(obj, types.BuiltinFunctionType | types.MethodWrapperType):
+            continue
+        frozen = dataclasses.is_dataclass(obj) and type(obj).__dataclass_params__.frozen
+        if not isinstance(obj, _CONSTANT) and not frozen:
+            out[id(obj)] = obj
+        stack.extend(gc.get_referents(obj))
+    return out
+
+
+def test_the_copy_shares_no_mutable_state_with_the_live_engine(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path, clock=ManualClock(START)) as c:
+            await c.acquire("backfill", 8)
+            waiting, _ = await _queue_behind_burst(c)
+            for i in range(3):
+                lease = await c.acquire("other", 1, duration_s=5 + i)
+                await c.broker.Release(
+                    pb.ReleaseRequest(lease_id=lease.lease.lease_id), metadata=c.as_("other")
+                )
+            args = AcquireArgs("other", {"gpu": 4}, 30.0, 0.0, None, {})
+            _, copy = await c.core.what_if_acquire(args)
+            live = _mutable_reachable(c.core.engine)
+            mine = _mutable_reachable(copy)
+            assert len(live) > 100 and len(mine) > 100  # the walk sees the state
+            shared = [type(live[i]).__name__ for i in live.keys() & mine.keys()]
+            assert shared == []
+            waiting.cancel()
 
     run(scenario())
