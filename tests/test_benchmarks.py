@@ -51,6 +51,24 @@ def test_bench_engine_scaling_prints_a_table_against_the_smallest_pool() -> None
     assert [r[-2] for r in rows if r[0] == "16"] == ["1.00", "1.00"]
 
 
+def test_bench_whatif_copies_the_engine_both_ways_and_each_copy_decides_alike() -> None:
+    out = _run(
+        "benchmarks/bench_whatif.py",
+        "--leases",
+        "200",
+        "--ended",
+        "100",
+        "--pending",
+        "20",
+        "--repeat",
+        "2",
+    )
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert set(rows) == {"pickle", "deepcopy"}, out
+    for line in rows.values():
+        assert "same digest: True" in line and "same decision: True" in line, out
+
+
 def test_bench_service_prints_the_ratio_to_the_empty_handler() -> None:
     out = _run(
         "benchmarks/bench_service.py", "--clients", "1,4", "--seconds", "0.5", "--rounds", "1"
