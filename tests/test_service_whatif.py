@@ -370,3 +370,22 @@ def test_the_copy_shares_no_mutable_state_with_the_live_engine(tmp_path: Path) -
             waiting.cancel()
 
     run(scenario())
+
+
+def test_an_idempotency_key_is_not_used(tmp_path: Path) -> None:
+    """A WhatIf is no retry: the key of an earlier Acquire neither replays its answer nor
+    counts as reused for another request."""
+
+    async def scenario() -> None:
+        async with serve(tmp_path, clock=ManualClock(START)) as c:
+            first = await c.acquire("sci", 8, idempotency_key="job-1")
+            again = _ask(gpus=4, idempotency_key="job-1")
+            what = await c.broker.WhatIf(again, metadata=c.as_("sci"))
+            assert what.outcome == KIND.DECISION_KIND_GRANT
+            assert what.lease.lease_id != first.lease.lease_id
+            assert dict(what.lease.size) == {"gpu": 4.0}
+            # The real call with that key is refused as a key reused for another request.
+            refused = await fails(c.acquire("sci", 4, idempotency_key="job-1"))
+            assert refused.code == grpc.StatusCode.INVALID_ARGUMENT
+
+    run(scenario())
