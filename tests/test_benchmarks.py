@@ -54,19 +54,13 @@ def test_bench_engine_scaling_prints_a_table_against_the_smallest_pool() -> None
 def test_bench_whatif_copies_the_engine_both_ways_and_each_copy_decides_alike() -> None:
     out = _run(
         "benchmarks/bench_whatif.py",
-        "--leases",
-        "200",
-        "--ended",
-        "100",
-        "--pending",
-        "20",
-        "--repeat",
-        "2",
+        *("--leases", "200", "--ended", "100", "--pending", "20", "--repeat", "2", "--service"),
     )
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
-    assert set(rows) == {"pickle", "deepcopy"}, out
-    for line in rows.values():
-        assert "same digest: True" in line and "same decision: True" in line, out
+    assert set(rows) == {"pickle", "deepcopy", "service:", "WhatIf", "Acquire"}, out
+    for name in ("pickle", "deepcopy"):
+        assert "same digest: True" in rows[name] and "same decision: True" in rows[name], out
+    assert "202 live leases" in rows["service:"], out  # 200, and the 2 timed Acquires
 
 
 def test_bench_service_prints_the_ratio_to_the_empty_handler() -> None:
