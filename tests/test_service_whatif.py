@@ -101,7 +101,13 @@ def test_whatif_changes_nothing_whatever_it_would_decide(tmp_path: Path) -> None
             assert _state(c) == before
             assert await _leases(c) == leases
             assert dict(c.core.engine.pending) == pending and not waiting.done()
-            waiting.cancel()
+
+            # The real change then decides just what the WhatIf listed.
+            update = admin_pb2.UpdateCampaignRequest(spec=_envelope("sci", 32))
+            await c.admin.UpdateCampaign(update, metadata=c.as_("admin"))
+            assert _last_entry(c) == [json.loads(x.json) for x in env.decisions]
+            granted = await waiting
+            assert granted.lease.lease_id == queued
 
     run(scenario())
 
