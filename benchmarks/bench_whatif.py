@@ -1,7 +1,8 @@
-"""What a WhatIf call's copy of the engine costs: pickling round trip against deepcopy.
+"""What a WhatIf call's copy of the engine costs: pickling round trip against deepcopy;
+and, with ``--service``, a WhatIf over gRPC against an Acquire.
 
     python benchmarks/bench_whatif.py [--leases 3000] [--ended 5000] [--pending 500]
-        [--repeat 7]
+        [--repeat 7] [--service]
 
 Builds an engine in the state of a busy broker: a pool of 8-GPU nodes holding
 ``--leases`` live one-GPU leases of 20 campaigns, ``--ended`` leases that ended (the
@@ -18,20 +19,38 @@ Prints the median [min-max] milliseconds of each, whether each copy has the live
 engine's state digest, and whether one non-blocking request decided on each copy gives
 the live engine's own decision for it. The live engine is left as it was (its digest is
 checked at the end).
+
+``--service`` then starts the broker in process (``bursar serve``'s own server, on a
+loopback port, a temporary state directory) with the same pool and ``--leases`` live
+leases granted through Acquire, and times ``--repeat`` WhatIf calls (a one-GPU request)
+against as many Acquire calls of the same request: the median [min-max] milliseconds
+from the client's side. A WhatIf holds the broker's event loop while it copies.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 import pickle
 import statistics
+import tempfile
 import time
+from pathlib import Path
+
+import grpc
 
 from bursar.broker import events as ev
+from bursar.broker.config import parse_config
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+from bursar.broker.service.limits import LimitSettings
+from bursar.broker.service.server import Settings, running
+from bursar.protos.bursar.v1 import broker_pb2 as pb
+from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
+
+NAMES = [f"c{i:02d}" for i in range(20)]
 
 
 def build(leases: int, ended: int, pending: int) -> Engine:
@@ -41,7 +60,7 @@ def build(leases: int, ended: int, pending: int) -> Engine:
         boot_latency_s=60.0,
     )
     engine = Engine(pool, PolicySpec(max_lease_s=86_400.0))
-    names = [f"c{i:02d}" for i in range(20)]
+    names = NAMES
     share = float(leases)
     for name in names:
         env = DimEnvelope(guarantee=0.0, sustained=share, burst=share, bucket=None)
@@ -98,12 +117,68 @@ def probe(engine: Engine) -> object:
     return out.decisions
 
 
+def _ms(times: list[float]) -> str:
+    ms = [x * 1000 for x in times]
+    return f"{statistics.median(ms):8.1f} ms [{min(ms):.1f}-{max(ms):.1f}]"
+
+
+async def _service(leases: int, repeat: int) -> None:
+    nodes = (leases + repeat + 7) // 8  # room for the timed Acquires too
+    text = f"""
+[pool]
+boot_latency_s = 60
+[pool.groups.w]
+count = {nodes}
+warm = {nodes}
+gpu = 8
+cpu = 64
+mem_gb = 512
+[policy]
+max_lease_s = 86400
+[policy.warm_headroom]
+gpu = 0
+""" + "".join(
+        f'\n[campaigns.{n}]\nclass = "batch"\n[campaigns.{n}.gpu]\n'
+        f"sustained = {leases}\nburst = {leases}\n"
+        for n in NAMES
+    )
+    with tempfile.TemporaryDirectory() as state:
+        settings = Settings(
+            state_dir=Path(state),
+            config=parse_config(text, "toml", source="bench_whatif"),
+            port=0,
+            metrics_port=None,
+            limits=LimitSettings(rate=1e9, burst=1e9),
+        )
+        async with running(settings) as r, grpc.aio.insecure_channel(r.address) as channel:
+            admin = (("authorization", f"Bearer {r.core.admin_token_path.read_text().strip()}"),)
+            stub = pbg.BrokerStub(channel)
+            for i in range(leases):
+                await stub.Acquire(
+                    pb.AcquireRequest(campaign=NAMES[i % 20], size={"gpu": 1}, duration_s=80_000),
+                    metadata=admin,
+                )
+            ask = pb.AcquireRequest(campaign="c00", size={"gpu": 1}, duration_s=60)
+            whatif, acquire = [], []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                await stub.WhatIf(pb.WhatIfRequest(acquire=ask), metadata=admin)
+                whatif.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                await stub.Acquire(ask, metadata=admin)
+                acquire.append(time.perf_counter() - t0)
+            print(f"service: {len(r.core.engine.leases)} live leases")
+            print(f"WhatIf    {_ms(whatif)}")
+            print(f"Acquire   {_ms(acquire)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--leases", type=int, default=3000)
     ap.add_argument("--ended", type=int, default=5000)
     ap.add_argument("--pending", type=int, default=500)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--service", action="store_true", help="also time WhatIf over gRPC")
     args = ap.parse_args()
     engine = build(args.leases, args.ended, args.pending)
     digest = engine.state_digest()
@@ -123,15 +198,13 @@ def main() -> None:
             times[name].append(time.perf_counter() - t0)
     expected = probe(copy.deepcopy(engine))
     for name, make in ways.items():
-        ms = [x * 1000 for x in times[name]]
         twin = make()
         same = twin.state_digest() == digest
         decides = probe(twin) == expected
-        print(
-            f"{name:9s} {statistics.median(ms):8.1f} ms [{min(ms):.1f}-{max(ms):.1f}]  "
-            f"same digest: {same}  same decision: {decides}"
-        )
+        print(f"{name:9s} {_ms(times[name])}  same digest: {same}  same decision: {decides}")
     assert engine.state_digest() == digest, "the live engine changed"
+    if args.service:
+        asyncio.run(_service(args.leases, args.repeat))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,11 @@ refuses what Acquire and Admin.UpdateCampaign refuse, the same way."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
+import gc
 import json
+import types
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +101,13 @@ def test_whatif_changes_nothing_whatever_it_would_decide(tmp_path: Path) -> None
             assert _state(c) == before
             assert await _leases(c) == leases
             assert dict(c.core.engine.pending) == pending and not waiting.done()
-            waiting.cancel()
+
+            # The real change then decides just what the WhatIf listed.
+            update = admin_pb2.UpdateCampaignRequest(spec=_envelope("sci", 32))
+            await c.admin.UpdateCampaign(update, metadata=c.as_("admin"))
+            assert _last_entry(c) == [json.loads(x.json) for x in env.decisions]
+            granted = await waiting
+            assert granted.lease.lease_id == queued
 
     run(scenario())
 
@@ -315,5 +325,73 @@ def test_each_answer_is_the_next_real_decision(tmp_path: Path, asks: list[Any]) 
                 mine = [d for d in real if d.get("campaign") == who]
                 assert [json.loads(x.json) for x in what.decisions] == mine
                 assert c.journal_len() == entries + 1
+
+    run(scenario())
+
+
+_CONSTANT = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range)
+
+
+def _mutable_reachable(root: object) -> dict[int, object]:
+    """Every object reachable from ``root`` that could be changed in place: containers
+    and instances, but not constants, enum members, classes, functions or modules (shared
+    by design: a copy refers to the same ones). Frozen dataclasses are walked into, and
+    not counted themselves."""
+    out: dict[int, object] = {}
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type | types.ModuleType | types.FunctionType | enum.Enum):
+            continue
+        if isinstance(obj, types.BuiltinFunctionType | types.MethodWrapperType):
+            continue
+        frozen = dataclasses.is_dataclass(obj) and type(obj).__dataclass_params__.frozen
+        if not isinstance(obj, _CONSTANT) and not frozen:
+            out[id(obj)] = obj
+        stack.extend(gc.get_referents(obj))
+    return out
+
+
+def test_the_copy_shares_no_mutable_state_with_the_live_engine(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path, clock=ManualClock(START)) as c:
+            await c.acquire("backfill", 8)
+            waiting, _ = await _queue_behind_burst(c)
+            for i in range(3):
+                lease = await c.acquire("other", 1, duration_s=5 + i)
+                await c.broker.Release(
+                    pb.ReleaseRequest(lease_id=lease.lease.lease_id), metadata=c.as_("other")
+                )
+            args = AcquireArgs("other", {"gpu": 4}, 30.0, 0.0, None, {})
+            _, copy = await c.core.what_if_acquire(args)
+            live = _mutable_reachable(c.core.engine)
+            mine = _mutable_reachable(copy)
+            assert len(live) > 100 and len(mine) > 100  # the walk sees the state
+            shared = [type(live[i]).__name__ for i in live.keys() & mine.keys()]
+            assert shared == []
+            waiting.cancel()
+
+    run(scenario())
+
+
+def test_an_idempotency_key_is_not_used(tmp_path: Path) -> None:
+    """A WhatIf is no retry: the key of an earlier Acquire neither replays its answer nor
+    counts as reused for another request."""
+
+    async def scenario() -> None:
+        async with serve(tmp_path, clock=ManualClock(START)) as c:
+            first = await c.acquire("sci", 8, idempotency_key="job-1")
+            again = _ask(gpus=4, idempotency_key="job-1")
+            what = await c.broker.WhatIf(again, metadata=c.as_("sci"))
+            assert what.outcome == KIND.DECISION_KIND_GRANT
+            assert what.lease.lease_id != first.lease.lease_id
+            assert dict(what.lease.size) == {"gpu": 4.0}
+            # The real call with that key is refused as a key reused for another request.
+            refused = await fails(c.acquire("sci", 4, idempotency_key="job-1"))
+            assert refused.code == grpc.StatusCode.INVALID_ARGUMENT
 
     run(scenario())
