@@ -159,3 +159,19 @@ def test_the_client_library_asks_for_an_elastic_lease_and_the_journal_audits(
         assert report.ok and not report.mismatches
     finally:
         journal.close()
+
+
+def test_what_if_an_elastic_request_arrived(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path, WARM_ONLY, clock=ManualClock(START)) as c:
+            journal = c.journal_len()
+            ans = await c.broker.WhatIf(
+                pb.WhatIfRequest(acquire=pb.AcquireRequest(duration_s=600, intent=intent())),
+                metadata=c.as_("sci"),
+            )
+            assert ans.outcome == pb.DECISION_KIND_GRANT
+            kinds = [d.kind for d in ans.decisions]
+            assert kinds == [pb.DECISION_KIND_GRANT, pb.DECISION_KIND_RESIZE]
+            assert c.journal_len() == journal and not c.core.engine.leases
+
+    run(scenario())
