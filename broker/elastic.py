@@ -238,19 +238,21 @@ class ElasticLease:
         m = modes(self.intent)[self.mode]
         return self.intent.value * m.value_factor * self.intent.decay.factor(finish - self.deadline)
 
-    def risk(self, now: float, use_risk: bool = True) -> float:
+    def risk(self, now: float, use_risk: bool = True, k: int | None = None) -> float:
+        """The risk weight at ``k`` steps (default: those held), in (0, 1]."""
         if not use_risk:
             return 1.0
-        tl = self.time_left()
+        tl = self.time_left(k)
         if math.isinf(tl) or tl <= 0:
             return 1.0
-        return 1.0 / (1.0 + max(0.0, self.slack(now)) / tl)
+        return 1.0 / (1.0 + max(0.0, self.slack(now, k)) / tl)
 
-    def nmu(self, now: float, use_risk: bool = True) -> float:
-        """The normalised marginal utility of one more step (0 at max, or when it buys no
-        speed or no value)."""
-        k = self.steps
-        if k >= self.max_steps:
+    def nmu(self, now: float, use_risk: bool = True, k: int | None = None) -> float:
+        """The normalised marginal utility of one more step above ``k`` steps (default:
+        those held); 0 at max, once the work is done, or when it buys no speed or value."""
+        if k is None:
+            k = self.steps
+        if k >= self.max_steps or k < 0 or self.work_left <= 0:
             return 0.0
         sp, sp1 = self.speed(k), self.speed(k + 1)
         if sp <= 0 or sp1 <= sp:
@@ -259,7 +261,7 @@ class ElasticLease:
         if v <= 0:
             # One step does not save the deadline: what the lease can still reach at max.
             v = self.value_at(now + self.time_left(self.max_steps))
-        return v * self.risk(now, use_risk) * (sp1 - sp) / sp
+        return v * self.risk(now, use_risk, k) * (sp1 - sp) / sp
 
     def priority(self, rule: str, now: float, use_risk: bool = True) -> tuple[float, ...]:
         """Heap key of the next step under ``rule`` (smaller first), ties by deadline, then
@@ -276,9 +278,9 @@ class ElasticLease:
 
     def wants(self, rule: str, now: float, use_risk: bool = True) -> bool:
         """Would another step help this lease at all? Under every rule a step must add
-        speed; under dmug it must also add utility."""
+        speed to work not yet done; under dmug it must also add utility."""
         k = self.steps
-        if k >= self.max_steps or self.speed(k + 1) <= self.speed(k):
+        if k >= self.max_steps or self.work_left <= 0 or self.speed(k + 1) <= self.speed(k):
             return False
         return rule != "dmug" or self.nmu(now, use_risk) > 0
 
@@ -341,3 +343,40 @@ def repick(el: ElasticLease, now: float, degrade: bool = True) -> int:
         if now + base * ms[i].work_factor / sp <= el.deadline:
             return i
     return el.mode
+
+
+class ElasticLeases:
+    """Every elastic lease's allocator state, the extra steps each holds, and the intents
+    of elastic requests still waiting. The one place the engine keeps them."""
+
+    __slots__ = ("by_lease", "parent_of", "waiting")
+
+    def __init__(self) -> None:
+        self.by_lease: dict[str, ElasticLease] = {}
+        """Lease id -> its state, in grant order (the order every pass walks them in)."""
+        self.parent_of: dict[str, str] = {}
+        """Extent (an extra step, a lease of the engine's own) -> the lease it belongs to."""
+        self.waiting: dict[str, tuple[Intent, int]] = {}
+        """Request id -> its intent and the mode admission control picked."""
+
+    def warned_at(self, extent: str) -> float | None:
+        """When an announced shrink ends this extent (None: not announced)."""
+        parent = self.parent_of.get(extent)
+        el = None if parent is None else self.by_lease.get(parent)
+        return None if el is None else el.warned.get(extent)
+
+    def state(self) -> dict[str, Any]:
+        """Canonical JSON-able form, for state digests."""
+        return {
+            "leases": {
+                lid: [
+                    list(el.extents),
+                    sorted(el.warned.items()),
+                    el.mode,
+                    el.work_left,
+                    el.at,
+                ]
+                for lid, el in self.by_lease.items()
+            },
+            "waiting": sorted(self.waiting),
+        }

@@ -37,8 +37,8 @@ class KeyRecord:
 
 
 def request_fingerprint(e: RequestLease) -> str:
-    """What makes two Acquires the same request: size, shape, duration, class and labels
-    (not the wait, which a retry after a lost reply shortens)."""
+    """What makes two Acquires the same request: size, shape, intent, duration, class and
+    labels (not the wait, which a retry after a lost reply shortens)."""
     what = {
         "size": {d: float(x) for d, x in sorted(e.size.items()) if x},
         "duration_s": float(e.duration_s),
@@ -47,6 +47,8 @@ def request_fingerprint(e: RequestLease) -> str:
     }
     if e.shape is not None:
         what["shape"] = e.shape
+    if e.intent is not None:
+        what["intent"] = e.intent
     return dumps(plain(what))
 
 

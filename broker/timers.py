@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from bursar.broker.lease import Lease, LeaseState
 
 if TYPE_CHECKING:
+    from bursar.broker.elastic import ElasticLeases
     from bursar.broker.pending import Queues
     from bursar.broker.power import PowerControl
 
@@ -35,6 +36,9 @@ class TimerKind(StrEnum):
     """A bucket-blocked campaign's next look (the campaign); live while it is the one set."""
     IDLE = "idle"
     """An idle node's power-down check (the node); live for the idle spell it was set for."""
+    RESIZE = "resize"
+    """An elastic lease's announced shrink (the extent it ends); live while it is announced
+    for that time."""
 
 
 class TimerSources(Protocol):
@@ -48,6 +52,9 @@ class TimerSources(Protocol):
 
     @property
     def power(self) -> PowerControl: ...
+
+    @property
+    def elastic(self) -> ElasticLeases: ...
 
 
 class Timers:
@@ -93,6 +100,9 @@ class Timers:
             # off) the spell ends and this timer stays dead, even if the node idles again
             # later (that spell has its own timer).
             return src.power.idle_check_at(ref) == t
+        if kind is TimerKind.RESIZE:
+            # An extent ends once; its announcement is never moved, only dropped with it.
+            return src.elastic.warned_at(ref) == t
         return False
 
     def next_due(self) -> float | None:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import admission, dims, shape
+from bursar.broker import admission, dims, elastic, shape
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
@@ -129,28 +129,32 @@ def _update(eng: Engine, e: UpdateCampaign) -> None:
 
 def _request(eng: Engine, e: RequestLease) -> None:
     c = _campaign(eng, e.campaign)
+    sized, where = e.size, "size"
+    if e.intent is not None:
+        _intent(eng, c, e)
+        sized, where = e.intent.min, "intent.min"
     shaped = isinstance(e.shape, shape.Shape) and (
         bool(e.shape.per_node) or e.shape.exclusive is True
     )
-    if not isinstance(e.size, Mapping) or (not e.size and not shaped):
-        raise bad("size", "give a size per dimension, e.g. {'gpu': 8}")
-    for d, x in e.size.items():
+    if not isinstance(sized, Mapping) or (not sized and not shaped):
+        raise bad(where, "give a size per dimension, e.g. {'gpu': 8}")
+    for d, x in sized.items():
         if d in dims.RATE:
-            raise bad("size", f"{d} is a metered rate dimension: use Meter, not a lease")
+            raise bad(where, f"{d} is a metered rate dimension: use Meter, not a lease")
         if d not in dims.PLACED:
-            raise bad("size", f"unknown dimension {d!r}; allowed: {', '.join(dims.PLACED)}")
+            raise bad(where, f"unknown dimension {d!r}; allowed: {', '.join(dims.PLACED)}")
         if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
-            raise bad(f"size.{d}", f"must be a finite number (got {x!r})")
+            raise bad(f"{where}.{d}", f"must be a finite number (got {x!r})")
         if x < 0:
-            raise bad(f"size.{d}", f"must not be negative (got {x})")
+            raise bad(f"{where}.{d}", f"must not be negative (got {x})")
         if x > 0 and d not in c.spec.envelopes:
             raise bad(
-                f"size.{d}", f"campaign {e.campaign!r} has no envelope for {d}; ask the admin"
+                f"{where}.{d}", f"campaign {e.campaign!r} has no envelope for {d}; ask the admin"
             )
-    demand = shape.resolve(e.size, e.shape, eng.pool.kinds)
+    demand = shape.resolve(sized, e.shape, eng.pool.kinds)
     size = demand.size
     if dims.is_zero(size):
-        raise bad("size", "at least one dimension must be greater than zero")
+        raise bad(where, "at least one dimension must be greater than zero")
     for i, dim in enumerate(dims.PLACED):
         # Dimensions the shape added (CPUs per GPU, a whole node's memory) need an
         # envelope as much as named ones.
@@ -164,13 +168,13 @@ def _request(eng: Engine, e: RequestLease) -> None:
     for i, dim in enumerate(dims.PLACED):
         if size[i] > eng.pool.capacity[i] + EPS:
             raise bad(
-                f"size.{dim}",
+                f"{where}.{dim}",
                 f"{size[i]} is larger than the whole pool ({eng.pool.capacity[i]})",
                 ErrorCode.OUT_OF_RANGE,
             )
         if size[i] > c.burst[i] + EPS:
             raise bad(
-                f"size.{dim}",
+                f"{where}.{dim}",
                 f"{size[i]} is above campaign {e.campaign!r}'s burst ceiling ({c.burst[i]}) "
                 "and can never be granted",
                 ErrorCode.OUT_OF_RANGE,
@@ -199,6 +203,133 @@ def _request(eng: Engine, e: RequestLease) -> None:
                 f"ask for a higher class ({e.lease_class.value})",
                 ErrorCode.FAILED_PRECONDITION,
             )
+
+
+def _number(where: str, x: object, lo: float, hi: float, lo_open: bool, hi_open: bool) -> float:
+    """``x`` as a float in the range, or an error naming the field and the range."""
+    ok = not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x)
+    if ok:
+        v = float(x)  # type: ignore[arg-type]
+        ok = (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+    if not ok:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        top = "inf" if math.isinf(hi) else f"{hi:g}"
+        raise bad(where, f"must be a number in {left}{lo:g}, {top}{right} (got {x!r})")
+    return float(x)  # type: ignore[arg-type]
+
+
+_INF = math.inf
+
+
+def _intent(eng: Engine, c: CampaignState, e: RequestLease) -> None:
+    """An elastic intent (``broker/elastic.py``): every field in its range, min <= max in
+    the same dimensions, max - min a whole number of steps, a speedup model that covers
+    min to max."""
+    it = e.intent
+    if not isinstance(it, elastic.Intent):
+        raise bad("intent", "must be an Intent")
+    if e.size and dict(e.size) != dict(it.min):
+        raise bad("size", "with an intent, leave the size empty (intent.min is the size)")
+    if c.spec.preemptible:
+        raise bad(
+            "intent",
+            f"campaign {e.campaign!r} is preemptible: its leases are reclaimable already and "
+            "cannot be elastic; ask for a fixed size",
+            ErrorCode.FAILED_PRECONDITION,
+        )
+    for where, m in (("intent.min", it.min), ("intent.max", it.max), ("intent.step", it.step)):
+        if not isinstance(m, Mapping):
+            raise bad(where, "units per placed dimension, e.g. {'gpu': 8}")
+        for d, x in m.items():
+            if d not in dims.PLACED:
+                raise bad(where, f"unknown dimension {d!r}; allowed: {', '.join(dims.PLACED)}")
+            _number(f"{where}.{d}", x, 0, _INF, False, True)
+    if not it.max:
+        raise bad("intent.max", "give the most the lease may hold, e.g. {'gpu': 64}")
+    if set(it.max) != set(it.min):
+        raise bad("intent.max", f"must name the same dimensions as intent.min ({sorted(it.min)})")
+    for d, x in it.max.items():
+        if x < it.min[d]:
+            raise bad(f"intent.max.{d}", f"must be at least intent.min.{d} ({it.min[d]:g})")
+        i = dims.PLACED.index(d)
+        if x > eng.pool.capacity[i] + EPS:
+            raise bad(
+                f"intent.max.{d}",
+                f"{x:g} is larger than the whole pool ({eng.pool.capacity[i]:g})",
+                ErrorCode.OUT_OF_RANGE,
+            )
+    step = elastic.resolve_step(it)
+    grows = {d: it.max[d] - it.min.get(d, 0.0) for d in it.max}
+    if any(g > 0 for g in grows.values()):
+        if not step or any(v <= 0 for v in step.values()):
+            raise bad("intent.step", "must hold at least one dimension > 0")
+        name = elastic.scale_dim(step)
+        n = grows[name] / step[name]
+        if abs(n - round(n)) > 1e-9 or round(n) < 1:
+            raise bad(
+                "intent.max",
+                f"max - min of {name} ({grows[name]:g}) is not a whole number of steps "
+                f"({step[name]:g})",
+            )
+        for d, g in grows.items():
+            if abs(g - round(n) * step.get(d, 0.0)) > 1e-6:
+                raise bad(
+                    "intent.step",
+                    f"{round(n)} steps of {dims.as_dict(dims.vec(step))} do not lead from min to "
+                    f"max in {d} ({g:g}); give a step that does",
+                )
+        for d, v in step.items():
+            if abs(v - round(v)) > 1e-9:
+                raise bad(
+                    "intent.step",
+                    f"{d} step {v:g} is not a whole number of units; give intent.step",
+                )
+    else:
+        name = elastic.scale_dim(it.min) if any(v > 0 for v in it.min.values()) else "gpu"
+    if (it.amdahl is None) == (not it.curve):
+        raise bad("intent.speedup", "give exactly one of amdahl_serial_fraction and curve")
+    if it.amdahl is not None:
+        _number("intent.speedup.amdahl_serial_fraction", it.amdahl, 0, 1, False, False)
+    else:
+        if len(it.curve) > elastic.MAX_CURVE_POINTS:
+            raise bad("intent.speedup.curve", f"at most {elastic.MAX_CURVE_POINTS} points")
+        last = 0.0
+        for k, (u, t) in enumerate(it.curve):
+            _number(f"intent.speedup.curve.points[{k}].units", u, 0, _INF, True, True)
+            _number(f"intent.speedup.curve.points[{k}].throughput", t, 0, _INF, True, True)
+            if u <= last:
+                raise bad("intent.speedup.curve", "unit counts must be strictly increasing")
+            last = u
+        lo, hi = it.min.get(name, 0.0), it.max.get(name, 0.0)
+        if it.curve[0][0] > lo + EPS or it.curve[-1][0] < hi - EPS:
+            raise bad(
+                "intent.speedup.curve",
+                f"the points cover {it.curve[0][0]:g} to {it.curve[-1][0]:g} units of {name}; "
+                f"they must span intent.min to intent.max ({lo:g} to {hi:g})",
+            )
+    _number("intent.remaining_work", it.remaining_work, 0, _INF, True, True)
+    _number("intent.deadline_s", it.deadline_s, 0, _INF, True, True)
+    _number("intent.value", it.value, 0, _INF, True, True)
+    if not isinstance(it.decay, elastic.Decay) or not isinstance(it.decay.kind, elastic.DecayKind):
+        raise bad("intent.decay.kind", "allowed: step, linear, exponential")
+    if it.decay.kind is elastic.DecayKind.STEP:
+        if it.decay.window_s != 0:
+            raise bad("intent.decay.window_s", "must be 0 with a step decay")
+    else:
+        _number("intent.decay.window_s", it.decay.window_s, 0, _INF, True, True)
+    if len(it.degrade) > elastic.MAX_MODES:
+        raise bad("intent.degrade", f"at most {elastic.MAX_MODES} modes")
+    names = {elastic.FULL}
+    for k, m in enumerate(it.degrade):
+        where = f"intent.degrade[{k}]"
+        if not isinstance(m.name, str) or not 1 <= len(m.name) <= 63 or not m.name.isprintable():
+            raise bad(f"{where}.name", "1 to 63 printable characters")
+        if m.name in names:
+            raise bad(f"{where}.name", f"{m.name!r} is taken (names are unique, not 'full')")
+        names.add(m.name)
+        _number(f"{where}.work_factor", m.work_factor, 0, 1, True, False)
+        _number(f"{where}.value_factor", m.value_factor, 0, 1, False, False)
 
 
 def _key(eng: Engine, e: RequestLease) -> None:
@@ -248,6 +379,7 @@ def _cancel(eng: Engine, e: CancelRequest) -> None:
 def _renew(eng: Engine, e: Renew) -> None:
     if e.lease_id not in eng.leases:
         raise unknown_lease(eng.ended, e.lease_id)
+    _not_a_step(eng, e.lease_id)
     _duration(eng, e.duration_s)
     _alive(eng, e.lease_id, e.at)
 
@@ -255,7 +387,19 @@ def _renew(eng: Engine, e: Renew) -> None:
 def _release(eng: Engine, e: Release) -> None:
     if e.lease_id not in eng.leases:
         raise unknown_lease(eng.ended, e.lease_id)
+    _not_a_step(eng, e.lease_id)
     _alive(eng, e.lease_id, e.at)
+
+
+def _not_a_step(eng: Engine, lease_id: str) -> None:
+    owner = eng.elastic.parent_of.get(lease_id)
+    if owner is not None:
+        raise bad(
+            "lease_id",
+            f"{lease_id} is an extra step of elastic lease {owner}, not a lease of its own; "
+            f"renew or release {owner}",
+            ErrorCode.NOT_FOUND,
+        )
 
 
 def _alive(eng: Engine, lease_id: str, at: float) -> None:
