@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bursar.broker import codec
+from bursar.broker import codec, dims
 from bursar.broker.decisions import (
     Expired,
     Granted,
@@ -87,6 +87,7 @@ __all__ = [
 ]
 
 CAMPAIGN = "itp"
+_GPU = dims.PLACED.index("gpu")
 MAX_GPUS = 64
 DEFAULT_LEASE_TERM_S = 3600.0
 
@@ -318,6 +319,16 @@ class _Run:
             raise self.fail("the engine's invariants", type(event).__name__, detail=e) from None
         if self.held > self.cluster.gpus + 1e-9:
             raise self.fail("leases held within the cluster", type(event).__name__, held=self.held)
+        # The sizes followed from the decisions are what the engine holds for the jobs.
+        c = self.engine.campaigns.get(CAMPAIGN)
+        engine_held = c.held[_GPU] if c is not None else 0.0
+        if abs(engine_held - self.held) > 1e-6:
+            raise self.fail(
+                "the jobs hold what the engine granted them",
+                type(event).__name__,
+                followed=self.held,
+                engine=engine_held,
+            )
 
     # ---------------------------------------------------------------- decisions
 
