@@ -276,8 +276,8 @@ def elastic_cmd(
 ) -> None:
     """Elastic, deadline-aware leases on the ElasticFlow traces, through the real engine.
 
-    Each job asks at its submission for an elastic lease: min 1 GPU, max its largest
-    measured GPU count (at most 64, its batch size and the cluster), its model's measured
+    Each job asks at its submission for an elastic lease: min 1 GPU, max the fewest GPUs
+    at which its curve peaks (at most 64, its batch size and the cluster), its model's measured
     throughput curve as the speedup model, its iterations as the work, its deadline,
     value 1 with step decay. The engine grants min and hands spare GPUs out by the
     policy's rule; the job follows its size, counts its progress on the same curve,

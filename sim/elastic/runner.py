@@ -12,8 +12,8 @@ nothing, as the replay's default config: sustained and burst are the cluster, no
 
 * at its submission a ``RequestLease`` of ``min`` with an ``Intent``: min 1 GPU (what
   ElasticFlow's simulator gives every job as its lowest level, whatever the trace's
-  ``num_gpu``), max the largest measured GPU count of its curve, capped at 64, at its
-  batch size (one sample per GPU at least) and at the cluster; one GPU a step; the
+  ``num_gpu``), max the fewest GPUs at which its measured curve peaks, capped at 64, at
+  its batch size (one sample per GPU at least) and at the cluster; one GPU a step; the
   measured (GPUs, iterations/s) points of its model and batch size as the curve;
   remaining work its iterations; its deadline; value 1, step decay, no degrade modes
   (the traces carry none);
@@ -162,8 +162,13 @@ BY_NAME = {v.name: v for v in VARIANTS}
 
 
 def max_gpus(curve: Curve, batch_size: int, cluster: Cluster) -> int:
-    """A job's max: its largest measured count, at most 64, its batch size, the cluster."""
-    return max(1, min(curve[-1][0], MAX_GPUS, batch_size, cluster.gpus))
+    """A job's max: the fewest GPUs at which its measured throughput peaks (more only
+    slow it down), at most 64, its batch size (a sample per GPU) and the cluster. On the
+    A100 curves of the six models in the ITP traces this is the per-model table of
+    ElasticFlow's simulator, batch size by batch size."""
+    peak = max(t for _, t in curve)
+    at = next(g for g, t in curve if t == peak)
+    return max(1, min(at, MAX_GPUS, batch_size, cluster.gpus))
 
 
 def intent_for(job: Job, curve: Curve, cluster: Cluster, elastic: bool = True) -> Intent:
