@@ -32,7 +32,8 @@ nothing, as the replay's default config: sustained and burst are the cluster, no
 
 The variants compared (``VARIANTS``): the four allocation rules, the ablations of dmug
 (no elastic: max = min; no degrade; no admission control; no risk weighting), and the
-trace's own fixed sizes (a plain lease of ``num_gpu``, no intent) for reference. With no
+trace's own fixed sizes (a plain lease of ``num_gpu``, no intent, its speed read off the
+same curve, flat past the last measured count) for reference. With no
 degrade modes in the traces the no-degrade ablation is the same as dmug by construction;
 it is run anyway, and its decision hash shows it.
 
@@ -130,7 +131,7 @@ class Variant:
     """A plain lease of the trace's num_gpu, no intent (the original cluster's sizes)."""
     about: str = ""
 
-    def policy(self, cluster: Cluster, lease_term_s: float) -> PolicySpec:
+    def policy(self, lease_term_s: float) -> PolicySpec:
         return PolicySpec(
             power_down_idle_s=None,  # the cluster is always on
             max_lease_s=lease_term_s,
@@ -249,7 +250,7 @@ class _Run:
                 ),
                 boot_latency_s=0.0,
             ),
-            variant.policy(cluster, lease_term_s),
+            variant.policy(lease_term_s),
         )
         self.jobs: list[_JobState] = []
         for j in jobs:
