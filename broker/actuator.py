@@ -49,6 +49,7 @@ from bursar.broker.decisions import (
     PoweredOn,
     PreemptWarned,
     Released,
+    Resized,
     Revoked,
 )
 from bursar.broker.events import Event, LeaseLost
@@ -165,7 +166,7 @@ def _lane(d: Decision) -> str | None:
     """Which lane a decision's backend call runs on; None if it needs none."""
     if isinstance(d, PoweredOn | PoweredOff):
         return _POOL_LANE
-    if isinstance(d, Revoked | Expired | Released | PreemptWarned):
+    if isinstance(d, Revoked | Expired | Released | PreemptWarned | Resized):
         return d.lease_id
     return placed_by(d)
 

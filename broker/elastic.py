@@ -349,7 +349,7 @@ class ElasticLeases:
     """Every elastic lease's allocator state, the extra steps each holds, and the intents
     of elastic requests still waiting. The one place the engine keeps them."""
 
-    __slots__ = ("by_lease", "parent_of", "waiting")
+    __slots__ = ("by_lease", "held", "parent_of", "waiting", "warned_held")
 
     def __init__(self) -> None:
         self.by_lease: dict[str, ElasticLease] = {}
@@ -358,6 +358,10 @@ class ElasticLeases:
         """Extent (an extra step, a lease of the engine's own) -> the lease it belongs to."""
         self.waiting: dict[str, tuple[Intent, int]] = {}
         """Request id -> its intent and the mode admission control picked."""
+        self.held: dims.Vec = dims.ZERO
+        """What every extra step holds, together."""
+        self.warned_held: dims.Vec = dims.ZERO
+        """What the steps announced to end hold, together."""
 
     def warned_at(self, extent: str) -> float | None:
         """When an announced shrink ends this extent (None: not announced)."""

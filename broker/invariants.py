@@ -59,3 +59,35 @@ def check(eng: Engine) -> None:
     fresh = (free[NodeState.ON], free[NodeState.BOOTING], free[NodeState.COLD], on_cap)
     for x, y in zip(cached, fresh, strict=True):
         assert all(abs(a - b) < 1e-6 for a, b in zip(x, y, strict=True)), (cached, fresh)
+    _check_elastic(eng)
+
+
+def _check_elastic(eng: Engine) -> None:
+    """Every elastic lease holds between its intent's min and max, and every extra step
+    belongs to a live elastic lease of the same campaign, ending no later than it."""
+    el = eng.elastic
+    for xid, parent in el.parent_of.items():
+        assert xid in eng.leases and parent in el.by_lease, (xid, parent)
+        assert xid in el.by_lease[parent].extents, (xid, parent)
+        x, owner = eng.leases[xid], eng.leases[parent]
+        assert x.campaign == owner.campaign, (xid, x.campaign, owner.campaign)
+        assert x.expires_at <= owner.expires_at + 1e-9, (xid, x.expires_at, owner.expires_at)
+    for lid, e in el.by_lease.items():
+        assert lid in eng.leases, lid
+        size, _ = eng.elastic_size(lid)
+        lo, hi = dims.vec(e.intent.min), dims.vec(e.intent.max)
+        assert dims.fits(lo, dims.add(size, (1e-9,) * len(size))), (lid, size, lo)
+        assert dims.fits(size, dims.add(hi, (1e-9,) * len(hi))), (lid, size, hi)
+        for xid in e.extents:
+            assert el.parent_of.get(xid) == lid, (lid, xid)
+        for xid, deadline in e.warned.items():
+            assert xid in e.extents and deadline >= eng.now - 1e-9, (lid, xid, deadline)
+    for rid in el.waiting:
+        assert rid in eng.pending, rid
+    held = warned = dims.ZERO
+    for xid, parent in el.parent_of.items():
+        held = dims.add(held, eng.leases[xid].size)
+        if xid in el.by_lease[parent].warned:
+            warned = dims.add(warned, eng.leases[xid].size)
+    for got, want in ((el.held, held), (el.warned_held, warned)):
+        assert all(abs(a - b) < 1e-6 for a, b in zip(got, want, strict=True)), (got, want)

@@ -53,8 +53,8 @@ def pool_view(
     engine and the backends share one enum) with a booting node's ready time, and the nodes
     of every placed lease."""
     placements = {
-        ls.id: tuple(engine.pool.nodes[i].name for i in sorted(ls.pieces))
-        for ls in sorted(engine.leases.values(), key=lambda x: int(x.id[1:]))
+        ls.id: tuple(engine.pool.nodes[i].name for i in engine.elastic_size(ls.id)[1])
+        for ls in sorted(engine.holders_leases(), key=lambda x: int(x.id[1:]))
         if ls.state in (LeaseState.ACTIVE, LeaseState.PREEMPTING) and ls.pieces
     }
     nodes = {

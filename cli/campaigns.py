@@ -20,8 +20,8 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
-from bursar.providers.client import Campaign, CampaignSpec, DimEnvelope, LeaseClass
-from bursar.providers.client_view import campaigns_tables
+from bursar.providers.client import Campaign, CampaignSpec, DimEnvelope, LeaseClass, WhatIfResult
+from bursar.providers.client_view import campaigns_tables, whatif_tables
 
 __all__ = ["campaigns"]
 
@@ -214,6 +214,13 @@ def campaigns_create(
 @click.option("--remove-dim", "remove", multiple=True, metavar="DIM", help="Drop a dimension.")
 @click.option("--class", "lease_class", type=_CLASS_CHOICE, help="A new admission class.")
 @click.option("--preemptible/--not-preemptible", default=None, help="Change the flag.")
+@click.option(
+    "--what-if",
+    "what_if",
+    is_flag=True,
+    help="Show what the change would do now (queued requests granted, leases warned and "
+    "reclaimed) instead of doing it: nothing is changed or journaled.",
+)
 @connection_options
 def campaigns_update(
     name: str,
@@ -221,12 +228,22 @@ def campaigns_update(
     remove: tuple[str, ...],
     lease_class: str | None,
     preemptible: bool | None,
+    what_if: bool,
 ) -> None:
-    """Change campaign NAME: only what you pass changes; its leases stay."""
+    """Change campaign NAME: only what you pass changes; its leases stay.
+
+    With --what-if the broker decides the change on a copy of its state and prints what
+    it would cause, every decision (grants of queued requests the new envelope lets in,
+    preemption warnings, nodes powered on), and leaves the campaign as it is.
+
+    \b
+    Example:
+      bursar campaigns update sci --envelope gpu:burst=64 --what-if
+    """
     o = options()
     parsed = dict(_parse_envelope(e) for e in envelopes)
 
-    async def go() -> Campaign:
+    async def go() -> Campaign | WhatIfResult:
         async with admin_client(o) as admin:
             current = (await admin.get_campaign(name)).spec
             dims = dict(current.envelopes)
@@ -244,9 +261,19 @@ def campaigns_update(
                 LeaseClass.parse(lease_class) if lease_class else current.lease_class,
                 current.preemptible if preemptible is None else preemptible,
             )
+            if what_if:
+                return await admin.whatif_envelope(spec)
             return await admin.update_campaign(spec)
 
     c = run_call(go)
+    if isinstance(c, WhatIfResult):
+        if o.json:
+            print_json(c.to_json())
+            return
+        console = stdout_console()
+        for item in whatif_tables(c):
+            console.print(item)
+        return
     if o.json:
         print_json(c.to_json())
     else:

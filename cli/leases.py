@@ -1,8 +1,9 @@
-"""``bursar leases ...``: list, watch and revoke leases."""
+"""``bursar leases ...``: list, watch and revoke leases, and ask what an Acquire would get."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 import click
 
@@ -18,8 +19,8 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
-from bursar.providers.client import Lease
-from bursar.providers.client_view import event_line, leases_table
+from bursar.providers.client import Lease, WhatIfResult
+from bursar.providers.client_view import event_line, leases_table, whatif_tables
 
 __all__ = ["leases"]
 
@@ -28,12 +29,14 @@ __all__ = ["leases"]
 @campaign_option
 @connection_options
 def leases() -> None:
-    """List and watch leases (a campaign's own, or every campaign's with the admin token).
+    """List and watch leases (a campaign's own, or every campaign's with the admin token),
+    and ask what a request would get.
 
     \b
     Examples:
       bursar leases --token-file state/tokens.json --campaign sci list
       bursar leases --admin-token-file state/admin.token watch --json
+      bursar leases --token-file state/tokens.json --campaign sci whatif --size gpu=8
     """
 
 
@@ -132,3 +135,128 @@ def leases_revoke(lease_id: str, reason: str) -> None:
         print_json(ended.to_json())
     else:
         stdout_console().print(leases_table([ended], now))
+
+
+def _units(text: str, param: str) -> dict[str, float]:
+    """``gpu=8,cpu=64`` as a size."""
+    out: dict[str, float] = {}
+    for item in text.split(","):
+        dim, eq, value = item.partition("=")
+        try:
+            if not eq or not dim.strip():
+                raise ValueError
+            out[dim.strip()] = float(value)
+        except ValueError:
+            raise click.BadParameter(
+                f"{item!r}: expected DIM=UNITS, e.g. gpu=8 (several: gpu=8,cpu=64)",
+                param_hint=param,
+            ) from None
+    return out
+
+
+def _labels(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--label")
+        out[key] = value
+    return out
+
+
+@leases.command("whatif", context_settings=CONTEXT)
+@click.option(
+    "--size",
+    "sizes",
+    multiple=True,
+    metavar="DIM=UNITS,...",
+    help="Units per placed dimension (gpu, cpu, mem_gb), e.g. gpu=8 or gpu=8,cpu=64; "
+    "repeatable. May be left out when --per-node or --exclusive gives the size.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    required=True,
+    metavar="SECONDS",
+    help="How long the lease would last unless renewed.",
+)
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="Ask as a non-blocking request: refused (with a retry-after) instead of queued "
+    "when it cannot be granted now.",
+)
+@click.option(
+    "--class",
+    "lease_class",
+    type=click.Choice(["interactive", "batch", "opportunistic"], case_sensitive=False),
+    help="A lower admission class than the campaign's, for this request.",
+)
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Repeatable.")
+@click.option(
+    "--nodes", type=click.IntRange(min=1), help="Exactly this many pieces, on distinct nodes."
+)
+@click.option("--per-node", metavar="DIM=UNITS,...", help="Each piece's size (with --nodes).")
+@click.option("--exclusive", is_flag=True, help="Whole nodes with nothing else on them.")
+@click.option("--cpus-per-gpu", type=click.FloatRange(min=0), help="Cores added per GPU.")
+@click.option("--mem-per-gpu", type=click.FloatRange(min=0), help="GB of memory added per GPU.")
+@campaign_option
+@connection_options
+def leases_whatif(
+    sizes: tuple[str, ...],
+    duration: float,
+    no_wait: bool,
+    lease_class: str | None,
+    labels: tuple[str, ...],
+    nodes: int | None,
+    per_node: str | None,
+    exclusive: bool,
+    cpus_per_gpu: float | None,
+    mem_per_gpu: float | None,
+) -> None:
+    """What an Acquire of this size and duration would get if it arrived now, without
+    asking for it: the broker decides it on a copy of its state, so nothing is requested,
+    held or journaled.
+
+    Prints whether it would be granted (and the lease it would be: its path, nodes and
+    start), would queue (why, and the estimated wait) or, with --no-wait, would be
+    refused (why, and when to retry), then every decision it would cause: preemption
+    warnings to reclaim capacity for it, nodes powered on, the grant itself. A campaign
+    token sees its own campaign's decisions only. The answer holds for now: the next
+    request, or the clock, may change it.
+
+    \b
+    Examples:
+      bursar leases --token-file state/tokens.json --campaign sci whatif \\
+          --size gpu=16 --duration 3600
+      bursar leases --admin-token-file state/admin.token --campaign sci whatif \\
+          --nodes 2 --per-node gpu=8 --duration 600 --no-wait --json
+    """
+    o = options()
+    size: dict[str, float] = {}
+    for text in sizes:
+        size.update(_units(text, "--size"))
+    shape: Mapping[str, float] | None = _units(per_node, "--per-node") if per_node else None
+
+    async def go() -> WhatIfResult:
+        async with broker_client(o) as client:
+            return await client.whatif_acquire(
+                size,
+                duration,
+                blocking=not no_wait,
+                lease_class=lease_class,
+                labels=_labels(labels),
+                nodes=nodes,
+                per_node=shape,
+                exclusive=exclusive,
+                cpus_per_gpu=cpus_per_gpu,
+                mem_per_gpu=mem_per_gpu,
+            )
+
+    result = run_call(go)
+    if o.json:
+        print_json(result.to_json())
+        return
+    console = stdout_console()
+    for item in whatif_tables(result):
+        console.print(item)

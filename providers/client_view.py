@@ -1,19 +1,27 @@
-"""The client library's types for a terminal: campaigns, leases, lease events and supply
-signals as rich tables and one-line summaries (what ``bursar campaigns``, ``bursar leases``
-and ``bursar supply`` print)."""
+"""The client library's types for a terminal: campaigns, leases, lease events, supply
+signals and what-if answers as rich tables and one-line summaries (what ``bursar
+campaigns``, ``bursar leases`` and ``bursar supply`` print)."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from rich import box
 from rich.table import Table
 
-from bursar.providers.client import Campaign, Lease, LeaseEvent, Supply
+from bursar.providers.client import Campaign, DecisionKind, Lease, LeaseEvent, Supply, WhatIfResult
 
-__all__ = ["campaigns_tables", "clock", "event_line", "leases_table", "supply_tables"]
+__all__ = [
+    "campaigns_tables",
+    "clock",
+    "event_line",
+    "leases_table",
+    "supply_tables",
+    "whatif_tables",
+]
 
 
 def _num(x: float | None) -> str:
@@ -231,4 +239,65 @@ def supply_tables(s: Supply) -> list[Table | str]:
             f"time to {_num(tt.units)} {tt.dim}: warm {path(tt.warm_s)}, reclaim "
             f"{path(tt.reclaim_s)}, cold {path(tt.cold_s)}"
         )
+    return out
+
+
+def _decision_detail(kind: DecisionKind, d: Mapping[str, Any], now: float) -> str:
+    """The gist of one decision, from its JSON (``DecisionRecord.details``)."""
+    if kind is DecisionKind.GRANT:
+        text = f"{_size(d.get('size', {}))} {d.get('path', '')}"
+        starts = d.get("starts_at")
+        return text + (f", starts {_when(starts, now)}" if starts and starts > now else "")
+    if kind is DecisionKind.QUEUE:
+        return f"wait about {_duration(d.get('estimated_wait_s', 0.0))}"
+    if kind is DecisionKind.REJECT:
+        return f"retry after {_duration(d.get('retry_after_s', 0.0))}"
+    if kind in (DecisionKind.PREEMPT_WARNING, DecisionKind.RESIZE_WARNING):
+        text = f"revoked {_when(d.get('deadline'), now)}"
+        return text + (f" for {d['for_request']}" if d.get("for_request") else "")
+    if kind in (DecisionKind.POWER_ON, DecisionKind.POWER_OFF, DecisionKind.ACTIVATE):
+        return ",".join(d.get("nodes", ())) or "-"
+    if kind is DecisionKind.REVOKE:
+        return str(d.get("cause", ""))
+    if kind is DecisionKind.RESIZE:
+        return f"to {_size(d.get('size', {}))}"
+    if kind is DecisionKind.CAMPAIGN:
+        return "created" if d.get("created") else "updated"
+    return ""
+
+
+_WOULD = {
+    DecisionKind.GRANT: "[green]would be granted[/green]",
+    DecisionKind.QUEUE: "[yellow]would queue[/yellow]",
+    DecisionKind.REJECT: "[red]would be refused[/red]",
+    DecisionKind.CAMPAIGN: "[green]would be applied[/green]",
+}
+
+
+def whatif_tables(r: WhatIfResult) -> list[Table | str]:
+    """A what-if answer: one line (the outcome, why, how long), the lease a grant would
+    be, and every decision the change would cause."""
+    now = r.decisions[0].at if r.decisions else time.time()
+    head = _WOULD.get(r.outcome, r.outcome.value.lower())
+    if r.outcome is DecisionKind.QUEUE:
+        head += f": {r.reason.value}, estimated wait {_duration(r.estimated_wait_s)}"
+    elif r.outcome is DecisionKind.REJECT:
+        head += f": {r.reason.value}, retry after {_duration(r.estimated_wait_s)}"
+    out: list[Table | str] = [head + " (nothing was changed)"]
+    if r.lease is not None:
+        out.append(leases_table([r.lease], now))
+    t = _table("Decisions it would cause")
+    for col in ("decision", "campaign", "lease", "reason", "detail"):
+        t.add_column(col, no_wrap=col != "detail")
+    for x in r.decisions:
+        t.add_row(
+            x.kind.value.lower(),
+            x.campaign or "-",
+            x.lease_id or "-",
+            x.reason.value if x.reason.value != "UNSPECIFIED" else "-",
+            _decision_detail(x.kind, x.details, now),
+        )
+    if not r.decisions:
+        t.caption = "none your token may see"
+    out.append(t)
     return out

@@ -51,6 +51,34 @@ def test_bench_engine_scaling_prints_a_table_against_the_smallest_pool() -> None
     assert [r[-2] for r in rows if r[0] == "16"] == ["1.00", "1.00"]
 
 
+def test_bench_elastic_prints_cost_against_fixed_leases() -> None:
+    out = _run(
+        "benchmarks/bench_elastic.py",
+        "--leases",
+        "20,60",
+        "--nodes",
+        "32",
+        "--events",
+        "150",
+        "--repeat",
+        "1",
+    )
+    rows = [r for r in (line.split() for line in out.splitlines()) if r and r[0] in ("20", "60")]
+    assert len(rows) == 2 and all("[" in r[-1] for r in rows), out
+
+
+def test_bench_whatif_copies_the_engine_both_ways_and_each_copy_decides_alike() -> None:
+    out = _run(
+        "benchmarks/bench_whatif.py",
+        *("--leases", "200", "--ended", "100", "--pending", "20", "--repeat", "2", "--service"),
+    )
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert set(rows) == {"pickle", "deepcopy", "service:", "WhatIf", "Acquire"}, out
+    for name in ("pickle", "deepcopy"):
+        assert "same digest: True" in rows[name] and "same decision: True" in rows[name], out
+    assert "202 live leases" in rows["service:"], out  # 200, and the 2 timed Acquires
+
+
 def test_bench_service_prints_the_ratio_to_the_empty_handler() -> None:
     out = _run(
         "benchmarks/bench_service.py", "--clients", "1,4", "--seconds", "0.5", "--rounds", "1"

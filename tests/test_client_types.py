@@ -18,6 +18,8 @@ from bursar.providers.client import (
     CampaignSpec,
     CampaignSupply,
     CreatedCampaign,
+    DecisionKind,
+    DecisionRecord,
     DimEnvelope,
     DimSupply,
     Lease,
@@ -27,8 +29,10 @@ from bursar.providers.client import (
     LeasePath,
     LeaseState,
     MeterResult,
+    ReasonCode,
     Supply,
     TimeTo,
+    WhatIfResult,
 )
 
 ENUMS = [
@@ -36,6 +40,8 @@ ENUMS = [
     (LeasePath, pb.LeasePath, "LEASE_PATH_"),
     (LeaseClass, pb.LeaseClass, "LEASE_CLASS_"),
     (LeaseEventKind, pb.LeaseEventKind, "LEASE_EVENT_KIND_"),
+    (DecisionKind, pb.DecisionKind, "DECISION_KIND_"),
+    (ReasonCode, pb.ReasonCode, "REASON_"),
 ]
 
 TYPES = [
@@ -51,6 +57,8 @@ TYPES = [
     (CampaignSpec, pb.CampaignSpec, {}),
     (Campaign, admin_pb2.Campaign, {}),
     (CreatedCampaign, admin_pb2.CreateCampaignResponse, {}),
+    (DecisionRecord, pb.DecisionRecord, {}),
+    (WhatIfResult, pb.WhatIfResponse, {}),
 ]
 
 
@@ -159,3 +167,34 @@ def test_a_campaign_spec_goes_to_the_wire_and_back() -> None:
     assert back.envelopes == {"cpu": DimEnvelope(1, 2, 3, 500.0), "gpu": DimEnvelope(0, 4, 16)}
     with pytest.raises(ValueError, match="unknown lease class"):
         CampaignSpec("x", {}, "urgent").to_proto()
+
+
+def test_a_whatif_answer_converts_its_lease_reason_and_decisions() -> None:
+    queued = WhatIfResult.from_proto(
+        pb.WhatIfResponse(
+            outcome=pb.DECISION_KIND_QUEUE,
+            reason=pb.REASON_POOL_FULL,
+            estimated_wait_s=12.5,
+            decisions=[
+                pb.DecisionRecord(
+                    kind=pb.DECISION_KIND_QUEUE,
+                    campaign="sci",
+                    lease_id="L3",
+                    reason=pb.REASON_POOL_FULL,
+                    json='{"kind":"queue","request_id":"L3"}',
+                )
+            ],
+        )
+    )
+    assert queued.outcome is DecisionKind.QUEUE and not queued.granted
+    assert queued.lease is None  # only a grant has one
+    assert queued.reason is ReasonCode.POOL_FULL and queued.estimated_wait_s == 12.5
+    [d] = queued.decisions
+    assert d.details == {"kind": "queue", "request_id": "L3"} and d.seq == 0
+    out = json.loads(json.dumps(queued.to_json(), allow_nan=False))
+    assert out["outcome"] == "QUEUE" and out["lease"] is None
+    assert out["decisions"][0]["reason"] == "POOL_FULL"
+    granted = WhatIfResult.from_proto(
+        pb.WhatIfResponse(outcome=pb.DECISION_KIND_GRANT, lease=pb.Lease(lease_id="L4"))
+    )
+    assert granted.granted and granted.lease == Lease(id="L4")

@@ -17,7 +17,12 @@ powered-on node exactly when its ``ready_by`` comes, and checks after every even
 * reclaim and cold leases are active by their starts_at (NodeReady is sent on time);
 * every decision is a journal kind and survives the codec: decode(encode(d)) == d, and
   re-encoding gives the same bytes;
-* replay: the same events, fresh or through the codec, give the same bytes and digest.
+* replay: the same events, fresh or through the codec, give the same bytes and digest;
+* with elastic requests (``scenarios(elastic=True)``): every elastic lease stays within its
+  intent's min and max (``check_invariants``), consumption counts what each lease held
+  between its resizes, and a shrink the allocator decides comes at the deadline of a
+  ResizeWarned given at least one grace period before (a step whose renewal its bucket
+  could not prepay is announced to end at its prepaid end instead).
 """
 
 from __future__ import annotations
@@ -42,8 +47,11 @@ from bursar.broker.decisions import (
     Queued,
     Rejected,
     Released,
+    Resized,
+    ResizeWarned,
     Revoked,
 )
+from bursar.broker.elastic import RULES, Decay, DecayKind, Intent
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import RequestError
@@ -119,6 +127,20 @@ _ACTIONS = {
 action_s = st.sampled_from(
     ["request"] * 8 + ["renew"] * 3 + ["release"] * 2 + ["cancel", "tick", "meter"]
 ).flatmap(_ACTIONS.__getitem__)
+elastic_s = st.tuples(
+    st.just("elastic"),
+    dt_s,
+    st.sampled_from(["victim", "sci", "storm"]),
+    st.sampled_from([1, 2, 4]),  # min GPUs
+    st.sampled_from([0, 1, 4, 8, 16]),  # steps of 1 GPU above min
+    st.sampled_from([20.0, 200.0, 2000.0, 20000.0]),  # work, seconds on one GPU
+    st.sampled_from([30.0, 120.0, 600.0, 3000.0]),  # deadline from now
+    st.sampled_from([0.0, 0.1, 0.5]),  # Amdahl serial fraction
+    st.sampled_from(["step", "linear"]),
+    st.sampled_from([60, 300, 900]),  # lease duration
+    st.booleans(),  # blocking
+)
+elastic_action_s = st.one_of(action_s, elastic_s, elastic_s)
 
 
 @dataclass(frozen=True)
@@ -134,8 +156,10 @@ PREPAID = st.just(Enforcement.PREPAID)
 
 
 @st.composite
-def scenarios(draw, enforcement=PREPAID, warm=None, power_down=None):
+def scenarios(draw, enforcement=PREPAID, warm=None, power_down=None, elastic=False):
+    rule = draw(st.sampled_from(RULES)) if elastic else "dmug"
     policy = PolicySpec(
+        elastic_rule=rule,
         grace_s=draw(st.sampled_from([10, 30])),
         warm_headroom={"gpu": draw(st.sampled_from([0, 8]))},
         enforcement=draw(enforcement),
@@ -153,7 +177,7 @@ def scenarios(draw, enforcement=PREPAID, warm=None, power_down=None):
         warm=draw(st.integers(1, nodes) if warm is None else warm),
         boot_latency_s=draw(st.sampled_from([20, 60])),
         policy=policy,
-        actions=draw(st.lists(action_s, min_size=n, max_size=n)),
+        actions=draw(st.lists(elastic_action_s if elastic else action_s, min_size=n, max_size=n)),
     )
 
 
@@ -199,6 +223,8 @@ class Run:
     history: list[Held] = field(default_factory=list)
     booting: dict[str, float] = field(default_factory=dict)
     promises: dict[str, Promise] = field(default_factory=dict)
+    warnings: dict[tuple[str, float], tuple[float, str]] = field(default_factory=dict)
+    """(lease, deadline) -> (when it was announced, why), for the shrink property."""
     refused: int = 0
     requests: int = 0
 
@@ -264,10 +290,31 @@ class Run:
                     assert d.starts_at <= p.deadline + TOL, ("isolation: started late", p, d)
             elif isinstance(d, Released | Expired | Revoked):
                 self.live.pop(d.lease_id).ended_at = d.at
+            elif isinstance(d, ResizeWarned):
+                assert d.deadline >= d.at, d
+                self.warnings[(d.lease_id, d.deadline)] = (d.at, d.inputs["why"])
+            elif isinstance(d, Resized):
+                # Consumption counts what the lease held between its resizes.
+                was = self.live[d.lease_id]
+                was.ended_at = d.at
+                h = Held(d.campaign, dims.vec(d.size), d.at)
+                self.live[d.lease_id] = h
+                self.history.append(h)
+                cause = d.inputs.get("cause", "")
+                if any(v < 0 for v in d.delta.values()) and not cause.startswith("node "):
+                    warned = self.warnings.get((d.lease_id, d.at))
+                    assert warned is not None, ("shrink without a warning", d)
+                    if warned[1] != "bucket":
+                        grace = self.sc.policy.grace_s
+                        assert d.at - warned[0] >= grace - TOL, ("shrink inside grace", d)
             elif isinstance(d, PoweredOn):
                 for n in d.nodes:
                     self.booting[n] = d.ready_by
-            elif isinstance(d, Rejected) and d.request_id in self.promises:
+            elif (
+                isinstance(d, Rejected)
+                and d.request_id in self.promises
+                and d.reason is not Reason.DEADLINE_UNREACHABLE
+            ):
                 raise AssertionError(("isolation: refused", self.promises[d.request_id], d))
             elif isinstance(d, Cancelled):
                 self.promises.pop(d.request_id, None)
@@ -281,7 +328,9 @@ class Run:
         kind, dt = action[0], action[1]
         t = self.eng.now + dt
         self.advance(t)
-        if kind == "request":
+        if kind == "elastic":
+            self.act_elastic(t, action)
+        elif kind == "request":
             _, _, name, gpu, cpu, duration, blocking, cls = action
             env = SPECS[name].envelopes["gpu"]
             if isinstance(gpu, float):
@@ -313,7 +362,8 @@ class Run:
                 blocking=blocking,
                 lease_class=lease_class,
             )
-            rid = f"L{self.requests + 1}"  # request ids count accepted requests
+            # Request ids count accepted requests and the elastic leases' extra steps.
+            rid = f"L{self.eng._seq + 1}"
             if promise:
                 bound = self.bound
                 if c.spec.lease_class is not LeaseClass.INTERACTIVE:
@@ -331,9 +381,11 @@ class Run:
             if promise and rid not in self.eng.leases and rid not in self.eng.ended:
                 assert any(isinstance(d, Queued) and d.request_id == rid for d in out), out
         elif kind in ("release", "renew"):
-            if not self.eng.leases:
+            # An elastic lease's extra steps are not leases a holder names.
+            steps = self.eng.elastic.parent_of
+            ids = sorted((x for x in self.eng.leases if x not in steps), key=lambda x: int(x[1:]))
+            if not ids:
                 return
-            ids = sorted(self.eng.leases, key=lambda x: int(x[1:]))
             lid = ids[action[2] % len(ids)]
             if kind == "release":
                 self.apply(Release(at=t, lease_id=lid))
@@ -346,6 +398,44 @@ class Run:
             self.apply(CancelRequest(at=t, request_id=ids[action[2] % len(ids)]))
         elif kind == "meter":
             self.apply(Meter(at=t, campaign="storm", dim="inference", amount=action[2]))
+
+    def act_elastic(self, t: float, action: tuple) -> None:
+        _, _, name, lo, steps, work, deadline, serial, decay, duration, blocking = action
+        intent = Intent(
+            min={"gpu": lo},
+            max={"gpu": lo + steps},
+            remaining_work=work,
+            deadline_s=deadline,
+            amdahl=serial,
+            decay=Decay(DecayKind(decay), 0.0 if decay == "step" else 300.0),
+        )
+        c = self.eng.campaigns[name]
+        promise = (
+            self.isolation
+            and dims.fits(dims.vec(intent.min), c.unmet)
+            and not any(
+                p.campaign == name and p.lease_class is c.spec.lease_class
+                for p in self.eng.pending.values()
+            )
+        )
+        rid = f"L{self.eng._seq + 1}"
+        if promise:
+            bound = self.bound
+            if c.spec.lease_class is not LeaseClass.INTERACTIVE:
+                bound = max(bound, self.sc.policy.grace_s + self.sc.boot_latency_s)
+            self.promises[rid] = Promise(rid, t, t + bound)
+        ev = RequestLease(
+            at=t, campaign=name, size={}, duration_s=duration, blocking=blocking, intent=intent
+        )
+        out = self.apply(ev)
+        if out is None:
+            self.promises.pop(rid, None)
+            return
+        self.requests += 1
+        for d in out:
+            if isinstance(d, Rejected) and d.reason is Reason.DEADLINE_UNREACHABLE:
+                # Admission control: hopeless at any allocation, not an isolation miss.
+                self.promises.pop(rid, None)
 
     def finish(self) -> None:
         """Run past every outstanding promise so that late grants are seen."""
@@ -518,6 +608,20 @@ def check_replay(sc: Scenario) -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(enforcement=st.sampled_from(list(Enforcement)), power_down=st.none()))
 def test_replay_gives_identical_bytes_and_digest(sc):
+    check_replay(sc)
+
+
+@SETTINGS
+@given(scenarios(elastic=True))
+def test_random_sequences_with_elastic_leases_keep_every_rule(sc):
+    drive(sc)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    scenarios(enforcement=st.sampled_from(list(Enforcement)), power_down=st.none(), elastic=True)
+)
+def test_replay_with_elastic_leases_gives_identical_bytes_and_digest(sc):
     check_replay(sc)
 
 

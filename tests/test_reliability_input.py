@@ -54,6 +54,7 @@ def test_input_sections_short_mode(tmp_path: Path) -> None:
     assert 0 < f["max_message_chars"] <= 1024 and f["max_trailer_bytes"] <= 4096
     assert f["refused_only"]["journal_sha256_unchanged"]
     assert f["accepted"] > 0 and f["refused"] > f["refused_only"]["requests"]
+    assert f["dry_runs_ok"] > 0  # WhatIfs that reached the engine's copy, journaling nothing
     assert f["health_serving"] == f["health_checks"] > 0
     for rpc, codes in f["by_rpc"].items():
         assert "UNKNOWN" not in codes and "INTERNAL" not in codes, rpc
@@ -68,7 +69,7 @@ def test_input_sections_short_mode(tmp_path: Path) -> None:
             assert not any(v.endswith("!") for v in row.values()), (rpc, row)
             assert row["none"] == row["wrong"] == row["rotated"] == "UNAUTHENTICATED"
             assert row["admin"] == "OK"
-            if rpc.startswith("Admin."):
+            if rpc.startswith("Admin.") or rpc == "Broker.WhatIf(envelope)":
                 assert row["own"] == row["other"] == "PERMISSION_DENIED"
     assert a["non_loopback_exit"] == 2
     assert a["other_sees"]["caller"] == "campaign:other"

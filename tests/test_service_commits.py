@@ -20,6 +20,7 @@ from bursar.broker.errors import JournalError
 from bursar.broker.events import RequestLease
 from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
 from bursar.broker.runtime import Runtime
+from bursar.broker.service.convert import AcquireArgs
 from bursar.broker.service.core import MAX_BATCH_WAIT_S, ServiceCore
 
 
@@ -60,7 +61,7 @@ def _heard(tmp_path: Path) -> tuple[ServiceCore, Reader, int, list[int]]:
 
 
 async def _acquire(core: ServiceCore, reader: Reader, seen: list[bool]) -> Granted:
-    grant, _ = await core.acquire("sci", {"gpu": 1}, 30.0, 0.0, None, {})
+    grant, _ = await core.acquire(AcquireArgs("sci", {"gpu": 1}, 30.0, 0.0, None, {}))
     # Checked in the same step the answer is ready in, before anything else runs.
     seen.append(reader.holds_grant(grant.lease_id))
     return grant

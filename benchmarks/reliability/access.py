@@ -93,11 +93,19 @@ UNKNOWN_TARGET = {
     "UpdateCampaign",
     "RotateToken",
     "RevokeLease",
+    "WhatIf",
 }
 """RPCs whose target can be named and not exist (NOT_FOUND for the admin)."""
 
+VARIANTS = {"WhatIf": ("envelope",)}
+"""Second forms of an RPC with rules of their own, each a row of the matrix: WhatIf of an
+envelope change is the admin's only, as Admin.UpdateCampaign (its Acquire form is the
+RPC's own row)."""
 
-def expected(caller: str, m: Method) -> grpc.StatusCode | None:
+ADMIN_VARIANTS = {("WhatIf", "envelope")}
+
+
+def expected(caller: str, m: Method, variant: str = "") -> grpc.StatusCode | None:
     """The documented answer for a cell; None: the cell does not apply."""
     if caller in ("none", "malformed", "wrong", "rotated"):
         return UNAUTH
@@ -105,14 +113,14 @@ def expected(caller: str, m: Method) -> grpc.StatusCode | None:
         if m.name not in UNKNOWN_TARGET:
             return None
         return NOT_FOUND
-    if m.admin:
+    if m.admin or (m.name, variant) in ADMIN_VARIANTS:
         return OK if caller == "admin" else DENIED
     if caller == "other":
         return OK if m.name in SCOPED else DENIED
     return OK
 
 
-def _request(m: Method, caller: str, lease: str, fresh: str) -> Message:
+def _request(m: Method, caller: str, lease: str, fresh: str, variant: str = "") -> Message:
     """The request a cell sends: aimed at campaign sci, its lease ``lease``; for the admin
     naming the unknown, at a lease and campaign that do not exist."""
     unknown = caller == "admin-unknown"
@@ -148,7 +156,15 @@ def _request(m: Method, caller: str, lease: str, fresh: str) -> Message:
             campaign="nobody" if unknown else fresh
         ),
         "RevokeLease": lambda: admin_pb2.RevokeLeaseRequest(lease_id=lid, reason="access matrix"),
+        "WhatIf": lambda: pb.WhatIfRequest(
+            acquire=pb.AcquireRequest(campaign=named, size={"gpu": 1}, duration_s=60)
+        ),
+        "WhatIf(envelope)": lambda: pb.WhatIfRequest(
+            envelope=pb.CampaignSpec(name=camp, envelopes=envelope)
+        ),
     }
+    if variant:
+        return build[f"{m.name}({variant})"]()
     if m.name not in build:
         raise KeyError(f"the access matrix has no request for {m.label}: add one")
     return build[m.name]()
@@ -180,7 +196,7 @@ class Matrix:
             "admin-unknown": md(self.admin),
         }[caller]
 
-    def cell(self, m: Method, caller: str) -> Outcome:
+    def cell(self, m: Method, caller: str, variant: str = "") -> Outcome:
         self.cells += 1
         self._made += 1
         fresh = f"acc-{self._made}"
@@ -196,7 +212,7 @@ class Matrix:
                 admin_pb2.CreateCampaignRequest(spec=spec), metadata=md(self.admin), timeout=10
             )
         try:
-            body = _request(m, caller, lease, fresh).SerializeToString()
+            body = _request(m, caller, lease, fresh, variant).SerializeToString()
             return call(self.channel, m, body, self.metadata(caller), timeout=5)
         finally:
             self._release(pb.ReleaseRequest(lease_id=lease), metadata=md(self.admin), timeout=10)
@@ -207,21 +223,23 @@ def _matrix(
 ) -> dict[str, dict[str, str]]:
     mx = Matrix(server, channel, stale)
     table: dict[str, dict[str, str]] = {}
-    for m in methods():
+    rows = [(m, v) for m in methods() for v in ("", *VARIANTS.get(m.name, ()))]
+    for m, variant in rows:
+        label = f"{m.label}({variant})" if variant else m.label
         row: dict[str, str] = {}
         for caller in CALLERS:
-            want = expected(caller, m)
+            want = expected(caller, m, variant)
             if want is None:
                 row[caller] = "-"
                 continue
-            got = mx.cell(m, caller)
+            got = mx.cell(m, caller, variant)
             row[caller] = got.code.name if got.code == want else f"{got.code.name}!"
             if got.code != want:
                 result.fail(
-                    f"{tag}: {m.label} as {caller}: expected {want.name}, got {got.code.name} "
+                    f"{tag}: {label} as {caller}: expected {want.name}, got {got.code.name} "
                     f"{got.reason} {got.message[:120]!r}"
                 )
-        table[m.label] = row
+        table[label] = row
     result.figures[f"cells_{tag}"] = mx.cells
     return table
 

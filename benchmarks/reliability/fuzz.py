@@ -16,7 +16,8 @@ request changes the journal. Two phases:
   is accounted: a request answered OK or refused by the engine (a REJECT / QUEUE decision:
   RESOURCE_EXHAUSTED or FAILED_PRECONDITION with an engine reason) may journal; any other
   refusal may not: its window may hold only the broker's own timer decisions (expiries,
-  activations, power changes, revocations at a preemption deadline).
+  activations, power changes, revocations at a preemption deadline). A WhatIf journals
+  nothing, answered OK or not: its window is accounted as a refusal's.
 """
 
 from __future__ import annotations
@@ -119,6 +120,9 @@ ENGINE_REASONS = frozenset(
     for v in pb.ReasonCode.DESCRIPTOR.values
     if v.number != pb.REASON_UNSPECIFIED
 )
+# RPCs that journal nothing, answered OK or not: what their windows may hold is what a
+# refused request's may (WhatIf decides on a copy of the engine).
+DRY_RUNS = frozenset({"WhatIf"})
 # Decisions the broker makes on its own clock, which may land in any request's window.
 TIMER_KINDS = frozenset(
     {
@@ -557,7 +561,9 @@ def _set_clean(
             getattr(msg, fd.name)[key] = draw(st.sampled_from(values))
         return
     if fd.type == FD.TYPE_MESSAGE:
-        if fd.name == "spec":
+        # A spec; and WhatIf's change, one of its two forms (the second drawn replaces the
+        # first), so that plausible WhatIfs reach the engine's copy.
+        if fd.name == "spec" or (fd.name in ("acquire", "envelope") and draw(st.booleans())):
             getattr(msg, fd.name).CopyFrom(
                 draw(message_strategy(fd.message_type, world, depth + 1, rate))
             )
@@ -661,6 +667,8 @@ class Tally:
     accepted_entries: int = 0
     timer_entries: int = 0
     refused: int = 0
+    dry_runs: int = 0
+    """Requests of ``DRY_RUNS`` answered OK (their windows are checked as refusals are)."""
     problems: list[str] = field(default_factory=list)
     stream_timeouts: list[str] = field(default_factory=list)
     """Streams that neither opened nor failed within the call's deadline."""
@@ -888,20 +896,25 @@ def _fuzz(
                 probe.settle(quiet_s=0.05)
             now = probe.status().journal_entries
             grew = now - last[0]
-            if journals(o):
+            dry = m.name in DRY_RUNS
+            if dry and o.code == grpc.StatusCode.OK:
+                tally.dry_runs += 1
+            if journals(o) and not dry:
                 tally.accepted += 1
                 tally.accepted_entries += grew
                 if o.code == grpc.StatusCode.OK:
                     harvest(m, o.response)
             else:
-                tally.refused += 1
+                if not (dry and o.code == grpc.StatusCode.OK):
+                    tally.refused += 1
                 if grew:
                     window = [d for d in probe.decisions(last[0] + 1) if d.seq <= now]
                     foreign = [d for d in window if d.kind not in TIMER_KINDS]
                     if foreign:
                         kinds = sorted({pb.DecisionKind.Name(d.kind) for d in foreign})
                         tally.problem(
-                            f"{m.label} ({kind}) refused with {o.code.name} "
+                            f"{m.label} ({kind}) {'answered' if dry else 'refused with'} "
+                            f"{o.code.name} "
                             f"{o.reason or o.message[:80]!r} but the journal gained {kinds}"
                         )
                     tally.timer_entries += grew
@@ -957,6 +970,7 @@ def _fuzz(
             "accepted": tally.accepted,
             "accepted_journal_entries": tally.accepted_entries,
             "refused": tally.refused,
+            "dry_runs_ok": tally.dry_runs,
             "timer_entries_in_refused_windows": tally.timer_entries,
             "health_checks": health_checks[0],
             "health_serving": health_checks[1],
@@ -978,8 +992,8 @@ def _fuzz(
         f"refused-only phase: {refused_phase} requests, journal ({before[0]} entries) "
         f"{'byte-identical' if after == before else 'CHANGED'}",
         f"mixed phase: {tally.accepted} accepted (journaled {tally.accepted_entries} entries), "
-        f"{tally.refused - refused_phase} refused (journal unchanged but for "
-        f"{tally.timer_entries} timer entries)",
+        f"{tally.refused - refused_phase} refused and {tally.dry_runs} WhatIf answered "
+        f"(journal unchanged but for {tally.timer_entries} timer entries)",
         f"health SERVING {health_checks[1]}/{health_checks[0]} checks",
     ]
     result.lines += [f"stream deadline: {t}" for t in tally.stream_timeouts[:10]]

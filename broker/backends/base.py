@@ -35,6 +35,7 @@ from bursar.broker.decisions import (
     PoweredOn,
     PreemptWarned,
     Released,
+    Resized,
     Revoked,
 )
 from bursar.broker.errors import BursarError
@@ -83,6 +84,10 @@ class PoolBackend(abc.ABC):
     """True if calls may block for long (subprocesses, a remote scheduler): the service
     then drives the backend from worker threads (``ThreadedActuator``), never from its
     event loop. False: calls are bookkeeping and run inline, in the caller's order."""
+
+    resizes: ClassVar[bool] = False
+    """True if a placed lease can grow and shrink where it is (``resize``): only such a
+    backend serves elastic leases (``AcquireRequest.intent``)."""
 
     @property
     @abc.abstractmethod
@@ -140,6 +145,13 @@ class PoolBackend(abc.ABC):
         is expected. Never earlier than the latest call's ``now``: events already due make it
         that time."""
 
+    def resize(
+        self, lease_id: str, nodes: Iterable[str], now: float, pieces: Pieces = NO_PIECES
+    ) -> None:
+        """An elastic lease now holds ``pieces`` on ``nodes`` (grown, or shrunk at its
+        announced deadline). Only a backend with ``resizes`` is asked."""
+        raise BackendError(f"{type(self).__name__} cannot resize lease {lease_id!r}")
+
     def warn(self, lease_id: str, deadline: float, now: float) -> None:  # noqa: B027
         """The engine will reclaim the lease at ``deadline``: tell its workers if the
         backend can (Slurm: signal the allocation). Default: nothing to do."""
@@ -193,6 +205,8 @@ def apply_decision(backend: PoolBackend, decision: Decision, now: float | None =
         backend.unplace(decision.lease_id, at)
     elif isinstance(decision, PreemptWarned):
         backend.warn(decision.lease_id, decision.deadline, at)
+    elif isinstance(decision, Resized):
+        backend.resize(decision.lease_id, decision.nodes, at, decision.pieces)
 
 
 def check_nodes(nodes: Iterable[str], known: Mapping[str, object]) -> tuple[str, ...]:

@@ -31,6 +31,8 @@ class SimulatedPool(PoolBackend):
     """A ``PoolBackend`` over a ``PoolSpec``; the first ``warm`` nodes of each group start on,
     the rest cold. Nothing it does blocks, so it is driven inline (not ``slow``)."""
 
+    resizes = True
+
     def __init__(self, pool: PoolSpec) -> None:
         self._boot_latency_s = float(pool.boot_latency_s)
         self._state: dict[str, NodeState] = {}
@@ -100,6 +102,13 @@ class SimulatedPool(PoolBackend):
         self._lease_nodes[lease_id] = names
         for n in names:
             self._node_leases[n].add(lease_id)
+
+    def resize(
+        self, lease_id: str, nodes: Iterable[str], now: float, pieces: Pieces = NO_PIECES
+    ) -> None:
+        # Bookkeeping, as place: the lease now sits on these nodes.
+        self.unplace(lease_id, now)
+        self.place(lease_id, nodes, now, pieces)
 
     def unplace(self, lease_id: str, now: float) -> None:
         self._advance(now)

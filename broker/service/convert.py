@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from bursar.broker import dims
+from bursar.broker import codec, dims, elastic
 from bursar.broker.decisions import LeasePath
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
+from bursar.broker.events import RequestLease
 from bursar.broker.lease import EndedLease, Lease, LeaseState
 from bursar.broker.reasons import Reason
 from bursar.broker.shape import MAX_NODES, Shape
@@ -25,10 +28,15 @@ from bursar.protos.bursar.v1 import broker_pb2 as pb
 __all__ = [
     "MAX_ID_LEN",
     "MAX_LABELS",
+    "MAX_WAIT_S",
+    "AcquireArgs",
+    "acquire_from_proto",
     "campaign_to_proto",
     "check_id",
     "check_labels",
     "check_number",
+    "decision_kind_to_proto",
+    "decision_record",
     "lease_class_from_proto",
     "lease_class_to_proto",
     "lease_to_proto",
@@ -46,6 +54,9 @@ MAX_LABELS = 16
 MAX_LABEL_KEY = 63
 MAX_LABEL_VALUE = 256
 MAX_SIZE_ENTRIES = 8
+
+MAX_WAIT_S = 3600.0
+"""Longest a blocking Acquire may wait (AcquireRequest.timeout_s)."""
 
 _STATE = {s: pb.LeaseState.Value(f"LEASE_STATE_{s.name}") for s in LeaseState}
 _PATH = {p: pb.LeasePath.Value(f"LEASE_PATH_{p.name}") for p in LeasePath}
@@ -72,6 +83,25 @@ def reason_to_proto(r: Reason | None) -> int:
 
 def lease_class_to_proto(c: LeaseClass) -> int:
     return _CLASS[c]
+
+
+def decision_kind_to_proto(kind: str) -> int:
+    """The wire's DecisionKind for a decision's ``kind`` ("grant", "queue", ...)."""
+    return pb.DecisionKind.Value(f"DECISION_KIND_{kind.upper()}")
+
+
+def decision_record(seq: int, d: Mapping[str, Any]) -> pb.DecisionRecord:
+    """A decision as the journal records it (its dict form), as ListDecisions sends it."""
+    reason = d.get("reason")
+    return pb.DecisionRecord(
+        seq=seq,
+        at=d.get("at", 0.0),
+        kind=decision_kind_to_proto(d["kind"]),
+        campaign=d.get("campaign", ""),
+        lease_id=d.get("lease_id") or d.get("request_id") or "",
+        reason=reason_to_proto(Reason(reason) if reason else None),
+        json=codec.dumps(d),
+    )
 
 
 def lease_class_from_proto(value: int, field: str = "lease_class") -> LeaseClass | None:
@@ -140,16 +170,111 @@ def shape_from_proto(req: pb.AcquireRequest) -> Shape | None:
     return None if shape.is_default else shape
 
 
+_DECAY = {
+    pb.Decay.KIND_UNSPECIFIED: elastic.DecayKind.STEP,
+    pb.Decay.KIND_STEP: elastic.DecayKind.STEP,
+    pb.Decay.KIND_LINEAR: elastic.DecayKind.LINEAR,
+    pb.Decay.KIND_EXPONENTIAL: elastic.DecayKind.EXPONENTIAL,
+}
+
+
+def intent_from_proto(req: pb.AcquireRequest) -> elastic.Intent | None:
+    """The request's intent, None when it has none. Only the sizes of repeated and map
+    fields are bounded here; every value's range is the engine's check (it names the
+    field and the range)."""
+    if not req.HasField("intent"):
+        return None
+    it = req.intent
+    for where, m in (("intent.min", it.min), ("intent.max", it.max), ("intent.step", it.step)):
+        if len(m) > MAX_SIZE_ENTRIES:
+            raise _bad(where, f"at most {MAX_SIZE_ENTRIES} dimensions")
+    model = it.speedup.WhichOneof("model")
+    points = tuple((p.units, p.throughput) for p in it.speedup.curve.points)
+    if len(points) > elastic.MAX_CURVE_POINTS:
+        raise _bad("intent.speedup.curve", f"at most {elastic.MAX_CURVE_POINTS} points")
+    if len(it.degrade) > elastic.MAX_MODES:
+        raise _bad("intent.degrade", f"at most {elastic.MAX_MODES} modes")
+    kind = _DECAY.get(it.decay.kind)
+    if kind is None:
+        raise _bad("intent.decay.kind", "allowed: STEP, LINEAR, EXPONENTIAL")
+    return elastic.Intent(
+        min=dict(it.min),
+        max=dict(it.max),
+        remaining_work=it.remaining_work,
+        deadline_s=it.deadline_s,
+        step=dict(it.step),
+        amdahl=it.speedup.amdahl_serial_fraction if model == "amdahl_serial_fraction" else None,
+        curve=points if model == "curve" else (),
+        value=it.value or 1.0,
+        decay=elastic.Decay(kind, it.decay.window_s),
+        degrade=tuple(
+            elastic.DegradeMode(m.name, m.work_factor, m.value_factor) for m in it.degrade
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireArgs:
+    """An Acquire as the wire asked for it, checked for what the engine cannot see: what
+    Acquire submits and WhatIf decides on a copy, from the one conversion."""
+
+    campaign: str
+    size: dict[str, float]
+    duration_s: float
+    timeout_s: float
+    lease_class: LeaseClass | None
+    labels: dict[str, str]
+    key: str = ""
+    shape: Shape | None = None
+    intent: elastic.Intent | None = None
+
+    def event(self, at: float) -> RequestLease:
+        """The engine's event for this Acquire arriving at ``at``: a request that may wait
+        queues (blocking), one that may not is refused when it cannot be granted now."""
+        return RequestLease(
+            at=at,
+            campaign=self.campaign,
+            size=self.size,
+            duration_s=self.duration_s,
+            blocking=self.timeout_s > 0,
+            lease_class=self.lease_class,
+            labels=self.labels,
+            idempotency_key=self.key,
+            shape=self.shape,
+            intent=self.intent,
+        )
+
+
+def acquire_from_proto(req: pb.AcquireRequest, campaign: str) -> AcquireArgs:
+    """An AcquireRequest for ``campaign`` (the caller's, as its token allows)."""
+    shape = shape_from_proto(req)
+    intent = intent_from_proto(req)
+    return AcquireArgs(
+        campaign,
+        # With an intent the size may be left empty: intent.min is the size.
+        check_size(req.size, shape) if intent is None else dict(req.size),
+        req.duration_s,
+        check_number(req.timeout_s, "timeout_s", high=MAX_WAIT_S),
+        lease_class_from_proto(req.lease_class),
+        check_labels(req.labels),
+        req.idempotency_key,
+        shape,
+        intent,
+    )
+
+
 # --------------------------------------------------------------------------- leases
 
 
 def lease_to_proto(engine: Engine, ls: Lease) -> pb.Lease:
     nodes = engine.pool.nodes
+    # An elastic lease is its own size and pieces and its extra steps'.
+    size, pieces = engine.elastic_size(ls.id)
     out = pb.Lease(
         lease_id=ls.id,
         campaign=ls.campaign,
         state=_STATE[ls.state],
-        size=dims.as_dict(ls.size),
+        size=dims.as_dict(size),
         path=_PATH[ls.path],
         lease_class=_CLASS[ls.lease_class],
         preemptible=ls.preemptible,
@@ -157,13 +282,41 @@ def lease_to_proto(engine: Engine, ls: Lease) -> pb.Lease:
         starts_at=ls.starts_at,
         expires_at=ls.expires_at,
         # Placed (usable) only once active; a starting lease's pieces are still claims.
-        nodes=[nodes[i].name for i in sorted(ls.pieces)]
+        nodes=[nodes[i].name for i in sorted(pieces)]
         if ls.state is not LeaseState.STARTING
         else [],
         labels=ls.labels,
     )
     if ls.preempt_deadline is not None:
         out.preempt_deadline = ls.preempt_deadline
+    el = engine.elastic.by_lease.get(ls.id)
+    if el is not None:
+        out.elastic.CopyFrom(elastic_to_proto(engine, el))
+    return out
+
+
+def elastic_to_proto(engine: Engine, el: elastic.ElasticLease) -> pb.ElasticState:
+    """The allocator's view of an elastic lease, as of the engine's clock."""
+    now, risk = engine.now, engine.policy.elastic_risk
+    table = el.table(now, risk)
+    out = pb.ElasticState(
+        min=dict(el.intent.min),
+        max=dict(el.intent.max),
+        step={d: v for d, v in dims.as_dict(el.step).items() if v},
+        units=table["units"],
+        mode=table["mode"],
+        deadline=el.deadline,
+        remaining_work=table["work_left"],
+        slack_s=table["slack_s"],
+        risk=table["risk"],
+        marginal_utility=table["nmu"],
+    )
+    if el.warned:
+        out.resize_deadline = min(el.warned.values())
+        size, _ = engine.elastic_size(el.lease_id)
+        for xid in el.warned:
+            size = dims.sub(size, engine.leases[xid].size)
+        out.resize_to.update(dims.as_dict(size))
     return out
 
 
@@ -232,7 +385,7 @@ def campaign_to_proto(
         held=dims.as_dict(c.held),
         bucket=engine.bucket_levels(name, at),
         credits=c.credits,
-        leases=len(c.leases),
+        leases=sum(1 for lid in c.leases if lid not in engine.elastic.parent_of),
         queued=queued,
         token_issued_at=token_issued_at,
     )

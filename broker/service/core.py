@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import math
@@ -39,7 +40,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from bursar.broker import codec
+from bursar.broker import codec, safe_pickle, snapshot, validation
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.actuator import actuator_for
 from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
@@ -58,10 +59,12 @@ from bursar.broker.decisions import (
     Rejected,
     Released,
     Renewed,
+    Resized,
+    ResizeWarned,
     Revoked,
 )
 from bursar.broker.engine import Engine
-from bursar.broker.envelope import CampaignSpec, LeaseClass
+from bursar.broker.envelope import CampaignSpec
 from bursar.broker.errors import ErrorCode, JournalError, RequestError
 from bursar.broker.events import (
     CancelRequest,
@@ -71,7 +74,7 @@ from bursar.broker.events import (
     Meter,
     Release,
     Renew,
-    RequestLease,
+    Tick,
     UpdateCampaign,
 )
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
@@ -89,7 +92,6 @@ from bursar.broker.service.errors import (
 )
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
-from bursar.broker.shape import Shape
 from bursar.broker.snapshot import EVERY
 from bursar.broker.supply import supply
 from bursar.protos.bursar.v1 import broker_pb2 as pb
@@ -98,7 +100,7 @@ __all__ = ["ServiceCore", "Subscription"]
 
 log = logging.getLogger(__name__)
 
-MAX_WAIT_S = 3600.0
+MAX_WAIT_S = convert.MAX_WAIT_S
 """Longest a blocking Acquire may wait (AcquireRequest.timeout_s)."""
 
 STREAM_BACKLOG = 10_000
@@ -130,6 +132,8 @@ _EVENT_KIND = {
     Expired: pb.LEASE_EVENT_KIND_EXPIRED,
     Released: pb.LEASE_EVENT_KIND_RELEASED,
     Allocated: pb.LEASE_EVENT_KIND_ALLOCATED,
+    Resized: pb.LEASE_EVENT_KIND_RESIZED,
+    ResizeWarned: pb.LEASE_EVENT_KIND_RESIZE_WARNING,
 }
 _END_KIND = {
     LeaseState.RELEASED: pb.LEASE_EVENT_KIND_RELEASED,
@@ -684,7 +688,7 @@ class ServiceCore:
 
     def lease_proto(self, lease_id: str) -> pb.Lease:
         ls = self.engine.leases.get(lease_id)
-        if ls is not None:
+        if ls is not None and lease_id not in self.engine.elastic.parent_of:
             return self._live_lease_proto(ls)
         ended = self.engine.ended.get(lease_id)
         if ended is not None:
@@ -701,7 +705,7 @@ class ServiceCore:
 
     def _lease_campaign(self, lease_id: str) -> str | None:
         ls = self.engine.leases.get(lease_id)
-        if ls is not None:
+        if ls is not None and lease_id not in self.engine.elastic.parent_of:
             return ls.campaign
         ended = self.engine.ended.get(lease_id)
         return ended.campaign if ended is not None else None
@@ -722,43 +726,21 @@ class ServiceCore:
         if campaign and not principal.admin:
             principal.acting_for(campaign)
         only = principal.campaign or campaign or None
-        leases = sorted(self.engine.leases.values(), key=lambda ls: int(ls.id[1:]))
+        leases = sorted(self.engine.holders_leases(), key=lambda ls: int(ls.id[1:]))
         return [self._live_lease_proto(ls) for ls in leases if only is None or ls.campaign == only]
 
-    async def acquire(
-        self,
-        campaign: str,
-        size: dict[str, float],
-        duration_s: float,
-        timeout_s: float,
-        lease_class: LeaseClass | None,
-        labels: dict[str, str],
-        key: str = "",
-        shape: Shape | None = None,
-    ) -> tuple[Granted, float]:
+    async def acquire(self, args: convert.AcquireArgs) -> tuple[Granted, float]:
         """Request a lease; return the grant and the seconds it waited in the queue.
 
-        With an idempotency ``key`` already used by this campaign, nothing is submitted: the
-        call gets the first one's answer (its grant or refusal), or waits for the same queued
-        request (see ``broker/acquisition.py``)."""
+        With an idempotency key (``args.key``) already used by this campaign, nothing is
+        submitted: the call gets the first one's answer (its grant or refusal), or waits
+        for the same queued request (see ``broker/acquisition.py``)."""
         if self._closing:
             raise ShuttingDown("the request")
+        self._check_elastic(args)
         t0 = time.monotonic()
-        call = AcquireCall(
-            self._submit,
-            lambda: self.runtime.engine,
-            RequestLease(
-                at=self.now(),
-                campaign=campaign,
-                size=size,
-                duration_s=duration_s,
-                blocking=timeout_s > 0,
-                lease_class=lease_class,
-                labels=labels,
-                idempotency_key=key,
-                shape=shape,
-            ),
-        )
+        campaign, timeout_s = args.campaign, args.timeout_s
+        call = AcquireCall(self._submit, lambda: self.runtime.engine, args.event(self.now()))
         first = call.start()
         if isinstance(first, Granted):
             # Answered only once journaled; the listeners, which see the grant's placement
@@ -888,6 +870,65 @@ class ServiceCore:
             f"lease {lease_id} already ended ({state}); request a new lease",
         )
 
+    # ------------------------------------------------------------------ what if
+
+    async def what_if_acquire(self, args: convert.AcquireArgs) -> tuple[Outcome, Engine]:
+        """What the engine would decide if this Acquire arrived now (see ``what_if``).
+        Its idempotency key is left out: a WhatIf is no retry of an earlier Acquire, and
+        reusing a key that one used would be refused."""
+        self._check_elastic(args)
+        return await self.what_if(dataclasses.replace(args, key="").event)
+
+    def _check_elastic(self, args: convert.AcquireArgs) -> None:
+        """An elastic lease grows and shrinks where it is: only a backend that can resize a
+        placed lease (the simulated pool) serves one."""
+        backend = self.runtime.backend
+        if args.intent is not None and not backend.resizes:
+            raise RequestError(
+                ErrorCode.FAILED_PRECONDITION,
+                "intent",
+                f"this broker's backend ({type(backend).__name__}) cannot resize a lease where "
+                "it is; ask for a fixed size",
+            )
+
+    async def what_if_update(self, spec: CampaignSpec) -> tuple[Outcome, Engine]:
+        """What the engine would decide if ``spec`` replaced its campaign's now."""
+        return await self.what_if(lambda at: _update_event(spec, at))
+
+    async def what_if(self, make: Callable[[float], Event]) -> tuple[Outcome, Engine]:
+        """Decide the event ``make(now)`` on a copy of the engine's committed state: its
+        outcome, and the copy as it would be after it. The live engine, the journal and
+        everything listening to them are left as they were. Bad input raises as it would
+        for the real call.
+
+        The copy first catches up with the timers due by now, as ``Runtime.catch_up``
+        would before the real call, so that the event meets the state that call would
+        meet; backend reports not yet delivered are not anticipated (the timer task
+        delivers them as they fall due)."""
+        if self._closing:
+            raise ShuttingDown("the request")
+        # Committed state only: an entry of an open batch may yet be rolled back. Nothing
+        # awaits between here and the copy, so no other call appends meanwhile.
+        await self.settled()
+        if self.runtime.broken:
+            raise JournalError(
+                "the broker stopped after a journal write failed; restart it to resume "
+                "from the journal"
+            )
+        now = self.now()
+        event = make(now)
+        # Bad input is refused before the copy is paid for. Whether a request or a spec is
+        # valid does not depend on the timers the copy catches up with first; the copy's
+        # engine checks it again anyway.
+        validation.validate(self.engine, event)
+        engine = _engine_copy(self.engine)
+        while (due := engine.next_timer()) is not None and due <= now:
+            if self.runtime.coalesce_ticks:
+                engine.apply(Tick(at=now))  # one Tick to now, as the runtime's catch-up
+                break
+            engine.apply(Tick(at=due))
+        return engine.apply(event), engine
+
     # ------------------------------------------------------------------ watch
 
     def watch(
@@ -930,7 +971,7 @@ class ServiceCore:
             targets = ids
         else:
             targets = sorted(
-                (ls.id for ls in self.engine.leases.values() if scope in (None, ls.campaign)),
+                (ls.id for ls in self.engine.holders_leases() if scope in (None, ls.campaign)),
                 key=lambda x: int(x[1:]),
             )
         for lid in targets:
@@ -1020,6 +1061,13 @@ class ServiceCore:
         elif isinstance(d, Allocated):
             lease.allocation.clear()
             lease.allocation.update(d.allocation)
+        elif isinstance(d, Resized):
+            lease.size.clear()
+            lease.size.update(d.size)
+            lease.nodes[:] = list(d.nodes)
+        elif isinstance(d, ResizeWarned):
+            ev.deadline = d.deadline
+            ev.resize_to.update(d.to)
         elif isinstance(d, PreemptWarned):
             lease.state = convert.state_to_proto(LeaseState.PREEMPTING)
             lease.preempt_deadline = d.deadline
@@ -1100,8 +1148,7 @@ class ServiceCore:
         return self.tokens.issue(spec.name, self.now())
 
     def update_campaign(self, spec: CampaignSpec) -> None:
-        spec = codec.campaign_from_dict(codec.plain(spec))
-        self._submit(UpdateCampaign(at=self.now(), spec=spec))
+        self._submit(_update_event(spec, self.now()))
 
     def require_campaign(self, name: str) -> None:
         if name not in self.engine.campaigns:
@@ -1132,6 +1179,20 @@ class ServiceCore:
         if self.token_generation(campaign) != opened_with:
             assert campaign is not None
             raise _rotated(campaign)
+
+
+def _update_event(spec: CampaignSpec, at: float) -> UpdateCampaign:
+    # The spec as a replay will decode it (see Runtime.open): the engine that decides it
+    # now and one replaying the journal see the same spec, down to its keys' order.
+    return UpdateCampaign(at=at, spec=codec.campaign_from_dict(codec.plain(spec)))
+
+
+def _engine_copy(engine: Engine) -> Engine:
+    """A copy of ``engine`` sharing no mutable state with it: the snapshot's own capture
+    (its ``__getstate__`` leaves the per-pass caches out) read back. About twice as fast
+    as ``copy.deepcopy``, which walks the same state object by object in Python
+    (``benchmarks/bench_whatif.py``)."""
+    return safe_pickle.loads(snapshot.capture(engine))
 
 
 def _rotated(campaign: str) -> Unauthenticated:

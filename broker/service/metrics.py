@@ -163,7 +163,7 @@ class Metrics:
         eng = broker.engine
         self.leases.clear()
         counts: dict[tuple[str, str], int] = {}
-        for ls in eng.leases.values():
+        for ls in eng.holders_leases():
             key = (ls.campaign, ls.state.value)
             counts[key] = counts.get(key, 0) + 1
         for (campaign, state), n in counts.items():

@@ -24,12 +24,11 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
 from bursar.broker import codec
-from bursar.broker.decisions import DECISION_TYPES
+from bursar.broker.decisions import DECISION_TYPES, Granted, Queued, Rejected
 from bursar.broker.errors import ErrorCode, RequestError
-from bursar.broker.reasons import Reason
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal, bearer_token
-from bursar.broker.service.core import MAX_WAIT_S, ServiceCore
+from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.errors import ShuttingDown, Unauthenticated, row_for, status_for
 from bursar.broker.service.limits import client_key
 from bursar.protos.bursar.v1 import admin_pb2
@@ -181,18 +180,8 @@ class BrokerServicer(_Base):
 
     @_rpc()
     async def Acquire(self, req: pb.AcquireRequest, who: Principal) -> pb.AcquireResponse:
-        campaign = who.acting_for(req.campaign)
-        shape = convert.shape_from_proto(req)
-        grant, waited = await self.core.acquire(
-            campaign,
-            convert.check_size(req.size, shape),
-            req.duration_s,
-            convert.check_number(req.timeout_s, "timeout_s", high=MAX_WAIT_S),
-            convert.lease_class_from_proto(req.lease_class),
-            convert.check_labels(req.labels),
-            req.idempotency_key,
-            shape,
-        )
+        args = convert.acquire_from_proto(req, who.acting_for(req.campaign))
+        grant, waited = await self.core.acquire(args)
         return pb.AcquireResponse(
             lease=self.core.lease_proto(grant.lease_id),
             tokens=grant.tokens,
@@ -303,19 +292,39 @@ class BrokerServicer(_Base):
             limit=limit,
         )
         out = pb.ListDecisionsResponse(next_seq=next_seq)
-        for seq, _index, d in rows:
-            reason = d.get("reason")
-            out.decisions.append(
-                pb.DecisionRecord(
-                    seq=seq,
-                    at=d.get("at", 0.0),
-                    kind=pb.DecisionKind.Value(f"DECISION_KIND_{d['kind'].upper()}"),
-                    campaign=d.get("campaign", ""),
-                    lease_id=d.get("lease_id") or d.get("request_id") or "",
-                    reason=convert.reason_to_proto(Reason(reason) if reason else None),
-                    json=codec.dumps(d),
-                )
+        out.decisions.extend(convert.decision_record(seq, d) for seq, _index, d in rows)
+        return out
+
+    @_rpc()
+    async def WhatIf(self, req: pb.WhatIfRequest, who: Principal) -> pb.WhatIfResponse:
+        change = req.WhichOneof("change")
+        if change == "acquire":
+            args = convert.acquire_from_proto(req.acquire, who.acting_for(req.acquire.campaign))
+            outcome, engine = await self.core.what_if_acquire(args)
+        elif change == "envelope":
+            who.require_admin(f"{self.service_name}.WhatIf of an envelope")
+            spec = convert.spec_from_proto(req.envelope)
+            outcome, engine = await self.core.what_if_update(spec)
+        else:
+            raise RequestError(
+                ErrorCode.INVALID_ARGUMENT, "change", "required: an acquire or an envelope"
             )
+        own = outcome.own
+        assert own is not None, outcome
+        out = pb.WhatIfResponse(outcome=convert.decision_kind_to_proto(own.kind))
+        if isinstance(own, Granted):
+            out.lease.CopyFrom(convert.lease_to_proto(engine, engine.leases[own.lease_id]))
+        elif isinstance(own, Queued):
+            out.reason = convert.reason_to_proto(own.reason)
+            out.estimated_wait_s = own.estimated_wait_s
+        elif isinstance(own, Rejected):
+            out.reason = convert.reason_to_proto(own.reason)
+            out.estimated_wait_s = own.retry_after_s
+        for d in outcome.decisions:
+            record = codec.to_dict(d)
+            # As ListDecisions filters a campaign token's: its own campaign's decisions only.
+            if who.admin or record.get("campaign") == who.campaign:
+                out.decisions.append(convert.decision_record(0, record))
         return out
 
     @_rpc()
@@ -329,7 +338,7 @@ class BrokerServicer(_Base):
             started_at=core.started_at,
             journal_entries=core.runtime.journal.last_seq,
             campaigns=len(eng.campaigns),
-            leases=len(eng.leases),
+            leases=len(eng.leases) - len(eng.elastic.parent_of),
             pending=len(eng.pending),
             open_streams=core.limits.open_streams,
             caller=str(who),

@@ -43,6 +43,7 @@ from bursar.providers.client._errors import PermissionDenied as PermissionDenied
 from bursar.providers.client._errors import Refused as Refused
 from bursar.providers.client._errors import Unauthenticated as Unauthenticated
 from bursar.providers.client._errors import Unavailable as Unavailable
+from bursar.providers.client._intent import Intent as Intent
 from bursar.providers.client._lease import LeaseHandle as LeaseHandle
 from bursar.providers.client._loop import LoopThread as LoopThread
 from bursar.providers.client._sync import AdminClient as AdminClient
@@ -53,8 +54,11 @@ from bursar.providers.client._types import Campaign as Campaign
 from bursar.providers.client._types import CampaignSpec as CampaignSpec
 from bursar.providers.client._types import CampaignSupply as CampaignSupply
 from bursar.providers.client._types import CreatedCampaign as CreatedCampaign
+from bursar.providers.client._types import DecisionKind as DecisionKind
+from bursar.providers.client._types import DecisionRecord as DecisionRecord
 from bursar.providers.client._types import DimEnvelope as DimEnvelope
 from bursar.providers.client._types import DimSupply as DimSupply
+from bursar.providers.client._types import ElasticState as ElasticState
 from bursar.providers.client._types import Lease as Lease
 from bursar.providers.client._types import LeaseClass as LeaseClass
 from bursar.providers.client._types import LeaseEvent as LeaseEvent
@@ -62,9 +66,11 @@ from bursar.providers.client._types import LeaseEventKind as LeaseEventKind
 from bursar.providers.client._types import LeasePath as LeasePath
 from bursar.providers.client._types import LeaseState as LeaseState
 from bursar.providers.client._types import MeterResult as MeterResult
+from bursar.providers.client._types import ReasonCode as ReasonCode
 from bursar.providers.client._types import Shape as Shape
 from bursar.providers.client._types import Supply as Supply
 from bursar.providers.client._types import TimeTo as TimeTo
+from bursar.providers.client._types import WhatIfResult as WhatIfResult
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -82,10 +88,14 @@ __all__ = [
     "CampaignSupply",
     "CreatedCampaign",
     "DeadlineExceeded",
+    "DecisionKind",
+    "DecisionRecord",
     "DimEnvelope",
     "DimSupply",
+    "ElasticState",
     "FailedPrecondition",
     "FieldViolation",
+    "Intent",
     "InvalidArgument",
     "Lease",
     "LeaseClass",
@@ -99,6 +109,7 @@ __all__ = [
     "NotFound",
     "OutOfRange",
     "PermissionDenied",
+    "ReasonCode",
     "Refused",
     "Shape",
     "Supply",
@@ -107,4 +118,5 @@ __all__ = [
     "Tls",
     "Unauthenticated",
     "Unavailable",
+    "WhatIfResult",
 ]

@@ -26,6 +26,7 @@ from bursar.providers.client._errors import (
     OutOfRange,
     from_rpc_error,
 )
+from bursar.providers.client._intent import Intent
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._types import (
     BrokerStatus,
@@ -38,6 +39,7 @@ from bursar.providers.client._types import (
     MeterResult,
     Shape,
     Supply,
+    WhatIfResult,
     shape_to_proto,
 )
 from bursar.providers.client._watcher import LeaseWatcher
@@ -51,6 +53,17 @@ MAX_WAIT_S = 3600.0
 """The longest a blocking acquire waits (the server's limit on AcquireRequest.timeout_s)."""
 
 log = logging.getLogger("bursar.providers.client")
+
+
+def _wait(blocking: bool, timeout: float | None) -> float:
+    """The AcquireRequest's timeout_s: 0 for a request that may not wait."""
+    return 0.0 if not blocking else MAX_WAIT_S if timeout is None else timeout
+
+
+async def _whatif_envelope(conn: Connection, spec: CampaignSpec) -> WhatIfResult:
+    # Broker.WhatIf is read-only: retried after UNAVAILABLE like any read.
+    resp = await conn.unary("broker", "WhatIf", pb.WhatIfRequest(envelope=spec.to_proto()))
+    return WhatIfResult.from_proto(resp)
 
 
 def _ids(lease_id: str | Iterable[str] | None) -> list[str]:
@@ -154,6 +167,7 @@ class AsyncBrokerClient:
         exclusive: bool = False,
         cpus_per_gpu: float | None = None,
         mem_per_gpu: float | None = None,
+        intent: Intent | None = None,
     ) -> Lease:
         """Ask for a lease of ``size`` (e.g. ``{"gpu": 8}``) for ``duration_s`` seconds.
 
@@ -176,10 +190,22 @@ class AsyncBrokerClient:
         ``idempotency_key`` is given), and its retries after UNAVAILABLE carry the same
         key: a reply lost on the way back never leaves a second, orphaned lease. Pass your
         own key to make a retry of your own (e.g. after this process restarts) safe too.
+
+        ``intent`` (an :class:`Intent`; ``size`` then ``{}``): an elastic, deadline-aware
+        lease, granted at ``intent.min`` and resized by the broker; its Watch stream hears
+        RESIZED and RESIZE_WARNING, and ``Lease.elastic`` shows the allocator's view.
         """
         wire = shape_to_proto(shape, nodes, per_node, exclusive, cpus_per_gpu, mem_per_gpu)
         lease, _ = await self._acquire(
-            size, duration_s, blocking, timeout, lease_class, labels, idempotency_key, wire
+            size,
+            duration_s,
+            blocking,
+            timeout,
+            lease_class,
+            labels,
+            idempotency_key,
+            wire,
+            None if intent is None else intent.to_proto(),
         )
         return lease
 
@@ -193,17 +219,18 @@ class AsyncBrokerClient:
         labels: Mapping[str, str] | None,
         idempotency_key: str | None = None,
         shape: pb.Shape | None = None,
+        intent: pb.Intent | None = None,
     ) -> tuple[Lease, pb.AcquireResponse]:
-        wait = 0.0 if not blocking else MAX_WAIT_S if timeout is None else timeout
-        request = pb.AcquireRequest(
-            campaign=self.campaign or "",
-            size=dict(size),
-            duration_s=duration_s,
-            timeout_s=wait,
-            lease_class=LeaseClass.parse(lease_class).to_proto(pb.LeaseClass),
-            labels=dict(labels or {}),
-            idempotency_key=idempotency_key or uuid.uuid4().hex,
-            shape=shape,
+        wait = _wait(blocking, timeout)
+        request = self._acquire_request(
+            size,
+            duration_s,
+            wait,
+            lease_class,
+            labels,
+            idempotency_key or uuid.uuid4().hex,
+            shape,
+            intent,
         )
         t0 = self.clock.now()
 
@@ -219,6 +246,77 @@ class AsyncBrokerClient:
         # restart, the requests that were queued when it stopped.
         resp = await self._call("Acquire", attempt)
         return Lease.from_proto(resp.lease), resp
+
+    def _acquire_request(
+        self,
+        size: Mapping[str, float],
+        duration_s: float,
+        timeout_s: float,
+        lease_class: LeaseClass | str | None,
+        labels: Mapping[str, str] | None,
+        idempotency_key: str = "",
+        shape: pb.Shape | None = None,
+        intent: pb.Intent | None = None,
+    ) -> pb.AcquireRequest:
+        """The wire's AcquireRequest, for Acquire and for WhatIf alike."""
+        return pb.AcquireRequest(
+            campaign=self.campaign or "",
+            size=dict(size),
+            duration_s=duration_s,
+            timeout_s=timeout_s,
+            lease_class=LeaseClass.parse(lease_class).to_proto(pb.LeaseClass),
+            labels=dict(labels or {}),
+            idempotency_key=idempotency_key,
+            shape=shape,
+            intent=intent,
+        )
+
+    async def whatif_acquire(
+        self,
+        size: Mapping[str, float],
+        duration_s: float,
+        *,
+        blocking: bool = True,
+        timeout: float | None = None,
+        lease_class: LeaseClass | str | None = None,
+        labels: Mapping[str, str] | None = None,
+        shape: Shape | None = None,
+        nodes: int | None = None,
+        per_node: Mapping[str, float] | None = None,
+        exclusive: bool = False,
+        cpus_per_gpu: float | None = None,
+        mem_per_gpu: float | None = None,
+        intent: Intent | None = None,
+    ) -> WhatIfResult:
+        """What :meth:`acquire` with these arguments would get if it arrived now, decided
+        by the broker on a copy of its state: nothing is requested, held or journaled.
+
+        ``outcome`` is GRANT (``lease``: the lease it would be), QUEUE (a blocking
+        request: ``reason`` and ``estimated_wait_s``) or REJECT (``blocking=False``:
+        ``reason``, and the retry-after in ``estimated_wait_s``); ``decisions``: every
+        decision the request would cause, its campaign's only for a campaign token.
+        Nothing waits: ``timeout`` only makes the request a blocking one, as in acquire.
+        Bad arguments raise as :meth:`acquire` would. The answer holds for now only: the
+        next request, or the clock, may change it."""
+        wire = shape_to_proto(shape, nodes, per_node, exclusive, cpus_per_gpu, mem_per_gpu)
+        request = self._acquire_request(
+            size,
+            duration_s,
+            _wait(blocking, timeout),
+            lease_class,
+            labels,
+            shape=wire,
+            intent=None if intent is None else intent.to_proto(),
+        )
+        resp = await self._call("WhatIf", pb.WhatIfRequest(acquire=request))
+        return WhatIfResult.from_proto(resp)
+
+    async def whatif_envelope(self, spec: CampaignSpec) -> WhatIfResult:
+        """What replacing campaign ``spec.name``'s spec with ``spec`` would do now (the
+        admin token only): ``outcome`` CAMPAIGN and every decision it would cause
+        (queued requests granted, leases reclaimed). Nothing is changed. See
+        :meth:`AsyncAdminClient.update_campaign`."""
+        return await _whatif_envelope(self._conn, spec)
 
     async def renew(self, lease_id: str, duration_s: float) -> Lease:
         """Extend the lease so that it ends no earlier than now + ``duration_s``.
@@ -480,12 +578,20 @@ class AsyncAdminClient:
         return CreatedCampaign(Campaign.from_proto(resp.campaign), resp.token)
 
     async def update_campaign(self, spec: CampaignSpec) -> Campaign:
-        """Replace a campaign's envelopes, class and preemptible flag (its leases stay)."""
+        """Replace a campaign's envelopes, class and preemptible flag (its leases stay).
+        :meth:`whatif_envelope` says first what it would do."""
         return Campaign.from_proto(
             await self._call(
                 "UpdateCampaign", admin_pb2.UpdateCampaignRequest(spec=spec.to_proto())
             )
         )
+
+    async def whatif_envelope(self, spec: CampaignSpec) -> WhatIfResult:
+        """What :meth:`update_campaign` with ``spec`` would do now, decided on a copy of
+        the broker's state (nothing changes): ``outcome`` CAMPAIGN, and every decision it
+        would cause (queued requests granted, leases warned and reclaimed).
+        :class:`NotFound` for an unknown campaign, as update_campaign."""
+        return await _whatif_envelope(self._conn, spec)
 
     async def get_campaign(self, name: str) -> Campaign:
         return Campaign.from_proto(

@@ -32,6 +32,7 @@ from bursar.broker.clock import SYSTEM, Clock
 from bursar.providers.client._aio import AsyncAdminClient, AsyncBrokerClient
 from bursar.providers.client._backoff import Backoff
 from bursar.providers.client._channel import DEFAULT_TARGET, Tls
+from bursar.providers.client._intent import Intent
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._loop import LoopThread
 from bursar.providers.client._types import (
@@ -45,6 +46,7 @@ from bursar.providers.client._types import (
     MeterResult,
     Shape,
     Supply,
+    WhatIfResult,
 )
 
 __all__ = ["AdminClient", "BrokerClient", "SyncLeaseHandle"]
@@ -154,6 +156,7 @@ class BrokerClient(_SyncClient):
         exclusive: bool = False,
         cpus_per_gpu: float | None = None,
         mem_per_gpu: float | None = None,
+        intent: Intent | None = None,
     ) -> Lease:
         """See :meth:`AsyncBrokerClient.acquire`."""
         return self._run(
@@ -171,8 +174,47 @@ class BrokerClient(_SyncClient):
                 exclusive=exclusive,
                 cpus_per_gpu=cpus_per_gpu,
                 mem_per_gpu=mem_per_gpu,
+                intent=intent,
             )
         )
+
+    def whatif_acquire(
+        self,
+        size: Mapping[str, float],
+        duration_s: float,
+        *,
+        blocking: bool = True,
+        timeout: float | None = None,
+        lease_class: LeaseClass | str | None = None,
+        labels: Mapping[str, str] | None = None,
+        shape: Shape | None = None,
+        nodes: int | None = None,
+        per_node: Mapping[str, float] | None = None,
+        exclusive: bool = False,
+        cpus_per_gpu: float | None = None,
+        mem_per_gpu: float | None = None,
+    ) -> WhatIfResult:
+        """See :meth:`AsyncBrokerClient.whatif_acquire`."""
+        return self._run(
+            self._aio.whatif_acquire(
+                size,
+                duration_s,
+                blocking=blocking,
+                timeout=timeout,
+                lease_class=lease_class,
+                labels=labels,
+                shape=shape,
+                nodes=nodes,
+                per_node=per_node,
+                exclusive=exclusive,
+                cpus_per_gpu=cpus_per_gpu,
+                mem_per_gpu=mem_per_gpu,
+            )
+        )
+
+    def whatif_envelope(self, spec: CampaignSpec) -> WhatIfResult:
+        """See :meth:`AsyncBrokerClient.whatif_envelope` (the admin token only)."""
+        return self._run(self._aio.whatif_envelope(spec))
 
     def renew(self, lease_id: str, duration_s: float) -> Lease:
         return self._run(self._aio.renew(lease_id, duration_s))
@@ -388,6 +430,10 @@ class AdminClient(_SyncClient):
 
     def update_campaign(self, spec: CampaignSpec) -> Campaign:
         return self._run(self._aio.update_campaign(spec))
+
+    def whatif_envelope(self, spec: CampaignSpec) -> WhatIfResult:
+        """See :meth:`AsyncAdminClient.whatif_envelope`."""
+        return self._run(self._aio.whatif_envelope(spec))
 
     def get_campaign(self, name: str) -> Campaign:
         return self._run(self._aio.get_campaign(name))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -41,6 +42,8 @@ __all__ = [
     "CampaignSpec",
     "CampaignSupply",
     "CreatedCampaign",
+    "DecisionKind",
+    "DecisionRecord",
     "DimEnvelope",
     "DimSupply",
     "ElasticState",
@@ -51,9 +54,11 @@ __all__ = [
     "LeasePath",
     "LeaseState",
     "MeterResult",
+    "ReasonCode",
     "Shape",
     "Supply",
     "TimeTo",
+    "WhatIfResult",
 ]
 
 
@@ -163,6 +168,22 @@ LeaseEventKind = _enum(
     "LEASE_EVENT_KIND_",
     """What happened to a lease (``bursar.v1.LeaseEventKind``); ``ends_lease`` for
     REVOKED, EXPIRED and RELEASED.""",
+)
+DecisionKind = _enum(
+    _ProtoEnum,
+    "DecisionKind",
+    pb.DecisionKind.DESCRIPTOR,
+    "DECISION_KIND_",
+    """What the broker decided (``bursar.v1.DecisionKind``): GRANT, QUEUE, REJECT,
+    PREEMPT_WARNING, CAMPAIGN, ...""",
+)
+ReasonCode = _enum(
+    _ProtoEnum,
+    "ReasonCode",
+    pb.ReasonCode.DESCRIPTOR,
+    "REASON_",
+    """Why a request waits or is refused (``bursar.v1.ReasonCode``): POOL_FULL,
+    ABOVE_BURST, BUCKET_EMPTY, ...; UNSPECIFIED where there is no reason.""",
 )
 
 
@@ -373,12 +394,14 @@ ElasticState = _message(
 Lease = _message(
     _LeaseBase,
     "Lease",
-    _Shape(pb.Lease.DESCRIPTOR, rename={"lease_id": "id"}),
+    _Shape(pb.Lease.DESCRIPTOR, rename={"lease_id": "id"}, optional=frozenset({"elastic"})),
     """A lease as the broker last described it (``bursar.v1.Lease``; ``lease_id`` is
     ``id`` here). ``size`` holds the units per placed dimension (``{"gpu": 8.0}``);
     ``nodes`` is empty until it is active; ``preempt_deadline`` is set while PREEMPTING
     and ``ended_at`` once it has ended (else None); ``allocation`` says how to run inside
-    it on a real resource manager (:func:`bursar.providers.launch.launch_argv`).""",
+    it on a real resource manager (:func:`bursar.providers.launch.launch_argv`);
+    ``elastic`` is the allocator's view of an elastic lease (:class:`ElasticState`), None
+    for a lease of a fixed size.""",
 )
 
 
@@ -494,6 +517,50 @@ BrokerStatus = _message(
     _Shape(pb.Status.DESCRIPTOR),
     """The broker's state in a few numbers (``bursar.v1.Status``); ``caller`` is the
     caller as the server sees it: "campaign:NAME" or "admin".""",
+)
+
+
+# Decisions, what-if
+
+
+class _DecisionRecordBase(_Message):
+    __slots__ = ()
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """The whole decision (rule inputs included), decoded from ``json``."""
+        return json.loads(self.json)  # type: ignore[attr-defined, no-any-return]
+
+
+DecisionRecord = _message(
+    _DecisionRecordBase,
+    "DecisionRecord",
+    _Shape(pb.DecisionRecord.DESCRIPTOR),
+    """One decision as the journal records it (``bursar.v1.DecisionRecord``): its
+    ``kind`` at ``at``, the ``campaign`` and ``lease_id`` it concerns (empty for pool
+    decisions), the ``reason`` of a QUEUE or REJECT, and the whole decision as canonical
+    JSON (``json``; decoded: ``details``). ``seq`` is its journal entry (0 for a what-if:
+    nothing was journaled).""",
+)
+
+
+class _WhatIfBase(_Message):
+    __slots__ = ()
+
+    @property
+    def granted(self) -> bool:
+        return self.outcome is DecisionKind.GRANT  # type: ignore[attr-defined, no-any-return]
+
+
+WhatIfResult = _message(
+    _WhatIfBase,
+    "WhatIfResult",
+    _Shape(pb.WhatIfResponse.DESCRIPTOR, optional=frozenset({"lease"})),
+    """What the broker would decide now, and has not (``bursar.v1.WhatIfResponse``): the
+    ``outcome`` (GRANT, QUEUE or REJECT for an acquire; CAMPAIGN for an envelope), the
+    ``lease`` a grant would be (else None), the ``reason`` and ``estimated_wait_s`` of a
+    queue (for a refusal: its retry-after), and every ``decisions`` the change would
+    cause (a campaign token sees its own campaign's only).""",
 )
 
 

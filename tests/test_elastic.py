@@ -1,0 +1,333 @@
+"""Elastic, deadline-aware leases: one test per rule, decision and reason of the allocator
+(``broker/elastic.py`` and the engine's elastic pass). The properties over random
+sequences are in ``test_engine_properties.py``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bursar.broker import elastic
+from bursar.broker.decisions import (
+    Granted,
+    Queued,
+    Rejected,
+    Released,
+    Resized,
+    ResizeWarned,
+    Revoked,
+)
+from bursar.broker.elastic import Decay, DecayKind, DegradeMode, Intent
+from bursar.broker.engine import Engine
+from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.errors import RequestError
+from bursar.broker.events import (
+    CreateCampaign,
+    NodeLost,
+    Release,
+    Renew,
+    RequestLease,
+    Tick,
+)
+from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+from bursar.broker.reasons import Reason
+
+GRACE = 30.0
+
+
+def engine(
+    nodes: int = 4, rule: str = "dmug", bucket: float | None = None, **policy: object
+) -> Engine:
+    pool = PoolSpec(groups=(NodeGroup(count=nodes, resources={"gpu": 8}, warm=nodes),))
+    eng = Engine(
+        pool,
+        PolicySpec(grace_s=GRACE, power_down_idle_s=None, elastic_rule=rule, **policy),  # type: ignore[arg-type]
+    )
+    for name in ("a", "b", "c"):
+        env = DimEnvelope(guarantee=0, sustained=8 * nodes, burst=8 * nodes, bucket=bucket)
+        eng.apply(CreateCampaign(0.0, CampaignSpec(name, {"gpu": env}, LeaseClass.BATCH)))
+    return eng
+
+
+def intent(lo: int = 2, hi: int = 16, work: float = 20_000.0, deadline: float = 3_000.0, **kw):
+    return Intent(min={"gpu": lo}, max={"gpu": hi}, remaining_work=work, deadline_s=deadline, **kw)
+
+
+def amdahl(**kw: object) -> Intent:
+    return intent(amdahl=0.05, **kw)  # type: ignore[arg-type]
+
+
+def size(eng: Engine, lid: str) -> float:
+    return eng.elastic_size(lid)[0][0]
+
+
+def of(out, kind):
+    return [d for d in out if isinstance(d, kind)]
+
+
+def rid(out) -> str:
+    own = out.own
+    return own.lease_id if isinstance(own, Granted) else own.request_id
+
+
+def step_to(eng: Engine, t: float) -> list:
+    out: list = []
+    while (due := eng.next_timer()) is not None and due <= t:
+        out += eng.apply(Tick(due))
+    out += eng.apply(Tick(t))
+    return out
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def test_speedup_models():
+    it = amdahl()
+    assert elastic.speed(it, 1) == pytest.approx(1.0)
+    assert elastic.speed(it, 16) == pytest.approx(1 / (0.05 + 0.95 / 16))
+    curve = intent(lo=1, hi=8, curve=((1, 10.0), (2, 18.0), (4, 30.0), (8, 40.0)))
+    assert elastic.speed(curve, 3) == pytest.approx(24.0)  # linear between points
+    assert elastic.speed(curve, 8) == pytest.approx(40.0)
+
+
+def test_decay_kinds():
+    assert Decay().factor(1.0) == 0.0
+    assert Decay(DecayKind.LINEAR, 100.0).factor(25.0) == pytest.approx(0.75)
+    assert Decay(DecayKind.EXPONENTIAL, 100.0).factor(200.0) == pytest.approx(0.25)
+    assert Decay(DecayKind.LINEAR, 100.0).factor(-5.0) == 1.0
+
+
+def test_the_default_step_is_one_unit_with_the_rest_in_proportion():
+    it = Intent(
+        min={"gpu": 2, "cpu": 16},
+        max={"gpu": 8, "cpu": 64},
+        remaining_work=1,
+        deadline_s=1,
+        amdahl=0.0,
+    )
+    assert elastic.resolve_step(it) == {"gpu": 1.0, "cpu": 8.0}
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def test_granted_at_min_then_grown_at_once_from_spare_capacity():
+    eng = engine()
+    out = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=amdahl()))
+    (g,) = of(out, Granted)
+    assert g.size == {"gpu": 2.0} and g.inputs["elastic"]["mode"] == "full"
+    (r,) = of(out, Resized)
+    assert r.lease_id == g.lease_id and r.delta == {"gpu": 14.0} and r.size == {"gpu": 16.0}
+    assert r.tokens == 0 and r.inputs["units"] == 16.0 and r.inputs["rule"] == "dmug"
+    assert size(eng, g.lease_id) == 16.0
+    eng.check_invariants()
+
+
+def test_a_deadline_no_allocation_meets_is_refused_at_once():
+    eng = engine()
+    out = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=amdahl(deadline=100.0)))
+    (rej,) = of(out, Rejected)
+    assert rej.reason is Reason.DEADLINE_UNREACHABLE
+    assert rej.inputs["earliest_finish"]["full"] > rej.inputs["deadline"]
+    assert not eng.leases and not eng.pending
+    # With admission control off it is served like any other request.
+    eng = engine(elastic_admission=False)
+    out = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=amdahl(deadline=100.0)))
+    assert of(out, Granted)
+
+
+def test_a_value_left_past_the_deadline_is_not_refused():
+    eng = engine()
+    late = amdahl(deadline=100.0, decay=Decay(DecayKind.LINEAR, 10_000.0))
+    assert of(eng.apply(RequestLease(1.0, "a", {}, 3600, intent=late)), Granted)
+
+
+def test_a_degrade_mode_is_picked_when_the_deadline_is_otherwise_lost():
+    eng = engine()
+    # Full: 20 000 s of work at speed(16) = 9.1 takes 2 188 s; fp16 halves the work.
+    it = amdahl(deadline=1_500.0, degrade=(DegradeMode("fp16", 0.5, 0.8),))
+    out = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=it))
+    (g,) = of(out, Granted)
+    assert g.inputs["elastic"]["mode"] == "fp16"
+    assert eng.elastic.by_lease[g.lease_id].work_left == pytest.approx(10_000.0)
+    # Without degrade modes allowed, the same request is hopeless.
+    eng = engine(elastic_degrade=False)
+    out = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=it))
+    assert of(out, Rejected)[0].reason is Reason.DEADLINE_UNREACHABLE
+
+
+def test_a_waiting_request_gets_the_extra_steps_back_after_a_warning_and_the_grace():
+    eng = engine()
+    lid = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=amdahl(hi=32))).own.lease_id
+    assert size(eng, lid) == 32.0
+    out = eng.apply(RequestLease(2.0, "b", {"gpu": 8}, 600))
+    (q,) = of(out, Queued)
+    (w,) = of(out, ResizeWarned)
+    assert w.lease_id == lid and w.for_request == q.request_id
+    assert w.deadline == 2.0 + GRACE and w.to == {"gpu": 24.0} and w.inputs["why"] == "request"
+    assert size(eng, lid) == 32.0  # nothing taken before the deadline
+    out = step_to(eng, 2.0 + GRACE)
+    (r,) = of(out, Resized)
+    assert r.delta == {"gpu": -8.0} and r.at == 2.0 + GRACE and r.inputs["cause"] == "resized"
+    assert r.tokens == 0 and r.credits < 0  # refunded
+    (g,) = of(out, Granted)
+    assert g.lease_id == q.request_id
+    eng.check_invariants()
+
+
+def test_a_step_moves_to_the_lease_it_is_worth_more_to():
+    eng = engine(nodes=2)
+    slack = amdahl(hi=16, work=2_000.0, deadline=80_000.0)  # plenty of time
+    a = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=slack)).own.lease_id
+    assert size(eng, a) == 16.0
+    # An urgent job that needs about 8 GPUs to make its deadline arrives to a full pool.
+    urgent = amdahl(lo=1, hi=8, work=4_000.0, deadline=900.0)
+    b = rid(eng.apply(RequestLease(2.0, "b", {}, 3600, intent=urgent)))
+    # Its min comes back a grace period on; then the steps it is worth more to, one more on.
+    out = step_to(eng, 2.0 + 2 * GRACE + 1)
+    moved = [d for d in out if isinstance(d, ResizeWarned) and d.inputs["why"] == f"to {b}"]
+    assert moved and moved[0].lease_id == a
+    assert b in eng.leases
+    assert size(eng, b) > 1.0 and size(eng, a) < 16.0
+    assert size(eng, a) + size(eng, b) <= 16.0
+    eng.check_invariants()
+
+
+def test_edf_grows_the_earliest_deadline_first():
+    eng = engine(nodes=2, rule="edf", elastic_admission=False)
+    late = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=amdahl(lo=1, hi=16, deadline=9e4)))
+    assert size(eng, late.own.lease_id) == 16.0
+    # The earlier deadline takes steps back from the later one, a grace period on.
+    lid = rid(eng.apply(RequestLease(2.0, "b", {}, 3600, intent=amdahl(lo=1, hi=16, deadline=5e3))))
+    step_to(eng, 2.0 + 2 * GRACE + 1)
+    assert size(eng, lid) > size(eng, late.own.lease_id)
+
+
+def test_proportional_shares_the_spare_steps_evenly():
+    eng = engine(nodes=2, rule="proportional", elastic_admission=False)
+    a = rid(eng.apply(RequestLease(1.0, "a", {}, 3600, intent=amdahl(lo=1, hi=16, deadline=9e4))))
+    b = rid(eng.apply(RequestLease(1.0, "b", {}, 3600, intent=amdahl(lo=1, hi=16, deadline=9e4))))
+    step_to(eng, 1.0 + 3 * GRACE)
+    sa, sb = size(eng, a), size(eng, b)
+    assert sa + sb == 16.0 and abs(sa - sb) <= 1.0
+
+
+def test_steps_renew_with_their_lease_and_end_with_it():
+    eng = engine()
+    lid = eng.apply(RequestLease(1.0, "a", {}, 600, intent=amdahl())).own.lease_id
+    steps = list(eng.elastic.by_lease[lid].extents)
+    out = eng.apply(Renew(100.0, lid, 1_200))
+    assert all(eng.leases[x].expires_at == eng.leases[lid].expires_at for x in steps)
+    out = eng.apply(Release(200.0, lid))
+    (rel,) = of(out, Released)
+    # The refund covers the steps too: 16 GPUs for the rest of their prepaid time.
+    assert rel.refund_credits > 0
+    assert not eng.leases and not eng.elastic.by_lease and not eng.elastic.parent_of
+    eng.check_invariants()
+
+
+def test_a_step_its_bucket_cannot_renew_is_announced_to_end_at_its_prepaid_end():
+    # Sustained 2, a bucket of 40 000 GPU-s: 14 extra GPUs for 600 s prepay 8 400.
+    pool = PoolSpec(groups=(NodeGroup(count=2, resources={"gpu": 8}, warm=2),))
+    eng = Engine(pool, PolicySpec(grace_s=GRACE, power_down_idle_s=None))
+    env = DimEnvelope(guarantee=0, sustained=2, burst=16, bucket=12_000)
+    eng.apply(CreateCampaign(0.0, CampaignSpec("a", {"gpu": env}, LeaseClass.BATCH)))
+    lid = eng.apply(RequestLease(1.0, "a", {}, 600, intent=amdahl())).own.lease_id
+    grown = size(eng, lid)
+    assert grown > 2.0
+    out = eng.apply(Renew(500.0, lid, 600))
+    (w,) = of(out, ResizeWarned)
+    assert w.inputs["why"] == "bucket" and w.deadline == 601.0
+    out = step_to(eng, 601.0)
+    assert of(out, Resized)[0].delta["gpu"] < 0 and lid in eng.leases
+    eng.check_invariants()
+
+
+def test_a_lost_node_under_a_step_shrinks_the_lease_at_once():
+    eng = engine(nodes=2)
+    lid = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=amdahl(hi=16))).own.lease_id
+    own = sorted(eng.leases[lid].pieces)
+    other = next(n for n in eng.pool.nodes if eng.pool.index[n.name] not in own)
+    out = eng.apply(NodeLost(5.0, other.name))
+    shrinks = of(out, Resized)
+    assert all(r.inputs["cause"] == f"node {other.name} lost" for r in shrinks)
+    assert sum(r.delta["gpu"] for r in shrinks) == -8.0 and size(eng, lid) == 8.0
+    assert not of(out, Revoked)  # the lease itself lives on
+    eng.check_invariants()
+
+
+def test_progress_follows_the_units_held():
+    eng = engine()
+    lid = eng.apply(
+        RequestLease(0.0, "a", {}, 3600, intent=amdahl(hi=2, work=2_000.0))
+    ).own.lease_id
+    step_to(eng, 100.0)
+    el = eng.elastic.by_lease[lid]
+    assert el.work_left == pytest.approx(2_000.0 - 100.0 * elastic.speed(el.intent, 2))
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("intent_", "field"),
+    [
+        (intent(hi=1), "intent.max.gpu"),
+        (
+            Intent(min={"gpu": 2}, max={"cpu": 4}, remaining_work=1, deadline_s=1, amdahl=0),
+            "intent.max",
+        ),
+        (intent(amdahl=1.5), "intent.speedup.amdahl_serial_fraction"),
+        (intent(), "intent.speedup"),
+        (intent(lo=1, hi=8, curve=((2, 1.0), (8, 4.0))), "intent.speedup.curve"),
+        (intent(lo=1, hi=8, curve=((1, 1.0), (1, 4.0), (8, 5.0))), "intent.speedup.curve"),
+        (amdahl(work=0.0), "intent.remaining_work"),
+        (amdahl(deadline=-1.0), "intent.deadline_s"),
+        (amdahl(value=math.nan), "intent.value"),
+        (amdahl(decay=Decay(DecayKind.LINEAR, 0.0)), "intent.decay.window_s"),
+        (amdahl(degrade=(DegradeMode("full", 0.5, 1.0),)), "intent.degrade[0].name"),
+        (amdahl(degrade=(DegradeMode("x", 0.0, 1.0),)), "intent.degrade[0].work_factor"),
+        (amdahl(degrade=(DegradeMode("x", 0.5, 2.0),)), "intent.degrade[0].value_factor"),
+        (amdahl(hi=64), "intent.max.gpu"),
+        (
+            Intent(
+                min={"gpu": 2},
+                max={"gpu": 7},
+                step={"gpu": 2},
+                remaining_work=1,
+                deadline_s=1,
+                amdahl=0,
+            ),
+            "intent.max",
+        ),
+    ],
+)
+def test_bad_intents_are_refused_naming_the_field_and_change_nothing(intent_, field):
+    eng = engine()
+    before = eng.state_digest()
+    with pytest.raises(RequestError) as err:
+        eng.apply(RequestLease(1.0, "a", {}, 600, intent=intent_))
+    assert err.value.field == field, err.value
+    assert eng.state_digest() == before
+
+
+def test_a_size_beside_an_intent_must_be_its_min_and_steps_are_not_leases():
+    eng = engine()
+    with pytest.raises(RequestError) as err:
+        eng.apply(RequestLease(1.0, "a", {"gpu": 4}, 600, intent=amdahl()))
+    assert err.value.field == "size"
+    lid = eng.apply(RequestLease(1.0, "a", {"gpu": 2}, 600, intent=amdahl())).own.lease_id
+    step = eng.elastic.by_lease[lid].extents[0]
+    with pytest.raises(RequestError) as err:
+        eng.apply(Release(2.0, step))
+    assert lid in str(err.value)
+
+
+def test_a_preemptible_campaign_cannot_be_elastic():
+    eng = engine()
+    env = DimEnvelope(guarantee=0, sustained=8, burst=32, bucket=None)
+    eng.apply(CreateCampaign(0.0, CampaignSpec("bf", {"gpu": env}, LeaseClass.OPPORTUNISTIC, True)))
+    with pytest.raises(RequestError) as err:
+        eng.apply(RequestLease(1.0, "bf", {}, 600, intent=amdahl()))
+    assert err.value.field == "intent"
