@@ -1,14 +1,27 @@
 """``bursar sim run`` and ``bursar sim experiments``: the simulator's studies
-(``bursar.sim.study``) from the shell."""
+(``bursar.sim.study``) from the shell; ``bursar sim elastic``: elastic, deadline-aware
+leases on the ElasticFlow traces (``bursar.sim.elastic``)."""
 
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bursar.sim.elastic.report import QUICK_JOBS, TraceInput, compare, markdown, write_outputs
+from bursar.sim.elastic.runner import (
+    DEFAULT_LEASE_TERM_S,
+    VARIANTS,
+    InvariantViolation,
+    RunResult,
+    with_cluster,
+)
+from bursar.sim.elastic.trace import TraceError, load_curves, load_jobs
 from bursar.sim.experiments import SWEEPS
 from bursar.sim.runner import Params
 from bursar.sim.scenario import DURATION_S
@@ -179,3 +192,172 @@ def experiments_cmd(
     for p in figures:
         console.print(f"figure: {p}", soft_wrap=True)
     console.print(f"cells: {out / 'experiments.json'}", soft_wrap=True)
+
+
+ELASTIC_DIR = "elasticflow-itp"
+ELASTIC_DEFAULT_TRACES = ("195job", "cluster05")
+
+
+def _elastic_trace(value: str) -> tuple[str, Path]:
+    """A trace by name (``195job``, ``cluster05``: under the traces dir) or by path."""
+    p = Path(value)
+    if p.is_file():
+        name = p.name.removesuffix(".gz").removesuffix(".csv")
+        return name, p
+    from bursar.cli.replay import default_traces_dir
+
+    return value, default_traces_dir() / ELASTIC_DIR / f"{value}.csv.gz"
+
+
+@sim.command("elastic")
+@click.option(
+    "--trace",
+    "traces",
+    multiple=True,
+    metavar="NAME|FILE",
+    help="An ElasticFlow job table: a name under $BURSAR_TRACES_DIR/elasticflow-itp "
+    "(195job, cluster01 ... cluster05) or a CSV(.gz) path. Repeatable. "
+    f"Default: {', '.join(ELASTIC_DEFAULT_TRACES)}.",
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    type=click.Choice([v.name for v in VARIANTS]),
+    help="Run only this policy (repeatable). Default: all of them.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Nodes in the cluster. Default: ElasticFlow's for the trace (16 for 195job, 64 for "
+    "cluster01-03 and 05, 128 for cluster04; 64 otherwise).",
+)
+@click.option(
+    "--gpus-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    help="GPUs per node. Default: 8, as ElasticFlow's A100 clusters.",
+)
+@click.option(
+    "--gpu-type",
+    type=click.Choice(["A100", "T4"]),
+    default="A100",
+    show_default=True,
+    help="Which measured throughput curves (throughputs_A100/ or throughputs_T4/ beside the "
+    "traces); the ITP traces' models are measured on A100.",
+)
+@click.option(
+    "--lease-term",
+    type=click.FloatRange(min=1.0),
+    default=DEFAULT_LEASE_TERM_S,
+    show_default=True,
+    help="Seconds each lease is asked for; renewed for as long again while work is left.",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="The first N jobs only.")
+@click.option("--quick", is_flag=True, help=f"The first {QUICK_JOBS} jobs of each trace (tests).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out/elastic"),
+    show_default=True,
+    help="Output dir: elastic.json, elastic.md, elastic.png.",
+)
+def elastic_cmd(
+    traces: tuple[str, ...],
+    policies: tuple[str, ...],
+    nodes: int | None,
+    gpus_per_node: int | None,
+    gpu_type: str,
+    lease_term: float,
+    limit: int | None,
+    quick: bool,
+    out: Path,
+) -> None:
+    """Elastic, deadline-aware leases on the ElasticFlow traces, through the real engine.
+
+    Each job asks at its submission for an elastic lease: min 1 GPU, max the fewest GPUs
+    at which its curve peaks (at most 64, its batch size and the cluster), its model's measured
+    throughput curve as the speedup model, its iterations as the work, its deadline,
+    value 1 with step decay. The engine grants min and hands spare GPUs out by the
+    policy's rule; the job follows its size, counts its progress on the same curve,
+    renews its lease and releases it when done (or at its deadline, worth nothing then).
+
+    \b
+    Policies (one engine each, same trace):
+      dmug               deadline-aware marginal-utility greedy (the default rule)
+      edf, value, proportional   the baseline rules
+      dmug-no-elastic    max = min: every job on 1 GPU
+      dmug-no-degrade    elastic_degrade off (the traces carry no degrade modes: = dmug)
+      dmug-no-admission  elastic_admission off (no DEADLINE_UNREACHABLE refusals)
+      dmug-no-risk       elastic_risk off
+      fixed              the trace's own num_gpu as a plain lease (no intent)
+
+    Reported per trace and policy: deadlines met (share), refused, value share, GPU
+    utilisation, the engine's invariants checked at every event and every lease within
+    [min, max], and the SHA-256 of every event with its decisions (same inputs, same hash).
+    """
+    console = Console(stderr=True)
+    names = traces or ELASTIC_DEFAULT_TRACES
+    resolved = [_elastic_trace(t) for t in names]
+    missing = [p for _, p in resolved if not p.is_file()]
+    if missing:
+        raise click.ClickException(
+            f"no trace at {missing[0]}; set BURSAR_TRACES_DIR or pass --trace FILE"
+        )
+    folder = resolved[0][1].parent / f"throughputs_{gpu_type}"
+    keep = QUICK_JOBS if quick else limit
+    try:
+        curves = load_curves(folder)
+        inputs = []
+        for name, path in resolved:
+            jobs = load_jobs(path)
+            if keep is not None:
+                jobs = jobs[:keep]
+            inputs.append(TraceInput(name, path, jobs, with_cluster(name, nodes, gpus_per_node)))
+    except TraceError as e:
+        raise click.ClickException(str(e)) from None
+    variants = [v for v in VARIANTS if not policies or v.name in policies]
+    total = sum(len(t.jobs) for t in inputs) * len(variants)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("elastic: jobs submitted", total=total)
+
+        def done(r: RunResult) -> None:
+            bar.update(task, description=f"done {r.trace} · {r.variant}")
+
+        try:
+            results = compare(
+                inputs,
+                curves,
+                variants,
+                lease_term_s=lease_term,
+                progress=lambda k: bar.advance(task, k),
+                done=done,
+            )
+        except (TraceError, ValueError, InvariantViolation) as e:
+            raise click.ClickException(str(e)) from None
+    conditions = {
+        "command": "bursar sim elastic " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
+        "traces": {
+            t.name: {
+                "file": t.path.name,
+                "jobs": len(t.jobs),
+                "cluster": str(t.cluster),
+                "gpus": t.cluster.gpus,
+            }
+            for t in inputs
+        },
+        "gpu_type": gpu_type,
+        "lease_term_s": lease_term,
+        "limit": keep,
+    }
+    paths = write_outputs(results, out, conditions)
+    click.echo(markdown(results), nl=False)
+    for p in paths:
+        click.echo(f"wrote {p}")
