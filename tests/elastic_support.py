@@ -11,8 +11,11 @@ from service_support import config
 from bursar.broker.config import Config
 from bursar.providers.client import Intent
 
-# Two warm nodes of 2 cores; a shrink's grace period is 0.8 s.
-ELASTIC_POOL = """
+GRACE_S = 1.5
+"""A shrink's grace period in the pool below: a warning's deadline is this long after it."""
+
+# Two warm nodes of 2 cores.
+ELASTIC_POOL = f"""
 [pool]
 boot_latency_s = 0.3
 [pool.groups.n]
@@ -22,7 +25,7 @@ gpu = 0
 cpu = 2
 mem_gb = 8
 [policy]
-grace_s = 0.8
+grace_s = {GRACE_S}
 min_retry_s = 0.2
 max_lease_s = 3600
 [policy.warm_headroom]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from elastic_support import cpu_intent, elastic_config
+from elastic_support import GRACE_S, cpu_intent, elastic_config
 from service_support import run, serve, until
 from test_parsl_support import parsl_config
 
@@ -344,7 +344,7 @@ def test_an_elastic_block_hears_its_growth_and_its_shrink_without_changing_state
             await until(lambda: bool(h.warned), 10)
             ((whole, to, deadline),) = h.warned
             assert whole == {"cpu": 4.0} and to == {"cpu": 2.0}
-            assert deadline is not None and abs(deadline - (t0 + 0.8)) < 1e-6
+            assert deadline is not None and abs(deadline - (t0 + GRACE_S)) < 1e-6
             assert b.state is State.RUNNING and b.usable == {"cpu": 2.0}
             assert b.warned_to == {"cpu": 2.0} and b.resize_deadline == deadline
             assert not want.done()
