@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dask
 import dask.config
 import yaml
+
+from bursar.providers.elastic import ALLOWED, Elastic
 
 __all__ = [
     "CONFIG_NAME",
@@ -106,58 +107,14 @@ def walltime_s(walltime: str | float) -> float:
     return secs
 
 
-@dataclass(frozen=True)
-class Elastic:
-    """An elastic job (``jobqueue.bursar.elastic``): one lease of ``min`` to ``max`` units,
-    a unit being the job's size (cores, memory, gpus) and running ``processes`` workers.
-    ``work`` is seconds of work on one unit, ``deadline`` from the job's start, ``amdahl``
-    the serial fraction of the speedup model, ``value`` what finishing in time is worth."""
-
-    min: int
-    max: int
-    work: float
-    deadline: float
-    amdahl: float = 0.0
-    value: float = 1.0
-
-
-_ELASTIC_KEYS = "min, max, work, deadline, amdahl, value"
-
-
 def elastic_setting(value: Any, source: str) -> Elastic | None:
-    """``jobqueue.bursar.elastic`` checked: None (a fixed-size job) or a mapping with
-    ``max`` (units), ``work`` (seconds on one unit) and ``deadline`` (``"HH:MM:SS"`` or
-    seconds from the job's start), optionally ``min`` (units, default 1), ``amdahl`` (0)
-    and ``value`` (1)."""
+    """``jobqueue.bursar.elastic`` checked: None (a fixed-size job) or an
+    :class:`~bursar.providers.elastic.Elastic` mapping (``min``, ``max``, ``work``,
+    ``deadline``, ``amdahl``, ``value``)."""
     if value is None:
         return None
-    allowed = (
-        f"null, or a mapping of {_ELASTIC_KEYS}: e.g. "
-        '{"min": 1, "max": 4, "work": 3600, "deadline": "01:00:00", "amdahl": 0.05}'
-    )
-    if not isinstance(value, Mapping):
-        raise bad("elastic", value, source, allowed)
-    given = {str(k).replace("-", "_"): v for k, v in value.items()}
-    unknown = sorted(set(given) - {k.strip() for k in _ELASTIC_KEYS.split(",")})
-    missing = [k for k in ("max", "work", "deadline") if k not in given]
-    if unknown or missing:
-        raise bad("elastic", dict(value), source, allowed)
-    lo, hi = given.get("min", 1), given["max"]
-    ints = all(isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi))
-    if not (ints and 1 <= lo <= hi):
-        raise bad("elastic", dict(value), source, "min and max whole units, 1 <= min <= max")
     try:
-        deadline = walltime_s(given["deadline"])
-        work, amdahl, worth = (
-            float(given.get(k, d)) for k, d in (("work", 0), ("amdahl", 0.0), ("value", 1.0))
-        )
-        if not (work > 0 and 0 <= amdahl <= 1 and worth > 0):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise bad(
-            "elastic",
-            dict(value),
-            source,
-            'work > 0 (seconds), deadline "HH:MM:SS" or seconds, 0 <= amdahl <= 1, value > 0',
-        ) from None
-    return Elastic(lo, hi, work, deadline, amdahl, worth)
+        return Elastic.parse(value)
+    except ValueError as exc:
+        shown = dict(value) if isinstance(value, Mapping) else value
+        raise bad("elastic", shown, source, f"null, or {ALLOWED} [{exc}]") from None

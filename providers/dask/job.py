@@ -74,12 +74,12 @@ from bursar.providers.client import (
 from bursar.providers.dask.config import (
     CONFIG_NAME,
     ConfigError,
-    Elastic,
     bad,
     elastic_setting,
     setting,
     walltime_s,
 )
+from bursar.providers.elastic import Elastic, units_in
 from bursar.providers.launch import launch_argv
 
 if TYPE_CHECKING:
@@ -440,22 +440,12 @@ class BursarJob(Job):
 
     def units_in(self, size: Mapping[str, float]) -> int:
         """How many whole units of the job's size ``size`` holds."""
-        return min(int(size.get(d, 0.0) / u + 1e-6) for d, u in self.lease_size.items())
+        return units_in(self.lease_size, size)
 
     def intent(self) -> Intent:
         """The elastic job's intent, its deadline from now."""
-        e = self.elastic
-        assert e is not None
-        unit = self.lease_size
-        return Intent(
-            min={d: v * e.min for d, v in unit.items()},
-            max={d: v * e.max for d, v in unit.items()},
-            step=dict(unit),
-            work=e.work,
-            deadline_s=e.deadline,
-            amdahl=e.amdahl,
-            value=e.value,
-        )
+        assert self.elastic is not None
+        return self.elastic.intent(self.lease_size)
 
     # ------------------------------------------------------------------ ProcessInterface
 
