@@ -71,7 +71,10 @@ def test_an_elastic_job_grows_then_retires_the_workers_a_shrink_takes(tmp_path: 
                     assert all(f.status == "finished" for f in futs)
                     assert job.unit_counts == [4, 2]
                     assert not cluster.ended_jobs
+                    # The cores come back: the lease grows again, and so do the workers.
                     await fx.release(got.id)
+                await until(lambda: len(names()) == 4, 60, "4 workers again")
+                assert job.unit_counts == [4, 2, 4]
                 lease_id = job.lease_id
             assert await campaign_leases(srv, "el") == 0
             async with AsyncBrokerClient(srv.address, srv.tokens["el"], backoff=FAST) as el:
