@@ -14,18 +14,18 @@ from bursar.providers.client import Intent
 GRACE_S = 1.5
 """A shrink's grace period in the pool below: a warning's deadline is this long after it."""
 
-# Two warm nodes of 2 cores.
-ELASTIC_POOL = f"""
+# Warm nodes of 2 cores ({nodes} of them).
+ELASTIC_POOL = """
 [pool]
 boot_latency_s = 0.3
 [pool.groups.n]
-count = 2
-warm = 2
+count = {nodes}
+warm = {nodes}
 gpu = 0
 cpu = 2
 mem_gb = 8
 [policy]
-grace_s = {GRACE_S}
+grace_s = {grace_s}
 min_retry_s = 0.2
 max_lease_s = 3600
 [policy.warm_headroom]
@@ -57,8 +57,9 @@ bucket = 100000
 """
 
 
-def elastic_config() -> Config:
-    return config(ELASTIC_POOL)
+def elastic_config(nodes: int = 2) -> Config:
+    """The pool with ``nodes`` warm nodes of 2 cores and 8 GB, a grace of ``GRACE_S``."""
+    return config(ELASTIC_POOL.format(nodes=nodes, grace_s=GRACE_S))
 
 
 def cpu_intent(
