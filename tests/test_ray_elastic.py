@@ -132,6 +132,7 @@ def test_ray_tasks_run_through_a_growth_and_a_shrink_with_none_lost(
             node = p._nodes[lease_id]
             (shrink,) = node.resizes  # type: ignore[union-attr]
             assert shrink.stopped == [unit] and shrink.done_at <= shrink.deadline
+            print(f"shrink done {shrink.deadline - shrink.done_at:.2f} s before its deadline")
             assert abs(shrink.deadline - (t0 + GRACE_S)) < 1.0
             until(lambda: set(leased()) == {"0"}, 30, "the unit's Ray node gone")
             (dead,) = [n for n in ray.nodes() if not n["Alive"]]  # the unit's node
