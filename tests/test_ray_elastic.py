@@ -17,6 +17,7 @@ import pytest
 import ray
 from client_support import ServerThread, server_thread, until
 from elastic_support import GRACE_S, elastic_config
+from ray.autoscaler.tags import TAG_RAY_LAUNCH_REQUEST
 from ray.core.generated.common_pb2 import NodeDeathInfo
 from test_ray_provider import RESOURCES, create, make, node_env, node_proc
 
@@ -54,6 +55,8 @@ def test_an_elastic_node_lists_a_node_per_unit_and_stops_the_units_a_shrink_take
         until(lambda: sorted(p.non_terminated_nodes({})) == [lease_id, unit], 10, "2 nodes")
         assert p.node_tags(unit)[TAG_ELASTIC_OF] == lease_id
         assert p.node_tags(unit)["ray-user-node-type"] == "cpu_worker"
+        assert TAG_RAY_LAUNCH_REQUEST in p.node_tags(lease_id)
+        assert TAG_RAY_LAUNCH_REQUEST not in p.node_tags(unit)  # no launch of Ray's made it
         assert p.internal_ip(unit) != p.internal_ip(lease_id)
         env = node_env(tmp_path, unit)
         assert env["BURSAR_LEASE_ID"] == lease_id and env["RAY_CLOUD_INSTANCE_ID"] == unit

@@ -123,6 +123,7 @@ from ray.autoscaler.tags import (
     NODE_KIND_HEAD,
     NODE_KIND_WORKER,
     STATUS_UP_TO_DATE,
+    TAG_RAY_LAUNCH_REQUEST,
     TAG_RAY_NODE_KIND,
     TAG_RAY_NODE_NAME,
     TAG_RAY_NODE_STATUS,
@@ -390,7 +391,11 @@ class _Unit:
         self.node_id = f"{parent.node_id}-u{k}"
         self.node_type = parent.node_type
         self.ip = ip
-        self.tags = {**parent.tags, TAG_ELASTIC_OF: parent.node_id}
+        # Not the parent's launch request: no request of the autoscaler's launched it.
+        self.tags = {
+            **{k: v for k, v in parent.tags.items() if k != TAG_RAY_LAUNCH_REQUEST},
+            TAG_ELASTIC_OF: parent.node_id,
+        }
         self.resources = parent.resources
         self.labels = raylet_labels({**parent.labels, "bursar.io/unit": str(k)})
         self.settings = parent.settings
