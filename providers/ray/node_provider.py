@@ -75,7 +75,10 @@ an address of its own (labels ``bursar.io/lease-id`` the lease, ``bursar.io/unit
     terminate_node(the lease's node), its lease's end ──► every unit goes with it
 
 Count the units in the type's ``max_workers`` (a node type of ``max`` units and ``n``
-nodes lists up to ``n x max`` nodes), or the autoscaler terminates the extra ones.
+nodes lists up to ``n x max`` nodes), or the autoscaler terminates the extra ones. Under
+autoscaler v2 the unit nodes are adopted as cloud instances of pending launch requests
+and may be terminated by its per-type limit (the unit then stays unused until the lease
+grows again): elastic node types fit v1 better.
 
 Raylets run on this host (the simulated pool): one per node, each on its own loopback
 address from ``node_ip_range`` (Ray keys its v1 load metrics by IP, one node per IP),
