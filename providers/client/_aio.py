@@ -366,13 +366,15 @@ class AsyncBrokerClient:
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
         shape: Shape | None = None,
+        intent: Intent | None = None,
     ) -> LeaseHandle:
         """A lease held for the life of an ``async with`` block: acquired on entry,
         renewed ``renew_margin_s`` before it would expire (default: half its duration,
         at most 60 s), watched (preemption warnings set ``handle.preempted`` and call
         ``on_preempt``, which may be a coroutine function), and released on exit,
-        also when the block raises. ``shape`` as in :meth:`acquire`. See
-        :class:`LeaseHandle`."""
+        also when the block raises. ``shape`` and ``intent`` (``size`` then ``{}``) as in
+        :meth:`acquire`; an elastic lease's RESIZE_WARNING and RESIZED events reach the
+        handle's listeners. See :class:`LeaseHandle`."""
         return LeaseHandle(
             self,
             dict(size),
@@ -384,6 +386,7 @@ class AsyncBrokerClient:
             lease_class=lease_class,
             labels=labels,
             shape=shape,
+            intent=intent,
         )
 
     # ---------------------------------------------------------------- watch

@@ -276,6 +276,7 @@ class BrokerClient(_SyncClient):
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
         shape: Shape | None = None,
+        intent: Intent | None = None,
     ) -> SyncLeaseHandle:
         """See :meth:`AsyncBrokerClient.held_lease`. ``on_preempt`` is called in a worker
         thread (never on the loop thread), so it may block and may call this client."""
@@ -290,6 +291,7 @@ class BrokerClient(_SyncClient):
             lease_class=lease_class,
             labels=labels,
             shape=shape,
+            intent=intent,
         )
 
 
@@ -358,6 +360,20 @@ class SyncLeaseHandle:
     @property
     def renewals(self) -> int:
         return self._handle.renewals
+
+    @property
+    def resize_warning(self) -> LeaseEvent | None:
+        """An elastic lease's latest RESIZE_WARNING (``deadline``, ``resize_to``)."""
+        return self._handle.resize_warning
+
+    @property
+    def warnings(self) -> int:
+        return self._handle.warnings
+
+    @property
+    def resizes(self) -> int:
+        """RESIZED events seen so far (``lease.size`` is the whole lease's)."""
+        return self._handle.resizes
 
     @property
     def error(self) -> BaseException | None:
