@@ -31,17 +31,21 @@ from bursar.providers.client import (
     BursarClientError,
     FailedPrecondition,
     InvalidArgument,
+    InvalidToken,
     NotFound,
     PermissionDenied,
     Refused,
     Unauthenticated,
     Unavailable,
+    check_token,
+    read_token_file,
 )
 
 __all__ = [
     "CONTEXT",
     "EXIT_CALL_FAILED",
     "Options",
+    "TokenProblem",
     "admin_client",
     "broker_client",
     "campaign_option",
@@ -182,11 +186,13 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def campaign_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--campaign",
+        envvar="BURSAR_CAMPAIGN",
         callback=_store("campaign"),
         expose_value=False,
         metavar="NAME",
         help="With the admin token: only this campaign. With --token-file "
-        "STATE/tokens.json: whose token to use.",
+        "STATE/tokens.json: whose token to use (may be left out when it holds one) "
+        "[env BURSAR_CAMPAIGN].",
     )(f)
 
 
@@ -194,29 +200,29 @@ def options() -> Options:
     return click.get_current_context().ensure_object(Options)
 
 
+class TokenProblem(click.ClickException):
+    """A token that cannot be used, found before anything is sent: one line, exit 2."""
+
+    exit_code = 2
+
+
 def _read_token(path: Path, campaign: str | None) -> str:
-    text = path.read_text(encoding="utf-8").strip()
-    if text.startswith("{"):
-        try:
-            table = json.loads(text)
-        except ValueError as exc:
-            raise click.UsageError(f"{path}: not a token nor a JSON token table: {exc}") from None
-        if not campaign:
-            names = ", ".join(sorted(table)) or "none"
-            raise click.UsageError(
-                f"{path} holds several campaigns' tokens ({names}): name one with --campaign"
-            )
-        if campaign not in table:
-            raise click.UsageError(f"{path} has no token for campaign {campaign!r}")
-        return str(table[campaign])
-    if not text:
-        raise click.UsageError(f"{path} is empty")
-    return text
+    try:
+        return read_token_file(path, campaign)
+    except InvalidToken as exc:
+        raise TokenProblem(str(exc)) from None
+
+
+def _checked(token: str, source: str) -> str:
+    try:
+        return check_token(token.strip(), source)
+    except InvalidToken as exc:
+        raise TokenProblem(str(exc)) from None
 
 
 def _campaign_token(o: Options) -> str:
     if o.token:
-        return o.token
+        return _checked(o.token, "--token (BURSAR_TOKEN)")
     if o.token_file:
         return _read_token(o.token_file, o.campaign)
     if o.admin_token_file:
@@ -231,9 +237,9 @@ def _admin_token(o: Options) -> str:
     if o.admin_token_file:
         return _read_token(o.admin_token_file, None)
     if o.token:
-        return o.token
+        return _checked(o.token, "--token (BURSAR_TOKEN)")
     if o.token_file:
-        return _read_token(o.token_file, None)
+        return _read_token(o.token_file, o.campaign)
     raise click.UsageError(
         "campaign commands need the admin token: pass --admin-token-file STATE/admin.token "
         "(or set BURSAR_ADMIN_TOKEN_FILE)"
@@ -333,6 +339,8 @@ def run_call(make: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(make())  # type: ignore[arg-type]
     except BursarClientError as exc:
         _fail(exc, o)
+    except InvalidToken as exc:
+        raise TokenProblem(str(exc)) from None
     except KeyboardInterrupt:
         sys.exit(130)
 

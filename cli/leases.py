@@ -112,6 +112,7 @@ def leases_watch(lease_ids: tuple[str, ...], count: int | None, no_reconnect: bo
     required=True,
     help="Why (1-200 characters): journaled, and shown to the lease's holder on its watch.",
 )
+@campaign_option
 @connection_options
 def leases_revoke(lease_id: str, reason: str) -> None:
     """End LEASE_ID at once, as a revocation (admin token only; no grace period).
