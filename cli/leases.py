@@ -22,7 +22,7 @@ from bursar.cli.client import (
 from bursar.providers.client import Lease, WhatIfResult
 from bursar.providers.client_view import event_line, leases_table, whatif_tables
 
-__all__ = ["leases"]
+__all__ = ["leases", "parse_units"]
 
 
 @click.group("leases", context_settings=CONTEXT)
@@ -138,7 +138,7 @@ def leases_revoke(lease_id: str, reason: str) -> None:
         stdout_console().print(leases_table([ended], now))
 
 
-def _units(text: str, param: str) -> dict[str, float]:
+def parse_units(text: str, param: str) -> dict[str, float]:
     """``gpu=8,cpu=64`` as a size."""
     out: dict[str, float] = {}
     for item in text.split(","):
@@ -236,8 +236,8 @@ def leases_whatif(
     o = options()
     size: dict[str, float] = {}
     for text in sizes:
-        size.update(_units(text, "--size"))
-    shape: Mapping[str, float] | None = _units(per_node, "--per-node") if per_node else None
+        size.update(parse_units(text, "--size"))
+    shape: Mapping[str, float] | None = parse_units(per_node, "--per-node") if per_node else None
 
     async def go() -> WhatIfResult:
         async with broker_client(o) as client:
