@@ -59,15 +59,17 @@ def _size(size: Any) -> str:
 
 def lease_summary(lease: Lease, now: float) -> str:
     """One line: the lease, its size, state, nodes and when it expires."""
-    nodes = ",".join(lease.nodes) or "none yet"
     state = lease.state.value.lower()
-    end = (
-        f"ended {at(lease.ended_at, now)} ({lease.end_cause or state})"
-        if lease.ended_at is not None
-        else f"expires {at(lease.expires_at, now)}"
-    )
+    if lease.ended_at is not None:
+        cause = f": {lease.end_cause}" if lease.end_cause else ""
+        return (
+            f"lease {lease.id} ({lease.campaign}): {_size(lease.size)}, {state}; "
+            f"ended {at(lease.ended_at, now)}{cause}"
+        )
+    nodes = ",".join(lease.nodes) or "none yet"
     return (
-        f"lease {lease.id} ({lease.campaign}): {_size(lease.size)}, {state}, nodes {nodes}; {end}"
+        f"lease {lease.id} ({lease.campaign}): {_size(lease.size)}, {state}, nodes {nodes}; "
+        f"expires {at(lease.expires_at, now)}"
     )
 
 
