@@ -3,8 +3,9 @@
 The lease is acquired (blocking, up to ``--timeout``), renewed in the background by the
 client library's held lease, and released when the command exits, when this process gets
 SIGINT or SIGTERM (forwarded to the command first, which then decides when to exit), or
-when the broker ends the lease (the command is sent SIGTERM, then SIGKILL after a grace
-period). The exit status is the command's (128+N when a signal N ended it), as with
+when the broker ends the lease (revoked or expired: the command is sent SIGTERM, then
+SIGKILL after a grace period; released, e.g. by the command itself with ``bursar
+release``, the command goes on). The exit status is the command's (128+N when a signal N ended it), as with
 ``salloc``. Without a command the lease is printed and held until interrupted.
 """
 
@@ -32,7 +33,7 @@ from bursar.cli.client import (
 )
 from bursar.cli.leases import parse_units
 from bursar.cli.verbs import at, lease_summary
-from bursar.providers.client import Lease, LeaseHandle
+from bursar.providers.client import Lease, LeaseHandle, LeaseState
 from bursar.providers.client_view import leases_table
 from bursar.providers.launch import is_slurm, launch_argv, slurm_job_id
 
@@ -116,8 +117,8 @@ def acquire_command(
     step of the lease's allocation (srun --jobid=N ..., one task per node) and
     SLURM_JOB_ID is set. The lease is renewed while CMD runs. Ctrl-C or SIGTERM is
     forwarded to CMD, and the lease is released once CMD has exited; if the broker ends
-    the lease (revoked, preempted past its deadline), CMD gets SIGTERM, then SIGKILL
-    after 10 s. Exits with CMD's status (128+N if signal N ended it); 1 if no lease was
+    the lease (revoked, preempted past its deadline, expired), CMD gets SIGTERM, then
+    SIGKILL after 10 s (a lease released with `bursar release` leaves CMD running). Exits with CMD's status (128+N if signal N ended it); 1 if no lease was
     granted, 2 for bad usage.
 
     Without CMD: prints the lease (a table, or one JSON line with --json) and holds it,
@@ -238,7 +239,10 @@ async def _run(h: LeaseHandle, argv: Sequence[str]) -> int:
                     f"the broker will reclaim {lease.id} at "
                     f"{at(h.preempt_deadline, time.time())}: finish up"
                 )
-            if ended in done and not waiter.done():
+            if ended in done and not waiter.done() and h.lease.state is LeaseState.RELEASED:
+                # Released on purpose (the command may do so itself): nothing to stop.
+                _say(f"{lease.id} was released; waiting for the command to exit")
+            elif ended in done and not waiter.done():
                 _say(f"the lease ended ({h.lease.end_cause or 'ended'}): stopping the command")
                 forward(signal.SIGTERM)
                 try:
