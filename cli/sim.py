@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 
+from bursar.cli.console import report_console
 from bursar.sim.experiments import SWEEPS
 from bursar.sim.runner import Params
 from bursar.sim.scenario import DURATION_S
@@ -59,7 +59,7 @@ def run_cmd(
     meter_window: float,
 ) -> None:
     """Run the agent-burst scenario (2 simulated hours) and write its report."""
-    console = Console()
+    console = report_console()
     seeds = (seed,) if seed is not None else DEFAULT_SEEDS
     params = Params(
         warm_headroom=headroom,
@@ -158,7 +158,7 @@ def experiments_cmd(
 
     Cells run in parallel on Dask: a local cluster by default, or --scheduler ADDRESS.
     """
-    console = Console()
+    console = report_console()
     try:
         results, table, figures, wall = run_experiments(
             out,
@@ -170,6 +170,13 @@ def experiments_cmd(
         )
     except SweepError as exc:
         raise click.ClickException(str(exc)) from None
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("dask", "distributed"):
+            raise
+        raise click.ClickException(
+            f"the experiments run their cells on Dask, which is not installed ({exc.name}): "
+            "pip install 'bursar[dask]'"
+        ) from None
     cpu = sum(r["wall_s"] for r in results)
     console.print(
         f"{len(results)} cells in {wall:.1f} s wall ({cpu:.1f} s of cell time, "

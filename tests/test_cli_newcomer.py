@@ -5,6 +5,7 @@ status) against a real broker."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from bursar.broker.errors import JournalError
 from bursar.broker.journal import Journal, spec_diff, spec_to_dict
 from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+from bursar.cli.console import report_console
 from bursar.cli.main import main
 from bursar.cli.serve import discover_config
 from bursar.providers.client import (
@@ -301,3 +303,36 @@ def test_renew_release_and_status(server: ServerThread) -> None:
         assert sci.get_lease(lease.id).state.value == "RELEASED"
         res = bursar("status", *sci_args(server), "--json")
         assert json.loads(res.stdout)["campaign"]["leases"] == []
+
+
+# ---------------------------------------------------------------------------------------
+# Small things
+
+
+def test_report_tables_wrap_instead_of_cutting_off_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rich.table import Table
+
+    table = Table("claim", "measured")
+    long_claim = "a guaranteed campaign's p95 latency stays under its bound " * 2
+    table.add_row(long_claim.strip(), "1.23 s")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    buf = io.StringIO()
+    report_console(buf).print(table)
+    assert long_claim.strip() in buf.getvalue() and "…" not in buf.getvalue()
+    monkeypatch.setenv("COLUMNS", "90")
+    assert report_console(io.StringIO()).width == 90
+
+
+def test_sim_experiments_without_dask_gives_an_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # None in sys.modules makes the import fail as a missing package does.
+    monkeypatch.setitem(sys.modules, "dask.distributed", None)
+    res = CliRunner().invoke(
+        main, ["sim", "experiments", "--quick", "--sweep", "headroom", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 1 and res.exception is not None
+    assert "pip install 'bursar[dask]'" in res.stderr
+    assert "Traceback" not in res.output and len(res.stderr.strip().splitlines()) == 1
