@@ -130,7 +130,8 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 "envvar": "BURSAR_TOKEN_FILE",
                 "type": file,
                 "help": "A file holding the token; or the broker's STATE/tokens.json, with "
-                "--campaign naming the entry [env BURSAR_TOKEN_FILE].",
+                "--campaign naming the entry (not needed when it holds one) "
+                "[env BURSAR_TOKEN_FILE].",
             },
         ),
         (
@@ -213,6 +214,15 @@ def _read_token(path: Path, campaign: str | None) -> str:
         raise TokenProblem(str(exc)) from None
 
 
+def _read_admin_token(path: Path) -> str:
+    if path.read_text(encoding="utf-8").lstrip().startswith("{"):
+        raise TokenProblem(
+            f"{path} is a table of campaigns' tokens, not the admin token: pass "
+            "--admin-token-file STATE/admin.token, or this file as --token-file with --campaign"
+        )
+    return _read_token(path, None)
+
+
 def _checked(token: str, source: str) -> str:
     try:
         return check_token(token.strip(), source)
@@ -226,7 +236,7 @@ def _campaign_token(o: Options) -> str:
     if o.token_file:
         return _read_token(o.token_file, o.campaign)
     if o.admin_token_file:
-        return _read_token(o.admin_token_file, None)
+        return _read_admin_token(o.admin_token_file)
     raise click.UsageError(
         "no token: pass --token or --token-file (or set BURSAR_TOKEN), or "
         "--admin-token-file for the admin's view of every campaign"
@@ -235,7 +245,7 @@ def _campaign_token(o: Options) -> str:
 
 def _admin_token(o: Options) -> str:
     if o.admin_token_file:
-        return _read_token(o.admin_token_file, None)
+        return _read_admin_token(o.admin_token_file)
     if o.token:
         return _checked(o.token, "--token (BURSAR_TOKEN)")
     if o.token_file:

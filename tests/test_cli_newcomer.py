@@ -125,6 +125,13 @@ def test_campaigns_take_campaign_with_a_token_table(server: ServerThread) -> Non
     assert "admin token" in res.stderr and "Traceback" not in res.output
 
 
+def test_a_token_table_as_the_admin_token_file(server: ServerThread) -> None:
+    line = one_line_error(
+        bursar("campaigns", "--target", NOWHERE, "--admin-token-file", tokens_json(server), "list")
+    )
+    assert "not the admin token" in line and "admin.token" in line
+
+
 def test_another_campaigns_lease_is_refused_without_a_traceback(server: ServerThread) -> None:
     with BrokerClient(server.address, server.tokens["sci"]) as sci:
         lease = sci.acquire({"gpu": 8}, 60, blocking=False)
