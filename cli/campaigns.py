@@ -244,7 +244,7 @@ def campaigns_update(
 
     \b
     Example:
-      bursar campaigns update sci --envelope gpu:burst=64 --what-if
+      bursar campaigns update adaptive-sci --envelope gpu:burst=64 --what-if
     """
     o = options()
     parsed = dict(_parse_envelope(e) for e in envelopes)

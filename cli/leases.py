@@ -34,9 +34,9 @@ def leases() -> None:
 
     \b
     Examples:
-      bursar leases --token-file state/tokens.json --campaign sci list
+      bursar leases --token-file state/tokens.json --campaign adaptive-sci list
       bursar leases --admin-token-file state/admin.token watch --json
-      bursar leases --token-file state/tokens.json --campaign sci whatif --size gpu=8
+      bursar leases --token-file state/tokens.json --campaign adaptive-sci whatif --size gpu=8
     """
 
 
@@ -228,9 +228,9 @@ def leases_whatif(
 
     \b
     Examples:
-      bursar leases --token-file state/tokens.json --campaign sci whatif \\
+      bursar leases --token-file state/tokens.json --campaign adaptive-sci whatif \\
           --size gpu=16 --duration 3600
-      bursar leases --admin-token-file state/admin.token --campaign sci whatif \\
+      bursar leases --admin-token-file state/admin.token --campaign adaptive-sci whatif \\
           --nodes 2 --per-node gpu=8 --duration 600 --no-wait --json
     """
     o = options()
