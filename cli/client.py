@@ -262,14 +262,14 @@ def _retry_s(o: Options) -> float:
 
 def broker_client(o: Options, *, forever: bool = False) -> AsyncBrokerClient:
     token = _campaign_token(o)
-    # The admin token acts for every campaign; a campaign token ignores --campaign here
-    # (the server would refuse a different name).
-    admin = o.token_file is None and o.token is None
+    # --campaign is always sent: the admin token then acts for that campaign only, and a
+    # campaign token given with another campaign's name is refused by the broker with a
+    # message naming both, rather than silently acting for its own campaign.
     return AsyncBrokerClient(
         o.address,
         token,
         tls=o.tls_arg(),
-        campaign=o.campaign if admin else None,
+        campaign=o.campaign,
         retry_timeout_s=None if forever else _retry_s(o),
     )
 

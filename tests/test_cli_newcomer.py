@@ -150,6 +150,19 @@ def test_another_campaigns_lease_is_refused_without_a_traceback(server: ServerTh
         assert sci.get_lease(lease.id).ended_at is None
 
 
+def test_a_bare_token_named_for_another_campaign_is_refused_not_ignored(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    bare = tmp_path / "sci.token"
+    bare.write_text(server.tokens["sci"] + "\n")
+    base = ["--target", server.address, "--token-file", str(bare)]
+    res = bursar("status", *base, "--campaign", "other")
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "'sci', not 'other'" in res.stderr and "OTHER_CAMPAIGN" in res.stderr
+    res = bursar("status", *base, "--campaign", "sci", "--json")
+    assert json.loads(res.stdout)["status"]["caller"] == "campaign:sci"
+
+
 def test_the_library_refuses_an_unsendable_token_at_construction(tmp_path: Path) -> None:
     with pytest.raises(InvalidToken, match="JSON"):
         BrokerClient(NOWHERE, '{"sci": "bsr_x"}')
