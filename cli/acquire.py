@@ -37,10 +37,13 @@ from bursar.providers.client import Lease, LeaseHandle, LeaseState
 from bursar.providers.client_view import leases_table
 from bursar.providers.launch import is_slurm, launch_argv, slurm_job_id
 
-__all__ = ["KILL_AFTER_S", "acquire_command", "lease_env"]
+__all__ = ["KILL_AFTER_S", "WAIT_NOTICE_S", "acquire_command", "lease_env"]
 
 KILL_AFTER_S = 10.0
 """How long the command has to exit after SIGTERM, once its lease has ended."""
+
+WAIT_NOTICE_S = 15.0
+"""How often a waiting acquire says it is still waiting."""
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
@@ -150,7 +153,12 @@ def acquire_command(
                 f"({wait})..."
             )
             handle = client.held_lease(size, duration, timeout=timeout, labels=label_map or None)
-            async with handle as h:
+            async with contextlib.AsyncExitStack() as stack:
+                ticker = asyncio.create_task(_still_waiting(time.monotonic()))
+                try:
+                    h = await stack.enter_async_context(handle)
+                finally:
+                    ticker.cancel()
                 now = client.clock.now()
                 _say(f"granted {lease_summary(h.lease, now)}")
                 if not h.active.is_set():
@@ -162,9 +170,17 @@ def acquire_command(
                 if not argv:
                     return await _hold(h, o.json)
                 return await _run(h, argv)
+        raise AssertionError("unreachable")  # the stack returns or raises
 
     status = run_call(go)
     sys.exit(status)
+
+
+async def _still_waiting(t0: float) -> None:
+    """A line now and then while the grant is awaited (a blocking Acquire is one call)."""
+    while True:
+        await asyncio.sleep(WAIT_NOTICE_S)
+        _say(f"still waiting for the grant ({time.monotonic() - t0:.0f} s)...")
 
 
 async def _until(*events: asyncio.Event) -> None:
