@@ -356,3 +356,42 @@ def test_sim_experiments_without_dask_gives_an_install_hint(
     assert res.exit_code == 1 and res.exception is not None
     assert "pip install 'bursar[dask]'" in res.stderr
     assert "Traceback" not in res.output and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_commands_environment_and_a_slurm_leases_allocation() -> None:
+    from bursar.cli.acquire import lease_env
+    from bursar.protos.bursar.v1 import broker_pb2 as pb
+    from bursar.providers.client import Lease
+    from bursar.providers.launch import launch_argv
+
+    wire = pb.Lease(
+        lease_id="L7",
+        campaign="sci",
+        size={"gpu": 16.0},
+        nodes=["n001", "n002"],
+        expires_at=1_750_000_600.0,
+        allocation={"backend": "slurm", "job_id": "4242", "node_count": "2"},
+    )
+    lease = Lease.from_proto(wire)
+    env = lease_env(lease, {"HOME": "/home/u", "BURSAR_LEASE_ID": "stale"})
+    assert env["HOME"] == "/home/u" and env["BURSAR_LEASE_ID"] == "L7"
+    assert env["BURSAR_LEASE_NODES"] == "n001,n002" and env["BURSAR_LEASE_SIZE"] == "gpu=16"
+    assert env["SLURM_JOB_ID"] == "4242" and env["BURSAR_LEASE_EXPIRES_AT"] == "1750000600.000"
+    assert launch_argv(lease, ["./train"])[:2] == ["srun", "--jobid=4242"]
+    local = Lease.from_proto(pb.Lease(lease_id="L8", campaign="sci", nodes=["w000"]))
+    assert "SLURM_JOB_ID" not in lease_env(local, {})
+
+
+def test_a_waiting_acquire_says_so_until_it_times_out(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bursar.cli.acquire as acquire
+
+    monkeypatch.setattr(acquire, "WAIT_NOTICE_S", 0.2)
+    with BrokerClient(server.address, server.tokens["other"]) as other:
+        other.acquire({"gpu": 16}, 60, blocking=False)  # the warm nodes
+        res = bursar(
+            "acquire", "--size", "gpu=16", "--timeout", "1.5", *sci_args(server), "--", "true"
+        )
+    assert res.exit_code == 1, res.output
+    assert "still waiting for the grant" in res.stderr and "error: " in res.stderr
