@@ -31,7 +31,7 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
-from bursar.cli.leases import parse_units
+from bursar.cli.leases import parse_labels, parse_units
 from bursar.cli.verbs import at, lease_summary
 from bursar.providers.client import Lease, LeaseHandle, LeaseState
 from bursar.providers.client_view import leases_table
@@ -137,12 +137,7 @@ def acquire_command(
     size: dict[str, float] = {}
     for text in sizes:
         size.update(parse_units(text, "--size"))
-    label_map = {}
-    for item in labels:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--label")
-        label_map[key] = value
+    label_map = parse_labels(labels)
     argv = list(command)
 
     async def go() -> int:

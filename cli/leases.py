@@ -22,7 +22,7 @@ from bursar.cli.client import (
 from bursar.providers.client import Lease, WhatIfResult
 from bursar.providers.client_view import event_line, leases_table, whatif_tables
 
-__all__ = ["leases", "parse_units"]
+__all__ = ["leases", "parse_labels", "parse_units"]
 
 
 @click.group("leases", context_settings=CONTEXT)
@@ -155,7 +155,7 @@ def parse_units(text: str, param: str) -> dict[str, float]:
     return out
 
 
-def _labels(items: tuple[str, ...]) -> dict[str, str]:
+def parse_labels(items: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in items:
         key, eq, value = item.partition("=")
@@ -246,7 +246,7 @@ def leases_whatif(
                 duration,
                 blocking=not no_wait,
                 lease_class=lease_class,
-                labels=_labels(labels),
+                labels=parse_labels(labels),
                 nodes=nodes,
                 per_node=shape,
                 exclusive=exclusive,

@@ -254,7 +254,16 @@ def test_acquire_runs_the_command_in_the_lease_and_exits_with_its_status(
         "('BURSAR_LEASE_ID', 'BURSAR_LEASE_NODES', 'BURSAR_LEASE_SIZE'))); raise SystemExit(3)"
     )
     res = bursar(
-        "acquire", "--size", "gpu=8", *sci_args(server), "--", sys.executable, "-c", script
+        "acquire",
+        "--size",
+        "gpu=8",
+        "--label",
+        "job=train",
+        *sci_args(server),
+        "--",
+        sys.executable,
+        "-c",
+        script,
     )
     assert res.exit_code == 3, res.output
     lease_id, nodes, size = seen.read_text().split()
@@ -262,7 +271,8 @@ def test_acquire_runs_the_command_in_the_lease_and_exits_with_its_status(
     assert "waiting for a lease of gpu=8" in res.stderr
     assert f"releasing {lease_id}" in res.stderr
     with BrokerClient(server.address, server.tokens["sci"]) as sci:
-        assert sci.get_lease(lease_id).state.value == "RELEASED"
+        ended = sci.get_lease(lease_id)
+        assert ended.state.value == "RELEASED" and dict(ended.labels) == {"job": "train"}
 
 
 def test_acquire_that_cannot_be_granted_exits_1(server: ServerThread) -> None:
