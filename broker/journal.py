@@ -455,8 +455,9 @@ class Journal:
                     f"written with ({changes}); replaying under another {name} would not "
                     f"reproduce its decisions. To go on with the journal's {name}, restore "
                     "those values in the config or leave --config out; to serve the new "
-                    "one, stop this broker and start it on a new --state-dir (the old "
-                    "directory stays as the record of its decisions)"
+                    "one, drain and stop this broker and start one on a new --state-dir (it starts "
+                    "with no leases, full buckets and new tokens; the old directory stays as "
+                    "the record of its decisions)"
                 )
         meta_line = codec.dumps(
             {
