@@ -35,6 +35,7 @@ from bursar.providers.client._channel import DEFAULT_TARGET, Tls
 from bursar.providers.client._intent import Intent
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._loop import LoopThread
+from bursar.providers.client._token import check_token
 from bursar.providers.client._types import (
     BrokerStatus,
     Campaign,
@@ -104,6 +105,8 @@ class BrokerClient(_SyncClient):
         channel_options: Sequence[tuple[str, Any]] = (),
         clock: Clock = SYSTEM,
     ) -> None:
+        if token:
+            check_token(token)  # before the loop thread starts: a refusal leaves nothing behind
         super().__init__(f"bursar-client {target}")
         self._aio = AsyncBrokerClient(
             target,
@@ -412,6 +415,10 @@ class AdminClient(_SyncClient):
         channel_options: Sequence[tuple[str, Any]] = (),
         clock: Clock = SYSTEM,
     ) -> None:
+        if admin_token:
+            check_token(
+                admin_token
+            )  # before the loop thread starts: a refusal leaves nothing behind
         super().__init__(f"bursar-admin {target}")
         self._aio = AsyncAdminClient(
             target,
