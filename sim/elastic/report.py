@@ -44,8 +44,10 @@ def compare(
     lease_term_s: float = DEFAULT_LEASE_TERM_S,
     progress: Callable[[int], None] | None = None,
     done: Callable[[RunResult], None] | None = None,
+    journals: Path | None = None,
 ) -> list[RunResult]:
-    """Every trace under every variant, in that order (one engine per run)."""
+    """Every trace under every variant, in that order (one engine per run). With
+    ``journals`` each run is journaled in ``journals/<trace>/<policy>/``."""
     out = []
     for t in traces:
         for v in variants:
@@ -57,6 +59,7 @@ def compare(
                 trace_name=t.name,
                 lease_term_s=lease_term_s,
                 progress=progress,
+                state_dir=None if journals is None else journals / t.name / v.name,
             )
             out.append(r)
             if done is not None:
@@ -109,6 +112,7 @@ def _row(r: RunResult) -> dict[str, Any]:
         "policy": r.variant,
         **r.metrics,
         "sha256": r.sha256,
+        "journal_sha256": r.journal_sha256,
         "wall_s": r.wall_s,
     }
 
