@@ -60,7 +60,6 @@ from bursar.broker.decisions import (
     Cancelled,
     Expired,
     Granted,
-    Queued,
     Rejected,
     Released,
     Renewed,
@@ -460,8 +459,6 @@ class _Run:
         own = self.apply(ev, job=j).own
         if type(own) is Rejected:
             s.state = _REFUSED if own.reason is Reason.DEADLINE_UNREACHABLE else _REJECTED
-        elif type(own) is Queued:
-            s.state = _QUEUED
         heapq.heappush(self.heap, (s.job.deadline, _DEADLINE, j, -1))
 
     def end(self, s: _JobState, now: float, state: int) -> None:
