@@ -71,7 +71,9 @@ def notes(elastic_engine: bool) -> list[str]:
     out = [
         "The traces carry no degrade modes: dmug-no-degrade equals dmug by construction "
         "(same decisions, same hash).",
-        "All values are 1: the value rule orders by deadline, then age, as edf does.",
+        "All values are 1: the value rule grows leases in edf's order (its ties go by "
+        "deadline), but moves no step between leases of equal value, where edf moves one "
+        "to an earlier deadline.",
         "One campaign for the whole trace (the traces name no users); its envelope binds "
         "nothing (sustained and burst are the cluster, no bucket).",
         "A job unfinished at its deadline is withdrawn then (step decay: no value left).",
