@@ -284,6 +284,14 @@ class ElasticLease:
             return False
         return rule != "dmug" or self.nmu(now, use_risk) > 0
 
+    def needed(self, now: float) -> float | None:
+        """The fewest units (min, then whole steps up to max) at which the work left is done
+        by the deadline; None when even max is too few."""
+        for k in range(self.max_steps + 1):
+            if now + self.time_left(k) <= self.deadline:
+                return self.units(k)
+        return None
+
     def table(self, now: float, use_risk: bool = True) -> dict[str, Any]:
         """The allocator's view, as decisions record it."""
         return {
@@ -325,6 +333,31 @@ def admit(intent: Intent, now: float, degrade: bool = True) -> int | None:
         if v > 0 and (best is None or v > best[0]):
             best = (v, i)
     return None if best is None else best[1]
+
+
+def needed_units(
+    intent: Intent, mode: int, asked_at: float, start: float | None = None
+) -> tuple[str, float | None]:
+    """For a request asked at ``asked_at`` (its deadline counts from then) whose work
+    starts at ``start`` (default: then): its scale dimension, and the fewest units (min,
+    then whole steps up to max) at which it finishes by its deadline in ``mode`` (None:
+    not even at max)."""
+    begin = asked_at if start is None else start
+    step = resolve_step(intent)
+    name = scale_dim(step or intent.min)
+    lo = float(intent.min.get(name, 0.0))
+    per = step.get(name, 0.0)
+    top = float(intent.max.get(name, lo))
+    work = intent.remaining_work * modes(intent)[mode].work_factor
+    n = lo
+    while n <= top + 1e-9:
+        sp = speed(intent, n)
+        if sp > 0 and begin + work / sp <= asked_at + intent.deadline_s:
+            return name, n
+        if per <= 0:
+            break
+        n += per
+    return name, None
 
 
 def repick(el: ElasticLease, now: float, degrade: bool = True) -> int:

@@ -34,15 +34,24 @@ if TYPE_CHECKING:
 class ElasticFold:
     """Mixed into ``Engine``; every method reads and changes the engine's state."""
 
-    def _refuse_deadline(self: Engine, p: Pending, intent: elastic.Intent) -> Decision:
+    def _refuse_deadline(
+        self: Engine,
+        p: Pending,
+        intent: elastic.Intent,
+        crowded: Mapping[str, float] | None = None,
+    ) -> Decision:
         """Admission control: no allocation up to the intent's max meets its deadline in any
-        mode, and nothing of its value is left at the earliest finish."""
+        mode, and nothing of its value is left at the earliest finish; or (``crowded``) the
+        least it needs to meet it does not fit beside what the admitted elastic leases need
+        to meet theirs."""
         deadline = self.now + intent.deadline_s
         units = {
             m.name: elastic.best_finish(intent, m, self.now, _scale_units(intent))
             for m in elastic.modes(intent)
         }
-        inputs = {"deadline": deadline, "earliest_finish": units}
+        inputs: dict[str, Any] = {"deadline": deadline, "earliest_finish": units}
+        if crowded is not None:
+            inputs["committed"] = dict(crowded)
         reject = self._emit(
             Rejected(
                 self.now,
@@ -55,6 +64,40 @@ class ElasticFold:
         )
         self.idempotency.answer(p.id, reject)
         return reject
+
+    def _elastic_crowded(
+        self: Engine, intent: elastic.Intent, mode: int
+    ) -> dict[str, float] | None:
+        """Would this request, at the fewest units that meet its deadline, crowd out what
+        the elastic leases already admitted (and those still waiting) need to meet theirs?
+        The capacity they share is the pool's in the scale dimension less what fixed-size
+        leases hold. None when it fits (or when its deadline is lost anyway and it is
+        admitted for the value left past it); else the figures, for the record."""
+        name, need = elastic.needed_units(intent, mode, self.now)
+        if need is None:
+            return None
+        el = self.elastic
+        i = dims.PLACED.index(name)
+        committed = need
+        elastic_held = el.held[i]
+        for e in el.by_lease.values():
+            elastic_held += self.leases[e.lease_id].size[i]
+            if e.dim != i:
+                continue
+            e.running = self.leases[e.lease_id].state is LeaseState.ACTIVE
+            e.advance(self.now)
+            n = e.needed(self.now)
+            if n is not None:
+                committed += n
+        for rid, (other, m) in el.waiting.items():
+            other_name, n = elastic.needed_units(other, m, self.pending[rid].queued_at, self.now)
+            if other_name == name and n is not None:
+                committed += n
+        fixed = sum(c.held[i] for c in self.campaigns.values()) - elastic_held
+        capacity = self.pool.capacity[i] - fixed
+        if committed <= capacity + 1e-9:
+            return None
+        return {"needed": need, "committed": committed, "capacity": capacity}
 
     def _elastic_open(
         self: Engine, ls: Lease, p: Pending, intent: elastic.Intent, mode: int

@@ -405,8 +405,12 @@ class Engine(ElasticFold):
         if intent is not None:
             # Admission control first: a deadline no allocation can meet is refused at once.
             mode = elastic.admit(intent, self.now, self.policy.elastic_degrade)
-            if mode is None and self.policy.elastic_admission:
-                return self._refuse_deadline(p, intent)
+            if self.policy.elastic_admission:
+                if mode is None:
+                    return self._refuse_deadline(p, intent)
+                crowded = self._elastic_crowded(intent, mode)
+                if crowded is not None:
+                    return self._refuse_deadline(p, intent, crowded)
             self.elastic.waiting[rid] = (intent, mode or 0)
         head = self.queue.holds_back(p.campaign, p.lease_class)
         if head is not None:

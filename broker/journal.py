@@ -68,6 +68,7 @@ __all__ = [
     "decode_entry_event",
     "new_engine",
     "replay",
+    "spec_diff",
     "spec_from_dict",
     "spec_to_dict",
 ]
@@ -214,6 +215,31 @@ def spec_to_dict(spec: Spec) -> dict[str, Any]:
         # journals written before it existed keep their bytes.
         if not (f.metadata.get("omit_default") and getattr(spec, f.name) == f.default)
     }
+
+
+_MISSING = object()
+
+
+def spec_diff(stored: Mapping[str, Any], given: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """Where two :func:`spec_to_dict` forms differ: ``(dotted.key, stored, given)`` per
+    differing leaf, sorted by key; a key one side lacks has ``None`` on that side."""
+    out: list[tuple[str, Any, Any]] = []
+
+    def walk(prefix: str, a: Any, b: Any) -> None:
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            for k in sorted(set(a) | set(b)):
+                walk(f"{prefix}{k}.", a.get(k, _MISSING), b.get(k, _MISSING))
+            return
+        if a != b:
+            key = prefix[:-1]
+            out.append((key, None if a is _MISSING else a, None if b is _MISSING else b))
+
+    walk("", stored, given)
+    return out
+
+
+def _shown(value: Any) -> str:
+    return codec.dumps(value) if isinstance(value, Mapping | list | tuple) else repr(value)
 
 
 def spec_from_dict(cls: type[S], d: Mapping[str, Any]) -> S:
@@ -420,10 +446,18 @@ class Journal:
             ("policy", policy, stored_policy),
         ):
             if given is not None and spec_to_dict(given) != spec_to_dict(stored):
+                changes = "; ".join(
+                    f"{key}: stored {_shown(a)}, given {_shown(b)}"
+                    for key, a, b in spec_diff(spec_to_dict(stored), spec_to_dict(given))
+                )
                 raise JournalError(
                     f"{path}: the {name} spec given differs from the one the journal was "
-                    f"written with; replaying under another {name} would not reproduce its "
-                    f"decisions (stored: {codec.dumps(spec_to_dict(stored))})"
+                    f"written with ({changes}); replaying under another {name} would not "
+                    f"reproduce its decisions. To go on with the journal's {name}, restore "
+                    "those values in the config or leave --config out; to serve the new "
+                    "one, drain and stop this broker and start one on a new --state-dir (it starts "
+                    "with no leases, full buckets and new tokens; the old directory stays as "
+                    "the record of its decisions)"
                 )
         meta_line = codec.dumps(
             {

@@ -14,6 +14,7 @@ import click
 from bursar.cli.client import (
     CONTEXT,
     admin_client,
+    campaign_option,
     connection_options,
     options,
     print_json,
@@ -27,6 +28,7 @@ __all__ = ["campaigns"]
 
 
 @click.group("campaigns", context_settings=CONTEXT)
+@campaign_option
 @connection_options
 def campaigns() -> None:
     """List, show, create and update campaigns (needs the admin token).
@@ -47,6 +49,7 @@ def _print_campaigns(items: list[Campaign]) -> None:
 
 
 @campaigns.command("list", context_settings=CONTEXT)
+@campaign_option
 @connection_options
 def campaigns_list() -> None:
     """Every campaign: its envelope per dimension and where it stands now."""
@@ -65,6 +68,7 @@ def campaigns_list() -> None:
 
 @campaigns.command("show", context_settings=CONTEXT)
 @click.argument("name")
+@campaign_option
 @connection_options
 def campaigns_show(name: str) -> None:
     """One campaign: its envelope and where it stands now."""
@@ -155,6 +159,7 @@ def _show_campaign(c: Campaign, verb: str) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the new token to this file (mode 0600) instead of printing it.",
 )
+@campaign_option
 @connection_options
 def campaigns_create(
     name: str,
@@ -221,6 +226,7 @@ def campaigns_create(
     help="Show what the change would do now (queued requests granted, leases warned and "
     "reclaimed) instead of doing it: nothing is changed or journaled.",
 )
+@campaign_option
 @connection_options
 def campaigns_update(
     name: str,
@@ -238,7 +244,7 @@ def campaigns_update(
 
     \b
     Example:
-      bursar campaigns update sci --envelope gpu:burst=64 --what-if
+      bursar campaigns update adaptive-sci --envelope gpu:burst=64 --what-if
     """
     o = options()
     parsed = dict(_parse_envelope(e) for e in envelopes)

@@ -31,17 +31,21 @@ from bursar.providers.client import (
     BursarClientError,
     FailedPrecondition,
     InvalidArgument,
+    InvalidToken,
     NotFound,
     PermissionDenied,
     Refused,
     Unauthenticated,
     Unavailable,
+    check_token,
+    read_token_file,
 )
 
 __all__ = [
     "CONTEXT",
     "EXIT_CALL_FAILED",
     "Options",
+    "TokenProblem",
     "admin_client",
     "broker_client",
     "campaign_option",
@@ -126,7 +130,8 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
                 "envvar": "BURSAR_TOKEN_FILE",
                 "type": file,
                 "help": "A file holding the token; or the broker's STATE/tokens.json, with "
-                "--campaign naming the entry [env BURSAR_TOKEN_FILE].",
+                "--campaign naming the entry (not needed when it holds one) "
+                "[env BURSAR_TOKEN_FILE].",
             },
         ),
         (
@@ -182,11 +187,13 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def campaign_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--campaign",
+        envvar="BURSAR_CAMPAIGN",
         callback=_store("campaign"),
         expose_value=False,
         metavar="NAME",
         help="With the admin token: only this campaign. With --token-file "
-        "STATE/tokens.json: whose token to use.",
+        "STATE/tokens.json: whose token to use (may be left out when it holds one) "
+        "[env BURSAR_CAMPAIGN].",
     )(f)
 
 
@@ -194,33 +201,42 @@ def options() -> Options:
     return click.get_current_context().ensure_object(Options)
 
 
+class TokenProblem(click.ClickException):
+    """A token that cannot be used, found before anything is sent: one line, exit 2."""
+
+    exit_code = 2
+
+
 def _read_token(path: Path, campaign: str | None) -> str:
-    text = path.read_text(encoding="utf-8").strip()
-    if text.startswith("{"):
-        try:
-            table = json.loads(text)
-        except ValueError as exc:
-            raise click.UsageError(f"{path}: not a token nor a JSON token table: {exc}") from None
-        if not campaign:
-            names = ", ".join(sorted(table)) or "none"
-            raise click.UsageError(
-                f"{path} holds several campaigns' tokens ({names}): name one with --campaign"
-            )
-        if campaign not in table:
-            raise click.UsageError(f"{path} has no token for campaign {campaign!r}")
-        return str(table[campaign])
-    if not text:
-        raise click.UsageError(f"{path} is empty")
-    return text
+    try:
+        return read_token_file(path, campaign)
+    except InvalidToken as exc:
+        raise TokenProblem(str(exc)) from None
+
+
+def _read_admin_token(path: Path) -> str:
+    if path.read_text(encoding="utf-8").lstrip().startswith("{"):
+        raise TokenProblem(
+            f"{path} is a table of campaigns' tokens, not the admin token: pass "
+            "--admin-token-file STATE/admin.token, or this file as --token-file with --campaign"
+        )
+    return _read_token(path, None)
+
+
+def _checked(token: str, source: str) -> str:
+    try:
+        return check_token(token.strip(), source)
+    except InvalidToken as exc:
+        raise TokenProblem(str(exc)) from None
 
 
 def _campaign_token(o: Options) -> str:
     if o.token:
-        return o.token
+        return _checked(o.token, "--token (BURSAR_TOKEN)")
     if o.token_file:
         return _read_token(o.token_file, o.campaign)
     if o.admin_token_file:
-        return _read_token(o.admin_token_file, None)
+        return _read_admin_token(o.admin_token_file)
     raise click.UsageError(
         "no token: pass --token or --token-file (or set BURSAR_TOKEN), or "
         "--admin-token-file for the admin's view of every campaign"
@@ -229,11 +245,11 @@ def _campaign_token(o: Options) -> str:
 
 def _admin_token(o: Options) -> str:
     if o.admin_token_file:
-        return _read_token(o.admin_token_file, None)
+        return _read_admin_token(o.admin_token_file)
     if o.token:
-        return o.token
+        return _checked(o.token, "--token (BURSAR_TOKEN)")
     if o.token_file:
-        return _read_token(o.token_file, None)
+        return _read_token(o.token_file, o.campaign)
     raise click.UsageError(
         "campaign commands need the admin token: pass --admin-token-file STATE/admin.token "
         "(or set BURSAR_ADMIN_TOKEN_FILE)"
@@ -246,14 +262,14 @@ def _retry_s(o: Options) -> float:
 
 def broker_client(o: Options, *, forever: bool = False) -> AsyncBrokerClient:
     token = _campaign_token(o)
-    # The admin token acts for every campaign; a campaign token ignores --campaign here
-    # (the server would refuse a different name).
-    admin = o.token_file is None and o.token is None
+    # --campaign is always sent: the admin token then acts for that campaign only, and a
+    # campaign token given with another campaign's name is refused by the broker with a
+    # message naming both, rather than silently acting for its own campaign.
     return AsyncBrokerClient(
         o.address,
         token,
         tls=o.tls_arg(),
-        campaign=o.campaign if admin else None,
+        campaign=o.campaign,
         retry_timeout_s=None if forever else _retry_s(o),
     )
 
@@ -333,6 +349,8 @@ def run_call(make: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(make())  # type: ignore[arg-type]
     except BursarClientError as exc:
         _fail(exc, o)
+    except InvalidToken as exc:
+        raise TokenProblem(str(exc)) from None
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -6,11 +6,11 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from bursar.broker.config import load_config
 from bursar.broker.errors import ConfigError
 from bursar.cli.config import EXIT_BAD_CONFIG
+from bursar.cli.console import report_console
 from bursar.sim.demo import play
 
 __all__ = ["demo"]
@@ -54,7 +54,7 @@ def demo(out: Path, config_path: Path | None, show: int, no_service: bool) -> No
     warning, release, activation), renews, and is refused beyond its burst and bucket.
     Prints each step and why, and audits the service's journal.
     """
-    console = Console()
+    console = report_console()
     try:
         config = load_config(config_path) if config_path else None
     except ConfigError as exc:

@@ -22,7 +22,7 @@ from bursar.cli.client import (
 from bursar.providers.client import Lease, WhatIfResult
 from bursar.providers.client_view import event_line, leases_table, whatif_tables
 
-__all__ = ["leases"]
+__all__ = ["leases", "parse_labels", "parse_units"]
 
 
 @click.group("leases", context_settings=CONTEXT)
@@ -34,9 +34,9 @@ def leases() -> None:
 
     \b
     Examples:
-      bursar leases --token-file state/tokens.json --campaign sci list
+      bursar leases --token-file state/tokens.json --campaign adaptive-sci list
       bursar leases --admin-token-file state/admin.token watch --json
-      bursar leases --token-file state/tokens.json --campaign sci whatif --size gpu=8
+      bursar leases --token-file state/tokens.json --campaign adaptive-sci whatif --size gpu=8
     """
 
 
@@ -112,6 +112,7 @@ def leases_watch(lease_ids: tuple[str, ...], count: int | None, no_reconnect: bo
     required=True,
     help="Why (1-200 characters): journaled, and shown to the lease's holder on its watch.",
 )
+@campaign_option
 @connection_options
 def leases_revoke(lease_id: str, reason: str) -> None:
     """End LEASE_ID at once, as a revocation (admin token only; no grace period).
@@ -137,7 +138,7 @@ def leases_revoke(lease_id: str, reason: str) -> None:
         stdout_console().print(leases_table([ended], now))
 
 
-def _units(text: str, param: str) -> dict[str, float]:
+def parse_units(text: str, param: str) -> dict[str, float]:
     """``gpu=8,cpu=64`` as a size."""
     out: dict[str, float] = {}
     for item in text.split(","):
@@ -154,7 +155,7 @@ def _units(text: str, param: str) -> dict[str, float]:
     return out
 
 
-def _labels(items: tuple[str, ...]) -> dict[str, str]:
+def parse_labels(items: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for item in items:
         key, eq, value = item.partition("=")
@@ -227,16 +228,16 @@ def leases_whatif(
 
     \b
     Examples:
-      bursar leases --token-file state/tokens.json --campaign sci whatif \\
+      bursar leases --token-file state/tokens.json --campaign adaptive-sci whatif \\
           --size gpu=16 --duration 3600
-      bursar leases --admin-token-file state/admin.token --campaign sci whatif \\
+      bursar leases --admin-token-file state/admin.token --campaign adaptive-sci whatif \\
           --nodes 2 --per-node gpu=8 --duration 600 --no-wait --json
     """
     o = options()
     size: dict[str, float] = {}
     for text in sizes:
-        size.update(_units(text, "--size"))
-    shape: Mapping[str, float] | None = _units(per_node, "--per-node") if per_node else None
+        size.update(parse_units(text, "--size"))
+    shape: Mapping[str, float] | None = parse_units(per_node, "--per-node") if per_node else None
 
     async def go() -> WhatIfResult:
         async with broker_client(o) as client:
@@ -245,7 +246,7 @@ def leases_whatif(
                 duration,
                 blocking=not no_wait,
                 lease_class=lease_class,
-                labels=_labels(labels),
+                labels=parse_labels(labels),
                 nodes=nodes,
                 per_node=shape,
                 exclusive=exclusive,

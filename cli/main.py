@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from bursar.cli.acquire import acquire_command
 from bursar.cli.campaigns import campaigns
 from bursar.cli.config import config_group
 from bursar.cli.demo import demo
@@ -18,6 +19,7 @@ from bursar.cli.replay import matrix_command, replay_command
 from bursar.cli.serve import serve_command
 from bursar.cli.sim import sim
 from bursar.cli.supply import supply
+from bursar.cli.verbs import release_command, renew_command, status_command
 
 __all__ = ["main"]
 
@@ -75,15 +77,19 @@ def _configure_logging(level: int) -> None:
 
 
 for command in (
+    acquire_command,
     campaigns,
     config_group,
     demo,
     journal,
     leases,
     matrix_command,
+    release_command,
+    renew_command,
     replay_command,
     serve_command,
     sim,
+    status_command,
     supply,
 ):
     main.add_command(command)

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,30 @@ import click
 
 from bursar.broker.snapshot import EVERY
 
-__all__ = ["serve_command"]
+__all__ = ["SITE_CONFIG", "discover_config", "serve_command"]
 
 EXIT_BAD_INPUT = 2
+
+SITE_CONFIG = Path("/etc/bursar/bursar.toml")
+"""The site's config, served when neither --config nor $BURSAR_CONFIG names one."""
+
+
+def discover_config(
+    given: Path | None, env: Mapping[str, str], site: Path = SITE_CONFIG
+) -> tuple[Path | None, str]:
+    """The config file to serve and where it came from (``None``: no file, the packaged
+    demo or the journal's own). An empty ``$BURSAR_CONFIG`` counts as unset."""
+    if given is not None:
+        return given, "--config"
+    named = env.get("BURSAR_CONFIG", "")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ValueError(f"$BURSAR_CONFIG names {named}, which is not a file")
+        return path, "$BURSAR_CONFIG"
+    if site.is_file():
+        return site, str(site)
+    return None, "the packaged demo pool"
 
 
 @click.command(
@@ -48,9 +71,10 @@ EXIT_BAD_INPUT = 2
     "config_path",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
-    help="Pool, policy and campaigns (TOML or YAML) for a new state directory. Default: "
-    "the packaged 512-GPU demo. On a resumed state directory it may be left out (the "
-    "journal holds the pool and policy); if given, its pool and policy must match.",
+    help="Pool, policy and campaigns (TOML or YAML). Looked for in this order: --config, "
+    f"$BURSAR_CONFIG, {SITE_CONFIG}, else the packaged 512-GPU demo pool (with a notice "
+    "on stderr). On a resumed state directory with none of the first three, the journal's "
+    "own pool and policy are served; a config given must match them.",
 )
 @click.option(
     "--backend",
@@ -177,11 +201,21 @@ def serve_command(
     """
     from bursar.broker.config import load_config
     from bursar.broker.errors import ConfigError, JournalError
+    from bursar.broker.journal import JOURNAL_FILENAME
     from bursar.broker.service.limits import LimitSettings
     from bursar.broker.service.server import Running, Settings, serve
 
     pool_backend = None
     try:
+        config_path, _source = discover_config(config_path, os.environ)
+        if config_path is None and not (state_dir / JOURNAL_FILENAME).exists():
+            # A newcomer's first start: say loudly that this is a demo, and how to leave it.
+            click.echo(
+                "bursar serve: NOTICE: serving the packaged 512-GPU demo pool (no --config, "
+                f"$BURSAR_CONFIG or {SITE_CONFIG}); to serve your own, pass --config FILE "
+                "(start from `bursar config show-default`) with a new --state-dir",
+                err=True,
+            )
         if backend == "slurm":
             config, pool_backend = _slurm_backend(config_path)
         else:

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bursar.cli.console import report_console
 from bursar.sim.elastic.report import QUICK_JOBS, TraceInput, compare, markdown, write_outputs
 from bursar.sim.elastic.runner import (
     DEFAULT_LEASE_TERM_S,
@@ -72,7 +73,7 @@ def run_cmd(
     meter_window: float,
 ) -> None:
     """Run the agent-burst scenario (2 simulated hours) and write its report."""
-    console = Console()
+    console = report_console()
     seeds = (seed,) if seed is not None else DEFAULT_SEEDS
     params = Params(
         warm_headroom=headroom,
@@ -171,7 +172,7 @@ def experiments_cmd(
 
     Cells run in parallel on Dask: a local cluster by default, or --scheduler ADDRESS.
     """
-    console = Console()
+    console = report_console()
     try:
         results, table, figures, wall = run_experiments(
             out,
@@ -183,6 +184,13 @@ def experiments_cmd(
         )
     except SweepError as exc:
         raise click.ClickException(str(exc)) from None
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("dask", "distributed"):
+            raise
+        raise click.ClickException(
+            f"the experiments run their cells on Dask, which is not installed ({exc.name}): "
+            "pip install 'bursar[dask]'"
+        ) from None
     cpu = sum(r["wall_s"] for r in results)
     console.print(
         f"{len(results)} cells in {wall:.1f} s wall ({cpu:.1f} s of cell time, "

@@ -55,7 +55,7 @@ def supply(
 
     \b
     Examples:
-      bursar supply --token-file state/tokens.json --campaign sci --units 64
+      bursar supply --token-file state/tokens.json --campaign adaptive-sci --units 64
       bursar supply --admin-token-file state/admin.token --watch --json
     """
     o = options()

@@ -4,7 +4,7 @@ the cluster differs.
     .venv/bin/python examples/dask_bursar_cluster.py                # both, broker in-process
     .venv/bin/python examples/dask_bursar_cluster.py --local        # LocalCluster only
     .venv/bin/python examples/dask_bursar_cluster.py --broker 127.0.0.1:50051 \\
-        --campaign sci --token-file sci.token                      # a running `bursar serve`
+        --campaign adaptive-sci --token-file state/tokens.json     # a running `bursar serve`
 
 The one line::
 
@@ -22,12 +22,12 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import dask.array as da
 from distributed import Client, LocalCluster
 from distributed.deploy.cluster import Cluster
 
+from bursar.providers.client import read_token_file
 from bursar.providers.dask import BursarCluster
 
 N = 100
@@ -68,7 +68,7 @@ def run(name: str, cluster: Cluster) -> dict[str, float]:
 @contextlib.contextmanager
 def broker_for(args: argparse.Namespace) -> Iterator[tuple[str, str, str]]:
     if args.broker:
-        token = Path(args.token_file).read_text().strip() if args.token_file else args.token
+        token = read_token_file(args.token_file, args.campaign) if args.token_file else args.token
         yield args.broker, args.campaign, token
         return
     # A broker in this process, for trying the example without `bursar serve`.
@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--broker", help="host:port of a running broker (default: one in-process)")
     p.add_argument("--campaign", default="sci", help="the campaign to charge (default: sci)")
     p.add_argument("--token", help="the campaign's token")
-    p.add_argument("--token-file", help="a file holding the campaign's token")
+    p.add_argument(
+        "--token-file", help="a file holding the campaign's token, or serve's STATE/tokens.json"
+    )
     args = p.parse_args(argv)
     local = run("LocalCluster", local_cluster())
     if args.local:

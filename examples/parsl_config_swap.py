@@ -3,7 +3,7 @@
     .venv/bin/python examples/parsl_config_swap.py                 # both, with a broker in-process
     .venv/bin/python examples/parsl_config_swap.py --local         # LocalProvider only
     .venv/bin/python examples/parsl_config_swap.py --broker 127.0.0.1:50051 \\
-        --campaign sci --token-file sci.token                     # a running `bursar serve`
+        --campaign adaptive-sci --token-file state/tokens.json    # a running `bursar serve`
 
 ``local_config()`` and ``bursar_config()`` are the same HighThroughputExecutor config;
 only the ``provider=`` block differs. The recommended executor settings for leased
@@ -26,6 +26,7 @@ from parsl.config import Config
 from parsl.executors import HighThroughputExecutor
 from parsl.providers import LocalProvider
 
+from bursar.providers.client import read_token_file
 from bursar.providers.parsl import (
     HEARTBEAT_PERIOD,
     HEARTBEAT_THRESHOLD,
@@ -129,7 +130,11 @@ def main() -> None:
     ap.add_argument("--local", action="store_true", help="run on LocalProvider only")
     ap.add_argument("--broker", help="host:port of a running `bursar serve`")
     ap.add_argument("--campaign", default="sci")
-    ap.add_argument("--token-file", type=Path, help="the campaign's token (else $BURSAR_TOKEN)")
+    ap.add_argument(
+        "--token-file",
+        type=Path,
+        help="the campaign's token, or serve's STATE/tokens.json (else $BURSAR_TOKEN)",
+    )
     args = ap.parse_args()
     # HTEX starts interchange.py and process_worker_pool.py from PATH.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
@@ -141,7 +146,7 @@ def main() -> None:
         print("BursarProvider:")
         if args.broker:
             token = (
-                args.token_file.read_text().strip()
+                read_token_file(args.token_file, args.campaign)
                 if args.token_file
                 else os.environ["BURSAR_TOKEN"]
             )

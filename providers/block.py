@@ -17,6 +17,18 @@ table does not name for the current state raises :class:`IllegalTransition`)::
     STARTING / RUNNING ──lease ended, workers exited, cancel, error──► STOPPING
     STOPPING ──stopped──► ENDED        STOPPING ──error──► FAILED
     REQUESTED ──cancel──► ENDED
+    STARTING / RUNNING / DRAINING / STOPPING ──resize-warning, resized──► (stays)
+
+An elastic lease (``LeaseSpec.intent``) changes size while the block stays where it is:
+the broker grows it at once (RESIZED) and shrinks it after a warning (RESIZE_WARNING:
+shrink to ``resize_to`` at ``deadline``, then RESIZED). Both are inputs of the table, not
+bare hook calls, so that they queue behind the inputs before them (a warning never
+overtakes the ACTIVE that starts the workers) and the table says where they count: only
+a RUNNING block calls :meth:`Hooks.resize` (stop using what the warning takes away,
+before its deadline, as a task of its own so that the block keeps hearing its lease) and
+:meth:`Hooks.resized` (use the new whole; after a shrink, stop what is still on the
+units it lost). A STARTING block starts its workers on :attr:`Block.usable` (the lease
+less what a pending warning takes); a DRAINING or STOPPING one is letting go of all.
 
 It is driven by events, never by polling: the client's Watch stream (through the
 :class:`~bursar.providers.client.LeaseHandle`'s listener: active, preemption warning,
@@ -59,6 +71,7 @@ from bursar.providers.client import (
     AsyncBrokerClient,
     BursarClientError,
     DeadlineExceeded,
+    Intent,
     Lease,
     LeaseClass,
     LeaseEvent,
@@ -132,6 +145,10 @@ class Input(enum.StrEnum):
     CANCEL = "cancel"
     STOPPED = "stopped"
     ERROR = "error"
+    RESIZE_WARNING = "resize-warning"
+    """An elastic lease will shrink (``Block.warned_to``) at ``Block.resize_deadline``."""
+    RESIZED = "resized"
+    """An elastic lease's size changed (grown, or the announced shrink done)."""
 
 
 class Cause(enum.StrEnum):
@@ -159,6 +176,8 @@ _LIVE_LEASE = {
     I.LEASE_ENDED: S.STOPPING,
     I.CANCEL: S.STOPPING,
     I.ERROR: S.STOPPING,
+    I.RESIZE_WARNING: None,
+    I.RESIZED: None,
 }
 """What a block holding a live lease does with each input (None: stays)."""
 
@@ -198,6 +217,8 @@ def _table() -> dict[tuple[State, Input], State]:
         I.WORKERS_EXITED,
         I.DRAINED,
         I.CANCEL,
+        I.RESIZE_WARNING,
+        I.RESIZED,
     ):
         t[S.STOPPING, inp] = S.STOPPING
     return t
@@ -253,6 +274,9 @@ class LeaseSpec:
     """Renew this long before expiry (None: the client's default)."""
     lease_class: LeaseClass | str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    intent: Intent | None = None
+    """An elastic lease: asked for at ``intent.min`` (``size`` and :meth:`Hooks.size` are
+    not used), then grown and shrunk by the broker."""
 
 
 @dataclass(frozen=True)
@@ -537,6 +561,25 @@ class Hooks:
         the broker says so)."""
         return 0.0
 
+    async def resize(
+        self,
+        block: Block,
+        lease: Lease,
+        warned_to: Mapping[str, float],
+        deadline: float | None,
+    ) -> None:
+        """An elastic lease will shrink to ``warned_to`` at ``deadline`` (server clock):
+        stop using the rest (drain the workers on it) before then. ``lease`` is still the
+        whole lease. Runs as a task of its own; a newer warning cancels it, and so does
+        the block's stop. The default does nothing."""
+
+    async def resized(self, block: Block, lease: Lease) -> None:
+        """An elastic lease's size is now ``lease.size`` (``lease.nodes``): grown (use the
+        new units now) or shrunk as a warning announced (whatever still runs on the lost
+        units must stop). Called for every RESIZED, also one that repeats a size already
+        seen (the grant's answer may carry the growth its RESIZED event reports), so it
+        compares with what runs. The default does nothing."""
+
     def changed(self, block: Block, old: State, inp: Input) -> None:
         """Called on the loop after each input is applied (``block.state`` is the new
         state, ``old`` the one before: equal for inputs that change no state)."""
@@ -595,6 +638,15 @@ class Block:
         self._timer: asyncio.Task[None] | None = None
         self._guard: asyncio.Task[None] | None = None
         self._drain: asyncio.Task[None] | None = None
+        self._resizing: asyncio.Task[None] | None = None
+        self._warnings_seen = 0
+        self._resizes_seen = 0
+        self.warned_to: dict[str, float] | None = None
+        """While a shrink is announced: the size the lease shrinks to (else None)."""
+        self.resize_deadline: float | None = None
+        """While a shrink is announced: when (server clock)."""
+        self.resize_history: list[tuple[float, Input, dict[str, float]]] = []
+        """Each resize input the block acted on: when, which, and the size it names."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._task: asyncio.Task[None] | None = None
 
@@ -618,6 +670,14 @@ class Block:
     @property
     def lease_ended(self) -> bool:
         return self.handle is not None and self.handle.ended.is_set()
+
+    @property
+    def usable(self) -> dict[str, float]:
+        """What the holder may use now: the lease's size, or the size a pending
+        RESIZE_WARNING shrinks it to (empty before the grant)."""
+        if self.warned_to is not None:
+            return dict(self.warned_to)
+        return dict(self.lease.size) if self.lease is not None else {}
 
     @property
     def preempt_event(self) -> LeaseEvent | None:
@@ -721,8 +781,10 @@ class Block:
             self.answered.set()
         if new is not old:
             await self._enter(new)
-        elif inp is Input.UPDATED:
+        elif inp in (Input.UPDATED, Input.RESIZED, Input.RESIZE_WARNING):
             self._arm_guard()
+        if inp in (Input.RESIZE_WARNING, Input.RESIZED):
+            await self._on_resize(inp, data)
 
     def _note(self, inp: Input, data: Any, new: State) -> None:
         """Record what an input says, before the state changes."""
@@ -736,6 +798,12 @@ class Block:
             self.handle = data
         elif inp is Input.WORKERS_EXITED:
             self.returncode = data
+        elif inp is Input.RESIZE_WARNING:
+            self.warned_to = dict(data.resize_to)
+            self.resize_deadline = data.deadline
+        elif inp is Input.RESIZED and self.lease is not None and self.warned_to is not None:
+            # The announced shrink is done (or the lease grew instead): nothing pending.
+            self.warned_to = self.resize_deadline = None
         if self.cause is None and (new in (State.DRAINING, State.STOPPING) or new.terminal):
             self.cause = self._lease_end_cause() if inp is Input.LEASE_ENDED else _CAUSE.get(inp)
 
@@ -759,6 +827,10 @@ class Block:
         if old is State.DRAINING and self._drain is not None:
             self._drain.cancel()
             self._drain = None
+        if old is State.RUNNING and self._resizing is not None:
+            # Draining or stopping the whole block supersedes a partial drain.
+            self._resizing.cancel()
+            self._resizing = None
 
     async def _enter(self, new: State) -> None:
         if new.terminal and self.handle is None and self._granted is not None:
@@ -806,7 +878,8 @@ class Block:
     async def _acquire(self) -> None:
         self.attempts += 1
         try:
-            size = await self.hooks.size(self) or self.spec.size
+            intent = self.spec.intent
+            size = {} if intent is not None else await self.hooks.size(self) or self.spec.size
             h = self.client.held_lease(
                 size,
                 self.spec.duration_s,
@@ -814,6 +887,7 @@ class Block:
                 blocking=False,
                 lease_class=self.spec.lease_class,
                 labels=dict(self.spec.labels),
+                intent=intent,
             )
             await h.start()
         except Refused as exc:
@@ -833,6 +907,14 @@ class Block:
 
     def _on_lease(self, h: LeaseHandle) -> None:
         """The handle's listener: every Watch event, renewal or release of the lease."""
+        # Counts, not the latest event alone: the handle may have heard resize events
+        # before this listener joined (at the grant), and they still count.
+        if h.warnings > self._warnings_seen and h.resize_warning is not None:
+            self._warnings_seen = h.warnings
+            self.post(Input.RESIZE_WARNING, h.resize_warning)
+        if h.resizes > self._resizes_seen:
+            self._resizes_seen = h.resizes
+            self.post(Input.RESIZED, h.resize_event)
         if h.ended.is_set():
             self._once(Input.LEASE_ENDED)
         elif h.preempted.is_set():
@@ -870,6 +952,31 @@ class Block:
             await wait_event_until(self.clock, self.handle.ended, self.clock.now() + settle)
         self.post(Input.WORKERS_EXITED, rc)
 
+    async def _on_resize(self, inp: Input, data: Any) -> None:
+        lease = self.lease
+        if lease is None:
+            return
+        size = dict(data.resize_to) if inp is Input.RESIZE_WARNING else dict(lease.size)
+        self.resize_history.append((self.clock.now(), inp, size))
+        if self.state is not State.RUNNING:
+            return  # not started yet (it starts on `usable`), or letting go of it all
+        if inp is Input.RESIZE_WARNING:
+            if self._resizing is not None:
+                self._resizing.cancel()  # the newer warning says what is left
+            self._resizing = self._spawn(self._resize(lease, size, self.resize_deadline))
+        else:
+            await self.hooks.resized(self, lease)
+
+    async def _resize(
+        self, lease: Lease, warned_to: dict[str, float], deadline: float | None
+    ) -> None:
+        try:
+            await self.hooks.resize(self, lease, warned_to, deadline)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the units are taken at the deadline whatever we do
+            log.warning("block %s: resize to %s failed: %r", self.name, warned_to, exc)
+
     async def _drain_until(self, deadline: float | None) -> None:
         try:
             await self.hooks.drain(self, deadline)
@@ -882,6 +989,8 @@ class Block:
     async def _stop(self) -> None:
         if self._guard is not None:
             self._guard.cancel()
+        if self._resizing is not None:
+            self._resizing.cancel()
         try:
             if self.workers is not None:
                 await self.hooks.stop_workers(self, self.workers, self.hooks.stop_grace(self))

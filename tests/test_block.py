@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from elastic_support import GRACE_S, cpu_intent, elastic_config
 from service_support import run, serve, until
 from test_parsl_support import parsl_config
 
@@ -287,3 +288,88 @@ def test_a_cancel_while_the_broker_does_not_answer_ends_the_block_at_once() -> N
             assert b.final_state == "none"
 
     run(scenario(), 30)
+
+
+class ResizeRecorder(Recorder):
+    """A :class:`Recorder` that also records the resize hooks' calls."""
+
+    def __init__(self, argv: list[str] | None = None) -> None:
+        super().__init__(argv)
+        self.started_on: list[dict[str, float]] = []
+        self.warned: list[tuple[dict[str, float], dict[str, float], float | None]] = []
+        self.sizes: list[dict[str, float]] = []
+
+    async def start_workers(self, block: Block, lease: Lease) -> ProcessTree | None:
+        self.started_on.append(block.usable)
+        return await super().start_workers(block, lease)
+
+    async def resize(
+        self,
+        block: Block,
+        lease: Lease,
+        warned_to: Mapping[str, float],
+        deadline: float | None,
+    ) -> None:
+        self.warned.append((dict(lease.size), dict(warned_to), deadline))
+
+    async def resized(self, block: Block, lease: Lease) -> None:
+        self.sizes.append(dict(lease.size))
+
+
+def test_an_elastic_block_hears_its_growth_and_its_shrink_without_changing_state(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        clock = ManualClock(time.time())
+        async with (
+            serve(tmp_path / "state", elastic_config(), clock=clock) as srv,
+            AsyncBrokerClient(srv.address, srv.tokens["el"], backoff=FAST, clock=clock) as el,
+            AsyncBrokerClient(srv.address, srv.tokens["fixed"], backoff=FAST) as fixed,
+        ):
+            h = ResizeRecorder(["sleep", "60"])
+            intent = cpu_intent(1, 4)
+            b = Block("b", el, LeaseSpec({}, 60.0, intent=intent), h, clock=clock)
+            b.start()
+            await until(lambda: b.state is State.RUNNING, 10)
+            # Granted at min and grown at once to the whole (empty) pool: the workers
+            # start on all of it.
+            assert b.lease is not None and b.lease.size["cpu"] == 4.0
+            assert h.started_on == [{"cpu": 4.0}]
+            assert b.resize_history and b.resize_history[0][1] is Input.RESIZED
+
+            # A fixed request needs two cores: the block is warned, keeps running, and
+            # may use only what is left until the deadline.
+            t0 = clock.now()
+            want = asyncio.ensure_future(fixed.acquire({"cpu": 2}, 30, timeout=20))
+            await until(lambda: bool(h.warned), 10)
+            ((whole, to, deadline),) = h.warned
+            assert whole == {"cpu": 4.0} and to == {"cpu": 2.0}
+            assert deadline is not None and abs(deadline - (t0 + GRACE_S)) < 1e-6
+            assert b.state is State.RUNNING and b.usable == {"cpu": 2.0}
+            assert b.warned_to == {"cpu": 2.0} and b.resize_deadline == deadline
+            assert not want.done()
+
+            # At the deadline the lease shrinks: the block hears the new whole.
+            await until(lambda: deadline in clock.deadlines(), 10)
+            clock.set(deadline)
+            await until(lambda: bool(h.sizes), 10)
+            assert h.sizes == [{"cpu": 2.0}] and b.lease.size["cpu"] == 2.0
+            assert b.warned_to is None and b.usable == {"cpu": 2.0}
+            got = await asyncio.wait_for(want, 10)
+            assert got.size["cpu"] == 2.0
+            assert b.state is State.RUNNING and states(h) == [
+                State.ACQUIRING,
+                State.STARTING,
+                State.RUNNING,
+            ]
+            # Resize inputs change no state, and while stopping they change nothing.
+            for s in (State.STARTING, State.RUNNING, State.DRAINING, State.STOPPING):
+                for inp in (Input.RESIZE_WARNING, Input.RESIZED):
+                    assert transition(s, inp) is s
+            with pytest.raises(IllegalTransition):
+                transition(State.REQUESTED, Input.RESIZED)
+            b.cancel()
+            await asyncio.wait_for(b.done.wait(), 10)
+            assert b.final_state == "released"
+
+    run(scenario(), 40)

@@ -38,15 +38,19 @@ def test_the_installed_entry_point_is_the_cli_group() -> None:
 def test_every_command_group_is_registered() -> None:
     top = {path[0] for path in COMMANDS}
     assert top == {
+        "acquire",
         "campaigns",
         "config",
         "demo",
         "journal",
         "leases",
         "matrix",
+        "release",
+        "renew",
         "replay",
         "serve",
         "sim",
+        "status",
         "supply",
     }
     assert {("journal", "audit"), ("sim", "run"), ("campaigns", "create")} <= set(COMMANDS)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from client_support import ServerThread, server_thread, until
+from elastic_support import cpu_intent, elastic_config
 from service_support import START
 
 from bursar.broker.clock import ManualClock
@@ -148,3 +150,23 @@ def test_sync_admin_client_and_misuse_from_the_loop_thread(server: ServerThread)
         client._loop.loop.call_soon_threadsafe(on_loop)
         assert done.wait(5)
         assert caught and "deadlock" in str(caught[0])
+
+
+def test_a_sync_held_elastic_lease_hears_its_resizes(tmp_path: Path) -> None:
+    with (
+        server_thread(tmp_path / "el", cfg=elastic_config()) as srv,
+        BrokerClient(srv.address, srv.tokens["el"], backoff=FAST) as el,
+        BrokerClient(srv.address, srv.tokens["fixed"], backoff=FAST) as fixed,
+    ):
+        with el.held_lease({}, 60, intent=cpu_intent(1, 4)) as h:
+            # Granted at one core and grown at once to the pool's four.
+            assert h.lease.size["cpu"] == 4.0
+            until(lambda: h.resizes >= 1, 10, "the growth's RESIZED")
+            got = fixed.acquire({"cpu": 2}, 30, timeout=20)  # answered after the shrink
+            until(lambda: h.lease.size["cpu"] == 2.0, 10, "the shrink's RESIZED")
+            assert h.warnings == 1 and h.resize_warning is not None
+            assert dict(h.resize_warning.resize_to) == {"cpu": 2.0}
+            assert h.resize_warning.deadline == pytest.approx(time.time(), abs=5)
+            assert h.resizes >= 2
+            fixed.release(got.id)
+        assert h.lease.state is LeaseState.RELEASED

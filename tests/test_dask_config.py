@@ -89,6 +89,11 @@ def test_defaults_come_from_the_shipped_yaml_and_the_dask_config() -> None:
         ({"lease_class": "vip"}, "lease-class", "interactive, batch, opportunistic"),
         ({"lease_margin": 900, "walltime": 600}, "lease-margin", "under half the walltime"),
         ({"retry_interval": (2, 1)}, "retry-interval", "0 < min_s <= max_s"),
+        ({"elastic": 4}, "elastic", "a mapping of min, max, work, deadline"),
+        ({"elastic": {"max": 4, "work": 60}}, "elastic", "a mapping of min, max"),
+        ({"elastic": {"max": 4, "work": 60, "deadline": 9, "speed": 2}}, "elastic", "min, max"),
+        ({"elastic": {"min": 3, "max": 2, "work": 60, "deadline": 9}}, "elastic", "1 <= min"),
+        ({"elastic": {"max": 2, "work": 60, "deadline": 9, "amdahl": 2}}, "elastic", "amdahl"),
     ],
 )
 def test_a_bad_argument_names_the_key_and_what_is_allowed(
@@ -140,8 +145,28 @@ def test_walltime_and_worker_grouping() -> None:
         with pytest.raises(ValueError):
             walltime_s(bad)  # type: ignore[arg-type]
     assert worker_job("c-3-1", 2) == "c-3" and worker_job("c-3", 1) == "c-3"
+    # An elastic job's unit k > 0 adds -u<k> to the job's name.
+    assert worker_job("c-3-u2", 1) == "c-3" and worker_job("c-3-u2-1", 2) == "c-3"
 
     class WS:
         name = "cl-12-0"
 
     assert JobOfWorker(2)(WS()) == "cl-12"
+
+
+def test_an_elastic_job_asks_for_units_of_its_size() -> None:
+    j = job(
+        processes=2,
+        elastic={"min": 1, "max": 3, "work": 600, "deadline": "00:20:00", "amdahl": 0.1},
+    )
+    assert "# bursar-lease: elastic min=1 max=3 units of the size above" in j.job_script()
+    intent = j.intent()
+    assert intent.min == {"cpu": 4.0, "mem_gb": 8.0} and intent.step == intent.min
+    assert intent.max == {"cpu": 12.0, "mem_gb": 24.0}
+    assert (intent.work, intent.deadline_s, intent.amdahl) == (600.0, 1200.0, 0.1)
+    assert j.units_in({"cpu": 8.0, "mem_gb": 8.0}) == 1  # whole units of every dimension
+    assert j.units_in({"cpu": 12.0, "mem_gb": 24.0}) == 3
+    assert j.unit_worker_names(2) == ["c-3-u2-0", "c-3-u2-1"]
+    with dask.config.set({"jobqueue.bursar.elastic": {"max": 2, "work": 5, "deadline": 60}}):
+        assert job().elastic is not None and job().elastic.min == 1  # type: ignore[union-attr]
+    assert job().elastic is None

@@ -137,6 +137,26 @@ def test_a_deadline_no_allocation_meets_is_refused_at_once():
     assert of(out, Granted)
 
 
+def test_a_deadline_the_admitted_leases_leave_no_room_for_is_refused():
+    # Each needs 8 of the pool's 16 GPUs to finish 5 900 s of work by 1 000 s
+    # (speed(8) = 5.93, speed(7) = 5.38).
+    tight = amdahl(lo=1, hi=16, work=5_900.0, deadline=1_000.0)
+    eng = engine(nodes=2)
+    assert of(eng.apply(RequestLease(0.0, "a", {}, 3600, intent=tight)), Granted)
+    # The second waits for the first's extra steps to come back; it counts all the same.
+    assert of(eng.apply(RequestLease(0.0, "b", {}, 3600, intent=tight)), Queued)
+    out = eng.apply(RequestLease(0.0, "c", {}, 3600, intent=amdahl(lo=1, hi=16, work=100.0)))
+    (rej,) = of(out, Rejected)
+    assert rej.reason is Reason.DEADLINE_UNREACHABLE
+    assert rej.inputs["committed"] == {"needed": 1.0, "committed": 17.0, "capacity": 16.0}
+    # Without admission control it is served, and the pool is shared among the three.
+    eng = engine(nodes=2, elastic_admission=False)
+    for name in ("a", "b"):
+        eng.apply(RequestLease(0.0, name, {}, 3600, intent=tight))
+    out = eng.apply(RequestLease(0.0, "c", {}, 3600, intent=amdahl(lo=1, hi=16, work=100.0)))
+    assert not of(out, Rejected)
+
+
 def test_a_value_left_past_the_deadline_is_not_refused():
     eng = engine()
     late = amdahl(deadline=100.0, decay=Decay(DecayKind.LINEAR, 10_000.0))

@@ -206,6 +206,24 @@ def test_walltime_and_knobs() -> None:
     assert p.max_blocks == 3 and p.label == "bursar" and "token" not in repr(p)
     with pytest.raises(ValueError):
         BursarProvider(broker="x", resources_per_block={"cpu": 0})
+    # An elastic block: units of resources_per_block, checked up front.
+    e = BursarProvider(
+        broker="x",
+        resources_per_block={"cpu": 2, "mem_gb": 4},
+        elastic={"max": 3, "work": 60, "deadline": "00:10:00"},
+    )
+    assert e.elastic is not None and (e.elastic.min, e.elastic.max) == (1, 3)
+    intent = e.elastic.intent(e.resources_per_block)
+    assert intent.max == {"cpu": 6, "mem_gb": 12} and intent.deadline_s == 600
+    for bad, why in [
+        ({"max": 3, "work": 60}, "missing"),
+        ({"max": 0, "work": 60, "deadline": 5}, "1 <= min <= max"),
+        ({"max": 2, "work": -1, "deadline": 5}, "work > 0"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            BursarProvider(broker="x", elastic=bad)
+    with pytest.raises(ValueError, match="nodes_per_block must be 1"):
+        BursarProvider(broker="x", nodes_per_block=2, elastic={"max": 2, "work": 60, "deadline": 5})
 
 
 def test_submit_returns_quickly_when_the_broker_is_unreachable(tmp_path: Path) -> None:

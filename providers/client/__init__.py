@@ -49,6 +49,9 @@ from bursar.providers.client._loop import LoopThread as LoopThread
 from bursar.providers.client._sync import AdminClient as AdminClient
 from bursar.providers.client._sync import BrokerClient as BrokerClient
 from bursar.providers.client._sync import SyncLeaseHandle as SyncLeaseHandle
+from bursar.providers.client._token import InvalidToken as InvalidToken
+from bursar.providers.client._token import check_token as check_token
+from bursar.providers.client._token import read_token_file as read_token_file
 from bursar.providers.client._types import BrokerStatus as BrokerStatus
 from bursar.providers.client._types import Campaign as Campaign
 from bursar.providers.client._types import CampaignSpec as CampaignSpec
@@ -97,6 +100,7 @@ __all__ = [
     "FieldViolation",
     "Intent",
     "InvalidArgument",
+    "InvalidToken",
     "Lease",
     "LeaseClass",
     "LeaseEvent",
@@ -119,4 +123,6 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "WhatIfResult",
+    "check_token",
+    "read_token_file",
 ]

@@ -182,7 +182,9 @@ class AsyncBrokerClient:
         ``retry_after`` when to try again). ``blocking=True``: the request queues and
         the call waits up to ``timeout`` seconds (None: the server's maximum,
         ``MAX_WAIT_S``) for the grant, else raises :class:`Refused` with the last
-        reason. A grant on the reclaim or cold path returns at once in state STARTING,
+        reason. ``timeout`` is the proto's ``AcquireRequest.timeout_s`` under the name the
+        Python API has always used: sent as given, 0 for ``blocking=False``, ``MAX_WAIT_S``
+        for None, and on a retry after UNAVAILABLE only what is left of it. A grant on the reclaim or cold path returns at once in state STARTING,
         usable from ``starts_at``. ``lease_class`` may lower the campaign's class for
         this lease ("opportunistic", ...), never raise it.
 
@@ -295,7 +297,8 @@ class AsyncBrokerClient:
         request: ``reason`` and ``estimated_wait_s``) or REJECT (``blocking=False``:
         ``reason``, and the retry-after in ``estimated_wait_s``); ``decisions``: every
         decision the request would cause, its campaign's only for a campaign token.
-        Nothing waits: ``timeout`` only makes the request a blocking one, as in acquire.
+        Nothing waits: ``timeout`` (sent as ``timeout_s``, as in acquire) only makes the
+        request a blocking one.
         Bad arguments raise as :meth:`acquire` would. The answer holds for now only: the
         next request, or the clock, may change it."""
         wire = shape_to_proto(shape, nodes, per_node, exclusive, cpus_per_gpu, mem_per_gpu)
@@ -366,12 +369,15 @@ class AsyncBrokerClient:
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
         shape: Shape | None = None,
+        intent: Intent | None = None,
     ) -> LeaseHandle:
         """A lease held for the life of an ``async with`` block: acquired on entry,
         renewed ``renew_margin_s`` before it would expire (default: half its duration,
         at most 60 s), watched (preemption warnings set ``handle.preempted`` and call
         ``on_preempt``, which may be a coroutine function), and released on exit,
-        also when the block raises. ``shape`` as in :meth:`acquire`. See
+        also when the block raises. ``shape``, ``intent`` (``size`` then ``{}``) and
+        ``timeout`` (the proto's ``timeout_s``) as in :meth:`acquire`; an elastic lease's
+        RESIZE_WARNING and RESIZED events reach the handle's listeners. See
         :class:`LeaseHandle`."""
         return LeaseHandle(
             self,
@@ -384,6 +390,7 @@ class AsyncBrokerClient:
             lease_class=lease_class,
             labels=labels,
             shape=shape,
+            intent=intent,
         )
 
     # ---------------------------------------------------------------- watch

@@ -30,6 +30,7 @@ from bursar.protos.bursar.v1 import admin_pb2_grpc
 from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 from bursar.providers.client._backoff import Backoff
 from bursar.providers.client._errors import BursarClientError, Refused, Unavailable, from_rpc_error
+from bursar.providers.client._token import check_token
 
 __all__ = ["DEFAULT_TARGET", "Connection", "Tls", "channel_credentials", "retryable"]
 
@@ -95,7 +96,7 @@ class Connection:
         self.retry_timeout_s = retry_timeout_s
         self.call_timeout_s = call_timeout_s
         self._metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", f"Bearer {token}"),) if token else ()
+            (("authorization", f"Bearer {check_token(token)}"),) if token else ()
         )
         self._credentials = channel_credentials(tls)
         self._options = [

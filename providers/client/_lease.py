@@ -40,6 +40,7 @@ from bursar.providers.client._watcher import LeaseWatcher
 
 if TYPE_CHECKING:
     from bursar.providers.client._aio import AsyncBrokerClient
+    from bursar.providers.client._intent import Intent
 
 __all__ = ["LeaseHandle"]
 
@@ -70,6 +71,11 @@ class LeaseHandle:
       lease is revoked at ``preempt_deadline``: drain before), and when it ends (revoked,
       expired or released);
     * ``preempt_event``, ``end_event``: the Watch events behind those, if any;
+    * for an elastic lease (``intent``): ``warnings`` and ``resizes``, the RESIZE_WARNING
+      and RESIZED events seen so far (counts, so that a listener that joins late still
+      learns that one came), ``resize_warning`` the latest warning (``deadline``: when the
+      lease shrinks to ``resize_to``) and ``resize_event`` the latest RESIZED; ``lease``
+      follows both (its ``size`` and ``nodes`` are the whole lease's);
     * ``renewals``: successful renewals so far; ``error``: an unexpected failure of the
       background work (raised again when the block exits).
 
@@ -97,6 +103,7 @@ class LeaseHandle:
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
         shape: Shape | None = None,
+        intent: Intent | None = None,
     ) -> None:
         margin = default_margin(duration_s) if renew_margin_s is None else renew_margin_s
         if not 0 <= margin < duration_s:
@@ -107,6 +114,7 @@ class LeaseHandle:
         self._client = client
         self._request = (dict(size), duration_s, blocking, timeout, lease_class, labels)
         self._shape = shape_to_proto(shape)
+        self._intent = None if intent is None else intent.to_proto()
         self.duration_s = duration_s
         self.renew_margin_s = margin
         self._on_preempt = on_preempt
@@ -115,6 +123,10 @@ class LeaseHandle:
         self.ended = asyncio.Event()
         self.preempt_event: LeaseEvent | None = None
         self.end_event: LeaseEvent | None = None
+        self.resize_warning: LeaseEvent | None = None
+        self.resize_event: LeaseEvent | None = None
+        self.warnings = 0
+        self.resizes = 0
         self.renewals = 0
         self.error: BaseException | None = None
         self._lease: Lease | None = None
@@ -226,7 +238,14 @@ class LeaseHandle:
         t_send = self._client.clock.now()
         try:
             lease, resp = await self._client._acquire(
-                size, duration_s, blocking, timeout, lease_class, labels, shape=self._shape
+                size,
+                duration_s,
+                blocking,
+                timeout,
+                lease_class,
+                labels,
+                shape=self._shape,
+                intent=self._intent,
             )
         except BaseException:
             watcher.unhold()
@@ -339,6 +358,12 @@ class LeaseHandle:
         self._update(ev.lease)
         if ev.kind is LeaseEventKind.PREEMPT_WARNING and not self.preempted.is_set():
             self._preempted(ev)
+        elif ev.kind is LeaseEventKind.RESIZE_WARNING:
+            self.resize_warning = ev
+            self.warnings += 1
+        elif ev.kind is LeaseEventKind.RESIZED:
+            self.resize_event = ev
+            self.resizes += 1
         if ev.kind.ends_lease:
             self.end_event = ev
             self.ended.set()

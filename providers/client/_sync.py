@@ -35,6 +35,7 @@ from bursar.providers.client._channel import DEFAULT_TARGET, Tls
 from bursar.providers.client._intent import Intent
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._loop import LoopThread
+from bursar.providers.client._token import check_token
 from bursar.providers.client._types import (
     BrokerStatus,
     Campaign,
@@ -104,6 +105,8 @@ class BrokerClient(_SyncClient):
         channel_options: Sequence[tuple[str, Any]] = (),
         clock: Clock = SYSTEM,
     ) -> None:
+        if token:
+            check_token(token)  # before the loop thread starts: a refusal leaves nothing behind
         super().__init__(f"bursar-client {target}")
         self._aio = AsyncBrokerClient(
             target,
@@ -276,6 +279,7 @@ class BrokerClient(_SyncClient):
         lease_class: LeaseClass | str | None = None,
         labels: Mapping[str, str] | None = None,
         shape: Shape | None = None,
+        intent: Intent | None = None,
     ) -> SyncLeaseHandle:
         """See :meth:`AsyncBrokerClient.held_lease`. ``on_preempt`` is called in a worker
         thread (never on the loop thread), so it may block and may call this client."""
@@ -290,6 +294,7 @@ class BrokerClient(_SyncClient):
             lease_class=lease_class,
             labels=labels,
             shape=shape,
+            intent=intent,
         )
 
 
@@ -360,6 +365,20 @@ class SyncLeaseHandle:
         return self._handle.renewals
 
     @property
+    def resize_warning(self) -> LeaseEvent | None:
+        """An elastic lease's latest RESIZE_WARNING (``deadline``, ``resize_to``)."""
+        return self._handle.resize_warning
+
+    @property
+    def warnings(self) -> int:
+        return self._handle.warnings
+
+    @property
+    def resizes(self) -> int:
+        """RESIZED events seen so far (``lease.size`` is the whole lease's)."""
+        return self._handle.resizes
+
+    @property
     def error(self) -> BaseException | None:
         return self._handle.error
 
@@ -396,6 +415,10 @@ class AdminClient(_SyncClient):
         channel_options: Sequence[tuple[str, Any]] = (),
         clock: Clock = SYSTEM,
     ) -> None:
+        if admin_token:
+            check_token(
+                admin_token
+            )  # before the loop thread starts: a refusal leaves nothing behind
         super().__init__(f"bursar-admin {target}")
         self._aio = AsyncAdminClient(
             target,

@@ -14,7 +14,17 @@ import dask
 import dask.config
 import yaml
 
-__all__ = ["CONFIG_NAME", "ConfigError", "load_defaults", "setting", "walltime_s"]
+from bursar.providers.elastic import ALLOWED, Elastic
+
+__all__ = [
+    "CONFIG_NAME",
+    "ConfigError",
+    "Elastic",
+    "elastic_setting",
+    "load_defaults",
+    "setting",
+    "walltime_s",
+]
 
 CONFIG_NAME = "bursar"
 DEFAULTS = Path(__file__).with_name("bursar.yaml")
@@ -95,3 +105,16 @@ def walltime_s(walltime: str | float) -> float:
     if not (math.isfinite(secs) and secs > 0):
         raise ValueError(f"not a positive duration: {walltime!r}")
     return secs
+
+
+def elastic_setting(value: Any, source: str) -> Elastic | None:
+    """``jobqueue.bursar.elastic`` checked: None (a fixed-size job) or an
+    :class:`~bursar.providers.elastic.Elastic` mapping (``min``, ``max``, ``work``,
+    ``deadline``, ``amdahl``, ``value``)."""
+    if value is None:
+        return None
+    try:
+        return Elastic.parse(value)
+    except ValueError as exc:
+        shown = dict(value) if isinstance(value, Mapping) else value
+        raise bad("elastic", shown, source, f"null, or {ALLOWED} [{exc}]") from None

@@ -16,6 +16,16 @@ this module says what each step means to Dask::
                                                   the cluster closes and replaces the job
     close() (scale-down, cluster close) ─► stop the workers, release; idempotent
 
+An elastic job (``elastic={"min": 1, "max": 4, "work": ..., "deadline": ...}``) holds one
+elastic lease of ``min`` to ``max`` units, a unit being the job's size (``cores``,
+``memory``, ``gpus``) with ``processes`` workers on it. The broker grows the lease at
+once when capacity is spare: on RESIZED the job starts the new units' workers (unit ``k``
+> 0 runs the job script with ``--name <job>-u<k>``). It shrinks the lease when others
+need the capacity: on RESIZE_WARNING the job retires, through the scheduler (their tasks
+and data move), the workers of the units the new size cannot hold, highest units first,
+before the warning's deadline, then stops their processes. Unit 0 is never retired by a
+resize (``min`` is at least 1), so the job keeps its name's workers for its whole life.
+
 A job works on its own too, as dask-jobqueue's ``Job`` contract expects
 (``JobQueueCluster(job_cls=BursarJob)``): without a ``session`` it makes one from the
 ``jobqueue.bursar`` config (``broker``, ``campaign``, ``token`` or ``$BURSAR_TOKEN``,
@@ -32,7 +42,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,21 +61,31 @@ from bursar.providers.block import (
     ProcessTree,
     Retry,
     State,
+    in_thread,
 )
 from bursar.providers.client import (
     AsyncBrokerClient,
     Backoff,
+    Intent,
     Lease,
     LeaseClass,
     Tls,
 )
-from bursar.providers.dask.config import CONFIG_NAME, ConfigError, bad, setting, walltime_s
+from bursar.providers.dask.config import (
+    CONFIG_NAME,
+    ConfigError,
+    bad,
+    elastic_setting,
+    setting,
+    walltime_s,
+)
+from bursar.providers.elastic import Elastic, units_in
 from bursar.providers.launch import launch_argv
 
 if TYPE_CHECKING:
     from bursar.providers.dask.cluster import BursarCluster
 
-__all__ = ["BursarJob", "JobState", "LeaseSession"]
+__all__ = ["BursarJob", "JobState", "LeaseSession", "Resize"]
 
 log = logging.getLogger("bursar.providers.dask")
 
@@ -82,6 +103,19 @@ class JobState(enum.StrEnum):
     """Preempted (or not renewable): the workers are being retired gracefully."""
     ENDED = "ended"
     """Workers stopped, lease released or ended."""
+
+
+@dataclass(frozen=True)
+class Resize:
+    """One shrink of an elastic job, as it went: to ``units`` by ``deadline`` (clock
+    time), the worker names it retired through the scheduler (``asked``), those the
+    scheduler confirmed (``retired``: their data moved), and when it was done."""
+
+    units: int
+    deadline: float | None
+    asked: list[str]
+    retired: list[str]
+    done_at: float
 
 
 class LeaseSession:
@@ -187,6 +221,15 @@ class BursarJob(Job):
     lease_margin : float
         Seconds: when the lease could not be renewed, the workers are retired this long
         before it expires.
+    elastic : dict
+        An elastic job: ``{{"min": 1, "max": 4, "work": 3600, "deadline": "01:00:00",
+        "amdahl": 0.05, "value": 1}}`` (``min`` default 1, ``amdahl`` 0, ``value`` 1).
+        One lease of ``min`` to ``max`` units of the job's size (cores, memory, gpus),
+        each unit running ``processes`` workers; ``work`` is seconds of work on one unit,
+        ``deadline`` from the job's start. The broker grows it when capacity is spare
+        (workers start for the new units) and shrinks it when others need it (the lost
+        units' workers are retired gracefully before the deadline it announces). Not for
+        a preemptible campaign (the broker refuses it).
     """
 
     config_name = CONFIG_NAME
@@ -202,6 +245,7 @@ class BursarJob(Job):
         lease_class: str | None = None,
         lease_margin: float | None = None,
         retry_interval: tuple[float, float] | None = None,
+        elastic: Mapping[str, Any] | None = None,
         config_name: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -269,6 +313,9 @@ class BursarJob(Job):
                 "retry-interval", bounds, bounds_src, "[min_s, max_s], 0 < min_s <= max_s"
             ) from None
 
+        elastic_given, elastic_src = setting("elastic", elastic)
+        parsed_elastic = elastic_setting(elastic_given, elastic_src)
+
         super().__init__(scheduler=scheduler, name=name, config_name=config_name, **kwargs)
         if gpus % self.worker_processes:
             raise bad(
@@ -296,6 +343,8 @@ class BursarJob(Job):
         }
         if gpus:
             self.lease_size["gpu"] = float(gpus)
+        self.elastic: Elastic | None = parsed_elastic
+        """An elastic job's range and model (None: one fixed lease of ``lease_size``)."""
         self.labels = self._labels()
         self.job_header = self._header()
 
@@ -312,6 +361,12 @@ class BursarJob(Job):
         self.stderr_path: Path | None = None
         self.block: Block | None = None
         """The job's lease and workers (from :meth:`start`)."""
+        self.units: dict[int, ProcessTree] = {}
+        """The workers of each unit of the lease (unit 0: the job's own, ``block.workers``)."""
+        self.resizes: list[Resize] = []
+        """An elastic job's shrinks, oldest first."""
+        self.unit_counts: list[int] = []
+        """An elastic job's units with workers, after each change, oldest first."""
         self._grace: float | None = None
         self._closed = False
 
@@ -333,6 +388,15 @@ class BursarJob(Job):
             f"# bursar-lease: size {size}",
             f"# bursar-lease: duration={self.duration_s:g}s"
             + (f" class={self.lease_class.value.lower()}" if self.lease_class else ""),
+            *(
+                [
+                    f"# bursar-lease: elastic min={self.elastic.min} max={self.elastic.max} "
+                    f"units of the size above, work={self.elastic.work:g}s "
+                    f"deadline={self.elastic.deadline:g}s"
+                ]
+                if self.elastic is not None
+                else []
+            ),
             f"# bursar-job: name={self.job_name}",
             *[f"# bursar-lease: label {d}" for d in self.job_extra_directives or []],
         ]
@@ -363,10 +427,25 @@ class BursarJob(Job):
 
     @property
     def worker_names(self) -> list[str]:
-        """The names the job's workers register under."""
+        """The names the job's workers register under (an elastic job's: every unit's
+        that has workers, unit 0's when none has yet)."""
+        return [n for k in sorted(self.units) or [0] for n in self.unit_worker_names(k)]
+
+    def unit_worker_names(self, k: int) -> list[str]:
+        """The names unit ``k``'s workers register under."""
+        base = str(self.name) if k == 0 else f"{self.name}-u{k}"
         if self.worker_processes > 1:
-            return [f"{self.name}-{i}" for i in range(self.worker_processes)]
-        return [str(self.name)]
+            return [f"{base}-{i}" for i in range(self.worker_processes)]
+        return [base]
+
+    def units_in(self, size: Mapping[str, float]) -> int:
+        """How many whole units of the job's size ``size`` holds."""
+        return units_in(self.lease_size, size)
+
+    def intent(self) -> Intent:
+        """The elastic job's intent, its deadline from now."""
+        assert self.elastic is not None
+        return self.elastic.intent(self.lease_size)
 
     # ------------------------------------------------------------------ ProcessInterface
 
@@ -387,6 +466,7 @@ class BursarJob(Job):
                 renew_margin_s=self._renew_margin(),
                 lease_class=self.lease_class,
                 labels=self.labels,
+                intent=self.intent() if self.elastic is not None else None,
             ),
             _JobHooks(self),
             retry=Retry(lo, hi),
@@ -492,26 +572,82 @@ class BursarJob(Job):
 
     def _start_workers(self, lease: Lease) -> ProcessTree:
         """Write the job script and start it, in a session of its own."""
-        base = self.session.logs_dir() / f"{self.name}.{lease.id}"
-        script = base.with_suffix(".sh")
-        script.write_text(self.job_script())
-        self.stdout_path, self.stderr_path = base.with_suffix(".out"), base.with_suffix(".err")
-        workers = ProcessTree.start(
-            self._worker_argv(lease, script),
-            self._worker_env(lease),
-            self.stdout_path,
-            self.stderr_path,
-        )
+        workers = self._start_unit(0, lease)
         self.t_workers = time.monotonic()
         self._set(JobState.RUNNING, f"lease {lease.id} on {','.join(lease.nodes) or '?'}")
         return workers
 
+    def _start_unit(self, k: int, lease: Lease) -> ProcessTree:
+        """Start unit ``k``'s workers: the job script, under the unit's name."""
+        tag = "" if k == 0 else f".u{k}"
+        stem = f"{self.name}.{lease.id}{tag}"
+        logs = self.session.logs_dir()
+        # Named whole, not by with_suffix (which would take ".u1" for a suffix).
+        script = logs / f"{stem}.sh"
+        text = self.job_script()
+        if k:
+            # The one place the job script names its workers (dask-jobqueue's template).
+            text = text.replace(f" --name {self.name} ", f" --name {self.name}-u{k} ", 1)
+        script.write_text(text)
+        out, err = logs / f"{stem}.out", logs / f"{stem}.err"
+        if k == 0:
+            self.stdout_path, self.stderr_path = out, err
+        env = self._worker_env(lease)
+        env["BURSAR_UNIT"] = str(k)
+        workers = ProcessTree.start(self._worker_argv(lease, script), env, out, err)
+        self.units[k] = workers
+        return workers
+
+    async def _grow_to(self, n: int, lease: Lease) -> None:
+        """Workers on units 0 to n - 1; what runs on units from ``n`` up stops at once
+        (the lease no longer holds them: a shrink whose retire did not finish in time)."""
+        for k in range(1, n):
+            if k not in self.units:
+                self._start_unit(k, lease)
+        gone = [k for k in self.units if k >= n and k > 0]
+        for k in gone:
+            await in_thread(self.units.pop(k).stop, 0.0)
+        if not self.unit_counts or self.unit_counts[-1] != len(self.units):
+            self.unit_counts.append(len(self.units))
+            log.info(
+                "job %s: workers on %d units of lease %s", self.name, len(self.units), lease.id
+            )
+
+    async def _shrink_to(self, n: int, deadline: float | None, now: Callable[[], float]) -> None:
+        """Retire the workers of units ``n`` and up through the scheduler before
+        ``deadline``, then stop their processes."""
+        going = sorted((k for k in self.units if k >= max(n, 1)), reverse=True)
+        if not going:
+            return
+        names = [w for k in going for w in self.unit_worker_names(k)]
+        t = now()
+        left = max(0.2, (deadline if deadline is not None else t + 1.0) - t)
+        cluster = self.session.cluster
+        retired: list[str] = []
+        if cluster is not None:
+            retired = await cluster._retire_workers(names, left - min(0.3, left * 0.25))
+        grace = max(0.0, min(1.0, (deadline or t) - now() - 0.1))
+        for k in going:
+            tree = self.units.pop(k, None)
+            if tree is not None:
+                await in_thread(tree.stop, grace)
+        self.resizes.append(Resize(n, deadline, names, retired, now()))
+        self.unit_counts.append(len(self.units))
+        log.info("job %s: retired %s for a shrink to %d units", self.name, retired, n)
+
+    async def _stop_units(self, workers: ProcessTree, grace_s: float) -> None:
+        trees = [workers, *(t for k, t in self.units.items() if k > 0)]
+        await asyncio.gather(*(in_thread(t.stop, grace_s) for t in trees))
+
     def logs(self) -> dict[str, str]:
-        """The workers' stdout and stderr so far."""
+        """The workers' stdout and stderr so far (an elastic job's other units' too)."""
         out = {}
         for kind, path in (("stdout", self.stdout_path), ("stderr", self.stderr_path)):
             if path is not None and path.exists():
                 out[kind] = path.read_text(errors="replace")
+                for extra in sorted(path.parent.glob(f"{path.stem}.u*{path.suffix}")):
+                    unit = extra.name.removesuffix(path.suffix).rpartition(".")[2]
+                    out[f"{kind} {unit}"] = extra.read_text(errors="replace")
         return out
 
     def __repr__(self) -> str:
@@ -548,7 +684,25 @@ class _JobHooks(Hooks):
                 job._ended(reason, failed=failed)
 
     async def start_workers(self, block: Block, lease: Lease) -> ProcessTree:
-        return self.job._start_workers(lease)
+        workers = self.job._start_workers(lease)
+        if self.job.elastic is not None:
+            await self.job._grow_to(self.job.units_in(block.usable), lease)
+        return workers
+
+    async def resize(
+        self,
+        block: Block,
+        lease: Lease,
+        warned_to: Mapping[str, float],
+        deadline: float | None,
+    ) -> None:
+        await self.job._shrink_to(self.job.units_in(warned_to), deadline, block.clock.now)
+
+    async def resized(self, block: Block, lease: Lease) -> None:
+        await self.job._grow_to(self.job.units_in(block.usable), lease)
+
+    async def stop_workers(self, block: Block, workers: ProcessTree, grace_s: float) -> None:
+        await self.job._stop_units(workers, grace_s)
 
     async def drain(self, block: Block, deadline: float | None) -> None:
         job, now = self.job, block.clock.now()
@@ -572,11 +726,15 @@ class _JobHooks(Hooks):
 
 
 def worker_job(name: str, processes: int) -> str:
-    """The job a worker name belongs to (``<job>-<k>`` when a job runs several)."""
+    """The job a worker name belongs to (``<job>-<k>`` when a job runs several; an
+    elastic job's unit ``u`` adds ``-u<u>`` before that)."""
     if processes > 1:
         head, _, tail = name.rpartition("-")
         if head and tail.isdigit():
-            return head
+            name = head
+    head, _, tail = name.rpartition("-")
+    if head and tail[:1] == "u" and tail[1:].isdigit():
+        return head
     return name
 
 

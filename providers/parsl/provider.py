@@ -68,6 +68,18 @@ retried only if the config allows it. Hence the recommended settings above:
 task a quarter of a retry for a lost manager (a revoked lease is not the task's fault)
 and a whole one for anything else.
 
+An elastic block (``elastic={"min": 1, "max": 4, "work": ..., "deadline": ...}``, see
+:class:`bursar.providers.elastic.Elastic`) is one elastic lease of ``min`` to ``max``
+units of ``resources_per_block`` (``nodes_per_block`` 1). Each unit runs one worker pool
+(an HTEX manager, with the unit's ``PARSL_CORES``, ``PARSL_MEMORY_GB`` and GPUs); unit
+``k`` > 0's manager has the id ``<job id>.<lease id>.u<k>``. Parsl sees one block,
+RUNNING throughout, whose managers come and go with the lease: a RESIZED (grown) starts
+pools for the new units; a RESIZE_WARNING puts the managers of the units the new size
+cannot hold on hold (highest units first: no new tasks), gives their tasks until shortly
+before the deadline to finish, then stops those pools (a task still running fails
+ManagerLost and is retried, as after a preemption). Parsl's strategy counts blocks, not
+managers: an elastic block's extra capacity is the broker's to give, not Parsl's to ask.
+
 At shutdown Parsl cancels every block, which releases its lease, except when the
 executor has gone bad (Parsl issue #2961). Call :meth:`BursarProvider.close` after
 ``dfk.cleanup()`` to release whatever is left and stop the client; a lease nobody renews
@@ -76,6 +88,7 @@ expires on its own after ``walltime`` anyway.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
@@ -86,6 +99,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from parsl.executors.high_throughput.errors import ManagerLost
@@ -117,6 +131,7 @@ from bursar.providers.client import (
     Supply,
     Tls,
 )
+from bursar.providers.elastic import ALLOWED, Elastic, units_in
 from bursar.providers.launch import is_slurm, launch_argv
 
 SLURM_SETTLE_S = 10.0
@@ -203,6 +218,19 @@ def walltime_s(walltime: str | float) -> float:
 _TERMINAL = (JobState.CANCELLED, JobState.COMPLETED, JobState.FAILED, JobState.TIMEOUT)
 
 
+@dataclass(frozen=True)
+class Resize:
+    """One shrink of an elastic block, as it went: to ``units`` by ``deadline`` (clock
+    time), the managers put on hold (``held``), whether their tasks finished before their
+    pools stopped (``drained_idle``), and when it was done."""
+
+    units: int
+    deadline: float | None
+    held: list[str]
+    drained_idle: bool
+    done_at: float
+
+
 class _Block(Hooks):
     """One Parsl block: a :class:`Block` (its lease and workers) and what Parsl is told
     about it (``JobState`` and a message), kept up to date by the block's hooks."""
@@ -226,6 +254,13 @@ class _Block(Hooks):
         self.started_at: float | None = None
         """Monotonic time the workers were launched."""
         self._grace: float | None = None
+        self._script_dir: str | None = None
+        self.units: dict[int, ProcessTree] = {}
+        """The worker pool of each unit of the lease (unit 0: ``block.workers``)."""
+        self.resizes: list[Resize] = []
+        """An elastic block's shrinks, oldest first."""
+        self.unit_counts: list[int] = []
+        """An elastic block's units with a pool, after each change, oldest first."""
         p = provider
         self.block = Block(
             job_id,
@@ -236,6 +271,7 @@ class _Block(Hooks):
                 renew_margin_s=p.renew_margin_s,
                 lease_class=p.lease_class,
                 labels={"engine": "parsl", "parsl_job": job_name, **p.labels},
+                intent=p.elastic.intent(p.resources_per_block) if p.elastic else None,
             ),
             self,
             retry=Retry(p.min_retry_s, p.max_retry_s),
@@ -347,24 +383,105 @@ class _Block(Hooks):
         return JobState.FAILED, f"workers exited with {rc}; lease {lid} {final}", rc
 
     async def start_workers(self, block: Block, lease: Lease) -> ProcessTree:
+        workers = self._start_unit(0, lease)
+        self.started_at = time.monotonic()
+        self._set(JobState.RUNNING, f"lease {lease.id} on {','.join(lease.nodes) or '?'}")
+        if self.provider.elastic is not None:
+            await self._grow_to(units_in(self.provider.resources_per_block, block.usable), lease)
+        return workers
+
+    def manager_id(self, k: int, lease: Lease) -> str:
+        """The HTEX manager id of unit ``k`` > 0's pool (unit 0's is Parsl's own)."""
+        return f"{self.job_id}.{lease.id}.u{k}"
+
+    def _start_unit(self, k: int, lease: Lease) -> ProcessTree:
         p = self.provider
-        script_dir = p.script_dir or tempfile.mkdtemp(prefix="bursar-parsl-")
+        if self._script_dir is None:  # one directory for all the block's units
+            self._script_dir = p.script_dir or tempfile.mkdtemp(prefix="bursar-parsl-")
+        script_dir = self._script_dir
         os.makedirs(script_dir, exist_ok=True)
-        launch = p.launcher(self._command(lease), self.tasks_per_node, p.nodes_per_block)
-        base = os.path.join(script_dir, f"{self.job_id}.{lease.id}")
+        command = self._command(lease, k)
+        if k:
+            command += f" --uid {self.manager_id(k, lease)}"
+        launch = p.launcher(command, self.tasks_per_node, p.nodes_per_block)
+        base = os.path.join(script_dir, f"{self.job_id}.{lease.id}" + (f".u{k}" if k else ""))
         with open(base + ".sh", "w") as f:
             f.write(f"{p.worker_init}\n{launch}\n")
-        self.stdout_path, self.stderr_path = base + ".out", base + ".err"
+        if k == 0:
+            self.stdout_path, self.stderr_path = base + ".out", base + ".err"
         workers = ProcessTree.start(
             # On Slurm: srun --jobid=... --overlap, inside the lease's allocation.
             launch_argv(lease, ["/bin/bash", base + ".sh"]),
             self._environment(lease),
-            self.stdout_path,
-            self.stderr_path,
+            base + ".out",
+            base + ".err",
         )
-        self.started_at = time.monotonic()
-        self._set(JobState.RUNNING, f"lease {lease.id} on {','.join(lease.nodes) or '?'}")
+        self.units[k] = workers
         return workers
+
+    async def _grow_to(self, n: int, lease: Lease) -> None:
+        """Pools on units 0 to n - 1; a pool on a unit the lease no longer holds (a
+        shrink whose drain did not finish in time) stops at once."""
+        for k in range(1, n):
+            if k not in self.units:
+                self._start_unit(k, lease)
+        for k in [k for k in self.units if k >= n and k > 0]:
+            await in_thread(self.units.pop(k).stop, 0.0)
+        if not self.unit_counts or self.unit_counts[-1] != len(self.units):
+            self.unit_counts.append(len(self.units))
+            self._set(JobState.RUNNING, f"lease {lease.id} on {len(self.units)} units")
+
+    async def resize(
+        self,
+        block: Block,
+        lease: Lease,
+        warned_to: Mapping[str, float],
+        deadline: float | None,
+    ) -> None:
+        n = units_in(self.provider.resources_per_block, warned_to)
+        going = sorted((k for k in self.units if k >= max(n, 1)), reverse=True)
+        if not going:
+            return
+        now = block.clock.now()
+        left = self.provider.drain_timeout_s if deadline is None else deadline - now
+        t_end = now + max(0.1, left * 0.8)
+        held = [self.manager_id(k, lease) for k in going]
+        idle = await in_thread(self._drain_managers, block, held, t_end - min(0.5, left * 0.2))
+        grace = max(0.0, min(self.provider.drain_timeout_s, t_end - block.clock.now()))
+        for k in going:
+            tree = self.units.pop(k, None)
+            if tree is not None:
+                await in_thread(tree.stop, grace)
+        self.resizes.append(Resize(n, deadline, held, idle, block.clock.now()))
+        self.unit_counts.append(len(self.units))
+        self._set(JobState.RUNNING, f"lease {lease.id} shrinking to {n} units")
+
+    async def resized(self, block: Block, lease: Lease) -> None:
+        await self._grow_to(units_in(self.provider.resources_per_block, block.usable), lease)
+
+    async def stop_workers(self, block: Block, workers: ProcessTree, grace_s: float) -> None:
+        trees = [workers, *(t for k, t in self.units.items() if k > 0)]
+        await asyncio.gather(*(in_thread(t.stop, grace_s) for t in trees))
+
+    def _drain_managers(self, block: Block, managers: list[str], until: float) -> bool:
+        """Put ``managers`` on hold and wait, until clock time ``until``, for their tasks
+        to finish (HTEX has no event for it). True if they did."""
+        ex = self.provider._executor
+        if ex is None:
+            return False
+        try:
+            for m in managers:
+                ex._hold_manager(m)
+            while True:
+                mine = [m for m in ex.connected_managers() if m["manager"] in managers]
+                if not any(m["tasks"] for m in mine):
+                    return True
+                if block.clock.now() >= until:
+                    return False
+                time.sleep(_POLL_S)
+        except Exception as exc:  # the executor is shutting down, say
+            log.warning("block %s: could not drain %s: %r", self.job_id, managers, exc)
+            return False
 
     async def drain(self, block: Block, deadline: float | None) -> None:
         # Stop sending the block tasks and let those in flight finish, for most of the
@@ -415,7 +532,9 @@ class _Block(Hooks):
 
     def _environment(self, lease: Lease) -> dict[str, str]:
         p = self.provider
-        per_node = {d: v / p.nodes_per_block for d, v in lease.size.items()}
+        # An elastic block's pools each run on one unit, whatever the lease holds now.
+        size = p.resources_per_block if p.elastic is not None else lease.size
+        per_node = {d: v / p.nodes_per_block for d, v in size.items()}
         env = dict(os.environ)
         bin_dir = os.path.dirname(sys.executable)  # process_worker_pool.py lives there
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
@@ -430,11 +549,14 @@ class _Block(Hooks):
             env["PARSL_MEMORY_GB"] = f"{per_node['mem_gb']:g}"
         return env
 
-    def _command(self, lease: Lease) -> str:
-        command = self.command
-        gpus = int(lease.size.get("gpu", 0) / self.provider.nodes_per_block)
+    def _command(self, lease: Lease, unit: int = 0) -> str:
+        p, command = self.provider, self.command
+        size = p.resources_per_block if p.elastic is not None else lease.size
+        gpus = int(size.get("gpu", 0) / p.nodes_per_block)
         if gpus and re.search(r"--available-accelerators\s*$", command):
-            command = command.rstrip() + " " + " ".join(str(i) for i in range(gpus))
+            # Unit k of an elastic block has the k-th share of the lease's GPUs.
+            first = unit * gpus
+            command = command.rstrip() + " " + " ".join(str(first + i) for i in range(gpus))
         return command
 
 
@@ -458,7 +580,10 @@ class BursarProvider(ExecutionProvider):
     refusal); ``drain_timeout_s`` (how long a draining pool gets after SIGTERM before
     SIGKILL, also bounded by the preemption deadline); ``submit_timeout_s`` (the longest
     ``submit`` waits for the broker's first answer); ``retry_timeout_s``, ``backoff``
-    and ``tls`` for the client; ``poll_interval`` (``status_polling_interval``).
+    and ``tls`` for the client; ``poll_interval`` (``status_polling_interval``);
+    ``elastic`` (a mapping of ``min``, ``max``, ``work``, ``deadline``, ``amdahl``,
+    ``value``: each block is one elastic lease of ``min`` to ``max`` units of
+    ``resources_per_block``, a worker pool per unit; see the module's docstring).
     """
 
     def __init__(
@@ -489,12 +614,22 @@ class BursarProvider(ExecutionProvider):
         backoff: Backoff | None = None,
         tls: Tls = None,
         poll_interval: int = 1,
+        elastic: Mapping[str, Any] | None = None,
     ) -> None:
         size = dict(resources_per_block or {"cpu": 1})
         if not size or any(v <= 0 for v in size.values()):
             raise ValueError(f"resources_per_block must hold positive units, got {size!r}")
         if nodes_per_block < 1:
             raise ValueError("nodes_per_block must be at least 1")
+        try:
+            self.elastic = Elastic.parse(elastic) if elastic is not None else None
+        except ValueError as exc:
+            raise ValueError(f"elastic must be {ALLOWED}; got {elastic!r} ({exc})") from None
+        if self.elastic is not None and (nodes_per_block != 1 or size_from_supply is not None):
+            raise ValueError(
+                "an elastic block is one lease of units of resources_per_block: "
+                "nodes_per_block must be 1 and size_from_supply unset (the broker sizes it)"
+            )
         self.broker = broker
         self.campaign = campaign
         self._token = token

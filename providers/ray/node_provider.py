@@ -54,6 +54,32 @@ mem_gb``); custom resources (``bursar_node: 1``) are advertised by the raylet on
 node type's ``node_config`` may instead say ``lease_size: {gpu: 8}`` and override
 ``lease_duration_s``, ``lease_class``, ``lease_labels`` and add ``ray_start_args``.
 
+Elastic node types (``node_config.elastic: {min: 1, max: 4, work: 3600, deadline:
+3600, amdahl: 0.05}``, see :mod:`bursar.providers.elastic`): a node of the type is one
+elastic lease of ``min`` to ``max`` units of the type's lease, and every unit is a Ray
+node, because nodes are what Ray's autoscaler sees and what its scheduler places on (a
+raylet's resources cannot change once it runs). Unit 0 is the node the autoscaler
+created (its id is the lease id); unit ``k`` > 0 is listed as node ``<lease id>-u<k>``
+of the same type, tagged ``bursar-elastic-of=<lease id>``, with a raylet of its own on
+an address of its own (labels ``bursar.io/lease-id`` the lease, ``bursar.io/unit`` k)::
+
+    RESIZED (grown) ──► raylets started for the new units, listed at once
+    RESIZE_WARNING ──► the units the new size cannot hold (highest first) are drained
+                       in Ray (GCS DrainNode, reason PREEMPTION, deadline = the shrink's),
+                       their raylets stopped shortly before the deadline, and they leave
+                       non_terminated_nodes(): Ray retries what they still ran without
+                       counting it against max_retries, as after a preemption
+    RESIZED (shrunk) ──► a unit still up past the deadline is stopped at once
+    terminate_node(unit) ──► its raylet stopped; the lease keeps the unit (the broker
+                       takes units back, not the holder) until it grows again
+    terminate_node(the lease's node), its lease's end ──► every unit goes with it
+
+Count the units in the type's ``max_workers`` (a node type of ``max`` units and ``n``
+nodes lists up to ``n x max`` nodes), or the autoscaler terminates the extra ones. Under
+autoscaler v2 the unit nodes are adopted as cloud instances of pending launch requests
+and may be terminated by its per-type limit (the unit then stays unused until the lease
+grows again): elastic node types fit v1 better.
+
 Raylets run on this host (the simulated pool): one per node, each on its own loopback
 address from ``node_ip_range`` (Ray keys its v1 load metrics by IP, one node per IP),
 in a session of its own. When the broker runs on Slurm (``bursar serve --backend
@@ -83,11 +109,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +126,7 @@ from ray.autoscaler.tags import (
     NODE_KIND_HEAD,
     NODE_KIND_WORKER,
     STATUS_UP_TO_DATE,
+    TAG_RAY_LAUNCH_REQUEST,
     TAG_RAY_NODE_KIND,
     TAG_RAY_NODE_NAME,
     TAG_RAY_NODE_STATUS,
@@ -122,6 +152,7 @@ from bursar.providers.client import (
     NotFound,
     Refused,
 )
+from bursar.providers.elastic import units_in
 from bursar.providers.ray.raylet import (
     NODE_ENV,
     Proc,
@@ -142,14 +173,28 @@ from bursar.providers.ray.settings import (
 )
 from bursar.providers.ray.store import NodeRecord, NodeStore, orphaned_records
 
-__all__ = ["TAG_LEASE_STATE", "BursarNodeProvider", "LeaseRefused"]
+__all__ = ["TAG_ELASTIC_OF", "TAG_LEASE_STATE", "BursarNodeProvider", "LeaseRefused", "Resize"]
 
 log = logging.getLogger("bursar.providers.ray")
 
 TAG_LEASE_STATE = "bursar-lease-state"
 """Node tag: the lease's state as last seen (``ACTIVE``, ``PREEMPTING``, ...)."""
 
+TAG_ELASTIC_OF = "bursar-elastic-of"
+"""Node tag of an elastic lease's extra unit: the node (the lease) it is a unit of."""
+
 _ENDED_KEPT = 1000
+
+
+@dataclass(frozen=True)
+class Resize:
+    """One shrink of an elastic node, as it went: to ``units`` by ``deadline`` (clock
+    time), the unit nodes drained in Ray and stopped (``stopped``), and when it was done."""
+
+    units: int
+    deadline: float | None
+    stopped: list[str]
+    done_at: float
 
 
 class LeaseRefused(NodeLaunchException):
@@ -202,6 +247,12 @@ class _Node(Hooks):
         self.terminating = False
         self.end = ""
         """Why the node ended (for the log and :meth:`BursarNodeProvider.ended_nodes`)."""
+        self.units: dict[int, _Unit] = {}
+        """An elastic node's other units with a raylet, by unit number (this node is 0)."""
+        self.resizes: list[Resize] = []
+        """An elastic node's shrinks, oldest first."""
+        self.unit_counts: list[int] = []
+        """An elastic node's units with a raylet, after each change, oldest first."""
         # Ray's autoscaler retries a refused launch itself: one request per node.
         self.block = Block(
             f"{node_type}@{ip}", provider._client, spec, self, retry=Retry(refusals=False)
@@ -264,7 +315,55 @@ class _Node(Hooks):
             self.end = f"provider error: {block.error!r}"
 
     async def start_workers(self, block: Block, lease: Lease) -> ProcessTree:
-        return self.provider._start_raylet(self, lease)
+        tree = self.provider._start_raylet(self, lease)
+        if self.settings.elastic is not None:
+            await self._grow_to(units_in(block.spec.size, block.usable), lease)
+        return tree
+
+    async def _grow_to(self, n: int, lease: Lease) -> None:
+        """Raylets on units 0 to n - 1; one on a unit the lease no longer holds (a
+        shrink that did not finish in time) stops at once."""
+        p = self.provider
+        for k in range(1, n):
+            if k not in self.units and not self.gone:
+                p._start_unit(self, k, lease)
+        for k in [k for k in self.units if k >= n]:
+            await in_thread(p._stop_unit, self.units[k], 0.0, "resized away")
+        self._count()
+
+    def _count(self) -> None:
+        n = 1 + len(self.units)
+        if not self.unit_counts or self.unit_counts[-1] != n:
+            self.unit_counts.append(n)
+            log.info("node %s: %d units with a raylet", self.node_id, n)
+
+    async def resize(
+        self,
+        block: Block,
+        lease: Lease,
+        warned_to: Mapping[str, float],
+        deadline: float | None,
+    ) -> None:
+        p, clock = self.provider, block.clock
+        n = units_in(block.spec.size, warned_to)
+        going = [self.units[k] for k in sorted(self.units, reverse=True) if k >= max(n, 1)]
+        if not going:
+            return
+        now = clock.now()
+        left = max(0.2, (deadline if deadline is not None else now + p.settings.stop_grace_s) - now)
+        if p.settings.drain_on_preempt:
+            for u in going:
+                await in_thread(p._drain, u, deadline, f"shrinks to {n} units")
+        # Drained: no new task lands on them; what runs has until shortly before the
+        # deadline, then the raylets stop (raylet first: Ray counts it a preemption).
+        grace = min(p.settings.stop_grace_s, left * 0.2)
+        await clock.sleep_until(now + max(0.0, left - 2.5 * grace - 0.1))
+        await asyncio.gather(*(in_thread(p._stop_unit, u, grace, "resized away") for u in going))
+        self.resizes.append(Resize(n, deadline, [u.node_id for u in going], clock.now()))
+        self._count()
+
+    async def resized(self, block: Block, lease: Lease) -> None:
+        await self._grow_to(units_in(block.spec.size, block.usable), lease)
 
     async def drain(self, block: Block, deadline: float | None) -> None:
         # Tell Ray (off the loop: the GCS call blocks), then run on until the lease is
@@ -274,10 +373,56 @@ class _Node(Hooks):
         await asyncio.Event().wait()
 
     async def stop_workers(self, block: Block, workers: ProcessTree, grace_s: float) -> None:
-        await in_thread(stop_node, workers, grace_s)
+        p = self.provider
+        units = list(self.units.values())
+        await asyncio.gather(
+            in_thread(stop_node, workers, grace_s),
+            *(in_thread(p._stop_unit, u, grace_s, self.end or "its lease ended") for u in units),
+        )
 
     def stop_grace(self, block: Block) -> float:
         return self.provider.settings.stop_grace_s
+
+
+class _Unit:
+    """Unit ``k`` > 0 of an elastic node's lease: a Ray node of the node's type with a
+    raylet of its own, listed as ``<lease id>-u<k>``; it lives no longer than its node."""
+
+    def __init__(self, parent: _Node, k: int, ip: str) -> None:
+        self.parent = parent
+        self.k = k
+        self.node_id = f"{parent.node_id}-u{k}"
+        self.node_type = parent.node_type
+        self.ip = ip
+        # Not the parent's launch request: no request of the autoscaler's launched it.
+        self.tags = {
+            **{k: v for k, v in parent.tags.items() if k != TAG_RAY_LAUNCH_REQUEST},
+            TAG_ELASTIC_OF: parent.node_id,
+        }
+        self.resources = parent.resources
+        self.labels = raylet_labels({**parent.labels, "bursar.io/unit": str(k)})
+        self.settings = parent.settings
+        self.proc: Proc | None = None
+        self.started_at: float | None = None
+        self.tree: ProcessTree | None = None
+        self.temp_dir: str | None = None
+        """The raylet's own Ray temp dir (removed when it stops)."""
+        self.terminating = False
+        self.end = ""
+
+    @property
+    def gone(self) -> bool:
+        return self.terminating or self.parent.gone
+
+    def record(self) -> NodeRecord:
+        return NodeRecord(
+            self.node_id,
+            self.node_type,
+            self.ip,
+            dict(self.tags),
+            self.proc.pid if self.proc else None,
+            self.proc.start if self.proc else None,
+        )
 
 
 _OVER = (State.ENDED, State.FAILED)
@@ -295,7 +440,7 @@ class BursarNodeProvider(NodeProvider):
         )
         s = self.settings
         self._lock = threading.RLock()
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, _Node | _Unit] = {}
         self._ended: OrderedDict[str, tuple[NodeRecord, str]] = OrderedDict()
         self._next_ip = 0
         self._refused: dict[str, tuple[float, LeaseRefused]] = {}
@@ -484,6 +629,7 @@ class BursarNodeProvider(NodeProvider):
             size,
             duration,
             renew_margin_s=margin,
+            intent=ns.elastic.intent(size) if ns.elastic is not None else None,
             lease_class=ns.lease_class or s.lease_class,
             labels={
                 "engine": "ray",
@@ -570,6 +716,8 @@ class BursarNodeProvider(NodeProvider):
 
     def _forget(self, node: _Node) -> None:
         """The node's block ended (on the loop)."""
+        for u in list(node.units.values()):  # stopped with the block's workers
+            self._stop_unit(u, 0.0, node.end or "its lease ended")
         with self._lock:
             self._blocks.discard(node)
             if node.node_id and self._nodes.pop(node.node_id, None) is not None:
@@ -607,7 +755,11 @@ class BursarNodeProvider(NodeProvider):
         if self._head_id in node_ids:
             log.warning("not terminating the head (%s): it is not a lease", self._head_id)
         with self._lock:
-            nodes = [self._nodes[i] for i in node_ids if i in self._nodes]
+            found = [self._nodes[i] for i in node_ids if i in self._nodes]
+        nodes = [n for n in found if isinstance(n, _Node)]
+        for u in found:
+            if isinstance(u, _Unit):
+                self._stop_unit(u, self.settings.stop_grace_s, "terminated")
         self._end(nodes, "terminated")
         return None
 
@@ -621,25 +773,32 @@ class BursarNodeProvider(NodeProvider):
 
     # ------------------------------------------------------------------ one node
 
-    def _drain(self, n: _Node) -> None:
+    def _drain(
+        self, n: _Node | _Unit, deadline: float | None = None, shrink: str | None = None
+    ) -> None:
         """Tell Ray the node is being preempted (GCS DrainNode, reason PREEMPTION, with
-        the lease's revocation time as the deadline): no new task is placed on it, its
-        running tasks go on, and when it stops Ray reports a preemption. Best effort:
-        the node stops at the revocation whatever Ray answers."""
+        the lease's revocation time, or a shrink's ``deadline``, as the deadline): no new
+        task is placed on it, its running tasks go on, and when it stops Ray reports a
+        preemption. Best effort: the node stops at the deadline whatever Ray answers."""
         try:
             from ray._raylet import GcsClient
             from ray.core.generated import autoscaler_pb2, gcs_pb2
 
             if self._gcs is None:
                 self._gcs = GcsClient(address=self._head_address())
-            deadline = n.block.handle.preempt_deadline if n.block.handle else None
+            if isinstance(n, _Node) and shrink is None:
+                deadline = n.block.handle.preempt_deadline if n.block.handle else None
+                message = f"Bursar lease {n.node_id} is being reclaimed by the broker"
+            else:
+                lease = n.parent.node_id if isinstance(n, _Unit) else n.node_id
+                message = f"Bursar lease {lease} {shrink}: node {n.node_id} goes"
             for ray_id, info in self._gcs.get_all_node_info(timeout=5).items():
                 if info.instance_id != n.node_id or info.state != gcs_pb2.GcsNodeInfo.ALIVE:
                     continue
                 accepted, why = self._gcs.drain_node(
                     ray_id.hex(),
                     autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-                    f"Bursar lease {n.node_id} is being reclaimed by the broker",
+                    message,
                     int(deadline * 1000) if deadline else 0,
                 )
                 log.info("node %s: drain for preemption accepted=%s %s", n.node_id, accepted, why)
@@ -656,7 +815,35 @@ class BursarNodeProvider(NodeProvider):
             )
         return head
 
-    def _start_raylet(self, n: _Node, lease: Lease) -> ProcessTree:
+    def _start_unit(self, parent: _Node, k: int, lease: Lease) -> _Unit:
+        """Start unit ``k`` of ``parent``'s elastic lease as a Ray node, listed at once."""
+        with self._lock:
+            u = _Unit(parent, k, self._allocate_ip())
+            parent.units[k] = u
+            self._nodes[u.node_id] = u
+        u.tree = self._start_raylet(u, lease)
+        return u
+
+    def _stop_unit(self, u: _Unit, grace_s: float, why: str) -> None:
+        """Stop a unit's raylet (raylet first) and unlist it; idempotent."""
+        with self._lock:
+            u.terminating = True
+            u.end = u.end or why
+        if u.tree is not None:
+            stop_node(u.tree, grace_s)
+        if u.temp_dir is not None:
+            shutil.rmtree(u.temp_dir, ignore_errors=True)
+        with self._lock:
+            if u.parent.units.get(u.k) is u:
+                del u.parent.units[u.k]
+            if self._nodes.pop(u.node_id, None) is not None:
+                self._ended[u.node_id] = (u.record(), u.end)
+                while len(self._ended) > _ENDED_KEPT:
+                    self._ended.popitem(last=False)
+                self._persist()
+        log.info("node %s (a unit of %s) stopped: %s", u.node_id, u.parent.node_id, u.end)
+
+    def _start_raylet(self, n: _Node | _Unit, lease: Lease) -> ProcessTree:
         s = self.settings
         log_path = Path(s.state_dir) / "logs" / f"{n.node_id}.log"
         popen = start_node(
@@ -673,7 +860,7 @@ class BursarNodeProvider(NodeProvider):
                 "BURSAR_BROKER": s.broker,
             },
             object_store_memory=s.object_store_memory,
-            extra_args=[*s.ray_start_args, *n.settings.ray_start_args],
+            extra_args=[*s.ray_start_args, *n.settings.ray_start_args, *self._own_temp_dir(n)],
             log_path=log_path,
             command=s.node_command,
             allocation=lease.allocation,
@@ -685,6 +872,16 @@ class BursarNodeProvider(NodeProvider):
             self._persist()
         log.info("node %s: raylet started on %s (pid %d)", n.node_id, n.ip, popen.pid)
         return ProcessTree(popen, marker=f"{NODE_ENV}={n.node_id}")
+
+    def _own_temp_dir(self, n: _Node | _Unit) -> list[str]:
+        """A unit's local raylet gets a Ray temp dir of its own: it starts together with
+        its node's, and two `ray start` on one host sharing the head's temp dir can pick
+        the same socket name (the second raylet dies: "bind: Address already in use")."""
+        if not isinstance(n, _Unit) or self.settings.node_command is not None:
+            return []
+        # Short, under /tmp: Ray's unix socket paths inside it must stay under 107 bytes.
+        n.temp_dir = tempfile.mkdtemp(prefix="brn-", dir="/tmp")
+        return [f"--temp-dir={n.temp_dir}"]
 
     def _persist(self) -> None:
         self._store.write({k: n.record() for k, n in self._nodes.items()})

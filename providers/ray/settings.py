@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from bursar.providers.elastic import ALLOWED, Elastic
+
 __all__ = [
     "DEFAULT_RESOURCE_MAP",
     "RAY_PROVIDER_KEYS",
@@ -99,6 +101,9 @@ _NODE_KEYS = {
     "lease_class": "this node type's lease class",
     "lease_labels": "labels added to this node type's leases",
     "ray_start_args": "extra `ray start` arguments for this node type",
+    "elastic": "an elastic lease of min to max units of this node type's lease, each unit "
+    "a Ray node of the type: {min, max, work, deadline, amdahl, value} (see "
+    "bursar.providers.elastic)",
 }
 
 _LEASE_CLASSES = ("interactive", "batch", "opportunistic")
@@ -149,6 +154,8 @@ class NodeSettings:
     lease_class: str | None = None
     lease_labels: Mapping[str, str] = field(default_factory=dict)
     ray_start_args: tuple[str, ...] = ()
+    elastic: Elastic | None = None
+    """An elastic node type: one lease of ``min`` to ``max`` units (a Ray node each)."""
 
 
 def _where(key: str) -> str:
@@ -382,7 +389,14 @@ def node_settings(node_type: str, node_config: Mapping[str, Any]) -> NodeSetting
     duration = None
     if "lease_duration_s" in node_config:
         duration = _number(node_config, "lease_duration_s", 1.0, where=where("lease_duration_s"))
+    elastic = None
+    if "elastic" in node_config:
+        try:
+            elastic = Elastic.parse(node_config["elastic"])
+        except ValueError as exc:
+            raise SettingsError(f"{where('elastic')}: {exc}; allowed: {ALLOWED}") from None
     return NodeSettings(
+        elastic=elastic,
         lease_size=size,
         lease_duration_s=duration,
         lease_class=_lease_class(node_config.get("lease_class"), where=where("lease_class")),

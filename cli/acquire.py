@@ -1,0 +1,271 @@
+"""``bursar acquire``: hold a lease while a command runs, as ``salloc`` does.
+
+The lease is acquired (blocking, up to ``--timeout``), renewed in the background by the
+client library's held lease, and released when the command exits, when this process gets
+SIGINT or SIGTERM (forwarded to the command first, which then decides when to exit), or
+when the broker ends the lease (revoked or expired: the command is sent SIGTERM, then
+SIGKILL after a grace period; released, e.g. by the command itself with ``bursar
+release``, the command goes on). The exit status is the command's (128+N when a signal N ended it), as with
+``salloc``. Without a command the lease is printed and held until interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+import click
+
+from bursar.cli.client import (
+    CONTEXT,
+    broker_client,
+    campaign_option,
+    connection_options,
+    options,
+    print_json_line,
+    run_call,
+    stdout_console,
+)
+from bursar.cli.leases import parse_labels, parse_units
+from bursar.cli.verbs import at, lease_summary
+from bursar.providers.client import Lease, LeaseHandle, LeaseState
+from bursar.providers.client_view import leases_table
+from bursar.providers.launch import is_slurm, launch_argv, slurm_job_id
+
+__all__ = ["KILL_AFTER_S", "WAIT_NOTICE_S", "acquire_command", "lease_env"]
+
+KILL_AFTER_S = 10.0
+"""How long the command has to exit after SIGTERM, once its lease has ended."""
+
+WAIT_NOTICE_S = 15.0
+"""How often a waiting acquire says it is still waiting."""
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+def lease_env(lease: Lease, base: Mapping[str, str]) -> dict[str, str]:
+    """The command's environment: ``base`` and the lease's variables (and, on Slurm, the
+    allocation's job id, so that ``srun`` inside the command runs in it)."""
+    env = dict(base)
+    env["BURSAR_LEASE_ID"] = lease.id
+    env["BURSAR_CAMPAIGN"] = lease.campaign
+    env["BURSAR_LEASE_NODES"] = ",".join(lease.nodes)
+    env["BURSAR_LEASE_SIZE"] = ",".join(f"{k}={v:g}" for k, v in sorted(lease.size.items()))
+    env["BURSAR_LEASE_EXPIRES_AT"] = f"{lease.expires_at:.3f}"
+    job = slurm_job_id(lease)
+    if job is not None:
+        env["SLURM_JOB_ID"] = str(job)
+    return env
+
+
+def _say(text: str) -> None:
+    # The command owns stdout; what bursar has to say goes to stderr.
+    click.echo(f"bursar acquire: {text}", err=True)
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@click.command(
+    "acquire",
+    context_settings={**CONTEXT, "allow_interspersed_args": False},
+)
+@click.option(
+    "--size",
+    "sizes",
+    multiple=True,
+    required=True,
+    metavar="DIM=UNITS,...",
+    help="Units per placed dimension, e.g. gpu=8 or gpu=8,cpu=64; repeatable.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The lease's life between renewals; it is renewed while held.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="How long to wait for the grant (0: only if it can be granted now). Default: the "
+    "broker's longest wait.",
+)
+@click.option(
+    "--label", "labels", multiple=True, metavar="KEY=VALUE", help="Lease labels; repeatable."
+)
+@campaign_option
+@connection_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD [ARGS]...]")
+def acquire_command(
+    sizes: tuple[str, ...],
+    duration: float,
+    timeout: float | None,
+    labels: tuple[str, ...],
+    command: tuple[str, ...],
+) -> None:
+    """Acquire a lease, run CMD in it, release it when CMD exits (like salloc).
+
+    Waits for the grant (saying so on stderr), then runs CMD with the lease in its
+    environment: BURSAR_LEASE_ID, BURSAR_CAMPAIGN, BURSAR_LEASE_NODES (comma-separated),
+    BURSAR_LEASE_SIZE and BURSAR_LEASE_EXPIRES_AT. On a Slurm-backed broker CMD runs as a
+    step of the lease's allocation (srun --jobid=N ..., one task per node) and
+    SLURM_JOB_ID is set. The lease is renewed while CMD runs. Ctrl-C or SIGTERM is
+    forwarded to CMD, and the lease is released once CMD has exited; if the broker ends
+    the lease (revoked, preempted past its deadline, expired), CMD gets SIGTERM, then
+    SIGKILL after 10 s (a lease released with `bursar release` leaves CMD running). Exits with CMD's status (128+N if signal N ended it); 1 if no lease was
+    granted, 2 for bad usage.
+
+    Without CMD: prints the lease (a table, or one JSON line with --json) and holds it,
+    renewed, until interrupted (Ctrl-C or SIGTERM), then releases it and exits 0.
+
+    \b
+    Examples:
+      bursar acquire --size gpu=8 --token-file state/tokens.json --campaign storm \\
+          -- python train.py --epochs 3
+      bursar acquire --size gpu=8,cpu=64 --duration 1800 --timeout 60 -- ./run.sh
+    """
+    o = options()
+    size: dict[str, float] = {}
+    for text in sizes:
+        size.update(parse_units(text, "--size"))
+    label_map = parse_labels(labels)
+    argv = list(command)
+
+    async def go() -> int:
+        async with broker_client(o, forever=False) as client:
+            wait = "as long as the broker allows" if timeout is None else f"up to {timeout:g} s"
+            _say(
+                f"waiting for a lease of {','.join(f'{k}={v:g}' for k, v in size.items())} "
+                f"({wait})..."
+            )
+            handle = client.held_lease(size, duration, timeout=timeout, labels=label_map or None)
+            async with contextlib.AsyncExitStack() as stack:
+                ticker = asyncio.create_task(_still_waiting(time.monotonic()))
+                try:
+                    h = await stack.enter_async_context(handle)
+                finally:
+                    ticker.cancel()
+                now = client.clock.now()
+                _say(f"granted {lease_summary(h.lease, now)}")
+                if not h.active.is_set():
+                    _say(f"waiting for it to start ({at(h.lease.starts_at, now)})...")
+                    await _until(h.active, h.ended)
+                if h.ended.is_set():
+                    _say("the lease ended before it started")
+                    return 1
+                if not argv:
+                    return await _hold(h, o.json)
+                return await _run(h, argv)
+        raise AssertionError("unreachable")  # the stack returns or raises
+
+    status = run_call(go)
+    sys.exit(status)
+
+
+async def _still_waiting(t0: float) -> None:
+    """A line now and then while the grant is awaited (a blocking Acquire is one call)."""
+    while True:
+        await asyncio.sleep(WAIT_NOTICE_S)
+        _say(f"still waiting for the grant ({time.monotonic() - t0:.0f} s)...")
+
+
+async def _until(*events: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _on_signals(loop: asyncio.AbstractEventLoop, handler: object) -> None:
+    for sig in _FORWARDED:
+        loop.add_signal_handler(sig, handler, sig)  # type: ignore[arg-type]
+
+
+def _off_signals(loop: asyncio.AbstractEventLoop) -> None:
+    for sig in _FORWARDED:
+        loop.remove_signal_handler(sig)
+
+
+async def _hold(h: LeaseHandle, json_out: bool) -> int:
+    """Print the lease and hold it until SIGINT/SIGTERM or its end."""
+    if json_out:
+        print_json_line(h.lease.to_json())
+    else:
+        stdout_console().print(leases_table([h.lease], h.lease.granted_at))
+        sys.stdout.flush()
+    _say("holding it (renewed) until Ctrl-C or SIGTERM")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    _on_signals(loop, lambda _sig: stop.set())
+    try:
+        await _until(stop, h.ended)
+    finally:
+        _off_signals(loop)
+    if h.ended.is_set() and not stop.is_set():
+        _say(f"the broker ended it: {lease_summary(h.lease, h.lease.ended_at or 0.0)}")
+        return 1
+    _say(f"releasing {h.lease.id}")
+    return 0
+
+
+async def _run(h: LeaseHandle, argv: Sequence[str]) -> int:
+    """Run ``argv`` in the lease; forward signals; stop it if the lease ends."""
+    lease = h.lease
+    full = launch_argv(lease, argv)
+    if is_slurm(lease):
+        _say(f"running in Slurm job {slurm_job_id(lease)}: {' '.join(full)}")
+    try:
+        proc = await asyncio.create_subprocess_exec(*full, env=lease_env(lease, os.environ))
+    except OSError as exc:
+        _say(f"cannot run {argv[0]}: {exc.strerror or exc}")
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    loop = asyncio.get_running_loop()
+
+    def forward(sig: int) -> None:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(sig)
+
+    _on_signals(loop, forward)
+    waiter = asyncio.ensure_future(proc.wait())
+    ended = asyncio.ensure_future(h.ended.wait())
+    preempted = asyncio.ensure_future(h.preempted.wait())
+    pending: set[asyncio.Future[object]] = {waiter, ended, preempted}  # type: ignore[arg-type]
+    try:
+        while not waiter.done():
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if preempted in done:
+                _say(
+                    f"the broker will reclaim {lease.id} at "
+                    f"{at(h.preempt_deadline, time.time())}: finish up"
+                )
+            if ended in done and not waiter.done() and h.lease.state is LeaseState.RELEASED:
+                # Released on purpose (the command may do so itself): nothing to stop.
+                _say(f"{lease.id} was released; waiting for the command to exit")
+            elif ended in done and not waiter.done():
+                _say(f"the lease ended ({h.lease.end_cause or 'ended'}): stopping the command")
+                forward(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter), KILL_AFTER_S)
+                except TimeoutError:
+                    forward(signal.SIGKILL)
+                    await waiter
+    finally:
+        _off_signals(loop)
+        for t in (ended, preempted):
+            t.cancel()
+    code = proc.returncode
+    assert code is not None
+    _say(f"command exited with status {_exit_status(code)}; releasing {lease.id}")
+    return _exit_status(code)

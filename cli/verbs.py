@@ -1,0 +1,188 @@
+"""``bursar release``, ``bursar renew`` and ``bursar status``: Slurm-style verbs on one lease
+and on the broker, for people at a shell (``scancel``, ``scontrol update``, ``sinfo``).
+
+Times are printed as local wall-clock times with how far off they are ("19:52:04 (in
+9m58s)"); ``--json`` prints the raw messages (seconds since the epoch) for machines.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from bursar.cli.client import (
+    CONTEXT,
+    broker_client,
+    campaign_option,
+    connection_options,
+    options,
+    print_json,
+    run_call,
+    stdout_console,
+)
+from bursar.providers.client import BrokerStatus, Lease
+from bursar.providers.client_view import leases_table
+
+__all__ = ["at", "lease_summary", "release_command", "renew_command", "status_command"]
+
+
+def _span(s: float) -> str:
+    s = abs(s)
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def at(t: float | None, now: float | None = None) -> str:
+    """``t`` (seconds since the epoch) as people read it: the local date and time, and,
+    given ``now``, how far from it ("2026-12-01 19:52:04 UTC (in 9m58s)")."""
+    if not t:
+        return "-"
+    text = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+    if now is None:
+        return text
+    d = t - now
+    if abs(d) < 0.5:
+        return f"{text} (now)"
+    return f"{text} (in {_span(d)})" if d > 0 else f"{text} ({_span(d)} ago)"
+
+
+def _size(size: Any) -> str:
+    return ",".join(f"{k}={v:g}" for k, v in sorted(size.items())) or "-"
+
+
+def lease_summary(lease: Lease, now: float) -> str:
+    """One line: the lease, its size, state, nodes and when it expires."""
+    state = lease.state.value.lower()
+    if lease.ended_at is not None:
+        cause = f": {lease.end_cause}" if lease.end_cause else ""
+        return (
+            f"lease {lease.id} ({lease.campaign}): {_size(lease.size)}, {state}; "
+            f"ended {at(lease.ended_at, now)}{cause}"
+        )
+    nodes = ",".join(lease.nodes) or "none yet"
+    return (
+        f"lease {lease.id} ({lease.campaign}): {_size(lease.size)}, {state}, nodes {nodes}; "
+        f"expires {at(lease.expires_at, now)}"
+    )
+
+
+@click.command("release", context_settings=CONTEXT)
+@click.argument("lease_id")
+@campaign_option
+@connection_options
+def release_command(lease_id: str) -> None:
+    """Release LEASE_ID now: its resources go back to the pool (like scancel).
+
+    \b
+    Example:
+      bursar release L42 --token-file state/tokens.json --campaign storm
+    """
+    o = options()
+
+    async def go() -> tuple[Lease, float]:
+        async with broker_client(o) as client:
+            lease = await client.release(lease_id)
+            return lease, (await client.status()).now
+
+    lease, now = run_call(go)
+    if o.json:
+        print_json(lease.to_json())
+    else:
+        click.echo(lease_summary(lease, now))
+
+
+@click.command("renew", context_settings=CONTEXT)
+@click.argument("lease_id")
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    required=True,
+    metavar="SECONDS",
+    help="The lease's new remaining life, counted from now.",
+)
+@campaign_option
+@connection_options
+def renew_command(lease_id: str, duration: float) -> None:
+    """Extend LEASE_ID to expire DURATION seconds from now (like scontrol update
+    TimeLimit). Refused past the campaign's envelope, with the reason and when to retry.
+
+    \b
+    Example:
+      bursar renew L42 --duration 3600 --token-file state/tokens.json --campaign storm
+    """
+    o = options()
+
+    async def go() -> tuple[Lease, float]:
+        async with broker_client(o) as client:
+            lease = await client.renew(lease_id, duration)
+            return lease, (await client.status()).now
+
+    lease, now = run_call(go)
+    if o.json:
+        print_json(lease.to_json())
+    else:
+        click.echo(lease_summary(lease, now))
+
+
+@click.command("status", context_settings=CONTEXT)
+@campaign_option
+@connection_options
+def status_command() -> None:
+    """The broker at a glance (like sinfo): its version, clocks, journal, campaigns, live
+    leases, queued requests and open streams; with a campaign token, also that campaign's
+    live leases and what they hold.
+
+    \b
+    Examples:
+      bursar status --admin-token-file state/admin.token
+      bursar status --token-file state/tokens.json --campaign storm --json
+    """
+    o = options()
+
+    async def go() -> tuple[BrokerStatus, list[Lease] | None]:
+        async with broker_client(o) as client:
+            st = await client.status()
+            mine = await client.list_leases() if st.caller.startswith("campaign:") else None
+            return st, mine
+
+    st, mine = run_call(go)
+    held: dict[str, float] = {}
+    for x in mine or []:
+        for dim, units in x.size.items():
+            held[dim] = held.get(dim, 0.0) + units
+    if o.json:
+        out: dict[str, Any] = {"status": st.to_json()}
+        if mine is not None:
+            out["campaign"] = {
+                "name": st.caller.removeprefix("campaign:"),
+                "leases": [x.to_json() for x in mine],
+                "held": held,
+            }
+        print_json(out)
+        return
+    rows = [
+        ("broker", f"bursar {st.version} at {o.address}"),
+        ("you are", st.caller),
+        ("clock", at(st.now)),
+        ("last decision", at(st.engine_now, st.now)),
+        ("up since", at(st.started_at, st.now)),
+        ("journal", f"{st.journal_entries} entries"),
+        ("campaigns", str(st.campaigns)),
+        ("live leases", str(st.leases)),
+        ("queued requests", str(st.pending)),
+        ("open streams", str(st.open_streams)),
+    ]
+    if mine is not None:
+        rows.append(("your leases", f"{len(mine)}, holding {_size(held)}"))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        click.echo(f"{k:<{width}}  {v}")
+    if mine:
+        stdout_console().print(leases_table(mine, st.now))
