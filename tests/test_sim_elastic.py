@@ -249,3 +249,21 @@ def test_a_journaled_run_audits_clean(tmp_path: Path) -> None:
     assert hashlib.sha256("".join(lines[1:]).encode()).hexdigest() == r.sha256
     with pytest.raises(ValueError, match="exists"):
         run(jobs, curves, "dmug", Cluster(1, 8), state_dir=state)
+
+
+def test_cli_options_choose_the_policies_and_the_cluster(itp: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    args = ["sim", "elastic", "--quick", "--trace", "195job", "--policy", "fixed", "--policy",
+            "dmug", "--nodes", "2", "--gpus-per-node", "4", "--out", str(out)]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    body = json.loads((out / "elastic.json").read_text())
+    assert [(x["policy"], x["cluster"]) for x in body["runs"]] == [
+        ("dmug", "2x4"),
+        ("fixed", "2x4"),
+    ]
+    assert body["conditions"]["traces"]["195job"] == {
+        "file": "195job.csv.gz", "jobs": 30, "cluster": "2x4", "gpus": 8,
+    }  # fmt: skip
+    # A job asking for more than the cluster is held at the cluster's size.
+    assert all(x["max_gpus_held_by_a_lease"] <= 8 for x in body["runs"])
