@@ -271,6 +271,15 @@ def _elastic_trace(value: str) -> tuple[str, Path]:
     show_default=True,
     help="Output dir: elastic.json, elastic.md, elastic.png.",
 )
+@click.option(
+    "--journal",
+    "journals",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Journal every run into DIR/<trace>/<policy>/ (a state dir for `bursar journal "
+    "audit --state-dir`); DIR must not hold those journals yet. Off by default (slower).",
+)
 def elastic_cmd(
     traces: tuple[str, ...],
     policies: tuple[str, ...],
@@ -281,6 +290,7 @@ def elastic_cmd(
     limit: int | None,
     quick: bool,
     out: Path,
+    journals: Path | None,
 ) -> None:
     """Elastic, deadline-aware leases on the ElasticFlow traces, through the real engine.
 
@@ -347,6 +357,7 @@ def elastic_cmd(
                 lease_term_s=lease_term,
                 progress=lambda k: bar.advance(task, k),
                 done=done,
+                journals=journals,
             )
         except (TraceError, ValueError, InvariantViolation) as e:
             raise click.ClickException(str(e)) from None

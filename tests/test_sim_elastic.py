@@ -4,6 +4,7 @@ whose answer is known, and the runner's invariants on random small traces."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.cli.main import main
 from bursar.sim.elastic.runner import VARIANTS, Cluster, engine_resizes, intent_for, run
 from bursar.sim.elastic.trace import TraceError, load_curves, load_jobs, time_on
@@ -196,7 +198,7 @@ def _traces(draw: st.DrawFn) -> list[str]:
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(rows=_traces(), variant=st.sampled_from([v.name for v in VARIANTS]),
        nodes=st.integers(1, 2), term=st.sampled_from([60.0, 3600.0]))  # fmt: skip
@@ -223,3 +225,45 @@ def test_runs_keep_their_invariants(
             assert o["finish"] <= j.deadline
     assert r.metrics["met"] == sum(o["state"] == "met" for o in r.outcomes)
     assert r.metrics["invariant_checks"] == r.metrics["events"]
+
+
+def test_a_journaled_run_audits_clean(tmp_path: Path) -> None:
+    """With a state dir every event is journaled: ``bursar journal audit`` re-derives each
+    decision, and the run's hash is the journal's canonical form after its first line
+    (the specs), so two policies that decide alike hash alike."""
+    curves = load_curves(_linear(tmp_path))
+    jobs = load_jobs(
+        _jobs(
+            tmp_path,
+            ["a,0,1000,lin,300,64,1,1", "b,10,900,lin,2000,64,2,1", "c,20,50,lin,30,64,1,1"],
+        )
+    )
+    state = tmp_path / "state"
+    r = run(jobs, curves, "dmug", Cluster(1, 8), lease_term_s=120.0, state_dir=state)
+    assert r.journal_sha256 is not None
+    audit = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(state)])
+    assert audit.exit_code == 0, audit.output
+    with Journal.open(state / JOURNAL_FILENAME) as j:
+        lines = list(j.canonical_lines())
+        assert j.sha256() == r.journal_sha256
+    assert hashlib.sha256("".join(lines[1:]).encode()).hexdigest() == r.sha256
+    with pytest.raises(ValueError, match="exists"):
+        run(jobs, curves, "dmug", Cluster(1, 8), state_dir=state)
+
+
+def test_cli_options_choose_the_policies_and_the_cluster(itp: Path, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    args = ["sim", "elastic", "--quick", "--trace", "195job", "--policy", "fixed", "--policy",
+            "dmug", "--nodes", "2", "--gpus-per-node", "4", "--out", str(out)]  # fmt: skip
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    body = json.loads((out / "elastic.json").read_text())
+    assert [(x["policy"], x["cluster"]) for x in body["runs"]] == [
+        ("dmug", "2x4"),
+        ("fixed", "2x4"),
+    ]
+    assert body["conditions"]["traces"]["195job"] == {
+        "file": "195job.csv.gz", "jobs": 30, "cluster": "2x4", "gpus": 8,
+    }  # fmt: skip
+    # A job asking for more than the cluster is held at the cluster's size.
+    assert all(x["max_gpus_held_by_a_lease"] <= 8 for x in body["runs"])

@@ -44,8 +44,10 @@ def compare(
     lease_term_s: float = DEFAULT_LEASE_TERM_S,
     progress: Callable[[int], None] | None = None,
     done: Callable[[RunResult], None] | None = None,
+    journals: Path | None = None,
 ) -> list[RunResult]:
-    """Every trace under every variant, in that order (one engine per run)."""
+    """Every trace under every variant, in that order (one engine per run). With
+    ``journals`` each run is journaled in ``journals/<trace>/<policy>/``."""
     out = []
     for t in traces:
         for v in variants:
@@ -57,6 +59,7 @@ def compare(
                 trace_name=t.name,
                 lease_term_s=lease_term_s,
                 progress=progress,
+                state_dir=None if journals is None else journals / t.name / v.name,
             )
             out.append(r)
             if done is not None:
@@ -68,7 +71,9 @@ def notes(elastic_engine: bool) -> list[str]:
     out = [
         "The traces carry no degrade modes: dmug-no-degrade equals dmug by construction "
         "(same decisions, same hash).",
-        "All values are 1: the value rule orders by deadline, then age, as edf does.",
+        "All values are 1: the value rule grows leases in edf's order (its ties go by "
+        "deadline), but moves no step between leases of equal value, where edf moves one "
+        "to an earlier deadline.",
         "One campaign for the whole trace (the traces name no users); its envelope binds "
         "nothing (sustained and burst are the cluster, no bucket).",
         "A job unfinished at its deadline is withdrawn then (step decay: no value left).",
@@ -109,6 +114,7 @@ def _row(r: RunResult) -> dict[str, Any]:
         "policy": r.variant,
         **r.metrics,
         "sha256": r.sha256,
+        "journal_sha256": r.journal_sha256,
         "wall_s": r.wall_s,
     }
 

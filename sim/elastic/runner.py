@@ -52,14 +52,16 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from bursar.broker import codec, dims
 from bursar.broker.decisions import (
+    Cancelled,
     Expired,
     Granted,
-    Queued,
     Rejected,
+    Released,
     Renewed,
     Resized,
     ResizeWarned,
@@ -68,6 +70,7 @@ from bursar.broker.decisions import (
 from bursar.broker.elastic import Decay, DecayKind, Intent, speed
 from bursar.broker.engine import Engine
 from bursar.broker.events import CancelRequest, CreateCampaign, Release, Renew, RequestLease, Tick
+from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
 from bursar.broker.reasons import Reason
 from bursar.sim.elastic.trace import Curve, Curves, Job
@@ -91,6 +94,7 @@ CAMPAIGN = "itp"
 _GPU = dims.PLACED.index("gpu")
 MAX_GPUS = 64
 DEFAULT_LEASE_TERM_S = 3600.0
+JOURNAL_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +214,8 @@ class _JobState:
     gpu_s: float = 0.0
     finish: float = math.nan
     top: float = 0.0
+    ending: int = _LATE
+    """The state the job ends in once the engine confirms the end it was asked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +230,23 @@ class RunResult:
     wall_s: float
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     """Per job: id, state, finish, deadline, largest size held."""
+    journal_sha256: str | None = None
+    """Of the journal's canonical form (its first line has the pool and policy), when the
+    run wrote one."""
+
+
+def _pool(cluster: Cluster) -> PoolSpec:
+    """Every node on from the start: the cluster is always up, so every grant is warm."""
+    return PoolSpec(
+        groups=(
+            NodeGroup(
+                count=cluster.nodes,
+                resources={"gpu": float(cluster.gpus_per_node)},
+                warm=cluster.nodes,
+            ),
+        ),
+        boot_latency_s=0.0,
+    )
 
 
 class _Run:
@@ -235,23 +258,13 @@ class _Run:
         cluster: Cluster,
         lease_term_s: float,
         trace_name: str,
+        journal: Journal | None = None,
     ) -> None:
         self.variant = variant
+        self.journal = journal
         self.cluster = cluster
         self.term = lease_term_s
-        self.engine = Engine(
-            PoolSpec(
-                groups=(
-                    NodeGroup(
-                        count=cluster.nodes,
-                        resources={"gpu": float(cluster.gpus_per_node)},
-                        warm=cluster.nodes,
-                    ),
-                ),
-                boot_latency_s=0.0,
-            ),
-            variant.policy(lease_term_s),
-        )
+        self.engine = Engine(_pool(cluster), variant.policy(lease_term_s))
         self.jobs: list[_JobState] = []
         for j in jobs:
             curve = curves.for_job(j, trace_name)
@@ -291,6 +304,9 @@ class _Run:
             self.jobs[job].rid = rid
             self.by_rid[rid] = job
         self.seq += 1
+        if self.journal is not None:
+            # One transaction per JOURNAL_BATCH entries: a simulation acknowledges nothing.
+            self.journal.append(event, out.decisions, commit=self.seq % JOURNAL_BATCH == 0)
         line = codec.dumps_plain(
             {
                 "seq": self.seq,
@@ -366,6 +382,14 @@ class _Run:
         elif t is ResizeWarned:
             if d.lease_id in self.by_rid:
                 self.counts["resize_warned"] += 1
+        elif t is Released or t is Cancelled:
+            j = self.by_rid.get(getattr(d, "lease_id", None) or getattr(d, "request_id", ""))
+            if j is None:
+                return
+            s = self.jobs[j]
+            if s.state in (_RUNNING, _QUEUED):
+                self.progress(s, d.at)
+                self.stop(s, s.ending)
         elif t is Expired or t is Revoked:
             j = self.by_rid.get(d.lease_id)
             if j is None:
@@ -435,30 +459,36 @@ class _Run:
         own = self.apply(ev, job=j).own
         if type(own) is Rejected:
             s.state = _REFUSED if own.reason is Reason.DEADLINE_UNREACHABLE else _REJECTED
-        elif type(own) is Queued:
-            s.state = _QUEUED
         heapq.heappush(self.heap, (s.job.deadline, _DEADLINE, j, -1))
+
+    def end(self, s: _JobState, now: float, state: int) -> None:
+        """End a job's lease (or withdraw its request) now. The job keeps running until the
+        engine's answer."""
+        s.ending = state
+        if self.next_timer() <= now:
+            # The engine's timers due by now first (they may resize the lease, or grant the
+            # request, before it is withdrawn): then the state below is the one it ends from.
+            self.apply(Tick(now))
+        if s.state == _RUNNING and now < s.expires and s.rid in self.engine.leases:
+            self.apply(Release(now, s.rid))  # its Released stops the job (``follow``)
+        elif s.state == _QUEUED and s.rid in self.engine.pending:
+            self.apply(CancelRequest(now, s.rid))  # its Cancelled stops the job
+        if s.state in (_RUNNING, _QUEUED):
+            # At its expiry the lease is the engine's to end (its timer is due now).
+            self.progress(s, now)
+            self.stop(s, state)
 
     def finished(self, j: int, now: float) -> None:
         s = self.jobs[j]
         self.progress(s, now)
-        rid = s.rid
-        self.stop(s, _MET if now <= s.job.deadline else _LATE)
         s.finish = now
-        if rid in self.engine.leases:
-            self.apply(Release(now, rid))
+        self.end(s, now, _MET if now <= s.job.deadline else _LATE)
 
     def deadline(self, j: int, now: float) -> None:
         s = self.jobs[j]
-        if s.state == _QUEUED:
-            self.stop(s, _LATE)
-            if s.rid in self.engine.pending:
-                self.apply(CancelRequest(now, s.rid))
-        elif s.state == _RUNNING:
+        if s.state == _RUNNING:
             self.progress(s, now)
-            self.stop(s, _LATE)
-            if s.rid in self.engine.leases:
-                self.apply(Release(now, s.rid))
+        self.end(s, now, _LATE)
 
     def renew(self, j: int, now: float) -> None:
         s = self.jobs[j]
@@ -574,15 +604,33 @@ def run(
     trace_name: str = "trace",
     lease_term_s: float = DEFAULT_LEASE_TERM_S,
     progress: Callable[[int], None] | None = None,
+    state_dir: Path | None = None,
 ) -> RunResult:
-    """Replay ``jobs`` under one variant. Raises ``InvariantViolation`` on the first broken
-    rule, ``TraceError`` for a job with no curve."""
+    """Replay ``jobs`` under one variant. With ``state_dir`` every event is journaled
+    there (``bursar journal audit --state-dir`` re-derives every decision); it must hold
+    no journal yet. Raises ``InvariantViolation`` on the first broken rule, ``TraceError``
+    for a job with no curve."""
     v = BY_NAME[variant] if isinstance(variant, str) else variant
     if not (lease_term_s > 0 and math.isfinite(lease_term_s)):
         raise ValueError(f"the lease term must be a finite number of seconds > 0 ({lease_term_s})")
     t0 = time.perf_counter()
-    r = _Run(jobs, curves, v, cluster, lease_term_s, trace_name)
-    r.run(progress)
+    journal = None
+    if state_dir is not None:
+        path = state_dir / JOURNAL_FILENAME
+        if path.exists():
+            raise ValueError(f"{path} exists: give an empty or new directory for the journals")
+        state_dir.mkdir(parents=True, exist_ok=True)
+        journal = Journal.open(path, _pool(cluster), v.policy(lease_term_s))
+    try:
+        r = _Run(jobs, curves, v, cluster, lease_term_s, trace_name, journal)
+        r.run(progress)
+        journal_sha = None
+        if journal is not None:
+            journal.commit()
+            journal_sha = journal.sha256()
+    finally:
+        if journal is not None:
+            journal.close()
     start = min((j.submit for j in jobs), default=0.0)
     m = _metrics(r, start, max(r.last_end, start))
     outcomes = [
@@ -599,7 +647,7 @@ def run(
     ]
     return RunResult(
         trace_name, v.name, str(cluster), len(jobs), m, r.hash.hexdigest(),
-        time.perf_counter() - t0, outcomes,
+        time.perf_counter() - t0, outcomes, journal_sha,
     )  # fmt: skip
 
 
