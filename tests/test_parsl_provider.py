@@ -276,3 +276,16 @@ def test_a_block_sized_from_supply_signals_takes_what_is_warm(
             until(lambda: "PARSL_CORES=1\n" in (env_file.read_text() if env_file.exists() else ""))
         finally:
             p.close()
+
+
+def test_bad_settings_are_refused_at_construction_with_what_to_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValueError, match=r"'HH:MM:SS' \(e.g. '00:10:00'"):
+        BursarProvider(broker="127.0.0.1:1", token="t", walltime="10 minutes")
+    with pytest.raises(ValueError, match=r"unknown dimension\(s\) 'gpus'; allowed: gpu"):
+        BursarProvider(broker="127.0.0.1:1", token="t", resources_per_block={"gpus": 1})
+    assert BursarProvider(broker="127.0.0.1:1", token="t", walltime="00:10:00").duration_s == 600
+    # The token from the environment, as the CLI, Dask and Ray take it.
+    monkeypatch.setenv("BURSAR_TOKEN", "from-env")
+    assert BursarProvider(broker="127.0.0.1:1")._token == "from-env"

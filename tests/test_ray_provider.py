@@ -351,6 +351,17 @@ def test_bad_provider_settings_name_the_key(change: dict[str, Any], match: str) 
         parse_settings(section, "c", env={})
 
 
+def test_a_token_file_may_be_the_servers_token_table(tmp_path: Path) -> None:
+    table = tmp_path / "tokens.json"
+    table.write_text('{"c": "tok-c", "d": "tok-d"}')
+    section = {"type": "external", "broker": "127.0.0.1:1", "campaign": "d"}
+    assert parse_settings({**section, "token_file": str(table)}, "c", env={}).token == "tok-d"
+    with pytest.raises(SettingsError, match=r"provider.token_file: .*'x'"):
+        parse_settings({**section, "campaign": "x", "token_file": str(table)}, "c", env={})
+    with pytest.raises(SettingsError, match=r"BURSAR_TOKEN"):
+        parse_settings(section, "c", env={"BURSAR_TOKEN": "bad token\n"})
+
+
 def test_the_head_is_found_on_the_monitors_command_line(tmp_path: Path) -> None:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("head_node_type: ray.head.default\n")

@@ -130,6 +130,7 @@ from bursar.providers.client import (
     LeaseClass,
     Supply,
     Tls,
+    check_token,
 )
 from bursar.providers.elastic import ALLOWED, Elastic, units_in
 from bursar.providers.launch import is_slurm, launch_argv
@@ -202,13 +203,23 @@ def fit_to_warm(supply: Supply, size: Mapping[str, float]) -> dict[str, float]:
     return out if all(v > 0 for v in out.values()) else dict(size)
 
 
+PLACED_DIMS = ("gpu", "cpu", "mem_gb")
+"""The dimensions a lease holds (``bursar.v1.Lease.size``'s keys)."""
+
+
 def walltime_s(walltime: str | float) -> float:
-    """``"HH:MM:SS"`` (or ``"MM:SS"``, or seconds) in seconds."""
+    """``"HH:MM:SS"`` (or ``"MM:SS"``, or seconds) in seconds, as Parsl's providers take it."""
     if isinstance(walltime, int | float):
         return float(walltime)
-    parts = [float(p) for p in walltime.split(":")]
-    if not 1 <= len(parts) <= 3:
-        raise ValueError(f"walltime must be HH:MM:SS, got {walltime!r}")
+    try:
+        parts = [float(p) for p in str(walltime).split(":")]
+    except ValueError:
+        parts = []
+    if not 1 <= len(parts) <= 3 or any(p < 0 for p in parts):
+        raise ValueError(
+            f"walltime must be 'HH:MM:SS' (e.g. '00:10:00', as Parsl's providers take it) "
+            f"or seconds, got {walltime!r}"
+        )
     secs = 0.0
     for p in parts:
         secs = secs * 60 + p
@@ -617,6 +628,12 @@ class BursarProvider(ExecutionProvider):
         elastic: Mapping[str, Any] | None = None,
     ) -> None:
         size = dict(resources_per_block or {"cpu": 1})
+        unknown = sorted(d for d in size if d not in PLACED_DIMS)
+        if unknown:
+            raise ValueError(
+                f"resources_per_block: unknown dimension(s) {', '.join(map(repr, unknown))}; "
+                f"allowed: {', '.join(PLACED_DIMS)}"
+            )
         if not size or any(v <= 0 for v in size.values()):
             raise ValueError(f"resources_per_block must hold positive units, got {size!r}")
         if nodes_per_block < 1:
@@ -632,7 +649,10 @@ class BursarProvider(ExecutionProvider):
             )
         self.broker = broker
         self.campaign = campaign
-        self._token = token
+        # As the CLI, Dask and Ray do: the environment's token when none is given.
+        self._token = token if token is not None else os.environ.get("BURSAR_TOKEN") or None
+        if self._token is not None:
+            check_token(self._token, "token")
         self.resources_per_block = size
         self.size_from_supply = size_from_supply
         self.lease_class = LeaseClass.parse(lease_class) if lease_class else None

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from bursar.providers.client import InvalidToken, check_token, read_token_file
 from bursar.providers.elastic import ALLOWED, Elastic
 
 __all__ = [
@@ -219,17 +220,20 @@ def _token(provider: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
             raise SettingsError(f"{_where('token')}: must be a non-empty string")
         return str(provider["token"])
     if "token_file" in provider:
+        # A bare token, or the tokens.json that bursar serve writes (the campaign's entry).
         path = Path(os.path.expanduser(str(provider["token_file"])))
+        campaign = provider.get("campaign")
         try:
-            token = path.read_text().strip()
-        except OSError as exc:
-            raise SettingsError(
-                f"{_where('token_file')}: cannot read {path}: {exc.strerror}"
-            ) from None
-        if not token:
-            raise SettingsError(f"{_where('token_file')}: {path} is empty")
-        return token
-    return env.get("BURSAR_TOKEN") or None
+            return read_token_file(path, campaign if isinstance(campaign, str) else None)
+        except InvalidToken as exc:
+            raise SettingsError(f"{_where('token_file')}: {exc}") from None
+    token = env.get("BURSAR_TOKEN") or None
+    if token is not None:
+        try:
+            check_token(token, "$BURSAR_TOKEN")
+        except InvalidToken as exc:
+            raise SettingsError(str(exc)) from None
+    return token
 
 
 def parse_settings(
