@@ -259,8 +259,9 @@ class ElasticLease:
             return 0.0
         v = self.value_at(now + self.work_left / sp1)
         if v <= 0:
-            # One step does not save the deadline: what the lease can still reach at max.
-            v = self.value_at(now + self.time_left(self.max_steps))
+            # One step does not save the deadline: what the lease can still reach at its
+            # fastest allocation.
+            v = self.value_at(now + self.time_left(self.fastest_steps()))
         return v * self.risk(now, use_risk, k) * (sp1 - sp) / sp
 
     def priority(self, rule: str, now: float, use_risk: bool = True) -> tuple[float, ...]:
@@ -283,6 +284,15 @@ class ElasticLease:
         if k >= self.max_steps or self.work_left <= 0 or self.speed(k + 1) <= self.speed(k):
             return False
         return rule != "dmug" or self.nmu(now, use_risk) > 0
+
+    def fastest_steps(self) -> int:
+        """The steps at which the work goes fastest (see :func:`fastest_units`)."""
+        best, best_k = self.speed(0), 0
+        for k in range(1, self.max_steps + 1):
+            sp = self.speed(k)
+            if sp > best:
+                best, best_k = sp, k
+        return best_k
 
     def needed(self, now: float) -> float | None:
         """The fewest units (min, then whole steps up to max) at which the work left is done
@@ -313,15 +323,31 @@ def best_finish(intent: Intent, mode: DegradeMode, now: float, units: float) -> 
     return math.inf if sp <= 0 else now + intent.remaining_work * mode.work_factor / sp
 
 
+def fastest_units(intent: Intent) -> float:
+    """The units (min, then whole steps up to max) at which the work goes fastest: the
+    first at the peak, for a measured curve that slows down past a point (Amdahl's law
+    only rises, so there it is max)."""
+    step = resolve_step(intent)
+    name = scale_dim(step or intent.min)
+    n = lo = float(intent.min.get(name, 0.0))
+    per = step.get(name, 0.0)
+    top = float(intent.max.get(name, lo))
+    best, best_n = speed(intent, lo), lo
+    while per > 0 and n + per <= top + 1e-9:
+        n += per
+        sp = speed(intent, n)
+        if sp > best:
+            best, best_n = sp, n
+    return best_n
+
+
 def admit(intent: Intent, now: float, degrade: bool = True) -> int | None:
     """Admission control: the mode a new elastic request starts in, or None when no
     allocation up to its max meets the deadline in any mode and nothing of its value is
     left at the earliest finish. The first mode (full, then the degrade modes in order)
-    that meets the deadline at max units; when none does, the one that keeps the most
-    value at its finish."""
-    step = resolve_step(intent)
-    dim = scale_dim(step) if step else scale_dim(intent.min)
-    top = intent.max.get(dim, intent.min.get(dim, 0.0))
+    that meets the deadline at the fastest allocation up to max; when none does, the one
+    that keeps the most value at its finish."""
+    top = fastest_units(intent)
     deadline = now + intent.deadline_s
     ms = modes(intent) if degrade else modes(intent)[:1]
     best: tuple[float, int] | None = None
@@ -365,7 +391,7 @@ def repick(el: ElasticLease, now: float, degrade: bool = True) -> int:
     only when the deadline is lost at max units in its own mode but met in that one."""
     if not degrade:
         return el.mode
-    top = el.units(el.max_steps)
+    top = el.units(el.fastest_steps())
     ms = modes(el.intent)
     cur = ms[el.mode]
     sp = speed(el.intent, top)

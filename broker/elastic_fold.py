@@ -46,7 +46,7 @@ class ElasticFold:
         to meet theirs."""
         deadline = self.now + intent.deadline_s
         units = {
-            m.name: elastic.best_finish(intent, m, self.now, _scale_units(intent))
+            m.name: elastic.best_finish(intent, m, self.now, elastic.fastest_units(intent))
             for m in elastic.modes(intent)
         }
         inputs: dict[str, Any] = {"deadline": deadline, "earliest_finish": units}
@@ -465,10 +465,3 @@ class ElasticFold:
         deadline = now + policy.grace_s
         for xl, xs in chosen.items():
             self._warn(self.elastic.by_lease[xl], xs, deadline, "", f"to {lid}")
-
-
-def _scale_units(intent: elastic.Intent) -> float:
-    """The most units of its speedup dimension an intent may hold."""
-    step = elastic.resolve_step(intent)
-    name = elastic.scale_dim(step or intent.min)
-    return float(intent.max.get(name, intent.min.get(name, 0.0)))

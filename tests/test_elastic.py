@@ -157,6 +157,18 @@ def test_a_deadline_the_admitted_leases_leave_no_room_for_is_refused():
     assert not of(out, Rejected)
 
 
+def test_admission_looks_at_the_fastest_allocation_not_at_max():
+    # A measured curve that slows down past 8 GPUs: 5 000 iterations take 83 s on 8
+    # GPUs but 167 s on 64; a 100 s deadline is met, at 8, and the lease grows no further.
+    curve = ((1, 10.0), (2, 19.0), (4, 35.0), (8, 60.0), (16, 50.0), (32, 40.0))
+    it = intent(lo=1, hi=32, work=5_000.0, deadline=100.0, curve=curve)
+    assert elastic.fastest_units(it) == 8.0
+    eng = engine()
+    out = eng.apply(RequestLease(0.0, "a", {}, 600, intent=it))
+    (g,) = of(out, Granted)
+    assert size(eng, g.lease_id) == 8.0
+
+
 def test_a_value_left_past_the_deadline_is_not_refused():
     eng = engine()
     late = amdahl(deadline=100.0, decay=Decay(DecayKind.LINEAR, 10_000.0))
