@@ -79,6 +79,7 @@ def test_a_replay_identical_to_the_record_grades_high(tmp_path: Path) -> None:
         m = f.measures
         assert f.grade == "high", policy
         assert m.ks_wait == 0 and m.mean_wait_rel == 0 and m.util_gap == 0
+        assert m.ks_wait_past_latency == 0
         assert m.wait_pearson == pytest.approx(1) and m.queue_spearman == pytest.approx(1)
         assert m.bsld_obs == m.bsld_rep and m.p95_wait_obs == m.p95_wait_rep
         assert f.chosen_by == "given"
@@ -96,6 +97,15 @@ def test_a_record_far_from_any_replay_grades_low_and_the_default_tries_every_bas
     # Every replay starts each job at once: all tie, and the first baseline is chosen.
     assert f.policy == "fifo" and f.measures.mean_wait_rep == 0
     assert f.measures.ks_wait == 1.0 and f.measures.mean_wait_rel == 1.0
+    assert f.measures.ks_wait_past_latency == 1.0
+
+
+def test_the_latency_measure_ignores_waits_under_a_minute(tmp_path: Path) -> None:
+    # The machine started every job 30 s after its arrival on an empty machine: the KS
+    # distance of the waits is 1, and 0 once waits under a minute count as a minute.
+    rows = [(t, 30, 60, 1, 60) for t in range(0, 2000, 100)]
+    m = fidelity(swf(tmp_path / "cycle.swf", rows), "fifo").measures
+    assert m.ks_wait == 1.0 and m.ks_wait_past_latency == 0.0
 
 
 def test_the_default_baseline_is_the_best_grade(tmp_path: Path) -> None:
@@ -129,7 +139,7 @@ def test_limit_keeps_the_first_jobs(tmp_path: Path) -> None:
 
 def _measures(ks: float, rel: float, gap: float, rho: float) -> Measures:
     bs = {"p50": 1.0}
-    return Measures(1, 0, 0, rel, 0, 0, 0, 0, gap, ks, bs, bs, 1, 1, rho, rho)
+    return Measures(1, 0, 0, rel, 0, 0, 0, 0, gap, ks, ks, bs, bs, 1, 1, rho, rho)
 
 
 @given(
