@@ -202,7 +202,7 @@ def gate_rows(m: Measures, t: Thresholds) -> list[tuple[str, str, str, str]]:
             f">= {t.medium_queue_spearman}",
         ),
         (
-            f"KS distance, waits under {LATENCY_S:g} s as {LATENCY_S:g} s (not graded)",
+            f"KS distance past {LATENCY_S:g} s latency (not graded)",
             f"{m.ks_wait_past_latency:.3f}",
             "",
             "",
