@@ -27,9 +27,10 @@ from bursar.sim.replay.fidelity import (
 )
 from bursar.sim.replay.ingest import load_trace
 from bursar.sim.replay.kernel import replay
-from bursar.sim.replay.mapping import ReplayConfig, Workload
+from bursar.sim.replay.mapping import ReplayConfig, Workload, to_workload
 from bursar.sim.replay.policies import make_policy
 from bursar.sim.replay.policies.fairshare import FairShare
+from bursar.sim.replay.run import replay_trace
 from bursar.sim.replay.table import TraceError
 
 TRACES = Path(
@@ -301,8 +302,59 @@ def test_fairshare_usage_decays_with_the_half_life() -> None:
 @pytest.mark.parametrize("policy", ["ljf", "fairshare"])
 def test_new_policies_pass_strict_invariants_on_kth(traces: Path, policy: str) -> None:
     tr = load_trace(traces / KTH)
-    from bursar.sim.replay.mapping import to_workload
-
     w = to_workload(tr, tr.header.capacity or 0)
     s = replay(w, make_policy(policy, w, ReplayConfig()), strict=True)
     assert len(s.start) == 28475 and not s.killed
+
+
+random_jobs = st.lists(
+    st.tuples(
+        st.integers(0, 30), st.integers(1, 10), st.integers(1, 40), st.integers(0, 3),
+        st.sampled_from([0.5, 1.0, 1.5]),
+    ),
+    min_size=1,
+    max_size=30,
+)  # fmt: skip
+
+
+def _random(rows: list[tuple[int, int, int, int, float]], accounts: bool) -> Workload:
+    """(gap to the previous submit, size, request, account, runtime / request) rows."""
+    t = 0.0
+    w = _w([(0, 1, 1, 0)])
+    for col in ("job_id", "submit", "size", "duration", "hold", "campaign"):
+        getattr(w, col).clear()
+    for i, (gap, size, req, acct, frac) in enumerate(rows):
+        t += gap
+        w.job_id.append(i + 1)
+        w.submit.append(t)
+        w.size.append(size)
+        w.duration.append(float(req))
+        w.hold.append(float(round(req * frac)))
+        w.campaign.append(acct if accounts else 0)
+    w.campaign_names = [f"user-{c}" for c in range(4)]
+    return w
+
+
+@given(random_jobs)
+def test_fairshare_with_one_account_is_easy(rows: list[tuple[int, int, int, int, float]]) -> None:
+    # Equal usage everywhere leaves submit order: the schedule must be EASY's exactly.
+    w = _random(rows, accounts=False)
+    easy = replay(w, make_policy("easy", w, ReplayConfig()), strict=True)
+    fs = replay(w, make_policy("fairshare", w, ReplayConfig()), strict=True)
+    assert fs.start == easy.start
+
+
+@given(random_jobs, st.sampled_from([1.0, 60.0, 7 * 86400.0]))
+def test_ljf_and_fairshare_keep_the_invariants_with_many_accounts(
+    rows: list[tuple[int, int, int, int, float]], half_life: float
+) -> None:
+    w = _random(rows, accounts=True)
+    for policy in (make_policy("ljf", w, ReplayConfig()), FairShare(w, None, half_life)):
+        s = replay(w, policy, strict=True)
+        assert s.end == [s.start[j] + w.hold[j] for j in range(len(w))]
+
+
+def test_fairshare_over_one_campaign_is_easy_on_kth(traces: Path) -> None:
+    one = ReplayConfig(campaigns="one")
+    a, b = (replay_trace(traces / KTH, p, config=one) for p in ("easy", "fairshare"))
+    assert a.manifest["outputs"]["schedule_sha256"] == b.manifest["outputs"]["schedule_sha256"]
