@@ -15,7 +15,7 @@ from bursar.cli.config import config_group
 from bursar.cli.demo import demo
 from bursar.cli.journal import journal
 from bursar.cli.leases import leases
-from bursar.cli.replay import matrix_command, replay_command
+from bursar.cli.replay import fidelity_command, matrix_command, replay_command
 from bursar.cli.serve import serve_command
 from bursar.cli.sim import sim
 from bursar.cli.supply import supply
@@ -82,6 +82,7 @@ for command in (
     campaigns,
     config_group,
     demo,
+    fidelity_command,
     journal,
     leases,
     matrix_command,

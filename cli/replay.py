@@ -13,15 +13,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bursar.broker.errors import ConfigError
+from bursar.sim.replay.fidelity import Fidelity, fidelity, gate_rows
+from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
 from bursar.sim.replay.mapping import ReplayConfig, load_replay_config
 from bursar.sim.replay.matrix import run_matrix, write_matrix
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
 from bursar.sim.replay.policies import POLICIES
 from bursar.sim.replay.run import replay_trace, write_run
-from bursar.sim.replay.table import TraceError
+from bursar.sim.replay.table import QualityReport, TraceError
 
-__all__ = ["matrix_command", "replay_command"]
+__all__ = ["fidelity_command", "matrix_command", "replay_command"]
 
 LARGE_TRACES = (
     "pwa-ctc-sp2/CTC-SP2-1996-3.1-cln.swf.gz",
@@ -49,6 +51,28 @@ def _config(path: Path | None) -> ReplayConfig:
 
 
 _policy_choice = click.Choice(list(POLICIES))
+_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(FORMATS)),
+    help="Trace format; default: told from the file name.",
+)
+
+
+def quality_table(q: QualityReport, title: str = "trace quality") -> Table:
+    """The ingestion report: records read, kept, and each reason a record was dropped."""
+    table = Table(title=title, show_header=False)
+    table.add_row("records", f"{q.records:,}")
+    table.add_row("kept", f"{q.kept:,}")
+    for reason, count in sorted(q.dropped.items()):
+        table.add_row("dropped", f"{count:,}: {reason}")
+    if not q.dropped:
+        table.add_row("dropped", "none")
+    if q.absent:
+        table.add_row("not recorded", ", ".join(q.absent))
+    for note in q.notes:
+        table.add_row("note", note)
+    return table
 
 
 @click.command(
@@ -97,6 +121,7 @@ _policy_choice = click.Choice(list(POLICIES))
     help="Replay config (TOML): campaigns per user/group/one and their envelopes.",
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
+@_format_option
 def replay_command(
     trace: Path,
     policy: str,
@@ -106,6 +131,7 @@ def replay_command(
     strict: bool,
     config_path: Path | None,
     limit: int | None,
+    fmt: str | None,
 ) -> None:
     console = Console(stderr=True)
     config = _config(config_path)
@@ -119,6 +145,7 @@ def replay_command(
                 tau_s=bsld_tau,
                 strict=strict,
                 limit=limit,
+                fmt=fmt,
             )
     except (TraceError, ValueError) as e:
         raise click.ClickException(str(e)) from None
@@ -139,8 +166,86 @@ def replay_command(
     table.add_row(
         "wall", f"{result.wall_s:.2f} s ({len(result.workload) / result.wall_s:,.0f} jobs/s)"
     )
-    Console().print(table)
+    out_console = Console()
+    out_console.print(table)
+    out_console.print(quality_table(result.trace.quality))
     click.echo(f"wrote {path}")
+
+
+@click.command(
+    "fidelity",
+    help=(
+        "Replay an SWF trace under a baseline policy and grade (high, medium, low) how "
+        "closely the replay reproduces the schedule the machine ran, as the trace records "
+        "it: mean and p95 wait, utilisation, the Kolmogorov-Smirnov distance of the wait "
+        "distributions, bounded slowdown percentiles, and the correlation of the queue "
+        "length over time. Default baseline: the best fit among fifo, easy and "
+        "conservative. Needs recorded waits (not the synthetic Lublin traces)."
+    ),
+)
+@click.option("--trace", "trace", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--policy",
+    type=_policy_choice,
+    help="Baseline policy; default: the best fit among fifo, easy and conservative.",
+)
+@click.option(
+    "--capacity",
+    type=click.IntRange(min=1),
+    help="Processors of the machine; default: the trace header's MaxProcs.",
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
+@_format_option
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def fidelity_command(
+    trace: Path,
+    policy: str | None,
+    capacity: int | None,
+    limit: int | None,
+    fmt: str | None,
+    as_json: bool,
+) -> None:
+    console = Console(stderr=True)
+    what = policy or "fifo, easy and conservative"
+    try:
+        with console.status(f"replaying {trace.name} under {what}"):
+            f = fidelity(trace, policy, capacity=capacity, limit=limit, fmt=fmt)
+    except (TraceError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    except InvariantViolation as e:
+        raise click.ClickException(f"{trace}: {e}") from None
+    if as_json:
+        click.echo(f.to_json())
+        return
+    _print_fidelity(f)
+
+
+def _print_fidelity(f: Fidelity) -> None:
+    m = f.measures
+    out = Console()
+    table = Table(title=f"{Path(f.trace).name} · {f.policy} · {m.jobs:,} jobs")
+    table.add_column("measure")
+    table.add_column("observed", justify="right")
+    table.add_column("replayed", justify="right")
+    table.add_row("mean wait (s)", f"{m.mean_wait_obs:,.0f}", f"{m.mean_wait_rep:,.0f}")
+    table.add_row("p95 wait (s)", f"{m.p95_wait_obs:,.0f}", f"{m.p95_wait_rep:,.0f}")
+    table.add_row("utilisation", f"{m.util_obs:.3f}", f"{m.util_rep:.3f}")
+    for k in m.bsld_obs:
+        table.add_row(f"bounded slowdown {k}", f"{m.bsld_obs[k]:,.1f}", f"{m.bsld_rep[k]:,.1f}")
+    out.print(table)
+    gate = Table(title=f"grade: {f.grade}")
+    gate.add_column("gate measure")
+    gate.add_column("value", justify="right")
+    gate.add_column("high", justify="right")
+    gate.add_column("medium", justify="right")
+    for row in gate_rows(m, f.thresholds):
+        gate.add_row(*row)
+    out.print(gate)
+    if f.candidates:
+        tried = ", ".join(
+            f"{p} {c['grade']} (KS {c['ks_wait']:.3f})" for p, c in f.candidates.items()
+        )
+        out.print(f"baseline {f.policy}: {f.chosen_by}; tried {tried}")
 
 
 @click.command(

@@ -21,7 +21,7 @@ def detect_format(path: Path) -> str:
         return "philly"
     raise TraceError(
         f"{path}: cannot tell the trace format from the name; "
-        f"pass the format explicitly (one of {', '.join(FORMATS)})"
+        f"pass --format (one of {', '.join(FORMATS)})"
     )
 
 

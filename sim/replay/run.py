@@ -69,16 +69,18 @@ def replay_trace(
     tau_s: float = DEFAULT_TAU_S,
     strict: bool = True,
     limit: int | None = None,
+    fmt: str | None = None,
 ) -> RunResult:
     """Replay ``trace_path`` under ``policy``. ``limit`` keeps only the first jobs (by
-    submit time), for quick looks and for the broker policy on the largest traces."""
+    submit time), for quick looks and for the broker policy on the largest traces.
+    ``fmt`` is the trace format (``ingest.FORMATS``) when the name does not tell it."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
     if tau_s <= 0 or not math.isfinite(tau_s):
         raise ValueError(f"--bsld-tau must be a finite number of seconds > 0 (got {tau_s})")
     config = config or ReplayConfig()
     t0 = time.perf_counter()
-    trace = load_trace(trace_path)
+    trace = load_trace(trace_path, fmt)
     cap = capacity if capacity is not None else trace.header.capacity
     if cap is None or cap <= 0:
         raise TraceError(
@@ -103,6 +105,9 @@ def replay_trace(
         "limit": limit,
         "replay": config.to_dict(),
     }
+    if fmt is not None:
+        # Only when given: runs that detect the format keep their manifests unchanged.
+        run_config["format"] = fmt
     manifest = build_manifest(
         trace=trace_path,
         trace_sha256=file_sha256(trace_path),

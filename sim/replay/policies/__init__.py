@@ -5,7 +5,9 @@ from __future__ import annotations
 from bursar.sim.replay.policies.base import Policy, PolicyFactory
 from bursar.sim.replay.policies.conservative import Conservative
 from bursar.sim.replay.policies.easy import Easy
+from bursar.sim.replay.policies.fairshare import FairShare
 from bursar.sim.replay.policies.fifo import Fifo
+from bursar.sim.replay.policies.ljf import Ljf
 from bursar.sim.replay.policies.sjf import Sjf
 
 __all__ = ["POLICIES", "Policy", "PolicyFactory", "make_policy"]
@@ -31,6 +33,8 @@ POLICIES: dict[str, PolicyFactory] = {
     "easy": Easy,
     "conservative": Conservative,
     "sjf": Sjf,
+    "ljf": Ljf,
+    "fairshare": FairShare,
     "bursar": _bursar,
     "bursar-arrival": _bursar_arrival,
 }
