@@ -21,6 +21,7 @@ from bursar.sim.replay.table import TraceError
 from bursar.sim.replay.whatif import (
     DEFAULT_ISOLATION_BOUND_S,
     DEFAULT_UTIL_TOLERANCE_PTS,
+    baseline_fidelity,
     compare,
     parse_candidate,
     run_whatif,
@@ -38,7 +39,8 @@ __all__ = ["whatif_command"]
         "run's manifest (DIR/runs/): KPI deltas against the baseline (p95 bounded slowdown, "
         "mean and p95 wait, utilisation, per-campaign share, starved jobs, guarantee "
         "violations, jobs killed at refused renewals), a verdict per candidate under stated "
-        "hard constraints, the Pareto front and why each rejected candidate was blocked. "
+        "hard constraints, the Pareto front, why each rejected candidate was blocked, and the "
+        "fidelity gate's grade of the baseline (one more replay). "
         "A candidate is a replay config (TOML path), capacity=N, policy=NAME, or several "
         "joined by commas (policy=easy,capacity=512)."
     ),
@@ -123,7 +125,20 @@ def whatif_command(
         raise click.ClickException(str(e)) from None
     except InvariantViolation as e:
         raise click.ClickException(f"{trace}: {e}") from None
-    rep = compare(base, arms, util_tolerance_pts=util_tolerance, isolation_bound_s=isolation_bound)
+    with console.status("grading the baseline's fidelity"):
+        try:
+            fid = baseline_fidelity(
+                trace, policy, capacity=capacity, limit=limit, config=base.config, tau_s=bsld_tau
+            )
+        except InvariantViolation as e:
+            raise click.ClickException(f"{trace}: fidelity of the baseline: {e}") from None
+    rep = compare(
+        base,
+        arms,
+        util_tolerance_pts=util_tolerance,
+        isolation_bound_s=isolation_bound,
+        fidelity=fid,
+    )
     for p in write_whatif(base, arms, rep, out, command.strip()):
         click.echo(f"wrote {p}")
     for c in rep["candidates"]:

@@ -42,6 +42,7 @@ def test_every_command_group_is_registered() -> None:
         "campaigns",
         "config",
         "demo",
+        "fidelity",
         "journal",
         "leases",
         "matrix",

@@ -89,6 +89,20 @@ def test_a_guarantee_the_policy_ignores_is_violated(tmp_path: Path) -> None:
     assert cand["narrative"][0].startswith(f"violates guarantees {cand['guarantee_violations']}")
 
 
+def test_a_candidate_whose_replay_fails_is_rejected_with_the_error(tmp_path: Path) -> None:
+    base_cfg, _, guarantee = configs(tmp_path)
+    cand = parse_candidate(f"config={guarantee}")
+    base, arms = run_whatif(trace(tmp_path), base_cfg, [cand], policy="bursar")
+    rep = compare(base, arms)
+    (row,) = rep["candidates"]
+    # user-3's unmet guarantee is held for it, so user-2's job of the whole machine
+    # never fits: the kernel's end-of-trace check stops that run, and only that run.
+    assert row["verdict"] == "rejected"
+    assert "jobs never run" in row["error"]
+    assert row["narrative"] == [f"the replay did not finish: {row['error']}"]
+    assert rep["pareto_front"] == [] and set(rep["manifests"]) == {"baseline"}
+
+
 def test_guarantee_counts_only_requests_within_the_unmet_guarantee() -> None:
     # Campaign "a" (guarantee 4): job 0 (size 4) fits; job 1 (size 2) arrives while job 0
     # is outstanding, so it is past the guarantee and its wait does not count; job 2
@@ -145,7 +159,8 @@ def test_whatif_command_writes_the_report_and_every_manifest(tmp_path: Path) -> 
     md = (out / "whatif.md").read_text()
     assert "starves 1 job of user-2 more than the baseline" in md
     assert "What the replay does not model" in md and "users do not adapt" in md
-    assert "fidelity" in md
+    assert "Fidelity of the baseline (`fifo` against the recorded schedule): **" in md
+    assert rep["fidelity_detail"]["grade"] in ("high", "medium", "low")
     page = (out / "whatif.html").read_text()
     assert "data:image/png;base64," in page
     manifests = sorted(p.parent.name for p in (out / "runs").glob("*/manifest.json"))

@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from bursar.broker.codec import json_safe
+from bursar.sim.replay.fidelity import fidelity
 from bursar.sim.replay.mapping import ReplayConfig, Workload, load_replay_config
 from bursar.sim.replay.metrics import DEFAULT_TAU_S, percentile
 from bursar.sim.replay.policies import POLICIES
 from bursar.sim.replay.run import RunResult, replay_trace
+from bursar.sim.replay.table import TraceError
 
 DEFAULT_UTIL_TOLERANCE_PTS = 0.5
 """How far (percentage points) a candidate's utilisation may fall below the baseline's."""
@@ -110,12 +112,14 @@ def _short(part: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Arm:
-    """A finished run and what it was asked to be."""
+    """A run and what it was asked to be; ``result`` is None when the run failed."""
 
     label: str
     policy: str
     config: ReplayConfig
-    result: RunResult
+    result: RunResult | None
+    error: str | None = None
+    """Why the run failed (an invariant violation, an engine error)."""
 
 
 def guarantee_violations(
@@ -169,6 +173,7 @@ def _guarantees(config: ReplayConfig, names: Sequence[str]) -> dict[str, float]:
 
 def kpis(arm: Arm, starvation_s: float, guarantees: dict[str, float], bound_s: float) -> dict:
     r = arm.result
+    assert r is not None
     m, w, s = r.metrics, r.workload, r.schedule
     waits = sorted(s.start[j] - w.submit[j] for j in range(len(w)))
     violations = guarantee_violations(w, s.start, s.end, guarantees, bound_s)
@@ -177,6 +182,7 @@ def kpis(arm: Arm, starvation_s: float, guarantees: dict[str, float], bound_s: f
         "label": arm.label,
         "policy": arm.policy,
         "capacity": m["capacity"],
+        "unit": m["unit"],
         "jobs": m["jobs"],
         "p95_bsld": m["p95_bsld"],
         "mean_bsld": m["mean_bsld"],
@@ -194,7 +200,7 @@ def kpis(arm: Arm, starvation_s: float, guarantees: dict[str, float], bound_s: f
         "boots": None,
         "share": {k: v["share"] for k, v in sorted(m["campaigns"].items())},
         "campaign_jobs": {k: v["jobs"] for k, v in sorted(m["campaigns"].items())},
-        "config_sha256": arm.result.manifest["config_sha256"],
+        "config_sha256": r.manifest["config_sha256"],
     }
 
 
@@ -309,20 +315,45 @@ def pareto_front(rows: Sequence[dict]) -> list[str]:
     return front
 
 
-FidelityFn = Callable[[RunResult], str]
+NOT_GRADED = "Fidelity: not graded"
 
 
-def fidelity_line(baseline: RunResult) -> str:
-    """The baseline's fidelity grade, from ``sim/replay/fidelity.py``.
-
-    FIDELITY HOOK: that module comes from another branch; until it is merged the report
-    says so instead of a grade.
-    """
+def baseline_fidelity(
+    trace: Path,
+    policy: str,
+    *,
+    capacity: int | None,
+    limit: int | None,
+    config: ReplayConfig,
+    tau_s: float,
+) -> tuple[str, dict[str, Any] | None]:
+    """The fidelity gate's grade of the baseline (the same policy, config and prefix): how
+    closely it reproduces the schedule the machine recorded. One more replay."""
     try:
-        from bursar.sim.replay import fidelity as fid  # type: ignore[attr-defined]
-    except ImportError:
-        return "fidelity: not graded (the fidelity grader is not in this build)"
-    return f"fidelity: {fid.fidelity(baseline)}"  # pragma: no cover - replaced at merge
+        f = fidelity(trace, policy, capacity=capacity, limit=limit, config=config, tau_s=tau_s)
+    except TraceError as e:  # a trace without recorded waits cannot be graded
+        return f"{NOT_GRADED} ({e})", None
+    m = f.measures
+    line = (
+        f"Fidelity of the baseline (`{f.policy}` against the recorded schedule): "
+        f"**{f.grade}** (KS distance of waits {m.ks_wait:.3f}, mean wait "
+        f"{m.mean_wait_rep:,.0f} s replayed against {m.mean_wait_obs:,.0f} s recorded, "
+        f"utilisation gap {m.util_gap:.3f}, queue-length Spearman {m.queue_spearman:.2f})"
+    )
+    return line, f.to_dict()
+
+
+def _failed_row(arm: Arm) -> dict[str, Any]:
+    return {
+        "label": arm.label,
+        "policy": arm.policy,
+        "verdict": "rejected",
+        "error": arm.error,
+        "constraints": [
+            {"name": "the replay runs to the end under the strict invariants", "held": False}
+        ],
+        "narrative": [f"the replay did not finish: {arm.error}"],
+    }
 
 
 def compare(
@@ -331,15 +362,21 @@ def compare(
     *,
     util_tolerance_pts: float = DEFAULT_UTIL_TOLERANCE_PTS,
     isolation_bound_s: float = DEFAULT_ISOLATION_BOUND_S,
-    fidelity: FidelityFn = fidelity_line,
+    fidelity: tuple[str, dict[str, Any] | None] = (NOT_GRADED, None),
 ) -> dict[str, Any]:
-    """The what-if report as plain data (what whatif.json holds)."""
+    """The what-if report as plain data (what whatif.json holds). ``fidelity`` is the
+    baseline's grade (``baseline_fidelity``), computed by the caller since it replays."""
+    if baseline.result is None:
+        raise ValueError(f"the baseline did not run: {baseline.error}")
     starvation_s = baseline.config.starvation_s
     names = baseline.result.workload.campaign_names
     base_g = _guarantees(baseline.config, names)
     base = kpis(baseline, starvation_s, base_g, isolation_bound_s)
     rows = []
     for arm in candidates:
+        if arm.result is None:
+            rows.append(_failed_row(arm))
+            continue
         own = _guarantees(arm.config, arm.result.workload.campaign_names)
         g = {n: max(base_g.get(n, 0.0), own.get(n, 0.0)) for n in set(base_g) | set(own)}
         k = kpis(arm, starvation_s, g, isolation_bound_s)
@@ -367,12 +404,13 @@ def compare(
             "isolation_bound_s": isolation_bound_s,
             "util_tolerance_pts": util_tolerance_pts,
             "bsld_tau_s": baseline.result.metrics["bsld_tau_s"],
-            "fidelity": fidelity(baseline.result),
+            "fidelity": fidelity[0],
+            "fidelity_detail": fidelity[1],
             "baseline": base,
             "candidates": rows,
-            "pareto_front": pareto_front(rows),
+            "pareto_front": pareto_front([r for r in rows if "error" not in r]),
             "not_modelled": list(NOT_MODELLED),
-            "manifests": {a.label: a.result.manifest for a in (baseline, *candidates)},
+            "manifests": {a.label: a.result.manifest for a in (baseline, *candidates) if a.result},
         }
     )
 
@@ -388,7 +426,12 @@ def run_whatif(
     tau_s: float = DEFAULT_TAU_S,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[Arm, list[Arm]]:
-    """Replay the baseline and every candidate on the same trace prefix."""
+    """Replay the baseline and every candidate on the same trace prefix.
+
+    A candidate whose run fails (an invariant violation, an engine error) becomes an arm
+    with the error, reported and rejected; the baseline's failure, or a trace that cannot
+    be read, stops the what-if.
+    """
     base_cfg = load_replay_config(baseline_config) if baseline_config else ReplayConfig()
 
     def one(label: str, pol: str, cfg: ReplayConfig, cap: int | None) -> Arm:
@@ -402,7 +445,15 @@ def run_whatif(
     for c in candidates:
         cfg = load_replay_config(c.config_path) if c.config_path else base_cfg
         cap = c.capacity if c.capacity is not None else capacity
-        arms.append(one(c.label, c.policy or policy, cfg, cap))
+        pol = c.policy or policy
+        try:
+            arms.append(one(c.label, pol, cfg, cap))
+        except TraceError:
+            raise
+        except Exception as e:  # reported in the what-if as the candidate's failure
+            arms.append(Arm(c.label, pol, cfg, None, f"{type(e).__name__}: {e}"))
+            if progress is not None:
+                progress(f"{c.label} (failed)")
     return base, arms
 
 
@@ -433,10 +484,10 @@ def _share_rows(rep: dict[str, Any], top: int = 8) -> list[tuple[str, list[float
     """The campaigns whose share moved most under any candidate, largest first."""
     moved: dict[str, float] = {}
     for c in rep["candidates"]:
-        for n, d in c["share_delta"].items():
+        for n, d in c.get("share_delta", {}).items():
             moved[n] = max(moved.get(n, 0.0), abs(d))
     names = sorted(moved, key=lambda n: (-moved[n], n))[:top]
-    return [(n, [c["share_delta"][n] for c in rep["candidates"]]) for n in names]
+    return [(n, [c.get("share_delta", {}).get(n) for c in rep["candidates"]]) for n in names]
 
 
 def _safe_label(label: str) -> str:
@@ -452,11 +503,14 @@ def markdown(rep: dict[str, Any], command: str, figure_name: str | None) -> str:
         "",
         f"Regenerate with `{command}`. Trace `{rep['trace']['trace']}` (sha256 "
         f"`{rep['trace']['sha256'][:16]}`), {limit}; baseline policy `{base['policy']}` on "
-        f"{base['capacity']:,} processors. {rep['fidelity']}.",
+        f"{base['capacity']:,} {base['unit']}.",
+        "",
+        f"{rep['fidelity']}.",
         "",
         "## Hard constraints",
         "",
-        "A candidate is accepted only if all of these hold:",
+        "A candidate is accepted only if its replay runs to the end under the strict "
+        "invariants and all of these hold:",
         "",
         f"1. no guarantee violations: no request within its campaign's unmet guarantee "
         f"waits longer than the isolation bound ({rep['isolation_bound_s']:g} s), against "
@@ -475,7 +529,10 @@ def markdown(rep: dict[str, Any], command: str, figure_name: str | None) -> str:
         "|---|---:|" + "---:|" * len(cands),
     ]
     for key, head, fmt in _ROWS:
-        cells = [f"{_fmt(fmt, c[key])} ({_delta(fmt, c['delta'][key])})" for c in cands]
+        cells = [
+            f"{_fmt(fmt, c[key])} ({_delta(fmt, c['delta'][key])})" if "delta" in c else "failed"
+            for c in cands
+        ]
         out.append(f"| {head} | {_fmt(fmt, base[key])} | " + " | ".join(cells) + " |")
     out.append(
         "| reclaims / boots | not recorded | " + " | ".join("not recorded" for _ in cands) + " |"
@@ -490,7 +547,7 @@ def markdown(rep: dict[str, Any], command: str, figure_name: str | None) -> str:
         "|---|---:|" + "---:|" * len(cands),
     ]
     for n, ds in _share_rows(rep):
-        cells = [f"{d * 100:+.2f}" for d in ds]
+        cells = ["failed" if d is None else f"{d * 100:+.2f}" for d in ds]
         out.append(f"| {n} | {base['share'].get(n, 0.0):.4f} | " + " | ".join(cells) + " |")
     out += ["", "## Verdicts", ""]
     for c in cands:
@@ -529,7 +586,7 @@ def figure_png(rep: dict[str, Any]) -> bytes:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    rows = [rep["baseline"], *rep["candidates"]]
+    rows = [rep["baseline"], *(c for c in rep["candidates"] if "error" not in c)]
     front = set(rep["pareto_front"])
     for r in rows:
         is_base = r is rep["baseline"]
