@@ -126,7 +126,7 @@ def test_guarantee_counts_only_requests_within_the_unmet_guarantee() -> None:
 
 
 def test_whatif_command_writes_the_report_and_every_manifest(tmp_path: Path) -> None:
-    base_cfg, patient, _ = configs(tmp_path)
+    base_cfg, patient, guarantee = configs(tmp_path)
     out = tmp_path / "out"
     res = CliRunner().invoke(
         main,
@@ -144,6 +144,8 @@ def test_whatif_command_writes_the_report_and_every_manifest(tmp_path: Path) -> 
             "capacity=20",
             "--candidate",
             f"policy=bursar,config={patient}",
+            "--candidate",
+            f"policy=bursar,config={guarantee}",
             "--out",
             str(out),
         ],
@@ -163,8 +165,12 @@ def test_whatif_command_writes_the_report_and_every_manifest(tmp_path: Path) -> 
     assert rep["fidelity_detail"]["grade"] in ("high", "medium", "low")
     page = (out / "whatif.html").read_text()
     assert "data:image/png;base64," in page
+    assert "| p95 bounded slowdown |" in md and "| failed |" in md
+    assert "the replay did not finish: InvariantViolation" in md
+    # Every run that finished has its manifest; the failed one has its error instead.
     manifests = sorted(p.parent.name for p in (out / "runs").glob("*/manifest.json"))
-    assert len(manifests) == 4 and set(rep["manifests"]) == {"baseline", *verdicts}
+    failed = "policy=bursar,config=guarantee.toml"
+    assert len(manifests) == 4 and set(rep["manifests"]) == {"baseline", *verdicts} - {failed}
 
 
 def test_a_bad_candidate_is_a_usage_error(tmp_path: Path) -> None:

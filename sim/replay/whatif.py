@@ -704,6 +704,8 @@ def write_whatif(
     written = [md, page, data, *written]
     runs = out / "runs"
     for arm in (baseline, *candidates):
+        if arm.result is None:
+            continue  # a failed run wrote nothing; its error is in the report
         d = runs / _safe_label(arm.label)
         d.mkdir(parents=True, exist_ok=True)
         p = d / "manifest.json"
