@@ -7,6 +7,8 @@
 #   make lint       ruff check and ruff format --check
 #   make matrix     replay every policy on the CTC-SP2, SDSC-SP2 and HPC2N traces into
 #                   docs/replay-matrix.{md,html,json,png} (TRACES=dir overrides the traces)
+#   make whatif     replay CTC-SP2 under docs/whatif/baseline.toml and the candidates there
+#                   into docs/whatif/whatif.{md,html,json,png} (TRACES=dir overrides the traces)
 #   make format     apply ruff's fixes and formatting
 #   make clean      remove generated output and caches (keeps .venv)
 #   make distclean  clean, and remove .venv too
@@ -20,7 +22,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := test
-.PHONY: demo test lint format clean distclean system-deps matrix
+.PHONY: demo test lint format clean distclean system-deps matrix whatif
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +48,12 @@ TRACES ?= ../shared/traces
 
 matrix: $(STAMP)
 	BURSAR_TRACES_DIR=$(TRACES) $(BIN)/bursar matrix --out docs
+
+whatif: $(STAMP)
+	$(BIN)/bursar whatif --trace $(TRACES)/pwa-ctc-sp2/CTC-SP2-1996-3.1-cln.swf.gz \
+	    --config docs/whatif/baseline.toml --candidate docs/whatif/tight-burst.toml \
+	    --candidate docs/whatif/small-jobs-guarantee.toml --candidate capacity=400 \
+	    --out docs/whatif
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

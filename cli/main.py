@@ -20,6 +20,7 @@ from bursar.cli.serve import serve_command
 from bursar.cli.sim import sim
 from bursar.cli.supply import supply
 from bursar.cli.verbs import release_command, renew_command, status_command
+from bursar.cli.whatif import whatif_command
 
 __all__ = ["main"]
 
@@ -92,6 +93,7 @@ for command in (
     sim,
     status_command,
     supply,
+    whatif_command,
 ):
     main.add_command(command)
 

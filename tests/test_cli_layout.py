@@ -53,6 +53,7 @@ def test_every_command_group_is_registered() -> None:
         "sim",
         "status",
         "supply",
+        "whatif",
     }
     assert {("journal", "audit"), ("sim", "run"), ("campaigns", "create")} <= set(COMMANDS)
 

@@ -1,0 +1,147 @@
+"""``bursar whatif``: an operator's what-if on a job trace, a baseline against candidates.
+
+Not the live ``bursar leases whatif`` (which asks a running broker about one request):
+this replays recorded history under each config and reports the deltas and verdicts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from bursar.broker.errors import ConfigError
+from bursar.sim.replay.kernel import InvariantViolation
+from bursar.sim.replay.metrics import DEFAULT_TAU_S
+from bursar.sim.replay.policies import POLICIES
+from bursar.sim.replay.table import TraceError
+from bursar.sim.replay.whatif import (
+    DEFAULT_ISOLATION_BOUND_S,
+    DEFAULT_UTIL_TOLERANCE_PTS,
+    baseline_fidelity,
+    compare,
+    parse_candidate,
+    run_whatif,
+    write_whatif,
+)
+
+__all__ = ["whatif_command"]
+
+
+@click.command(
+    "whatif",
+    help=(
+        "Replay one job trace under a baseline replay config and under each candidate, and "
+        "write DIR/whatif.md, DIR/whatif.html (figure inline), DIR/whatif.json and every "
+        "run's manifest (DIR/runs/): KPI deltas against the baseline (p95 bounded slowdown, "
+        "mean and p95 wait, utilisation, per-campaign share, starved jobs, guarantee "
+        "violations, jobs killed at refused renewals), a verdict per candidate under stated "
+        "hard constraints, the Pareto front, why each rejected candidate was blocked, and the "
+        "fidelity gate's grade of the baseline (one more replay). "
+        "A candidate is a replay config (TOML path), capacity=N, policy=NAME, or several "
+        "joined by commas (policy=easy,capacity=512)."
+    ),
+)
+@click.option("--trace", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The baseline's replay config (TOML); default: the default replay config.",
+)
+@click.option(
+    "--candidate",
+    "candidates",
+    multiple=True,
+    required=True,
+    help="A candidate: a replay config path, capacity=N, policy=NAME (repeat).",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(list(POLICIES)),
+    default="bursar",
+    show_default=True,
+    help="The policy of the baseline and of every candidate that does not name one.",
+)
+@click.option("--capacity", type=click.IntRange(min=1), help="The baseline's capacity.")
+@click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out/whatif"),
+    show_default=True,
+)
+@click.option("--bsld-tau", type=float, default=DEFAULT_TAU_S, show_default=True)
+@click.option(
+    "--util-tolerance",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_UTIL_TOLERANCE_PTS,
+    show_default=True,
+    help="How many percentage points of utilisation a candidate may lose and be accepted.",
+)
+@click.option(
+    "--isolation-bound",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_ISOLATION_BOUND_S,
+    show_default=True,
+    help="Seconds within which a request inside its unmet guarantee must start.",
+)
+def whatif_command(
+    trace: Path,
+    config_path: Path | None,
+    candidates: tuple[str, ...],
+    policy: str,
+    capacity: int | None,
+    limit: int | None,
+    out: Path,
+    bsld_tau: float,
+    util_tolerance: float,
+    isolation_bound: float,
+) -> None:
+    try:
+        cands = [parse_candidate(c) for c in candidates]
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--candidate") from None
+    console = Console(stderr=True)
+    command = "bursar whatif " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    try:
+        with console.status(f"replaying {trace.name}: baseline"):
+            base, arms = run_whatif(
+                trace,
+                config_path,
+                cands,
+                policy=policy,
+                capacity=capacity,
+                limit=limit,
+                tau_s=bsld_tau,
+                progress=lambda label: console.log(f"done {label}"),
+            )
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+    except (TraceError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    except InvariantViolation as e:
+        raise click.ClickException(f"{trace}: {e}") from None
+    with console.status("grading the baseline's fidelity"):
+        try:
+            fid = baseline_fidelity(
+                trace, policy, capacity=capacity, limit=limit, config=base.config, tau_s=bsld_tau
+            )
+        except InvariantViolation as e:
+            raise click.ClickException(f"{trace}: fidelity of the baseline: {e}") from None
+    rep = compare(
+        base,
+        arms,
+        util_tolerance_pts=util_tolerance,
+        isolation_bound_s=isolation_bound,
+        fidelity=fid,
+    )
+    for p in write_whatif(base, arms, rep, out, command.strip()):
+        click.echo(f"wrote {p}")
+    for c in rep["candidates"]:
+        click.echo(f"{c['label']}: {c['verdict']}")
+        for line in c["narrative"]:
+            click.echo(f"  {line}")
