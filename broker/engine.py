@@ -89,14 +89,16 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 2
+RULES_VERSION = 3
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
 pass leaves a request as it is when the pool refuses its bucket (its campaign's own limits
 are looked at again when that campaign changes), reservation profiles read firm lease ends
 and guaranteed holdings as they were when built, and a batch campaign may take its lent
-reserve back from a lease already draining for another request."""
+reserve back from a lease already draining for another request. 3: a campaign's requests
+waiting on its own limits behind its head that waits for the pool are looked at again
+whenever the campaign changes (they were left waiting for good)."""
 
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to

@@ -88,6 +88,7 @@ class Queues:
         "_campaigns",
         "_durations",
         "_indexed",
+        "_limited",
         "_patience_s",
         "_primary",
         "_push_timer",
@@ -130,6 +131,9 @@ class Queues:
         """The durations of each bucket's requests."""
         self.guarantee_heads: dict[str, None] = {}
         self._indexed: dict[str, dict[str, None]] = {}
+        self._limited: dict[tuple[str, LeaseClass], set[str]] = {}
+        """Per queue, the requests waiting on their campaign's own limits (burst, bucket):
+        in no pool index, so only a change of their campaign looks at them again."""
         """Each campaign's requests in the pool-blocked index."""
         self.wake_at: dict[str, float] = {}
         """When each bucket-blocked campaign's queue is looked at again (the earliest asked)."""
@@ -178,6 +182,7 @@ class Queues:
         """Queue ``p`` at the back of its (campaign, class) queue."""
         self.pending[p.id] = p
         self._queues.setdefault((p.campaign, p.lease_class), deque()).append(p.id)
+        self._limited.setdefault((p.campaign, p.lease_class), set())
         self._by_campaign.setdefault(p.campaign, {})[p.lease_class] = None
 
     def remove(self, p: Pending) -> None:
@@ -190,8 +195,10 @@ class Queues:
         else:
             q.remove(p.id)
         self._index_head(p, False)
+        self._limited[qk].discard(p.id)
         if not q:
             del self._queues[qk]
+            del self._limited[qk]
             del self._by_campaign[p.campaign][p.lease_class]
             if not self._by_campaign[p.campaign]:
                 del self._by_campaign[p.campaign]
@@ -210,6 +217,11 @@ class Queues:
             self._push_timer(max(now, p.queued_at + self._patience_s), TimerKind.AGE, p.id)
         if pool != (p.head_entry is not None):
             self._index_head(p, pool)
+        limited = self._limited[(p.campaign, p.lease_class)]
+        if pool:
+            limited.discard(p.id)
+        else:
+            limited.add(p.id)
         if pool and not was_pool and p.id in self.aged:
             # Once per spell of pool-blocked waiting: the entry stays valid while it lasts.
             self._aged_heap.add((-p.lease_class.rank, p.seq, p.id))
@@ -363,12 +375,20 @@ class Queues:
         return barrier is not None and barrier[0] <= -p.lease_class.rank
 
     def dirty_heads(self) -> list[tuple[tuple[int, float, int], str]]:
-        """(order key, id) of the heads of every queue of the dirty campaigns."""
+        """(order key, id) of the heads of every queue of the dirty campaigns, and, behind a
+        head that waits only for the pool, the requests waiting on their campaign's own limits."""
         out = []
         for name in sorted(self.dirty):
             for lc in self._by_campaign.get(name, ()):
                 rid = self._queues[(name, lc)][0]
-                out.append((self.key(self.pending[rid]), rid))
+                head = self.pending[rid]
+                out.append((self.key(head), rid))
+                if head.reason in admission.POOL_REASONS:
+                    # Behind a head that waits only for the pool every request may be
+                    # tried (``may_try``); those waiting on their campaign's own limits
+                    # are in no pool index, so they are looked at here, when it changes.
+                    for other in self._limited[(name, lc)]:
+                        out.append((self.key(self.pending[other]), other))
         return out
 
     def pool_scan(self, bound: float) -> PoolScan:

@@ -1181,3 +1181,33 @@ def test_a_request_may_not_crowd_its_own_campaigns_reservation_over_its_burst():
     # Ending before the reservation is fine.
     assert one(eng.apply(req(3, "f", 4, 50)), Granted).expires_at == 53
     assert one(eng.apply(Tick(at=100)), Granted).lease_id == "L2"
+
+
+def test_requests_waiting_on_their_campaigns_burst_behind_a_pool_blocked_head_are_served():
+    """A campaign's small requests queued ABOVE_BURST behind its own head that waits for
+    the pool are looked at again when the campaign's holding drops (they are in no pool
+    index): they were once left waiting for good with the pool idle."""
+    from bursar.broker.decisions import Granted, Queued
+    from bursar.broker.engine import Engine
+    from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+    from bursar.broker.events import CreateCampaign, Release, RequestLease
+    from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+    from bursar.broker.reasons import Reason
+
+    pool = PoolSpec(groups=(NodeGroup(count=10, resources={"cpu": 1}, warm=10),))
+    eng = Engine(pool, PolicySpec(power_down_idle_s=None))
+    env = DimEnvelope(guarantee=0, sustained=10, burst=8, bucket=None)
+    eng.apply(CreateCampaign(0, CampaignSpec("u", {"cpu": env}, LeaseClass.BATCH)))
+    other = DimEnvelope(guarantee=0, sustained=10, burst=10, bucket=None)
+    eng.apply(CreateCampaign(0, CampaignSpec("v", {"cpu": other}, LeaseClass.BATCH)))
+    eng.apply(RequestLease(1, "v", {"cpu": 4}, 1000))
+    big = eng.apply(RequestLease(2, "u", {"cpu": 7}, 100)).own  # 6 free: waits for the pool
+    assert isinstance(big, Queued) and big.reason is Reason.POOL_FULL
+    held = eng.apply(RequestLease(3, "u", {"cpu": 5}, 1000)).own.lease_id  # passes it
+    small = eng.apply(RequestLease(4, "u", {"cpu": 4}, 100)).own
+    assert isinstance(small, Queued) and small.reason is Reason.ABOVE_BURST
+    out = eng.apply(Release(5, held))
+    granted = {d.lease_id for d in out if isinstance(d, Granted)}
+    # The big one still does not fit beside v's 4; the small one does.
+    assert granted == {small.request_id}
+    eng.check_invariants()
