@@ -352,8 +352,11 @@ def test_an_elastic_block_hears_its_growth_and_its_shrink_without_changing_state
             # At the deadline the lease shrinks: the block hears the new whole.
             await until(lambda: deadline in clock.deadlines(), 10)
             clock.set(deadline)
-            await until(lambda: bool(h.sizes), 10)
-            assert h.sizes == [{"cpu": 2.0}] and b.lease.size["cpu"] == 2.0
+            # (The growth's own RESIZED may be heard after RUNNING on a busy machine: the
+            # grant's answer already carried it, and hearing it again changes nothing.)
+            await until(lambda: bool(h.sizes) and h.sizes[-1] == {"cpu": 2.0}, 10)
+            assert all(x == {"cpu": 4.0} for x in h.sizes[:-1]), h.sizes
+            assert b.lease.size["cpu"] == 2.0
             assert b.warned_to is None and b.usable == {"cpu": 2.0}
             got = await asyncio.wait_for(want, 10)
             assert got.size["cpu"] == 2.0
