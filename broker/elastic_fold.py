@@ -118,6 +118,14 @@ class ElasticFold:
             at=ls.starts_at,
         )
 
+    def elastic_size_after_shrink(self: Engine, lease_id: str) -> dims.Vec:
+        """What an elastic lease holds once the shrinks announced to it have come due."""
+        size, _ = self.elastic_size(lease_id)
+        el = self.elastic.by_lease.get(lease_id)
+        for xid in el.warned if el is not None else ():
+            size = dims.sub(size, self.leases[xid].size)
+        return size
+
     def elastic_size(self: Engine, lease_id: str) -> tuple[dims.Vec, dict[int, dims.Vec]]:
         """A live lease's whole size and pieces: its own, and for an elastic lease its extra
         steps' too (what the holder may use)."""
@@ -165,18 +173,26 @@ class ElasticFold:
         self: Engine, el: elastic.ElasticLease, state: LeaseState, cause: str
     ) -> tuple[float, float]:
         """End an ending lease's extra steps with it; their refunds join the lease's own."""
+        _, tokens, credits = self._end_steps(el, list(el.extents), state, cause)
+        return tokens, credits
+
+    def _end_steps(
+        self: Engine, el: elastic.ElasticLease, extents: list[str], state: LeaseState, cause: str
+    ) -> tuple[dims.Vec, float, float]:
+        """End these extra steps quietly: (what they held, their refunded tokens, credits)."""
+        held = dims.ZERO
         tokens = credits = 0.0
-        for xid in el.extents:
+        for xid in extents:
             x = self.leases[xid]
-            if xid in el.warned:
+            held = dims.add(held, x.size)
+            if el.warned.pop(xid, None) is not None:
                 self.elastic.warned_held = dims.vmax0(dims.sub(self.elastic.warned_held, x.size))
             d = self._end(x, state, cause, quiet=True)
             tokens += getattr(d, "refund_tokens", 0.0)
             credits += getattr(d, "refund_credits", 0.0)
+            el.extents.remove(xid)
             del self.elastic.parent_of[xid]
-        el.extents.clear()
-        el.warned.clear()
-        return tokens, credits
+        return held, tokens, credits
 
     def _shrink_now(
         self: Engine, el: elastic.ElasticLease, extents: list[str], cause: str
@@ -185,19 +201,8 @@ class ElasticFold:
         lost under them) and say so."""
         el.advance(self.now)
         state = LeaseState.REVOKED if cause.startswith("node ") else LeaseState.RELEASED
-        delta = dims.ZERO
-        tokens = credits = 0.0
-        for xid in extents:
-            x = self.leases[xid]
-            delta = dims.sub(delta, x.size)
-            d = self._end(x, state, cause, quiet=True)
-            tokens += getattr(d, "refund_tokens", 0.0)
-            credits += getattr(d, "refund_credits", 0.0)
-            el.extents.remove(xid)
-            if el.warned.pop(xid, None) is not None:
-                self.elastic.warned_held = dims.vmax0(dims.sub(self.elastic.warned_held, x.size))
-            del self.elastic.parent_of[xid]
-        return self._resized(el, delta, -tokens, -credits, {"cause": cause})
+        held, tokens, credits = self._end_steps(el, extents, state, cause)
+        return self._resized(el, dims.sub(dims.ZERO, held), -tokens, -credits, {"cause": cause})
 
     def _renew_extents(
         self: Engine, el: elastic.ElasticLease, new_end: float
@@ -246,9 +251,7 @@ class ElasticFold:
             el.warned[xid] = deadline
             self.timers.push(deadline, TimerKind.RESIZE, xid)
             self.elastic.warned_held = dims.add(self.elastic.warned_held, self.leases[xid].size)
-        size, _ = self.elastic_size(el.lease_id)
-        for xid in el.warned:
-            size = dims.sub(size, self.leases[xid].size)
+        size = self.elastic_size_after_shrink(el.lease_id)
         rule, risk = self.policy.elastic_rule, self.policy.elastic_risk
         self._emit(
             ResizeWarned(

@@ -313,10 +313,7 @@ def elastic_to_proto(engine: Engine, el: elastic.ElasticLease) -> pb.ElasticStat
     )
     if el.warned:
         out.resize_deadline = min(el.warned.values())
-        size, _ = engine.elastic_size(el.lease_id)
-        for xid in el.warned:
-            size = dims.sub(size, engine.leases[xid].size)
-        out.resize_to.update(dims.as_dict(size))
+        out.resize_to.update(dims.as_dict(engine.elastic_size_after_shrink(el.lease_id)))
     return out
 
 
