@@ -89,7 +89,7 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 3
+RULES_VERSION = 4
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -98,7 +98,10 @@ are looked at again when that campaign changes), reservation profiles read firm 
 and guaranteed holdings as they were when built, and a batch campaign may take its lent
 reserve back from a lease already draining for another request. 3: a campaign's requests
 waiting on its own limits behind its head that waits for the pool are looked at again
-whenever the campaign changes (they were left waiting for good)."""
+whenever the campaign changes (they were left waiting for good). 4: a request larger than
+the pool can ever give it beside the other campaigns' guarantees is refused at once, and an
+envelope change that would leave a waiting request so is refused (such requests waited for
+good, neither granted nor refused)."""
 
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to

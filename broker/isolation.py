@@ -26,7 +26,10 @@ capacity, not out of reclaimable capacity.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from bursar.broker import dims
+from bursar.broker.envelope import CampaignSpec, LeaseClass
 
 
 def unmet(guarantee: dims.Vec, held: dims.Vec) -> dims.Vec:
@@ -50,3 +53,19 @@ def warm_limit(
 def within_own_guarantee(size: dims.Vec, own_unmet: dims.Vec) -> bool:
     """A request entirely inside its campaign's unmet guarantee: served from its own reserve."""
     return dims.fits(size, own_unmet)
+
+
+def ceiling(
+    name: str, preemptible: bool, specs: Iterable[CampaignSpec], capacity: dims.Vec
+) -> dims.Vec:
+    """The most of the pool one request of campaign ``name`` can ever be granted beside the
+    other campaigns' guarantees, whatever they hold: their reserve plus their holdings never
+    drop below their guarantees. A firm request keeps off every other guarantee; a
+    preemptible one only off the interactive campaigns' (it may fill batch reserves). A
+    request above it would wait for good, so it is refused at once."""
+    kept = dims.ZERO
+    for s in specs:
+        if s.name == name or (preemptible and s.lease_class is not LeaseClass.INTERACTIVE):
+            continue
+        kept = dims.add(kept, s.placed("guarantee"))
+    return dims.vmax0(dims.sub(capacity, kept))

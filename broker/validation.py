@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import admission, dims, elastic, shape
+from bursar.broker import admission, dims, elastic, isolation, shape
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
@@ -104,6 +104,52 @@ def _spec(eng: Engine, spec: CampaignSpec, creating: bool) -> None:
             f"capacity {dims.as_dict(eng.pool.capacity)}; lower a guarantee",
             ErrorCode.FAILED_PRECONDITION,
         )
+    _strands(eng, spec)
+
+
+def _guarantors(eng: Engine, name: str, i: int, most: int = 3) -> str:
+    """The other campaigns holding guarantees in dimension ``i``, largest first."""
+    held = sorted(
+        ((-c.guarantee[i], n) for n, c in eng.campaigns.items() if n != name and c.guarantee[i]),
+    )
+    named = [f"{n!r} ({-g:g})" for g, n in held[:most]]
+    if len(held) > most:
+        named.append(f"{len(held) - most} more")
+    return ", ".join(named) or "none"
+
+
+def _strands(eng: Engine, spec: CampaignSpec) -> None:
+    """An envelope change may not leave a waiting request that could then never be granted
+    (above its campaign's new burst, or above what the new guarantees leave it): it would
+    wait for good. The admin withdraws such requests first, or chooses other envelopes."""
+    if not eng.pending:
+        return
+    specs = {n: c.spec for n, c in eng.campaigns.items()}
+    specs[spec.name] = spec
+    burst = spec.placed("burst")
+    rooms: dict[str, dims.Vec] = {}
+    stranded: list[str] = []
+    for p in eng.pending.values():
+        room = rooms.get(p.campaign)
+        if room is None:
+            s = specs[p.campaign]
+            room = isolation.ceiling(s.name, s.preemptible, specs.values(), eng.pool.capacity)
+            if s.name == spec.name:
+                room = dims.vmin(room, burst)
+            rooms[p.campaign] = room
+        if not dims.fits(p.size, room):
+            stranded.append(f"{p.id} (campaign {p.campaign!r}, {dims.as_dict(p.size)})")
+    if stranded:
+        shown = ", ".join(stranded[:5]) + (
+            f" and {len(stranded) - 5} more" if len(stranded) > 5 else ""
+        )
+        raise bad(
+            "spec.envelopes",
+            f"this change would leave {len(stranded)} waiting request(s) that could then never "
+            f"be granted: {shown}; withdraw them first, or keep guarantees and bursts that "
+            "leave room for them",
+            ErrorCode.FAILED_PRECONDITION,
+        )
 
 
 def _duration(eng: Engine, d: object) -> float:
@@ -177,6 +223,20 @@ def _request(eng: Engine, e: RequestLease) -> None:
                 f"{where}.{dim}",
                 f"{size[i]} is above campaign {e.campaign!r}'s burst ceiling ({c.burst[i]}) "
                 "and can never be granted",
+                ErrorCode.OUT_OF_RANGE,
+            )
+    room = isolation.ceiling(
+        c.spec.name, c.spec.preemptible, (x.spec for x in eng.campaigns.values()), eng.pool.capacity
+    )
+    for i, dim in enumerate(dims.PLACED):
+        if size[i] > room[i] + EPS:
+            raise bad(
+                f"{where}.{dim}",
+                f"{size[i]:g} can never be granted beside the other campaigns' guarantees: "
+                f"the pool has {eng.pool.capacity[i]:g} and "
+                f"{eng.pool.capacity[i] - room[i]:g} of it is guaranteed to "
+                f"{_guarantors(eng, c.spec.name, i)}; ask for at most {room[i]:g}, or ask the "
+                "admin to lower a guarantee",
                 ErrorCode.OUT_OF_RANGE,
             )
     shape.check_pool(demand, eng.pool.kinds)

@@ -163,6 +163,8 @@ def replay_command(
     table.add_row(
         "killed", f"{m['killed']:,} ({m['killed_unit_seconds']:,.0f} {m['unit']}-seconds lost)"
     )
+    if m["refused"]:
+        table.add_row("refused", f"{m['refused']:,} (larger than the pool can ever give them)")
     table.add_row(
         "wall", f"{result.wall_s:.2f} s ({len(result.workload) / result.wall_s:,.0f} jobs/s)"
     )

@@ -889,8 +889,11 @@ def test_reserve_on_booting_nodes_is_not_handed_out_by_the_cold_path():
     out = eng.apply(CreateCampaign(at=0, spec=gpu_campaign("victim", 8, 8, 8)))
     assert kinds(out) == ["CampaignSet", "PoweredOn"]  # node000 boots for the reserve
     eng.apply(CreateCampaign(at=0, spec=gpu_campaign("other", 0, 16, 16)))
-    # "other" has no guarantee: at most 16 - 8 = 8 GPUs are its to take.
-    out = eng.apply(req(1, "other", 16, 3600))
+    # "other" has no guarantee: at most 16 - 8 = 8 GPUs are ever its to take (more is
+    # refused as bad input). It boots the other node for its first 8; its next 8 must not
+    # come out of the reserve booting on node000.
+    assert one(eng.apply(req(1, "other", 8, 3600)), Granted).path is LeasePath.COLD
+    out = eng.apply(req(1, "other", 8, 3600))
     assert not [d for d in out if isinstance(d, Granted)], out
     eng.apply(NodeReady(at=60, node="node000"))
     g = one(eng.apply(req(62, "victim", 8, 60)), Granted)

@@ -86,6 +86,9 @@ CASES = [
     ("duration above max", lease({"gpu": 1}, 3601), ErrorCode.OUT_OF_RANGE, "duration_s", "3600"),
     ("larger than pool", lease({"gpu": 65}, campaign="b"), ErrorCode.OUT_OF_RANGE, "size.gpu", "whole pool"),
     ("above burst", lease({"gpu": 33}), ErrorCode.OUT_OF_RANGE, "size.gpu", "burst"),
+    # 57 of 64 fits the pool and b's burst, but a's guarantee of 8 is never b's.
+    ("never fits beside guarantees", lease({"gpu": 57}, campaign="b"), ErrorCode.OUT_OF_RANGE,
+     "size.gpu", "beside the other campaigns' guarantees"),
     ("cpu above burst", lease({"gpu": 1, "cpu": 257}), ErrorCode.OUT_OF_RANGE, "size.cpu", "burst"),
     # 24 GPUs lift 16 above R=8: 16 x 51 s = 816 > B = 800, whatever the level.
     ("bucket can never prepay", lease({"gpu": 24}, 51), ErrorCode.OUT_OF_RANGE, "duration_s", "bucket"),
@@ -141,6 +144,13 @@ CASES = [
     ("update raises guarantees above capacity",
      UpdateCampaign(at=10, spec=gpu_campaign("b", 57, 57, 1000)),
      ErrorCode.FAILED_PRECONDITION, "spec.envelopes", "guarantees would sum"),
+    # b guaranteed 49 leaves a at most 15: its waiting L3 of 16 would wait for good.
+    ("update strands a waiting request", UpdateCampaign(at=10, spec=gpu_campaign("b", 49, 49, 1000)),
+     ErrorCode.FAILED_PRECONDITION, "spec.envelopes", "L3 (campaign 'a'"),
+    ("update lowers a burst below a waiting request",
+     UpdateCampaign(at=10, spec=gpu_campaign("a", 8, 8, 12, 800, extra={
+         "inference": DimEnvelope(0, 50, 200, 1000), "cpu": DimEnvelope(0, 64, 256, None)})),
+     ErrorCode.FAILED_PRECONDITION, "spec.envelopes", "never be granted"),
     ("update unknown campaign", UpdateCampaign(at=10, spec=gpu_campaign("zz", 0, 8, 8)),
      ErrorCode.NOT_FOUND, "campaign", "zz"),
     ("node ready for a warm node", NodeReady(at=10, node="node000"),
@@ -279,4 +289,28 @@ def test_cancel_of_a_request_granted_while_the_clock_advances_does_not_crash():
     grants = [d for d in out if isinstance(d, Granted)]
     assert [g.lease_id for g in grants] == ["L3"]
     assert "L3" not in eng.pending
+    eng.check_invariants()
+
+
+def test_the_ceiling_beside_guarantees_counts_each_class_as_it_may_borrow():
+    """A firm request keeps off every other campaign's guarantee; a preemptible one only
+    off the interactive campaigns' (batch reserves are lent to preemptible leases)."""
+    eng = build_engine(
+        campaigns=[
+            gpu_campaign("batch", 8, 8, 64),
+            gpu_campaign("live", 16, 16, 64, lease_class=LeaseClass.INTERACTIVE),
+            gpu_campaign("fill", 0, 64, 64, lease_class=LeaseClass.OPPORTUNISTIC, preemptible=True),
+            gpu_campaign("firm", 0, 64, 64),
+        ]
+    )
+    for campaign, top in (("firm", 40), ("fill", 48), ("batch", 48), ("live", 56)):
+        with pytest.raises(RequestError) as exc:
+            eng.apply(RequestLease(at=0, campaign=campaign, size={"gpu": top + 1}, duration_s=10))
+        assert f"ask for at most {top}" in exc.value.message, campaign
+        out = eng.apply(RequestLease(at=0, campaign=campaign, size={"gpu": top}, duration_s=10))
+        assert out.own is not None and out.own.kind in {"grant", "queue"}, campaign
+        if isinstance(out.own, Granted):
+            eng.apply(Release(at=0, lease_id=out.own.lease_id))
+        else:
+            eng.apply(CancelRequest(at=0, request_id=out.own.request_id))
     eng.check_invariants()

@@ -141,6 +141,26 @@ def test_bursar_envelope_burst_caps_a_campaign(tmp_path: Path) -> None:
     assert starts(path, "bursar", capped) == [0, 10]
 
 
+def test_bursar_refuses_a_job_larger_than_the_pool_leaves_it_beside_guarantees(
+    tmp_path: Path,
+) -> None:
+    # 10 processors, 2 guaranteed to user-2 (who never submits before job 3): user-1's
+    # 9-processor job can never run beside that reserve, so the broker refuses it at its
+    # submission instead of leaving it queued for good; the others run as usual.
+    rows = [(0, 10, 9, 10, 1), (5, 10, 4, 10, 1), (20, 10, 2, 10, 2)]
+    path = swf(tmp_path, rows)
+    config = ReplayConfig(overrides={"user-2": Envelope(guarantee=2)})
+    r = replay_trace(path, "bursar", config=config)
+    assert r.schedule.refused == [0]
+    assert math.isnan(r.schedule.start[0]) and r.schedule.start[1:] == [5, 20]
+    m = r.metrics
+    assert m["refused"] == 1 and m["campaigns"]["user-1"]["refused"] == 1
+    assert m["mean_wait_s"] == 0.0 and m["jobs"] == 3
+    # Without the guarantee the same job runs at once.
+    assert replay_trace(path, "bursar").schedule.start == [0, 10, 20]
+    assert replay_trace(path, "bursar").metrics["refused"] == 0
+
+
 class _Greedy:
     """Starts every job the moment it arrives, whatever is free: breaks capacity."""
 

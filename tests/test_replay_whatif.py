@@ -4,6 +4,7 @@ the policy does not honour is counted as violated; the Pareto front as an invari
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -89,18 +90,21 @@ def test_a_guarantee_the_policy_ignores_is_violated(tmp_path: Path) -> None:
     assert cand["narrative"][0].startswith(f"violates guarantees {cand['guarantee_violations']}")
 
 
-def test_a_candidate_whose_replay_fails_is_rejected_with_the_error(tmp_path: Path) -> None:
+def test_a_candidate_that_refuses_jobs_the_baseline_ran_is_rejected(tmp_path: Path) -> None:
     base_cfg, _, guarantee = configs(tmp_path)
     cand = parse_candidate(f"config={guarantee}")
     base, arms = run_whatif(trace(tmp_path), base_cfg, [cand], policy="bursar")
     rep = compare(base, arms)
     (row,) = rep["candidates"]
-    # user-3's unmet guarantee is held for it, so user-2's job of the whole machine
-    # never fits: the kernel's end-of-trace check stops that run, and only that run.
+    # user-3's guarantee is held for it, so user-2's job of the whole machine can never
+    # fit beside it: the broker refuses that job at its submission (the baseline ran it).
+    assert rep["baseline"]["refused"] == 0
+    assert row["refused"] == 1 and row["refused_by_campaign"] == {"user-2": 1}
     assert row["verdict"] == "rejected"
-    assert "jobs never run" in row["error"]
-    assert row["narrative"] == [f"the replay did not finish: {row['error']}"]
-    assert rep["pareto_front"] == [] and set(rep["manifests"]) == {"baseline"}
+    blocked = [c["name"] for c in row["constraints"] if not c["held"]]
+    assert "no campaign refused more jobs than under the baseline" in blocked
+    assert any(n.startswith("refuses 1 jobs the baseline ran") for n in row["narrative"])
+    assert row["delta"]["refused"] == 1
 
 
 def test_guarantee_counts_only_requests_within_the_unmet_guarantee() -> None:
@@ -165,12 +169,25 @@ def test_whatif_command_writes_the_report_and_every_manifest(tmp_path: Path) -> 
     assert rep["fidelity_detail"]["grade"] in ("high", "medium", "low")
     page = (out / "whatif.html").read_text()
     assert "data:image/png;base64," in page
-    assert "| p95 bounded slowdown |" in md and "| failed |" in md
-    assert "the replay did not finish: InvariantViolation" in md
-    # Every run that finished has its manifest; the failed one has its error instead.
+    assert "| p95 bounded slowdown |" in md and "| refused at submission |" in md
+    assert "refuses 1 jobs the baseline ran" in md
+    assert verdicts["policy=bursar,config=guarantee.toml"] == "rejected"
+    # Every run has its manifest.
     manifests = sorted(p.parent.name for p in (out / "runs").glob("*/manifest.json"))
-    failed = "policy=bursar,config=guarantee.toml"
-    assert len(manifests) == 4 and set(rep["manifests"]) == {"baseline", *verdicts} - {failed}
+    assert len(manifests) == 5 and set(rep["manifests"]) == {"baseline", *verdicts}
+
+
+def test_a_run_that_did_not_finish_is_rejected_with_its_error(tmp_path: Path) -> None:
+    base_cfg, _, _ = configs(tmp_path)
+    base, (easy,) = run_whatif(
+        trace(tmp_path), base_cfg, [parse_candidate("policy=easy")], policy="fifo"
+    )
+    broken = dataclasses.replace(easy, label="broken", result=None, error="InvariantViolation: x")
+    rep = compare(base, [easy, broken])
+    row = next(c for c in rep["candidates"] if c["label"] == "broken")
+    assert row["verdict"] == "rejected" and row["error"] == "InvariantViolation: x"
+    assert row["narrative"] == ["the replay did not finish: InvariantViolation: x"]
+    assert "broken" not in rep["pareto_front"] and "broken" not in rep["manifests"]
 
 
 def test_a_bad_candidate_is_a_usage_error(tmp_path: Path) -> None:

@@ -9,12 +9,15 @@ asked for: a job that ran past its requested time still ran. The requested time 
 policies' estimate only. One policy may end a running job earlier: the broker kills a
 job whose lease it would not renew, at the lease's expiry (a policy with ``kills`` set
 says so through ``killed`` after each ``schedule``); such a job ends then and is listed
-in ``Schedule.killed``.
+in ``Schedule.killed``. A policy may also refuse a job at its submission (the broker, for
+a job larger than the pool can ever give its campaign beside the other campaigns'
+guarantees): ``submit`` returns False, and the job never runs; it is listed in
+``Schedule.refused`` with no start and no end.
 
 In strict mode the kernel checks, after every event and in O(1) each: capacity is never
 exceeded; no job starts before it is submitted; no job is held beyond its recorded
-runtime; only a running job is killed, and not in the past; every job starts exactly
-once and ends exactly once; time never goes backwards. The first violation stops the
+runtime; only a running job is killed, and not in the past; every job not refused
+starts exactly once and ends exactly once; time never goes backwards. The first violation stops the
 run with ``InvariantViolation`` naming the event and the state.
 """
 
@@ -50,6 +53,8 @@ class Schedule:
     events: int
     killed: list[int] = field(default_factory=list)
     """Jobs a policy ended before their recorded runtime, in the order it did so."""
+    refused: list[int] = field(default_factory=list)
+    """Jobs a policy refused at their submission (never run: start and end are NaN)."""
 
 
 def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
@@ -73,6 +78,7 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
     # A killed job's new end; the end pushed at its start is then stale and skipped.
     cut: dict[int, float] = {}
     killed: list[int] = []
+    refused: list[int] = []
 
     def fail(rule: str, event: str) -> InvariantViolation:
         running = sum(1 for s in state if s == _RUNNING)
@@ -127,7 +133,10 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
         while i < n and submit[i] == now:
             state[i] = _QUEUED
             events += 1
-            p_submit(i, now)
+            if p_submit(i, now) is False:
+                state[i] = _DONE
+                done += 1
+                refused.append(i)
             i += 1
         for j in p_schedule(now, free):
             if strict:
@@ -161,4 +170,4 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
             "every job starts and ends exactly once",
             f"end of trace with {n - done} jobs never run (first: job {never})",
         )
-    return Schedule(start, end, events, killed)
+    return Schedule(start, end, events, killed, refused)

@@ -8,6 +8,9 @@
 * utilisation = processor-seconds used / (capacity x span from the first submit to the
   last completion); makespan = that span; a job uses its size for its recorded runtime,
   or until it was killed;
+* refused: jobs a policy refused at their submission (the broker, for a job larger than
+  the pool can ever give its campaign beside the other campaigns' guarantees); they never
+  ran, and the waits, slowdowns and per-campaign figures count the jobs that ran;
 * killed: jobs a policy ended before their recorded runtime (the broker, when it refused
   a renewal), and the processor-seconds of runtime they lost; ran past request: jobs
   whose recorded runtime exceeds their requested time (the same for every policy);
@@ -51,29 +54,37 @@ def compute_metrics(
 ) -> dict[str, Any]:
     n = len(w)
     submit, hold, size = w.submit, w.hold, w.size
-    waits = [s.start[j] - submit[j] for j in range(n)]
-    bsld = [max(1.0, (waits[j] + hold[j]) / max(hold[j], tau_s)) for j in range(n)]
+    # A refused job never ran: it has no wait, and holds nothing.
+    no = set(s.refused)
+    ran = [j for j in range(n) if j not in no] if no else range(n)
+    waits = [s.start[j] - submit[j] for j in ran]
+    bsld = [max(1.0, (x + hold[j]) / max(hold[j], tau_s)) for x, j in zip(waits, ran, strict=True)]
     ws, bs = sorted(waits), sorted(bsld)
     first = min(submit) if n else 0.0
-    last = max(s.end) if n else 0.0
+    last = max((s.end[j] for j in ran), default=0.0)
     span = last - first
     # A killed job held its processors from its start to its end, not its whole runtime.
     held = hold
     lost = 0.0
-    if s.killed:
+    if s.killed or no:
         held = list(hold)
         for j in s.killed:
             held[j] = s.end[j] - s.start[j]
+        for j in no:
+            held[j] = 0.0
         lost = math.fsum(size[j] * (hold[j] - held[j]) for j in s.killed)
-    used = math.fsum(size[j] * held[j] for j in range(n))
+    used = math.fsum(size[j] * held[j] for j in ran)
     per_used = [0.0] * len(w.campaign_names)
     per_jobs = [0] * len(w.campaign_names)
     per_wait = [0.0] * len(w.campaign_names)
-    for j in range(n):
+    per_refused = [0] * len(w.campaign_names)
+    for x, j in zip(waits, ran, strict=True):
         c = w.campaign[j]
         per_used[c] += size[j] * held[j]
         per_jobs[c] += 1
-        per_wait[c] += waits[j]
+        per_wait[c] += x
+    for j in no:
+        per_refused[w.campaign[j]] += 1
     guarantees = guarantees or {}
     campaigns = {}
     for c, name in enumerate(w.campaign_names):
@@ -85,6 +96,7 @@ def compute_metrics(
             "guarantee": g,
             "guarantee_share": g / w.capacity,
             "mean_wait_s": per_wait[c] / per_jobs[c] if per_jobs[c] else 0.0,
+            "refused": per_refused[c],
         }
     return {
         "jobs": n,
@@ -101,6 +113,7 @@ def compute_metrics(
         "makespan_s": span,
         "starvation_s": config.starvation_s,
         "starved": sum(1 for x in waits if x > config.starvation_s),
+        "refused": len(no),
         "killed": len(s.killed),
         "killed_unit_seconds": lost,
         "ran_past_request": sum(1 for j in range(n) if hold[j] > w.duration[j]),

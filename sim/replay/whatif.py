@@ -9,6 +9,9 @@ report compares each candidate's KPIs with the baseline's and gives a verdict th
   guarantees and the candidate's own, so a candidate cannot pass by dropping a promise;
 * starvation no worse: no campaign has more starved jobs than under the baseline, with
   the baseline's ``starvation_s`` as the one yardstick for every run;
+* no campaign has more jobs refused at submission than under the baseline (the broker
+  refuses a job larger than the pool can ever give its campaign beside the others'
+  guarantees; such a job never runs);
 * utilisation no more than ``util_tolerance`` (in percentage points) below the baseline.
 
 The functional core (``compare``) takes finished runs and returns plain data; the shell
@@ -23,6 +26,7 @@ import heapq
 import html
 import io
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +150,8 @@ def guarantee_violations(
         g = g_of[c]
         if g <= 0:
             continue
+        if math.isnan(start[j]):
+            continue  # refused at its submission: it never ran nor held anything
         t = w.submit[j]
         heap = outstanding[c]
         while heap and heap[0][0] <= t:
@@ -175,7 +181,8 @@ def kpis(arm: Arm, starvation_s: float, guarantees: dict[str, float], bound_s: f
     r = arm.result
     assert r is not None
     m, w, s = r.metrics, r.workload, r.schedule
-    waits = sorted(s.start[j] - w.submit[j] for j in range(len(w)))
+    no = set(s.refused)
+    waits = sorted(s.start[j] - w.submit[j] for j in range(len(w)) if j not in no)
     violations = guarantee_violations(w, s.start, s.end, guarantees, bound_s)
     starved = starved_by_campaign(w, s.start, starvation_s)
     return {
@@ -195,6 +202,10 @@ def kpis(arm: Arm, starvation_s: float, guarantees: dict[str, float], bound_s: f
         "violations_by_campaign": dict(sorted(violations.items())),
         "killed": m["killed"],
         "killed_unit_seconds": m["killed_unit_seconds"],
+        "refused": m["refused"],
+        "refused_by_campaign": {
+            k: v["refused"] for k, v in sorted(m["campaigns"].items()) if v["refused"]
+        },
         # One always-warm node: the replay never reclaims or boots.
         "reclaims": None,
         "boots": None,
@@ -213,6 +224,7 @@ DELTA_KEYS = (
     "starved",
     "guarantee_violations",
     "killed",
+    "refused",
 )
 
 
@@ -238,6 +250,24 @@ def verdict(
             f"violates guarantees {cand['guarantee_violations']:,} times "
             f"(requests within the unmet guarantee that waited past the isolation bound; {parts}"
             f"{', ...' if len(worst) > 5 else ''})"
+        )
+
+    b_no, c_no = base.get("refused_by_campaign", {}), cand.get("refused_by_campaign", {})
+    more = {n: (b_no.get(n, 0), k) for n, k in c_no.items() if k > b_no.get(n, 0)}
+    constraints.append(
+        {
+            "name": "no campaign refused more jobs than under the baseline",
+            "held": not more,
+            "value": cand.get("refused", 0),
+        }
+    )
+    if more:
+        ranked_no = sorted(more.items(), key=lambda kv: (kv[1][0] - kv[1][1], kv[0]))
+        parts = ", ".join(f"{n}: {k - b:,}" for n, (b, k) in ranked_no[:5])
+        why.append(
+            f"refuses {sum(k - b for b, k in more.values()):,} jobs the baseline ran, larger "
+            f"than the pool can ever give their campaign beside the other campaigns' "
+            f"guarantees ({parts}{', ...' if len(ranked_no) > 5 else ''})"
         )
 
     b_st, c_st = base["starved_by_campaign"], cand["starved_by_campaign"]
@@ -467,6 +497,7 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     ("starved", "starved jobs", "{:,}"),
     ("guarantee_violations", "guarantee violations", "{:,}"),
     ("killed", "killed at a refused renewal", "{:,}"),
+    ("refused", "refused at submission", "{:,}"),
     ("mean_bsld", "mean bounded slowdown", "{:,.2f}"),
 )
 

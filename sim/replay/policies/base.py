@@ -11,7 +11,9 @@ A job holds its processors for its recorded runtime (``Workload.hold``); the req
 time (``Workload.duration``) is all a policy may use as an estimate, and a job may run
 past it. A policy that ends running jobs before their runtime (the broker, when it
 refuses a renewal) sets ``kills``: after each ``schedule`` the kernel reads ``killed``,
-the jobs to end early with the instant each ends (not before now).
+the jobs to end early with the instant each ends (not before now). A policy that can
+never run a job (the broker, for one larger than the pool can ever give its campaign)
+refuses it by returning False from ``submit``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ class Policy(Protocol):
     timed: ClassVar[bool]
     kills: ClassVar[bool]
 
-    def submit(self, j: int, now: float) -> None: ...
+    def submit(self, j: int, now: float) -> bool | None:
+        """Take job ``j`` into the queue; False refuses it for good (it never runs)."""
+        ...
 
     def finish(self, j: int, now: float) -> None: ...
 

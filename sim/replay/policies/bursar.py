@@ -40,6 +40,7 @@ from typing import ClassVar
 from bursar.broker.decisions import Granted, Queued, Renewed
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import CreateCampaign, Release, Renew, RequestLease, Tick
 from bursar.broker.outcome import Outcome
 from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
@@ -107,6 +108,7 @@ class BursarPolicy:
         self.kill: list[tuple[int, float]] = []
         self.renewed = 0
         self.refused = 0
+        self.refused_at_submit = 0
         # The engine's next timer changes only when an event applies: asked once per
         # change, though the kernel asks for it at every step.
         self._next_timer: float | None = None
@@ -158,33 +160,59 @@ class BursarPolicy:
             self.refused += 1
             self.kill.append((j, expires_at))
 
-    def submit(self, j: int, now: float) -> None:
+    def submit(self, j: int, now: float) -> bool:
         w = self.w
         c = w.campaign[j]
         name = w.campaign_names[c]
+        if not self.created:
+            # Campaigns holding a guarantee exist from the start, as an admin's configured
+            # ones do: created only when their first job came, their reserve would appear
+            # under requests already waiting, and could strand them.
+            for k, n in enumerate(w.campaign_names):
+                if self._envelope(n).guarantee > 0:
+                    self._create(k, now)
         if c not in self.created:
-            env = self.config.overrides.get(name, self.config.default)
-            self._apply(CreateCampaign(now, campaign_spec(name, env, self.dim, w.capacity)))
-            self.created.add(c)
+            self._create(c, now)
         # The engine numbers requests L1, L2, ... in arrival order; this policy is its only
         # client, so the n-th request is L<n>. Checked against the answer below.
         self.requests += 1
         rid = f"L{self.requests}"
         self.lease[j] = rid
         self.job[rid] = j
-        own = self._apply(
-            RequestLease(
-                now,
-                campaign=name,
-                size={self.dim: float(w.size[j])},
-                duration_s=max(w.duration[j], MIN_LEASE_S),
-            )
-        ).own
+        try:
+            own = self._apply(
+                RequestLease(
+                    now,
+                    campaign=name,
+                    size={self.dim: float(w.size[j])},
+                    duration_s=max(w.duration[j], MIN_LEASE_S),
+                )
+            ).own
+        except RequestError as exc:
+            if exc.code is not ErrorCode.OUT_OF_RANGE:
+                raise
+            # Larger than the pool can ever give the campaign (beside the other campaigns'
+            # guarantees): the broker refuses it, so the job never runs.
+            # The engine numbered nothing: the next request takes this one's id.
+            self.requests -= 1
+            del self.lease[j], self.job[rid]
+            self.refused_at_submit += 1
+            return False
         if not (
             (type(own) is Granted and own.lease_id == rid)
             or (type(own) is Queued and own.request_id == rid)
         ):
             raise AssertionError(f"the engine did not answer request {rid} (job {w.job_id[j]})")
+        return True
+
+    def _envelope(self, name: str) -> Envelope:
+        return self.config.overrides.get(name, self.config.default)
+
+    def _create(self, c: int, now: float) -> None:
+        name = self.w.campaign_names[c]
+        spec = campaign_spec(name, self._envelope(name), self.dim, self.w.capacity)
+        self._apply(CreateCampaign(now, spec))
+        self.created.add(c)
 
     def finish(self, j: int, now: float) -> None:
         rid = self.lease.pop(j)
