@@ -31,12 +31,12 @@ LOCAL_CAMPAIGNS = """
 grace_s = 1.0
 min_retry_s = 0.3
 max_lease_s = 3600
-power_down_idle_s = null
 
 [campaigns.sci]
 class = "batch"
 cpu = { guarantee = 0, sustained = 64, burst = 64, bucket = "unlimited" }
 gpu = { guarantee = 0, sustained = 8, burst = 8, bucket = "unlimited" }
+mem_gb = { guarantee = 0, sustained = 500, burst = 500, bucket = "unlimited" }
 [campaigns.fill]
 class = "opportunistic"
 preemptible = true

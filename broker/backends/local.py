@@ -317,6 +317,12 @@ class LocalPool(PoolBackend):
             t.join(max(0.0, deadline - time.monotonic()))
         return not any(t.is_alive() for t in self._reapers)
 
+    def pool_spec(self) -> Any:
+        """The PoolSpec of the nodes this backend was built over (what the config serves)."""
+        from bursar.broker.backends.local_discovery import pool_spec
+
+        return pool_spec(list(self._nodes.values()))
+
     def devices(self, lease_id: str) -> tuple[list[int], list[Gpu]]:
         """The lease's CPU ids and GPUs (empty when it is not placed)."""
         with self._lock:
