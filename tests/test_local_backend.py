@@ -248,3 +248,19 @@ def test_launch_argv_wraps_a_local_lease() -> None:
     ]
     assert launch_argv({}, ["worker"]) == ["worker"]
     assert local_env({}) == {}
+
+
+@TWO
+def test_bench_local_prints_the_interference_ratios() -> None:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "benchmarks/bench_local.py", "--repeat", "1", "--seconds", "0.4"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "interference ratio" in out and "unenforced median" in out and "enforced median" in out
