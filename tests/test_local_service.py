@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -191,3 +192,56 @@ def test_a_dask_worker_on_a_one_cpu_lease_runs_on_that_cpu(tmp_path: Path) -> No
 def test_serve_backend_local_needs_a_config(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["serve", "--backend", "local", "--state-dir", str(tmp_path)])
     assert r.exit_code == 2 and "--backend local needs --config FILE" in r.output
+
+
+def affinity() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def test_a_parsl_block_on_a_one_cpu_lease_runs_its_tasks_on_that_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import parsl
+    from parsl.app.app import python_app
+    from parsl.config import Config
+    from parsl.executors import HighThroughputExecutor
+
+    from bursar.providers.parsl import BursarProvider
+
+    tests = Path(__file__).resolve().parent
+    bin_dir = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    with local_broker(tmp_path / "state") as (address, tokens, backend):
+        provider = BursarProvider(
+            broker=address,
+            campaign="sci",
+            token=tokens["sci"],
+            backoff=FAST,
+            resources_per_block={"cpu": 1},
+            init_blocks=1,
+            min_blocks=0,
+            max_blocks=1,
+            walltime=60,
+            worker_init=f"export PYTHONPATH={tests}{os.pathsep}$PYTHONPATH",
+        )
+        config = Config(
+            executors=[
+                HighThroughputExecutor(
+                    label="htex",
+                    address="127.0.0.1",
+                    cores_per_worker=1,
+                    max_workers_per_node=1,
+                    provider=provider,
+                )
+            ],
+            run_dir=str(tmp_path / "runinfo"),
+            strategy="none",
+        )
+        dfk = parsl.load(config)
+        try:
+            seen = python_app(affinity)().result(timeout=60)
+            (lid,) = list(backend.placements())
+            assert seen == backend.devices(lid)[0] and len(seen) == 1
+        finally:
+            dfk.cleanup()
+            parsl.clear()
