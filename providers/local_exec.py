@@ -61,7 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     alloc = record["allocation"]
     pid = os.getpid()
     (lease_dir / "pids").mkdir(parents=True, exist_ok=True)
-    (lease_dir / "pids" / str(pid)).write_text("")
+    # Its start time, so the broker can tell this process from a later one with the same pid.
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    (lease_dir / "pids" / str(pid)).write_text(stat[19])
     if alloc.get("cgroup"):
         # Before exec, so the worker and all it starts are counted against the lease.
         Path(alloc["cgroup"], "cgroup.procs").write_text(str(pid))

@@ -264,3 +264,30 @@ def test_bench_local_prints_the_interference_ratios() -> None:
         check=True,
     ).stdout
     assert "interference ratio" in out and "unenforced median" in out and "enforced median" in out
+
+
+def test_a_worker_that_clears_its_environment_is_still_found_through_its_ancestry(
+    tmp_path: Path,
+) -> None:
+    pool = local_pool(tmp_path / "run")
+    pool.place("L1", ["local000"], 0.0, {"local000": {"cpu": 1}})
+    child = tmp_path / "child.pid"
+    p = start(pool.allocation("L1"), ["bash", "-c", f"env -i sleep 30 & echo $! > {child}; wait"])
+    try:
+        until(child.exists, 10, "the child to start")
+        until(lambda: child.read_text().strip(), 10, "its pid")
+        pid = int(child.read_text())
+        assert "BURSAR_LEASE_ID" not in environ(pid)
+        pool.unplace("L1", 1.0)
+        until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 5, "the child to end")
+        p.wait(5)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

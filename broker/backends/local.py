@@ -21,9 +21,12 @@ placed lease concrete and keeps its workers inside it:
   SIGTERM to the lease's processes, then SIGKILL to those left after ``kill_grace_s`` (on a
   reaper thread, so the actuator is not held up), and removes the cgroup. A lease's
   processes are those carrying its marker (``BURSAR_LEASE_ID`` and ``BURSAR_LOCAL_RUN`` in
-  ``/proc/PID/environ``: every descendant of the wrapper inherits them) or in its cgroup;
-  the marker is checked again right before each signal, so no process outside the lease's
-  own process tree is ever signalled.
+  ``/proc/PID/environ``: every descendant of the wrapper inherits them), the descendants of
+  the wrappers registered in its pid files (found even when a worker cleared its
+  environment), and those in its cgroup. They are found once, before any signal, and each
+  is signalled only while its start time is still the one seen then (a pid the kernel gave
+  to another process meanwhile is left alone), so no process outside the lease's own
+  process tree is ever signalled.
 * Every ``poll_interval_s``, ``due_events`` looks at each lease's processes: workers that
   all exited on their own are logged once (the lease stays: it is the holder's business),
   and a process whose affinity (``Cpus_allowed_list``) or cgroup is not its lease's is
@@ -459,54 +462,74 @@ class LocalPool(PoolBackend):
 
     # -- processes ----------------------------------------------------------------------
 
+    def _tree(self, lease_id: str) -> set[int]:
+        """The registered wrappers (each the worker it exec'd) still alive as the process
+        that registered (same start time: a reused pid is not it), and their descendants:
+        found even when a worker cleared its environment."""
+        pid_dir = lease_record_path(self.run_dir, lease_id).parent / "pids"
+        roots = set()
+        with contextlib.suppress(OSError):
+            for f in pid_dir.iterdir():
+                with contextlib.suppress(OSError, ValueError):
+                    pid = int(f.name)
+                    if f.read_text().strip() == str(_start_time(pid)):
+                        roots.add(pid)
+        return _descendants(roots) if roots else set()
+
     def _pids(self, lease_id: str, a: _Lease | None) -> list[int]:
-        pids = set(lease_processes(self.run_dir, lease_id))
+        pids = set(lease_processes(self.run_dir, lease_id)) | self._tree(lease_id)
         if a is not None and a.cgroup is not None:
             with contextlib.suppress(OSError, ValueError):
                 pids.update(int(p) for p in (a.cgroup / "cgroup.procs").read_text().split())
         pids.discard(os.getpid())
         return sorted(pids)
 
-    def _ours(self, lease_id: str, a: _Lease | None, pid: int) -> bool:
-        """Checked right before each signal: the process still carries the lease's marker
-        or sits in its cgroup (a pid reused by another process carries neither)."""
-        if pid == os.getpid():
-            return False
-        if _has_marker(pid, self.run_dir, lease_id):
-            return True
-        if a is not None and a.cgroup is not None:
-            try:
-                return str(pid) in (a.cgroup / "cgroup.procs").read_text().split()
-            except OSError:
-                return False
-        return False
-
-    def _signal(self, lease_id: str, a: _Lease | None, sig: int) -> int:
-        n = 0
+    def _members(self, lease_id: str, a: _Lease | None) -> dict[int, int]:
+        """The lease's live processes now, each with its start time (pid → ticks)."""
+        out = {}
         for pid in self._pids(lease_id, a):
-            if self._ours(lease_id, a, pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-                    n += 1
+            t = _start_time(pid)
+            if t is not None and _alive(pid):
+                out[pid] = t
+        return out
+
+    def _signal(self, pids: Mapping[int, int], sig: int) -> int:
+        """Signal the processes of a snapshot that are still the ones it saw (same start
+        time: a pid the kernel gave to another process since is left alone)."""
+        n = 0
+        for pid, started in sorted(pids.items()):
+            if pid == os.getpid() or _start_time(pid) != started or not _alive(pid):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+                n += 1
         return n
 
     def _end_processes(self, lease_id: str, a: _Lease | None) -> None:
-        n = self._signal(lease_id, a, signal.SIGTERM)
+        # One snapshot before any signal: once a parent dies its children are re-parented
+        # and no longer found through the ancestry, but they are still the lease's.
+        seen = self._members(lease_id, a)
+        n = self._signal(seen, signal.SIGTERM)
         if n:
             log.info("lease %s ended: SIGTERM to %d process(es)", lease_id, n)
         grace = self.settings.kill_grace_s
 
+        def left() -> dict[int, int]:
+            now = self._members(lease_id, a)
+            now.update((p, t) for p, t in seen.items() if _start_time(p) == t and _alive(p))
+            return now
+
         def reap() -> None:
             deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and self._live(lease_id, a):
+            while time.monotonic() < deadline and left():
                 time.sleep(0.05)
-            killed = self._signal(lease_id, a, signal.SIGKILL)
+            killed = self._signal(left(), signal.SIGKILL)
             if killed:
                 log.warning(
                     "lease %s: SIGKILL to %d process(es) after %ss", lease_id, killed, grace
                 )
             end = time.monotonic() + 5.0
-            while time.monotonic() < end and self._live(lease_id, a):
+            while time.monotonic() < end and left():
                 time.sleep(0.02)
             self._remove_cgroup(lease_id, a)
             with self._lock:
@@ -517,9 +540,6 @@ class LocalPool(PoolBackend):
         with self._lock:
             self._reapers = [r for r in self._reapers if r.is_alive()] + [t]
         t.start()
-
-    def _live(self, lease_id: str, a: _Lease | None) -> bool:
-        return any(_alive(p) for p in self._pids(lease_id, a) if self._ours(lease_id, a, p))
 
     def _check(self, lease_id: str, a: _Lease) -> None:
         pid_dir = lease_record_path(self.run_dir, lease_id).parent / "pids"
@@ -619,6 +639,35 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields start after the last ")".
+    return stat.rsplit(")", 1)[1].split()
+
+
+def _start_time(pid: int) -> int | None:
+    f = _stat_fields(pid)
+    return int(f[19]) if f is not None else None  # field 22: start time in clock ticks
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid in _all_pids():
+        f = _stat_fields(pid)
+        if f is not None:
+            children.setdefault(int(f[1]), []).append(pid)
+    out, todo = set(roots), list(roots)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
 
 
 def _cpus_allowed(pid: int) -> set[int] | None:
