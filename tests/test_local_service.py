@@ -245,3 +245,30 @@ def test_a_parsl_block_on_a_one_cpu_lease_runs_its_tasks_on_that_cpu(
         finally:
             dfk.cleanup()
             parsl.clear()
+
+
+def test_bursar_serve_backend_local_as_a_process(tmp_path: Path) -> None:
+    from test_service_process import Server
+
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(LOCAL_CAMPAIGNS)
+    state = tmp_path / "state"
+    server = Server(state, "--backend", "local", "--config", str(cfg), "--local-kill-grace", "1")
+    p = None
+    try:
+        # The enforcement in force, said once at start-up.
+        (mode,) = [line for line in server.lines if "local backend:" in line]
+        assert "cgroups: plan" in mode or "cgroups: cgroup" in mode
+        with BrokerClient(server.address, server.tokens()["sci"], backoff=FAST) as sci:
+            lease = sci.acquire({"cpu": 1}, 600, blocking=False)
+            assert lease.allocation["run_dir"] == str((state / "local").resolve())
+            p = start(lease.allocation, BUSY)
+            until(lambda: exec_done(p), 10, "exec")
+            assert cpus_allowed(p.pid) == parse_cpulist(lease.allocation["cpus"])
+            sci.release(lease.id)
+            assert p.wait(10) == -signal.SIGTERM
+    finally:
+        if p is not None and p.poll() is None:
+            p.kill()
+        server.kill(signal.SIGTERM)
+        server.close()
