@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from local_support import (
     BUSY,
     STUBBORN,
@@ -291,3 +293,37 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(1, 4), st.integers(0, 2)), max_size=30))
+def test_whole_pieces_within_capacity_never_share_a_device(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[bool, int, int]]
+) -> None:
+    pool = LocalPool(
+        [NodeDevices("local000", tuple(range(8)), GPUS, 64.0)],
+        LocalSettings(run_dir=tmp_path_factory.mktemp("run")),
+        cgroup=CgroupProbe(None, "plan"),
+    )
+    held: dict[str, tuple[int, int]] = {}
+    for k, (add, cpus, gpus) in enumerate(ops):
+        if add:
+            used_c = sum(c for c, _ in held.values())
+            used_g = sum(g for _, g in held.values())
+            if used_c + cpus > 8 or used_g + gpus > 4:
+                continue  # the engine places only what fits
+            lid = f"L{k}"
+            pool.place(lid, ["local000"], float(k), {"local000": {"cpu": cpus, "gpu": gpus}})
+            held[lid] = (cpus, gpus)
+        elif held:
+            lid = sorted(held)[0]
+            pool.unplace(lid, float(k))
+            del held[lid]
+        seen_c: list[int] = []
+        seen_g: list[int] = []
+        for lid, (cpus_n, gpus_n) in held.items():
+            c, g = pool.devices(lid)
+            assert len(c) == cpus_n and len(g) == gpus_n
+            seen_c += c
+            seen_g += [x.index for x in g]
+        assert len(seen_c) == len(set(seen_c)) and len(seen_g) == len(set(seen_g))

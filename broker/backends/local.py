@@ -45,6 +45,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,8 +164,8 @@ class LocalPool(PoolBackend):
         """(lease, pid, what) for each process found outside its lease's CPUs or cgroup."""
         self.exited: list[str] = []
         """Leases whose workers all exited on their own (each logged once)."""
-        self.plan: list[str] = []
-        """The cgroup actions plan mode would have taken (also logged)."""
+        self.plan: deque[str] = deque(maxlen=1000)
+        """The latest cgroup actions plan mode would have taken (all are logged)."""
 
     @property
     def mode(self) -> str:
