@@ -149,6 +149,7 @@ def test_leases_over_grpc_are_pinned_and_a_reclaim_ends_the_victims_workers(
                     p.wait()
 
 
+@pytest.mark.slow
 def test_a_dask_worker_on_a_one_cpu_lease_runs_on_that_cpu(tmp_path: Path) -> None:
     from distributed import Client
     from test_dask_support import prologue
@@ -198,6 +199,7 @@ def affinity() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+@pytest.mark.slow
 def test_a_parsl_block_on_a_one_cpu_lease_runs_its_tasks_on_that_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -514,6 +514,10 @@ class LocalPool(PoolBackend):
         if n:
             log.info("lease %s ended: SIGTERM to %d process(es)", lease_id, n)
         grace = self.settings.kill_grace_s
+        if not seen:
+            # Nothing runs (the common release of a lease whose workers already ended).
+            self._finish(lease_id, a)
+            return
 
         def left() -> dict[int, int]:
             now = self._members(lease_id, a)
@@ -532,15 +536,18 @@ class LocalPool(PoolBackend):
             end = time.monotonic() + 5.0
             while time.monotonic() < end and left():
                 time.sleep(0.02)
-            self._remove_cgroup(lease_id, a)
-            with self._lock:
-                if lease_id not in self._leases:
-                    _rmtree(lease_record_path(self.run_dir, lease_id).parent)
+            self._finish(lease_id, a)
 
         t = threading.Thread(target=reap, name=f"bursar-local-reap-{lease_id}", daemon=True)
         with self._lock:
             self._reapers = [r for r in self._reapers if r.is_alive()] + [t]
         t.start()
+
+    def _finish(self, lease_id: str, a: _Lease | None) -> None:
+        self._remove_cgroup(lease_id, a)
+        with self._lock:
+            if lease_id not in self._leases:
+                _rmtree(lease_record_path(self.run_dir, lease_id).parent)
 
     def _check(self, lease_id: str, a: _Lease) -> None:
         pid_dir = lease_record_path(self.run_dir, lease_id).parent / "pids"
