@@ -327,3 +327,17 @@ def test_whole_pieces_within_capacity_never_share_a_device(
             seen_c += c
             seen_g += [x.index for x in g]
         assert len(seen_c) == len(set(seen_c)) and len(seen_g) == len(set(seen_g))
+
+
+def test_a_lease_over_two_numa_nodes_runs_on_the_cpus_of_both(tmp_path: Path) -> None:
+    nodes = [
+        NodeDevices("local000", (0, 1, 2, 3), GPUS[:2], 32.0),
+        NodeDevices("local001", (4, 5, 6, 7), GPUS[2:], 32.0),
+    ]
+    pool = LocalPool(nodes, LocalSettings(run_dir=tmp_path / "run"), cgroup=CgroupProbe(None, "p"))
+    pieces = {"local000": {"cpu": 2, "gpu": 1}, "local001": {"cpu": 4, "gpu": 2}}
+    pool.place("L1", ["local000", "local001"], 0.0, pieces)
+    a = pool.allocation("L1")
+    assert (a["nodes"], a["cpus"], a["cpu_count"]) == ("local000,local001", "0-1,4-7", "6")
+    assert a["gpu_indices"] == "0,2,3"
+    assert dict(pool.placements()) == {"L1": ("local000", "local001")}
