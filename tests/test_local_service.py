@@ -274,3 +274,50 @@ def test_bursar_serve_backend_local_as_a_process(tmp_path: Path) -> None:
             p.kill()
         server.kill(signal.SIGTERM)
         server.close()
+
+
+def test_a_ray_node_on_a_one_cpu_lease_runs_on_that_cpu(tmp_path: Path) -> None:
+    from test_ray_provider import FAKE_NODE, worker_tags
+
+    from bursar.providers.ray import BursarNodeProvider
+
+    envs = tmp_path / "env"
+    envs.mkdir()
+    with local_broker(tmp_path / "state") as (address, tokens, backend):
+        p = BursarNodeProvider(
+            {
+                "type": "external",
+                "broker": address,
+                "campaign": "sci",
+                "token": tokens["sci"],
+                "head_address": "127.0.0.1:6379",
+                "state_dir": str(tmp_path / "ray-state"),
+                # A stand-in for `ray start` that writes its environment and pid.
+                "node_command": [sys.executable, "-c", FAKE_NODE, str(envs)],
+                "stop_grace_s": 0.5,
+                "lease_duration_s": 60,
+                "drain_on_preempt": False,
+            },
+            "t",
+        )
+        try:
+            p.create_node_with_resources_and_labels({}, worker_tags(), 1, {"CPU": 1}, {})
+            (node,) = p.non_terminated_nodes({})
+            env_file = envs / node
+            until(env_file.exists, 30, "the node's process")
+            env = json.loads(env_file.read_text())
+            pid = int(env["PID"])
+            cpus, _ = backend.devices(node)
+            assert len(cpus) == 1 and cpus_allowed(pid) == cpus
+            assert env["OMP_NUM_THREADS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+            p.terminate_node(node)
+            until(lambda: not Path(f"/proc/{pid}").exists() or not _running(pid), 10, "end")
+        finally:
+            p.close()
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
