@@ -78,7 +78,7 @@ def discover_config(
 )
 @click.option(
     "--backend",
-    type=click.Choice(["simulated", "slurm"]),
+    type=click.Choice(["simulated", "slurm", "local"]),
     default="simulated",
     show_default=True,
     help="Pool backend. 'simulated': the config's node groups, in wall-clock time. 'slurm': "
@@ -86,7 +86,30 @@ def discover_config(
     "Slurm allocation (salloc), released, expired and revoked leases are cancelled, and "
     "allocations cancelled outside the broker end their leases. Needs --config with the "
     "campaigns and a [slurm] table (partition, job_prefix, poll_interval_s, "
-    "allocate_timeout_s, time_limit_min, warn_signal, account, qos) and no [pool.groups].",
+    "allocate_timeout_s, time_limit_min, warn_signal, account, qos) and no [pool.groups]. "
+    "'local': this machine, shared by several agents: discovers its CPUs (the process's "
+    "affinity within its cgroup's cpuset and cpu.max), memory (MemTotal within memory.max), "
+    "GPUs (nvidia-smi) and NUMA domains (one node each); each lease gets concrete CPUs and "
+    "GPUs, and workers started through the providers (launch_argv) are pinned to them "
+    "(affinity, CUDA_VISIBLE_DEVICES, OMP/BLAS thread counts) and, where a delegated cgroup "
+    "v2 subtree is writable, put in a cgroup per lease (cpuset, memory.max, pids.max; else "
+    "the cgroup actions are logged as a plan). A lease's end sends its processes SIGTERM, "
+    "then SIGKILL after --local-kill-grace. Needs --config with the campaigns and no "
+    "[pool.groups].",
+)
+@click.option(
+    "--local-kill-grace",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="--backend local: seconds between SIGTERM and SIGKILL at a lease's end.",
+)
+@click.option(
+    "--local-cgroup",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="--backend local: the delegated cgroup v2 directory lease cgroups go under "
+    "(default: this process's own cgroup).",
 )
 @click.option(
     "--admin-token-file",
@@ -166,6 +189,8 @@ def serve_command(
     state_dir: Path,
     config_path: Path | None,
     backend: str,
+    local_kill_grace: float,
+    local_cgroup: Path | None,
     admin_token_file: Path | None,
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -218,6 +243,12 @@ def serve_command(
             )
         if backend == "slurm":
             config, pool_backend = _slurm_backend(config_path)
+        elif backend == "local":
+            config, pool_backend = _local_backend(
+                config_path, state_dir, local_kill_grace, local_cgroup
+            )
+            # Which enforcement is in force, once, before anything is placed.
+            click.echo(f"bursar serve: {pool_backend.describe_mode()}")
         else:
             config = load_config(config_path) if config_path else None
     except (ConfigError, ValueError) as exc:
@@ -279,3 +310,21 @@ def _slurm_backend(config_path: Path | None) -> tuple[Any, Any]:
     config = load_config(config_path, discover=discover_pool)
     assert config.slurm is not None
     return config, SlurmPool(config.slurm)
+
+
+def _local_backend(
+    config_path: Path | None, state_dir: Path, kill_grace_s: float, cgroup: Path | None
+) -> tuple[Any, Any]:
+    """The config (its nodes discovered on this machine) and the local pool backend."""
+    from bursar.broker.backends.local import LocalSettings, local_pool_from_machine
+    from bursar.broker.config import load_config
+
+    if config_path is None:
+        raise ValueError(
+            "--backend local needs --config FILE: the campaigns (no [pool.groups]); the "
+            "nodes are discovered on this machine"
+        )
+    settings = LocalSettings(run_dir=state_dir / "local", kill_grace_s=kill_grace_s)
+    spec, pool = local_pool_from_machine(settings, cgroup_base=cgroup)
+    config = load_config(config_path, discover=lambda _slurm: spec)
+    return config, pool

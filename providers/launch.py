@@ -12,14 +12,22 @@ them when the lease ends::
 gives ``srun --jobid=N --overlap ... process_worker_pool.py ...`` for a Slurm lease: one task
 per node of the lease (``--het-group=0-K`` when the lease spans K+1 nodes with unequal pieces,
 each a component of a heterogeneous job). ``--overlap`` lets several workers share the allocation's CPUs.
+
+On the local backend (``bursar serve --backend local``) a lease is a set of this machine's
+CPUs and GPUs: ``launch_argv`` puts ``python -m bursar.providers.local_exec`` in front of the
+worker, which pins it to the lease's CPUs, joins the lease's cgroup where there is one, and
+sets ``CUDA_VISIBLE_DEVICES`` and the OpenMP/BLAS thread counts (:func:`local_env`) before it
+execs the worker. One process runs the worker on all the lease's CPUs, whatever its nodes
+(NUMA domains of the one machine).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["is_slurm", "launch_argv", "slurm_job_id"]
+__all__ = ["is_local", "is_slurm", "launch_argv", "local_env", "slurm_job_id"]
 
 
 def _allocation(lease: Any) -> Mapping[str, str]:
@@ -31,6 +39,20 @@ def _allocation(lease: Any) -> Mapping[str, str]:
 def is_slurm(lease: Any) -> bool:
     """True when the lease (a client ``Lease`` or its ``allocation`` map) is a Slurm one."""
     return _allocation(lease).get("backend") == "slurm"
+
+
+def is_local(lease: Any) -> bool:
+    """True when the lease (a client ``Lease`` or its ``allocation`` map) is a local one."""
+    return _allocation(lease).get("backend") == "local"
+
+
+def local_env(lease: Any) -> dict[str, str]:
+    """The environment a local lease's worker gets (empty for any other lease): the thread
+    counts, ``CUDA_VISIBLE_DEVICES`` and the lease's marker."""
+    from bursar.providers.local_exec import lease_env
+
+    a = _allocation(lease)
+    return lease_env(a) if is_local(a) else {}
 
 
 def slurm_job_id(lease: Any) -> int | None:
@@ -47,6 +69,11 @@ def launch_argv(lease: Any, argv: Sequence[str], *, srun: str = "srun") -> list[
     if not argv:
         raise ValueError("argv is empty: give the worker's command line")
     a = _allocation(lease)
+    if is_local(a):
+        if not a.get("run_dir") or not a.get("lease_id"):
+            raise ValueError(f"the lease's local allocation has no run_dir/lease_id: {dict(a)}")
+        wrapper = [sys.executable, "-m", "bursar.providers.local_exec"]
+        return [*wrapper, "--run-dir", a["run_dir"], "--lease", a["lease_id"], "--", *argv]
     if not is_slurm(a):
         return argv
     job = a.get("job_id")

@@ -133,7 +133,7 @@ from bursar.providers.client import (
     check_token,
 )
 from bursar.providers.elastic import ALLOWED, Elastic, units_in
-from bursar.providers.launch import is_slurm, launch_argv
+from bursar.providers.launch import is_local, is_slurm, launch_argv
 
 SLURM_SETTLE_S = 10.0
 """How long a block whose workers exited on Slurm waits for the broker to say whether its
@@ -535,9 +535,11 @@ class _Block(Hooks):
     def settle_s(self, block: Block, returncode: int) -> float:
         # On Slurm the workers die with their allocation (cancelled by an admin, a node
         # lost) a poll before the broker reports the lease revoked: wait for that report
-        # rather than call the block failed.
+        # rather than call the block failed. The local backend ends a lease's workers the
+        # same way (SIGTERM from the broker as the lease ends), a moment before the report.
         lease = block.lease
-        return SLURM_SETTLE_S if returncode != 0 and lease and is_slurm(lease) else 0.0
+        ended_by_pool = lease is not None and (is_slurm(lease) or is_local(lease))
+        return SLURM_SETTLE_S if returncode != 0 and ended_by_pool else 0.0
 
     # ------------------------------------------------------------------ worker processes
 
