@@ -134,7 +134,9 @@ def run_experiments(
     """Run the sweeps' cells on Dask; write ``experiments.json`` and one PNG per sweep.
     Returns (cells with results, claims, figure paths, wall seconds)."""
     # Both extras are checked before any cell runs, not after minutes of work.
-    require("dask.distributed", extra="dask", feature="the experiments (their cells run on Dask)")
+    require(
+        "dask.distributed", extra="dask", feature="bursar sim experiments (its cells run on Dask)"
+    )
     require("matplotlib", extra="plots", feature="the experiments' figures")
     grid = QUICK if quick else FULL
     todo = cells(grid, seeds, sweeps)
