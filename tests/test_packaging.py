@@ -229,7 +229,7 @@ def test_the_systemd_unit_serves_the_site_config_with_its_journal_in_a_state_dir
     argv = shlex.split(service["ExecStart"])
     assert argv[1] == "serve"
     assert argv[argv.index("--config") + 1] == "/etc/bursar/bursar.toml"
-    assert argv[argv.index("--state-dir") + 1] == "${STATE_DIRECTORY}"
+    assert argv[argv.index("--state-dir") + 1] == "/var/lib/" + service["StateDirectory"]
     assert service["StateDirectory"] == "bursar"
     assert service["DynamicUser"] == "yes" or service.get("User") == "bursar"
     for key in ("NoNewPrivileges", "ProtectSystem", "ProtectHome", "PrivateTmp"):
