@@ -1,9 +1,11 @@
 # Bursar developer entry points. `make demo` and `make test` work from a fresh clone.
 #
 #   make demo       run the flagship demo into out/demo, then the agent-burst scenario into out/sim
-#                   (it ends with the claims table and where report.html is)
-#   make test       lint (ruff check) and run the test suite (installs the Debian packages
-#                   some tests need when run as root: scripts/system-deps.sh)
+#                   (it ends with the claims table and where report.html is); installs the
+#                   package with the plots extra only
+#   make test       lint (ruff check) and run the test suite (installs the dev and plots
+#                   extras, and the Debian packages some tests need when run as root:
+#                   scripts/system-deps.sh)
 #   make lint       ruff check and ruff format --check
 #   make matrix     replay every policy on the CTC-SP2, SDSC-SP2 and HPC2N traces into
 #                   docs/replay-matrix.{md,html,json,png} (TRACES=dir overrides the traces)
