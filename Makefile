@@ -1,9 +1,11 @@
 # Bursar developer entry points. `make demo` and `make test` work from a fresh clone.
 #
 #   make demo       run the flagship demo into out/demo, then the agent-burst scenario into out/sim
-#                   (it ends with the claims table and where report.html is)
-#   make test       lint (ruff check) and run the test suite (installs the Debian packages
-#                   some tests need when run as root: scripts/system-deps.sh)
+#                   (it ends with the claims table and where report.html is); installs the
+#                   package with the plots extra only
+#   make test       lint (ruff check) and run the test suite (installs the dev and plots
+#                   extras, and the Debian packages some tests need when run as root:
+#                   scripts/system-deps.sh)
 #   make lint       ruff check and ruff format --check
 #   make matrix     replay every policy on the CTC-SP2, SDSC-SP2 and HPC2N traces into
 #                   docs/replay-matrix.{md,html,json,png} (TRACES=dir overrides the traces)
@@ -18,8 +20,12 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 # A file target stands for "dependencies installed": it is older than pyproject.toml
-# after an edit there, so the next make reinstalls before running anything.
-STAMP  := $(VENV)/.installed
+# after an edit there, so the next make reinstalls before running anything. The demo needs
+# only the base install and the plots extra; the tests need everything (dev), so `make demo`
+# on a fresh clone installs no Dask, Parsl, Ray or test tools.
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
+TEST_EXTRAS := dev,plots
 
 .DEFAULT_GOAL := test
 .PHONY: demo test lint format clean distclean system-deps matrix whatif
@@ -27,11 +33,23 @@ STAMP  := $(VENV)/.installed
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[dev,plots]'
+# The distribution was called "bursar" before (that name on the public index is another
+# project): a venv made then holds an editable "bursar" that would shadow this one.
+define install
+	$(BIN)/python -m pip uninstall -q -y bursar 2>/dev/null || true
+	$(BIN)/python -m pip install -e '.[$(1)]'
+endef
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(call install,plots)
 	touch $@
 
-demo: $(STAMP)
+# The test install is a superset of the demo's, so it stands for both.
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
+	$(call install,$(TEST_EXTRAS))
+	touch $@ $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/bursar demo --out out/demo
 	$(BIN)/bursar sim run --out out/sim
 
@@ -39,27 +57,27 @@ demo: $(STAMP)
 system-deps:
 	scripts/system-deps.sh
 
-test: $(STAMP) system-deps
+test: $(TEST_STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 # The traces live beside the repository (../shared/traces), never inside it.
 TRACES ?= ../shared/traces
 
-matrix: $(STAMP)
+matrix: $(DEMO_STAMP)
 	BURSAR_TRACES_DIR=$(TRACES) $(BIN)/bursar matrix --out docs
 
-whatif: $(STAMP)
+whatif: $(DEMO_STAMP)
 	$(BIN)/bursar whatif --trace $(TRACES)/pwa-ctc-sp2/CTC-SP2-1996-3.1-cln.swf.gz \
 	    --config docs/whatif/baseline.toml --candidate docs/whatif/tight-burst.toml \
 	    --candidate docs/whatif/small-jobs-guarantee.toml --candidate capacity=400 \
 	    --out docs/whatif
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: $(STAMP)
+format: $(TEST_STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from importlib import metadata
+from typing import Any
 
 import click
 
+from bursar.broker.errors import DISTRIBUTION, MissingExtra
 from bursar.cli.acquire import acquire_command
 from bursar.cli.campaigns import campaigns
 from bursar.cli.config import config_group
@@ -27,7 +30,26 @@ __all__ = ["main"]
 _LOG_LEVELS = (logging.WARNING, logging.INFO, logging.DEBUG)
 
 
+def _installed_version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # a bare checkout on PYTHONPATH, not installed
+        return "0+unknown"
+
+
+class _Bursar(click.Group):
+    """The top-level group: a feature whose extra is not installed ends any command with
+    the one-line install hint (exit status 1), never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            raise click.ClickException(str(exc)) from None
+
+
 @click.group(
+    cls=_Bursar,
     help=(
         "Bursar is an agent resource broker for shared HPC/GPU pools: campaigns negotiate "
         "short-lived leases under multi-dimensional envelopes instead of submitting jobs. "
@@ -37,7 +59,7 @@ _LOG_LEVELS = (logging.WARNING, logging.INFO, logging.DEBUG)
     ),
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.version_option(package_name="bursar", prog_name="bursar")
+@click.version_option(version=_installed_version(), prog_name="bursar")
 @click.option(
     "-v",
     "--verbose",

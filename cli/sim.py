@@ -184,13 +184,6 @@ def experiments_cmd(
         )
     except SweepError as exc:
         raise click.ClickException(str(exc)) from None
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] not in ("dask", "distributed"):
-            raise
-        raise click.ClickException(
-            f"the experiments run their cells on Dask, which is not installed ({exc.name}): "
-            "pip install 'bursar[dask]'"
-        ) from None
     cpu = sum(r["wall_s"] for r in results)
     console.print(
         f"{len(results)} cells in {wall:.1f} s wall ({cpu:.1f} s of cell time, "

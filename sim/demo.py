@@ -46,7 +46,7 @@ from bursar.broker.decisions import (
     Released,
     Revoked,
 )
-from bursar.broker.errors import ErrorCode, RequestError
+from bursar.broker.errors import ErrorCode, RequestError, require
 from bursar.broker.events import Event, Meter, NodeLost, Release, RequestLease
 from bursar.broker.lease import LeaseState
 from bursar.broker.runtime import Runtime
@@ -252,12 +252,8 @@ class Demo:
     # -- output ----------------------------------------------------------------------
 
     def plot_png(self) -> bytes:
-        try:
-            import matplotlib
-        except ImportError as exc:
-            raise SystemExit(
-                "the demo report draws its figure with matplotlib: pip install 'bursar[plots]'"
-            ) from exc
+        require("matplotlib", extra="plots", feature="the demo report's figure")
+        import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

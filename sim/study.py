@@ -17,6 +17,7 @@ from rich.table import Table
 
 from bursar.broker.audit import audit
 from bursar.broker.codec import json_safe
+from bursar.broker.errors import require
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.sim.experiments import FULL, QUICK, SWEEPS, cells, experiment_claims, run_cell
 from bursar.sim.report import write_report
@@ -132,6 +133,11 @@ def run_experiments(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[Path], float]:
     """Run the sweeps' cells on Dask; write ``experiments.json`` and one PNG per sweep.
     Returns (cells with results, claims, figure paths, wall seconds)."""
+    # Both extras are checked before any cell runs, not after minutes of work.
+    require(
+        "dask.distributed", extra="dask", feature="bursar sim experiments (its cells run on Dask)"
+    )
+    require("matplotlib", extra="plots", feature="the experiments' figures")
     grid = QUICK if quick else FULL
     todo = cells(grid, seeds, sweeps)
     t0 = time.perf_counter()

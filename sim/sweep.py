@@ -17,6 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bursar.broker.errors import require
+
 __all__ = ["SweepError", "cores", "run_cells"]
 
 
@@ -66,6 +68,7 @@ def _run(
     console: Console,
     description: str,
 ) -> list[dict[str, Any]]:
+    require("dask.distributed", extra="dask", feature="the simulator's parallel sweeps (on Dask)")
     from dask.distributed import Client, LocalCluster, as_completed
 
     cluster = None

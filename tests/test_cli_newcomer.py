@@ -364,7 +364,7 @@ def test_sim_experiments_without_dask_gives_an_install_hint(
         main, ["sim", "experiments", "--quick", "--sweep", "headroom", "--out", str(tmp_path)]
     )
     assert res.exit_code == 1 and res.exception is not None
-    assert "pip install 'bursar[dask]'" in res.stderr
+    assert "pip install 'bursar-broker[dask]'" in res.stderr
     assert "Traceback" not in res.output and len(res.stderr.strip().splitlines()) == 1
 
 

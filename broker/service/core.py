@@ -65,7 +65,7 @@ from bursar.broker.decisions import (
 )
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec
-from bursar.broker.errors import ErrorCode, JournalError, RequestError
+from bursar.broker.errors import DISTRIBUTION, ErrorCode, JournalError, RequestError
 from bursar.broker.events import (
     CancelRequest,
     CreateCampaign,
@@ -155,7 +155,7 @@ MAX_REVOKE_REASON = 200
 
 def _version() -> str:
     try:
-        return version("bursar")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         return "0+unknown"
 

@@ -3,6 +3,11 @@
 See :mod:`bursar.providers.parsl.provider` for the life cycle and the recommended
 executor settings."""
 
+from bursar.broker.errors import require
+
+require("parsl", "psutil", extra="parsl", feature="the Parsl provider (bursar.providers.parsl)")
+
+# ruff: noqa: E402
 from bursar.providers.parsl.provider import HEARTBEAT_PERIOD as HEARTBEAT_PERIOD
 from bursar.providers.parsl.provider import HEARTBEAT_THRESHOLD as HEARTBEAT_THRESHOLD
 from bursar.providers.parsl.provider import RETRIES as RETRIES

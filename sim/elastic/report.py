@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-
+from bursar.broker.errors import require
 from bursar.sim.elastic.runner import (
     DEFAULT_LEASE_TERM_S,
     VARIANTS,
@@ -141,6 +140,11 @@ def markdown(results: Sequence[RunResult]) -> str:
 
 
 def figure(results: Sequence[RunResult], path: Path) -> Path:
+    # Imported here, not at the top: the CLI imports this module, and a base install
+    # without the plots extra must still start.
+    require("matplotlib", extra="plots", feature="the elastic comparison's figure")
+    from matplotlib.figure import Figure
+
     traces = list(dict.fromkeys(r.trace for r in results))
     variants = list(dict.fromkeys(r.variant for r in results))
     share = {(r.trace, r.variant): r.metrics["met_share"] for r in results}

@@ -14,6 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.errors import DISTRIBUTION
+
 MANIFEST_VERSION = 1
 
 
@@ -43,7 +45,7 @@ def _version(dist: str) -> str:
 
 def versions() -> dict[str, str]:
     return {
-        "bursar": _version("bursar"),
+        "bursar": _version(DISTRIBUTION),
         "python": platform.python_version(),
         "sortedcontainers": _version("sortedcontainers"),
     }

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.errors import require
 from bursar.sim.replay.mapping import ReplayConfig
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
 from bursar.sim.replay.run import replay_trace
@@ -175,6 +176,7 @@ def html_table(cells: Sequence[Cell], command: str) -> str:
 
 
 def figure(cells: Sequence[Cell], path: Path) -> None:
+    require("matplotlib", extra="plots", feature="the replay matrix figure")
     import matplotlib
 
     matplotlib.use("Agg")

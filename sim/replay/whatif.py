@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bursar.broker.codec import json_safe
+from bursar.broker.errors import require
 from bursar.sim.replay.fidelity import fidelity
 from bursar.sim.replay.mapping import ReplayConfig, Workload, load_replay_config
 from bursar.sim.replay.metrics import DEFAULT_TAU_S, percentile
@@ -611,6 +612,7 @@ def markdown(rep: dict[str, Any], command: str, figure_name: str | None) -> str:
 
 
 def figure_png(rep: dict[str, Any]) -> bytes:
+    require("matplotlib", extra="plots", feature="the what-if figure")
     import matplotlib
 
     matplotlib.use("Agg")
