@@ -66,8 +66,19 @@ sent as one state, not one per decision. Lease events are not held back."""
 HISTORY = 1200
 """Samples of the pool-over-time chart kept (one per state built after a change)."""
 
-_CACHE_S = 0.1
-"""How long a state built for one caller serves other streams of the same caller."""
+FLUSH_S = 0.02
+"""How long a stream holds a lease event for the ones that follow it, to send them in
+one write (a page shows a grant this much later)."""
+
+USABLE_INTERVAL_S = 2.0
+"""How long a time-to-usable distribution is reused: it reads thousands of journal
+decisions (tens of milliseconds with the loop waiting), and moves slowly."""
+
+_BATCH = 256
+"""Lease events sent in one write at most."""
+
+_EVENT_CACHE = 512
+"""Lease events kept encoded: every stream sends the same bytes for one event."""
 
 _HTTP_STATUS = {
     ErrorCode.NOT_FOUND: 404,
@@ -126,7 +137,9 @@ class Dashboard:
         self.core = core
         self.samples: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self._sampled_seq = -1
-        self._cache: dict[str, tuple[float, int, dict[str, Any]]] = {}
+        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._encoded: dict[tuple[int, int], bytes] = {}
+        self._usable: dict[str, tuple[float, dict[str, list[float]]]] = {}
         self._paused: dict[str, CampaignSpec] = {}
         self._streams: set[asyncio.Task[Any]] = set()
         self._runner: web.AppRunner | None = None
@@ -212,19 +225,35 @@ class Dashboard:
             self._sampled_seq = seq
             self.samples.append(views.sample(self.core))
 
-    def state_for(self, who: Principal) -> dict[str, Any]:
-        """The state view for ``who``, shared by that caller's streams for ``_CACHE_S``
-        while the journal has not moved (ten open pages cost one build, not ten)."""
+    def state_for(self, who: Principal, *, fresh: bool = False) -> dict[str, Any]:
+        """The state view for ``who``. A stream's periodic state is shared by that caller's
+        streams for ``STATE_INTERVAL_S`` (ten open pages cost one build, not ten); it may
+        then be older than lease events already sent, which the page re-applies (the view
+        carries its journal position)."""
         key = str(who)
-        seq = self.core.runtime.journal.last_seq
         now = time.monotonic()
         hit = self._cache.get(key)
-        if hit is not None and hit[1] == seq and now - hit[0] < _CACHE_S:
-            return hit[2]
+        if not fresh and hit is not None and now - hit[0] < STATE_INTERVAL_S:
+            return hit[1]
         self._sample()
-        view = views.state_view(self.core, who, self.samples)
-        self._cache[key] = (now, seq, view)
+        usable = self._usable.get(key)
+        if usable is None or now - usable[0] >= USABLE_INTERVAL_S:
+            usable = (now, views.time_to_usable(self.core, who))
+            self._usable[key] = usable
+        view = views.state_view(self.core, who, self.samples, usable[1])
+        self._cache[key] = (now, view)
         return view
+
+    def _lease_event(self, ev: pb.LeaseEvent) -> bytes:
+        """The SSE frame of a lease event, encoded once for every stream that sends it."""
+        key = (ev.seq, ev.index)
+        frame = self._encoded.get(key)
+        if frame is None:
+            frame = _sse("lease", views.message(ev), f"{ev.seq}.{ev.index}")
+            if len(self._encoded) >= _EVENT_CACHE:
+                self._encoded.pop(next(iter(self._encoded)))
+            self._encoded[key] = frame
+        return frame
 
     # ------------------------------------------------------------------ routes
 
@@ -232,7 +261,7 @@ class Dashboard:
         return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
 
     async def _state(self, _request: web.Request, who: Principal) -> dict[str, Any]:
-        return self.state_for(who)
+        return self.state_for(who, fresh=True)
 
     async def _lease(self, request: web.Request, who: Principal) -> dict[str, Any]:
         return views.lease_history(self.core, who, request.match_info["lease_id"])
@@ -318,9 +347,10 @@ class Dashboard:
         try:
             await resp.prepare(request)
             end = self.core.runtime.journal.last_seq
-            await resp.write(_sse("state", self.state_for(who), f"{end + 1}.-1" if not seq else ""))
+            state = self.state_for(who, fresh=True)
+            await resp.write(_sse("state", state, f"{end + 1}.-1" if not seq else ""))
             for ev in sub.snapshot:
-                await resp.write(_sse("lease", views.message(ev), f"{ev.seq}.{ev.index}"))
+                await resp.write(self._lease_event(ev))
             await self._follow(resp, who, sub, opened_with)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
@@ -355,8 +385,13 @@ class Dashboard:
                     ev = next_ev.result()  # raises what closed the subscription
                     if ev is None:
                         return
+                    # Gather what follows within FLUSH_S into the same write: under load a
+                    # stream then costs the broker one wake-up and one send per batch, not
+                    # per event.
+                    await asyncio.sleep(FLUSH_S)
+                    batch = [ev, *sub.ready(_BATCH)]
                     await self.core.durable()
-                    await resp.write(_sse("lease", views.message(ev), f"{ev.seq}.{ev.index}"))
+                    await resp.write(b"".join(self._lease_event(e) for e in batch))
                     next_ev = asyncio.ensure_future(sub.next())
                     dirty = True
                 if changed in done:

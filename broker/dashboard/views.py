@@ -36,8 +36,9 @@ __all__ = [
 TAIL = 50
 """Journal decisions the journal panel shows."""
 
-_TAIL_WINDOW = 400
-"""Journal entries looked back through for the tail (an entry may hold many decisions)."""
+_TAIL_WINDOW = 100
+"""Journal entries looked back through for the tail (an entry holds one or more
+decisions, so this finds at least ``TAIL`` when the journal has them)."""
 
 _USABLE_WINDOW = 5000
 """Journal entries looked back through for the time-to-usable distribution."""
@@ -177,8 +178,21 @@ def _decision_row(seq: int, d: Mapping[str, Any]) -> dict[str, Any]:
         "kind": d.get("kind"),
         "campaign": d.get("campaign", ""),
         "id": ident,
-        "details": {k: v for k, v in d.items() if k not in skip and v not in ({}, [], None)},
+        "details": {
+            k: iso(v) if _is_time(k, v) else v
+            for k, v in d.items()
+            if k not in skip and v not in ({}, [], None)
+        },
     }
+
+
+def _is_time(key: str, value: Any) -> bool:
+    """A decision field that holds an instant (not a duration): shown as ISO time."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and (key.endswith("_at") or key in ("ready_by", "deadline"))
+    )
 
 
 def journal_tail(core: ServiceCore, who: Principal, *, lease_id: str = "") -> list[dict[str, Any]]:
@@ -256,9 +270,13 @@ def history_view(samples: Iterable[Mapping[str, Any]], who: Principal) -> list[d
 
 
 def state_view(
-    core: ServiceCore, who: Principal, samples: Iterable[Mapping[str, Any]] = ()
+    core: ServiceCore,
+    who: Principal,
+    samples: Iterable[Mapping[str, Any]] = (),
+    usable: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
-    """Everything the page shows at once, for this caller."""
+    """Everything the page shows at once, for this caller. ``usable``: its
+    ``time_to_usable`` if already known (it reads thousands of journal decisions)."""
     leases = leases_view(core, who)
     return {
         "caller": str(who),
@@ -272,6 +290,6 @@ def state_view(
         "paths": paths_in_use(leases),
         "queue": queue_view(core, who),
         "journal": journal_tail(core, who),
-        "time_to_usable": time_to_usable(core, who),
+        "time_to_usable": time_to_usable(core, who) if usable is None else usable,
         "history": history_view(samples, who),
     }

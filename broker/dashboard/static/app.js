@@ -10,6 +10,7 @@ let state = null;
 let lastId = "";
 let stream = null;
 let revoking = "";
+let recent = [];  // lease events lately applied: a state older than some is brought up to date
 
 const $ = (sel) => document.querySelector(sel);
 const token = () => sessionStorage.getItem(KEY) || "";
@@ -304,8 +305,9 @@ async function whatIf(ev) {
 
 // ---------------------------------------------------------------- live stream
 
-function onLease(ev) {
+function onLease(ev, keep = true) {
   if (!state) return;
+  if (keep) { recent.push(ev); if (recent.length > 500) recent.shift(); }
   const l = ev.lease;
   const ended = ["released", "expired", "revoked"].includes(short(ev.kind));
   const i = state.leases.findIndex((x) => x.lease_id === l.lease_id);
@@ -326,7 +328,13 @@ function dispatch(chunk) {
   if (id) lastId = id;
   if (!data) return;
   const msg = JSON.parse(data);
-  if (event === "state") { state = msg; render(); }
+  if (event === "state") {
+    state = msg;
+    // A state shared between streams may predate lease events this page already has.
+    recent = recent.filter((ev) => Number(ev.seq) > state.journal_seq);
+    for (const ev of recent) onLease(ev, false);
+    render();
+  }
   else if (event === "lease") onLease(msg);
 }
 
