@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import ssl
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+from common import self_signed_cert
 from hypothesis import given
 from hypothesis import strategies as st
 from service_support import run, serve
@@ -224,3 +228,23 @@ def test_the_time_to_usable_pairs_grants_with_activations(tmp_path: Path) -> Non
 @given(st.integers(1, 10**9), st.integers(-1, 10**6))
 def test_an_event_id_resumes_just_after_its_position(seq: int, index: int) -> None:
     assert parse_event_id(f"{seq}.{index}") == (seq, index + 1)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_with_tls_the_dashboard_is_https_only(tmp_path: Path) -> None:
+    key, cert = self_signed_cert(tmp_path) or (None, None)
+    assert key is not None and cert is not None
+
+    async def main() -> None:
+        async with serve(tmp_path / "s", dashboard_port=0, tls_cert=cert, tls_key=key) as c:
+            url = c.running.dashboard_url
+            assert url.startswith("https://")
+            trust = ssl.create_default_context(cafile=str(cert))
+            async with aiohttp.ClientSession() as http:
+                async with http.get(url + "api/state", headers=_h(c.admin_token), ssl=trust) as r:
+                    assert r.status == 200
+                with pytest.raises(aiohttp.ClientError):
+                    async with http.get(url.replace("https", "http") + "api/state") as r:
+                        await r.read()
+
+    run(main())
