@@ -248,3 +248,45 @@ def test_with_tls_the_dashboard_is_https_only(tmp_path: Path) -> None:
                         await r.read()
 
     run(main())
+
+
+def test_the_queue_and_the_elastic_table_are_shown(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with serve(tmp_path / "s", dashboard_port=0) as c:
+            url = c.running.dashboard_url + "api/state"
+            elastic = await c.broker.Acquire(
+                pb.AcquireRequest(
+                    duration_s=600,
+                    intent=pb.Intent(
+                        min={"gpu": 2},
+                        max={"gpu": 16},
+                        speedup=pb.Speedup(amdahl_serial_fraction=0.05),
+                        remaining_work=20_000,
+                        deadline_s=3_000,
+                    ),
+                ),
+                metadata=c.as_("sci"),
+            )
+            await c.acquire("other", 8)  # the elastic lease has the warm nodes: the cold one
+            waiting = asyncio.ensure_future(c.acquire("backfill", 8, timeout_s=10))
+            async with aiohttp.ClientSession() as http:
+                for _ in range(50):
+                    _, state = await _get(http, url, c.admin_token)
+                    if state["queue"]:
+                        break
+                    await asyncio.sleep(0.05)
+                [q] = state["queue"]
+                assert q["campaign"] == "backfill" and q["size"] == {"gpu": 8.0}
+                assert q["reason"] and q["queued_at_iso"].endswith("Z")
+                assert q["estimated_wait_s"] is None or q["estimated_wait_s"] >= 0
+                [el] = [x for x in state["leases"] if x["lease_id"] == elastic.lease.lease_id]
+                table = el["elastic"]
+                assert table["units"] >= 2 and table["mode"]
+                assert {"slack_s", "risk", "marginal_utility"} <= set(table)
+                # Another campaign's token sees neither.
+                _, mine = await _get(http, url, c.tokens["other"])
+                assert mine["queue"] == [] and all("elastic" not in x for x in mine["leases"])
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+
+    run(main())
