@@ -146,6 +146,22 @@ def test_an_admin_selects_a_campaign_opens_a_history_and_revokes(
         page.wait_for_function(
             "document.querySelector('#journal tbody').innerText.includes('browser test')"
         )
+        # Pause (after the browser's confirm) and resume a campaign.
+        page.on("dialog", lambda d: d.accept())
+        page.click('#campaigns tr[data-campaign="sci"] button.pause')
+        page.wait_for_selector('#campaigns tr[data-campaign="sci"] button.pause:text("Resume")')
+        assert r.core.engine.campaigns["sci"].spec.envelopes["gpu"].burst == 0
+        page.click('#campaigns tr[data-campaign="sci"] button.pause')
+        page.wait_for_selector('#campaigns tr[data-campaign="sci"] button.pause:text("Pause")')
+        assert r.core.engine.campaigns["sci"].spec.envelopes["gpu"].burst == 24
+        # The what-if panel: asks the broker, changes nothing.
+        before = r.core.runtime.journal.last_seq
+        page.select_option("#whatif-campaign", "sci")
+        page.fill("#whatif-gpu", "4")
+        page.click("#whatif button")
+        page.wait_for_function("document.querySelector('#whatif-result').innerText.length > 0")
+        assert "granted now" in page.inner_text("#whatif-result")
+        assert r.core.runtime.journal.last_seq == before
         assert page.errors == []  # type: ignore[attr-defined]
         page.close()
 
