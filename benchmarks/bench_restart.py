@@ -207,6 +207,7 @@ def to_serving_s(state: Path) -> float:
             "--port",
             "0",
             "--no-metrics",
+            "--no-dashboard",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -226,7 +226,7 @@ def main() -> None:
         bursar = Subprocess(
             [
                 sys.executable, "-m", "bursar.broker.service", "--state-dir", str(state),
-                "--config", str(cfg), "--port", "0", "--no-metrics", "--durability", "normal",
+                "--config", str(cfg), "--port", "0", "--no-metrics", "--no-dashboard", "--durability", "normal",
                 "--rate-limit", "1e9", "--rate-burst", "1e9",
             ]
         )  # fmt: skip

@@ -138,6 +138,17 @@ def discover_config(
 )
 @click.option("--no-metrics", is_flag=True, help="Do not serve metrics.")
 @click.option(
+    "--dashboard-port",
+    default=9465,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="The live dashboard (a web page) at http://HOST:PORT/ (https with --tls-cert), on "
+    "--host like the gRPC port: loopback unless --allow-remote. It asks for a token: the "
+    "admin token sees everything, a campaign token its own campaign and the public supply. "
+    "0 picks a free port; the URL is printed on start.",
+)
+@click.option("--no-dashboard", is_flag=True, help="Do not serve the dashboard.")
+@click.option(
     "--durability",
     type=click.Choice(["normal", "full"]),
     default="normal",
@@ -197,6 +208,8 @@ def serve_command(
     allow_remote: bool,
     metrics_port: int,
     no_metrics: bool,
+    dashboard_port: int,
+    no_dashboard: bool,
     durability: str,
     snapshot_every: int,
     rate_limit: float,
@@ -260,6 +273,7 @@ def serve_command(
         host=host,
         port=port,
         metrics_port=None if no_metrics else metrics_port,
+        dashboard_port=None if no_dashboard else dashboard_port,
         admin_token_file=admin_token_file,
         tls_cert=tls_cert,
         tls_key=tls_key,
@@ -277,6 +291,8 @@ def serve_command(
         click.echo(f"bursar serve: listening on {r.address} (gRPC, {tls})")
         if r.metrics_port is not None:
             click.echo(f"bursar serve: metrics on http://{host}:{r.metrics_port}/metrics")
+        if r.dashboard_url:
+            click.echo(f"bursar serve: dashboard on {r.dashboard_url} (paste a token to sign in)")
         j = core.runtime.journal
         snap = core.runtime.snapshots.last if core.runtime.snapshots else 0
         resumed = f", resumed from the snapshot at entry {snap}" if snap else ""

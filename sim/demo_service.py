@@ -35,7 +35,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +47,7 @@ from bursar.broker.audit import AuditReport, audit
 from bursar.broker.config import Config, default_config
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.service.limits import LimitSettings
-from bursar.broker.service.server import Settings, running
+from bursar.broker.service.server import Running, Settings, running
 from bursar.providers.client import (
     AsyncBrokerClient,
     Backoff,
@@ -259,9 +259,18 @@ async def _pump(stream: AsyncIterator[LeaseEvent], into: asyncio.Queue[LeaseEven
         into.put_nowait(ev)
 
 
-async def session(state_dir: Path, console: Console | None = None) -> SessionResult:
+async def session(
+    state_dir: Path,
+    console: Console | None = None,
+    *,
+    watch: Callable[[Running], Awaitable[None]] | None = None,
+) -> SessionResult:
     """Run the agent session against a broker started here on ``state_dir`` (made fresh);
-    the broker is stopped and its journal audited before this returns."""
+    the broker is stopped and its journal audited before this returns.
+
+    ``watch``: run alongside the agents with the broker serving its dashboard (on a free
+    port), cancelled once they are done; ``scripts/dashboard_screenshot.py`` photographs
+    the dashboard with it."""
     console = console or Console()
     state_dir = Path(state_dir)
     fresh_state_dir(state_dir)
@@ -276,6 +285,7 @@ async def session(state_dir: Path, console: Console | None = None) -> SessionRes
         host="127.0.0.1",
         port=0,
         metrics_port=None,
+        dashboard_port=None if watch is None else 0,
         grace_s=1.0,
         limits=LimitSettings(),
     )
@@ -292,7 +302,13 @@ async def session(state_dir: Path, console: Console | None = None) -> SessionRes
                 f"{GRACE_S:g} s and boot {BOOT_S:g} s so that this takes seconds; the agents "
                 "use the campaign tokens in tokens.json",
             )
-            await _agents(server.address, tokens, config, say)
+            watcher = asyncio.ensure_future(watch(server)) if watch is not None else None
+            try:
+                await _agents(server.address, tokens, config, say)
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+                    await asyncio.gather(watcher, return_exceptions=True)
             admin = AsyncBrokerClient(
                 server.address, server.core.admin_token_path.read_text().strip()
             )

@@ -86,6 +86,18 @@ def test_bench_service_prints_the_ratio_to_the_empty_handler() -> None:
     assert "ratio" in out.lower() or "x empty" in out.lower(), out
 
 
+def test_bench_dashboard_prints_the_ratio_with_streams_to_without() -> None:
+    out = _run(
+        "benchmarks/bench_dashboard.py",
+        *("--clients", "2", "--seconds", "0.5", "--rounds", "2", "--streams", "2"),
+    )
+    rows = [line.split("|") for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 2, out
+    # The streams got the opening state and the lease events of the pairs.
+    assert all(int(r[-1]) > 2 for r in rows), out
+    assert "ratio" in out and "median" in out, out
+
+
 def test_bench_replay_prints_wall_times_against_parsing() -> None:
     traces = Path(os.environ.get("BURSAR_TRACES_DIR") or ROOT.parent / "shared" / "traces")
     if not (traces / "pwa-hpc2n" / "HPC2N-2002-2.2-cln.swf.gz").exists():

@@ -98,7 +98,7 @@ def _shims(bin_dir: Path, port: int) -> None:
         "from bursar.cli.main import main\n"
         "args = sys.argv[1:]\n"
         "if args[:1] == ['serve']:\n"
-        f"    args += ['--port', '{port}', '--metrics-port', '0']\n"
+        f"    args += ['--port', '{port}', '--metrics-port', '0', '--dashboard-port', '0']\n"
         "sys.exit(main(args, prog_name='bursar'))\n"
     )
     python = bin_dir / "python"

@@ -179,6 +179,7 @@ def test_serve_refuses_a_config_that_disagrees_with_the_journal(tmp_path: Path) 
             "--port",
             "0",
             "--no-metrics",
+            "--no-dashboard",
         ],
         capture_output=True,
         text=True,
@@ -278,8 +279,9 @@ def test_a_start_on_a_taken_port_names_it_and_leaves_no_state(tmp_path: Path) ->
         taken.listen()
         port = taken.getsockname()[1]
         for args, flag in (
-            (["--port", str(port), "--no-metrics"], "--port"),
-            (["--port", "0", "--metrics-port", str(port)], "--metrics-port"),
+            (["--port", str(port), "--no-metrics", "--no-dashboard"], "--port"),
+            (["--port", "0", "--metrics-port", str(port), "--no-dashboard"], "--metrics-port"),
+            (["--port", "0", "--no-metrics", "--dashboard-port", str(port)], "--dashboard-port"),
         ):
             state = tmp_path / f"state{flag}"
             proc = subprocess.run(

@@ -44,6 +44,7 @@ class Server:
                 "--port",
                 "0",
                 *(() if any(a.startswith("--metrics-port") for a in args) else ("--no-metrics",)),
+                *(() if any(a.startswith("--dashboard") for a in args) else ("--no-dashboard",)),
                 *args,
             ],
             stdout=subprocess.PIPE,

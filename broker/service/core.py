@@ -219,6 +219,19 @@ class Subscription:
             self._error = error
             self._queue.put_nowait(None)
 
+    def ready(self, limit: int) -> list[pb.LeaseEvent]:
+        """Up to ``limit`` events already queued, without waiting: a stream that sends
+        several at once (the dashboard's) pays one write for them. The end of the stream
+        stays queued for ``next``."""
+        out: list[pb.LeaseEvent] = []
+        while len(out) < limit and not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is None:
+                self._queue.put_nowait(None)  # nothing follows the end: it stays last
+                break
+            out.append(item)
+        return out
+
     async def next(self) -> pb.LeaseEvent | None:
         """The next event; None once every watched lease has ended. Raises what closed it."""
         if self._error is not None and self._queue.empty():

@@ -25,6 +25,7 @@ import logging
 import shutil
 import signal
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -64,6 +65,9 @@ class Settings:
     port: int = 50051
     metrics_port: int | None = 9464
     """None: no metrics port; 0: any free port."""
+    dashboard_port: int | None = None
+    """The live dashboard's port (``broker/dashboard``); None: none; 0: any free port.
+    Off here, on in ``bursar serve``: tests and embedders start many servers at once."""
     admin_token_file: Path | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -114,12 +118,17 @@ def check_ports(settings: Settings) -> None:
     wanted = [(settings.port, "--port", "the gRPC port")]
     if settings.metrics_port is not None:
         wanted.append((settings.metrics_port, "--metrics-port", "the metrics port"))
+    if settings.dashboard_port is not None:
+        wanted.append((settings.dashboard_port, "--dashboard-port", "the dashboard port"))
     for port, flag, what in wanted:
         if port == 0:
             continue
         exc = _port_free(settings.host, port)
         if exc is not None:
-            other = " or --no-metrics" if flag == "--metrics-port" else " (0 picks a free one)"
+            other = {
+                "--metrics-port": " or --no-metrics",
+                "--dashboard-port": " or --no-dashboard",
+            }.get(flag, " (0 picks a free one)")
             raise ValueError(
                 f"{what} {port} on {settings.host} cannot be bound ({exc.strerror or exc}): "
                 f"pass {flag} with a free port{other}"
@@ -177,6 +186,8 @@ class Running:
     core: ServiceCore
     server: grpc.aio.Server
     address: str
+    dashboard_port: int | None = None
+    dashboard_url: str = ""
 
 
 def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
@@ -187,6 +198,15 @@ def _credentials(settings: Settings) -> grpc.ServerCredentials | None:
     return grpc.ssl_server_credentials(
         [(settings.tls_key.read_bytes(), settings.tls_cert.read_bytes())]
     )
+
+
+def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
+    """The dashboard's TLS: the same certificate and key as the gRPC port's."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return context
 
 
 @asynccontextmanager
@@ -223,6 +243,7 @@ async def running(
         backend=settings.backend,
     )
     started = False
+    dashboard = None
     try:
         address = _address(settings.host, settings.port)
         health_servicer = health.aio.HealthServicer()
@@ -243,6 +264,21 @@ async def running(
                     f"bound ({exc.strerror or exc}): pass --metrics-port with a free port "
                     "or --no-metrics"
                 ) from exc
+        dashboard_port = None
+        if settings.dashboard_port is not None:
+            from bursar.broker.dashboard.server import Dashboard
+
+            dashboard = Dashboard(core)
+            try:
+                dashboard_port = await dashboard.start(
+                    settings.host, settings.dashboard_port, _ssl_context(settings)
+                )
+            except OSError as exc:
+                raise ValueError(
+                    f"the dashboard port {settings.dashboard_port} on {settings.host} cannot "
+                    f"be bound ({exc.strerror or exc}): pass --dashboard-port with a free port "
+                    "or --no-dashboard"
+                ) from exc
         await server.start()
         started = True
         for name in ("", *SERVICE_NAMES):
@@ -257,8 +293,22 @@ async def running(
                 probes.install(core.runtime, core.metrics)
                 heartbeat = tg.create_task(probes.run(), name="bursar-stall-log")
             try:
-                yield Running(port, metrics_port, core, server, _address(settings.host, port))
+                url = ""
+                if dashboard_port is not None:
+                    scheme = "https" if credentials is not None else "http"
+                    url = f"{scheme}://{_address(settings.host, dashboard_port)}/"
+                yield Running(
+                    port,
+                    metrics_port,
+                    core,
+                    server,
+                    _address(settings.host, port),
+                    dashboard_port,
+                    url,
+                )
             finally:
+                if dashboard is not None:
+                    await dashboard.stop()
                 await health_servicer.enter_graceful_shutdown()
                 stopping = asyncio.ensure_future(server.stop(settings.grace_s))
                 # Stop accepting first, then wake the waiters and streams so that they
@@ -271,6 +321,8 @@ async def running(
                     heartbeat.cancel()
                     probes.uninstall()
     finally:
+        if dashboard is not None:
+            await dashboard.stop()  # a no-op once stopped; here for a start that failed
         core.close()
         if not started and fresh:
             shutil.rmtree(state, ignore_errors=True)
