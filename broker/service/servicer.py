@@ -217,6 +217,10 @@ class BrokerServicer(_Base):
     def ListLeases(self, req: pb.ListLeasesRequest, who: Principal) -> pb.ListLeasesResponse:
         return pb.ListLeasesResponse(leases=self.core.list_leases(who, req.campaign))
 
+    @_rpc()
+    def ListPending(self, req: pb.ListPendingRequest, who: Principal) -> pb.ListPendingResponse:
+        return self.core.list_pending(who, req.campaign, req.request_id, req.idempotency_key)
+
     @_rpc(stream=True)
     async def Watch(
         self, req: pb.WatchRequest, who: Principal
