@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from bursar.cli.console import human_duration, iso_time
 from bursar.cli.main import main
-from bursar.providers.client import BrokerClient, Refused
+from bursar.providers.client import BrokerClient, PendingRequest, ReasonCode, Refused
 
 
 @pytest.fixture
@@ -39,10 +39,19 @@ def test_leases_list_pending_says_why_and_for_how_long(server: ServerThread) -> 
     ):
         held = sci.acquire({"gpu": 24}, 300)  # every GPU of the pool, for 5 minutes
         outcome: list[object] = []
+        updates: list[PendingRequest] = []
 
         def wait() -> None:
             try:
-                outcome.append(other.acquire({"gpu": 8}, 60, timeout=30, labels={"job": "b"}))
+                lease = other.acquire(
+                    {"gpu": 8},
+                    60,
+                    timeout=30,
+                    labels={"job": "b"},
+                    on_queued=updates.append,  # the library's answer to the same question
+                    queued_poll_s=0.05,
+                )
+                outcome.append(lease)
             except Refused as exc:
                 outcome.append(exc)
 
@@ -68,6 +77,9 @@ def test_leases_list_pending_says_why_and_for_how_long(server: ServerThread) -> 
             sci.release(held.id)
             waiter.join(30)
         assert outcome and not isinstance(outcome[0], Refused)
+        assert updates and updates[0].reason is ReasonCode.POOL_FULL
+        assert updates[0].request_id == outcome[0].id  # type: ignore[attr-defined]
+        assert 240 < updates[0].estimated_wait_s <= 301
         res = bursar("leases", "list", "--pending", env=env)
         assert "no requests waiting" in res.stdout
 

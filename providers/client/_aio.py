@@ -445,15 +445,18 @@ class AsyncBrokerClient:
         labels: Mapping[str, str] | None = None,
         shape: Shape | None = None,
         intent: Intent | None = None,
+        on_queued: Callable[[PendingRequest], Any] | None = None,
+        queued_poll_s: float = 1.0,
     ) -> LeaseHandle:
         """A lease held for the life of an ``async with`` block: acquired on entry,
         renewed ``renew_margin_s`` before it would expire (default: half its duration,
         at most 60 s), watched (preemption warnings set ``handle.preempted`` and call
         ``on_preempt``, which may be a coroutine function), and released on exit,
         also when the block raises. ``shape``, ``intent`` (``size`` then ``{}``) and
-        ``timeout`` (the proto's ``timeout_s``) as in :meth:`acquire`; an elastic lease's
-        RESIZE_WARNING and RESIZED events reach the handle's listeners. See
-        :class:`LeaseHandle`."""
+        ``timeout`` (the proto's ``timeout_s``), ``on_queued`` and ``queued_poll_s`` as in
+        :meth:`acquire`;
+        an elastic lease's RESIZE_WARNING and RESIZED events reach the handle's
+        listeners. See :class:`LeaseHandle`."""
         return LeaseHandle(
             self,
             dict(size),
@@ -466,6 +469,8 @@ class AsyncBrokerClient:
             labels=labels,
             shape=shape,
             intent=intent,
+            on_queued=on_queued,
+            queued_poll_s=queued_poll_s,
         )
 
     # ---------------------------------------------------------------- watch
