@@ -4,10 +4,11 @@ client library's ``on_queued`` updates of a blocking acquire."""
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 import grpc
-from service_support import START, fails, run, serve, until
+from service_support import LIFECYCLE, START, asleep_until, config, fails, run, serve, until
 
 from bursar.broker.clock import ManualClock
 from bursar.protos.bursar.v1 import broker_pb2 as pb
@@ -115,5 +116,36 @@ def test_a_blocking_acquire_tells_on_queued_why_it_waits(tmp_path: Path) -> None
                 )
                 lease = await waiting
                 assert lease.id == first.request_id
+
+    run(scenario())
+
+
+def test_a_request_past_its_patience_shows_its_reservation(tmp_path: Path) -> None:
+    cfg = config(LIFECYCLE.replace("[policy]\n", "[policy]\nhol_patience_s = 1\n"))
+
+    async def scenario() -> None:
+        clock = ManualClock(START)
+        async with serve(tmp_path, cfg, clock=clock) as c:
+            held = await c.acquire("sci", 24, duration_s=100)  # the whole pool
+            waiting = asyncio.ensure_future(c.acquire("other", 8, timeout_s=600))
+            await until(lambda: bool(c.core.engine.pending))
+            (before,) = (await _list(c, "other")).requests
+            assert not before.HasField("reserved_at")
+            await asleep_until(clock, START + 0.6)  # the cold node's boot: the next timer
+            clock.set(START + 1.5)  # past the boot and the request's patience (1 s)
+            await until(lambda: bool(c.core.engine.queue.aged))
+            (aged,) = (await _list(c, "other")).requests
+            # It holds a reservation: the capacity is due when the pool's lease ends.
+            assert aged.HasField("reserved_at")
+            assert START + 1.5 < aged.reserved_at <= START + 101
+            assert math.isclose(
+                aged.estimated_wait_s,
+                aged.reserved_at - aged.queued_at - aged.waited_s,
+                abs_tol=0.01,
+            )
+            await c.broker.Release(
+                pb.ReleaseRequest(lease_id=held.lease.lease_id), metadata=c.as_("sci")
+            )
+            await waiting
 
     run(scenario())
