@@ -753,14 +753,34 @@ class ServiceCore:
         engine = self.engine
         # The estimates are from the engine's clock; the caller asks from ours.
         lag = now - engine.now
-        ordered = engine.queue.ordered()
-        reserved = engine.reservation_starts() if ordered else {}
+        queue = engine.queue
+        pending = engine.pending
+        if request_id or key:
+            # One request (an on_queued poll, every second per waiting client): its place
+            # is counted, not sorted for.
+            if request_id:
+                picked = [pending[request_id]] if request_id in pending else []
+            else:
+                picked = list(pending.values())
+            if key:
+                picked = [p for p in picked if p.key == key]
+            if only is not None:
+                picked = [p for p in picked if p.campaign == only]
+            places = []
+            for p in picked:
+                mine = queue.key(p)
+                places.append((1 + sum(queue.key(q) < mine for q in pending.values()), p))
+        else:
+            places = [
+                (i, p)
+                for i, p in enumerate(queue.ordered(), start=1)
+                if only is None or p.campaign == only
+            ]
+        # Only aged requests hold reservations: the profile is built only for them.
+        aged = any(p.id in queue.aged for _, p in places)
+        reserved = engine.reservation_starts() if aged else {}
         out = pb.ListPendingResponse(at=now)
-        for position, p in enumerate(ordered, start=1):
-            if only is not None and p.campaign != only:
-                continue
-            if (request_id and p.id != request_id) or (key and p.key != key):
-                continue
+        for position, p in places:
             at = reserved.get(p.id)
             if at is not None and math.isfinite(at):
                 wait = at - now
