@@ -73,6 +73,7 @@ def test_leases_list_pending_says_why_and_for_how_long(server: ServerThread) -> 
             assert isinstance(item["estimated_wait_s"], float)
             assert 240 < item["estimated_wait_s"] <= 301
             assert item["reserved_at"] is None and item["campaign"] == "other"
+            until(lambda: updates, what="the on_queued update")
         finally:
             sci.release(held.id)
             waiter.join(30)
