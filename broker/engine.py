@@ -239,6 +239,25 @@ class Engine(ElasticFold):
         r = profile.reservations.get(request_id) if profile is not None else None
         return None if r is None else r.at
 
+    def reservation_starts(self) -> dict[str, float]:
+        """When each reservation held now starts, by request id (as ``reservation``, for
+        every holder at once: the profile is built once)."""
+        self._profile_fresh = False
+        profile = self._reservations()
+        if profile is None:
+            return {}
+        return {rid: r.at for rid, r in profile.reservations.items()}
+
+    def estimated_wait(self, request_id: str) -> float:
+        """Seconds a waiting request is expected to wait from now by the ledger's estimate
+        for its reason (the estimate its Queued decision carried, made again now; a
+        reservation, see ``reservation_starts``, is the better answer when it holds one).
+        A pure read."""
+        p = self.queue.pending[request_id]
+        reason = p.reason or Reason.POOL_FULL
+        c = self.campaigns[p.campaign]
+        return self.ledger.estimate_wait(c, p.size, p.duration_s, reason, self.now)
+
     def pressure(self) -> float:
         return self.ledger.pressure()
 

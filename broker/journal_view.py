@@ -4,7 +4,7 @@ latest decisions as JSON lines or a table."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -76,9 +76,30 @@ def tail_json_lines(rows: Sequence[tuple[int, Decision]]) -> list[str]:
     return [codec.dumps({"seq": seq, **codec.to_dict(d)}) for seq, d in rows]
 
 
-def tail_table(rows: Sequence[tuple[int, Decision]], title: str) -> Table:
+def _is_time(key: str) -> bool:
+    return key.endswith("_at") or key in ("at", "deadline", "until")
+
+
+def tail_table(
+    rows: Sequence[tuple[int, Decision]],
+    title: str,
+    *,
+    time_text: Callable[[float], str] | None = None,
+    duration_text: Callable[[float], str] | None = None,
+) -> Table:
     """One row per decision: its entry's seq, time, kind, campaign, lease or request, and
-    the decision's other fields in brief."""
+    the decision's other fields in brief. ``time_text`` and ``duration_text`` write the
+    times (``at``, ``*_at``) and durations (``*_s``) for a reader (the CLI's ISO times and
+    "1m56s"); without them they are plain numbers."""
+
+    def brief(key: str, value: Any) -> str:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if time_text is not None and _is_time(key):
+                return time_text(float(value))
+            if duration_text is not None and key.endswith("_s"):
+                return duration_text(float(value))
+        return _brief(value)
+
     table = Table(title=title)
     for name, justify in (
         ("seq", "right"),
@@ -93,11 +114,13 @@ def tail_table(rows: Sequence[tuple[int, Decision]], title: str) -> Table:
         fields = codec.to_dict(d)
         ident = next((str(fields[k]) for k in _ID_FIELDS if k in fields), "")
         details = " ".join(
-            f"{k}={_brief(v)}" for k, v in fields.items() if k not in _HIDDEN and v not in ({}, [])
+            f"{k}={brief(k, v)}"
+            for k, v in fields.items()
+            if k not in _HIDDEN and v not in ({}, [])
         )
         table.add_row(
             str(seq),
-            _brief(fields["at"]),
+            brief("at", fields["at"]),
             d.kind,
             str(fields.get("campaign", "")),
             ident,

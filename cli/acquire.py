@@ -31,9 +31,10 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
+from bursar.cli.console import human_duration, iso_time
 from bursar.cli.leases import parse_labels, parse_units
 from bursar.cli.verbs import at, lease_summary
-from bursar.providers.client import Lease, LeaseHandle, LeaseState
+from bursar.providers.client import Lease, LeaseHandle, LeaseState, PendingRequest
 from bursar.providers.client_view import leases_table
 from bursar.providers.launch import is_slurm, launch_argv, slurm_job_id
 
@@ -44,6 +45,9 @@ KILL_AFTER_S = 10.0
 
 WAIT_NOTICE_S = 15.0
 """How often a waiting acquire says it is still waiting."""
+
+QUEUED_POLL_S = 1.0
+"""How often a waiting acquire reads why its request waits (a line whenever that changes)."""
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
@@ -147,7 +151,14 @@ def acquire_command(
                 f"waiting for a lease of {','.join(f'{k}={v:g}' for k, v in size.items())} "
                 f"({wait})..."
             )
-            handle = client.held_lease(size, duration, timeout=timeout, labels=label_map or None)
+            handle = client.held_lease(
+                size,
+                duration,
+                timeout=timeout,
+                labels=label_map or None,
+                on_queued=_queued,
+                queued_poll_s=QUEUED_POLL_S,
+            )
             async with contextlib.AsyncExitStack() as stack:
                 ticker = asyncio.create_task(_still_waiting(time.monotonic()))
                 try:
@@ -171,11 +182,22 @@ def acquire_command(
     sys.exit(status)
 
 
+def _queued(p: PendingRequest) -> None:
+    """Why the request waits and until when, each time that changes."""
+    text = (
+        f"queued as {p.request_id}: {p.reason.value}, estimated wait "
+        f"{human_duration(p.estimated_wait_s)}, position {p.position}"
+    )
+    if p.reserved_at is not None:
+        text += f", reserved from {iso_time(p.reserved_at)}"
+    _say(text)
+
+
 async def _still_waiting(t0: float) -> None:
     """A line now and then while the grant is awaited (a blocking Acquire is one call)."""
     while True:
         await asyncio.sleep(WAIT_NOTICE_S)
-        _say(f"still waiting for the grant ({time.monotonic() - t0:.0f} s)...")
+        _say(f"still waiting for the grant ({human_duration(time.monotonic() - t0)})...")
 
 
 async def _until(*events: asyncio.Event) -> None:

@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from rich.console import Console
 
+from bursar.cli.console import human_duration
 from bursar.providers.client import (
     DEFAULT_TARGET,
     AlreadyExists,
@@ -305,7 +306,7 @@ def _hint(exc: BursarClientError, o: Options) -> str:
         return "list what exists with `bursar leases list` or `bursar campaigns list`"
     if isinstance(exc, Refused):
         if math.isfinite(exc.retry_after):
-            return f"the broker suggests retrying in {exc.retry_after:.1f} s"
+            return f"the broker suggests retrying in {human_duration(exc.retry_after)}"
         return "retrying as is will not help"
     if isinstance(exc, InvalidArgument) and exc.field_violations:
         return "; ".join(f"{v.field}: {v.description}" for v in exc.field_violations)

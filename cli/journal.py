@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
-from rich.console import Console
 
 from bursar.broker import archive, snapshot
 from bursar.broker.audit import audit
 from bursar.broker.errors import JournalError
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.journal_view import first_difference, tail_json_lines, tail_table
+from bursar.cli.console import human_duration, iso_time, report_console
 
 __all__ = ["journal"]
 
@@ -257,7 +257,8 @@ def rebase_cmd(state_dir: Path, archives: tuple[Path, ...]) -> None:
     help="Print one canonical JSON object per line (the decision plus its entry's seq).",
 )
 def tail_cmd(state_dir: Path, count: int, as_json: bool) -> None:
-    """Show the latest decisions, oldest first.
+    """Show the latest decisions, oldest first: times in ISO 8601 (UTC), durations as
+    people read them (1m56s); --json keeps the numbers.
 
     Each decision is shown with the seq of the journal entry (the event) that produced
     it. With --json the output is JSON lines, for jq or a script.
@@ -272,4 +273,6 @@ def tail_cmd(state_dir: Path, count: int, as_json: bool) -> None:
             click.echo(line)
         return
     title = f"last {len(rows)} decisions in {state_dir / JOURNAL_FILENAME}"
-    Console(soft_wrap=False).print(tail_table(rows, title))
+    table = tail_table(rows, title, time_text=iso_time, duration_text=human_duration)
+    # Off a terminal the times and details are not cut to 80 columns.
+    report_console().print(table, soft_wrap=False)

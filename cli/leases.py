@@ -19,8 +19,9 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
-from bursar.providers.client import Lease, WhatIfResult
-from bursar.providers.client_view import event_line, leases_table, whatif_tables
+from bursar.cli.console import report_console
+from bursar.providers.client import Lease, PendingRequest, WhatIfResult
+from bursar.providers.client_view import event_line, leases_table, pending_table, whatif_tables
 
 __all__ = ["leases", "parse_labels", "parse_units"]
 
@@ -41,11 +42,39 @@ def leases() -> None:
 
 
 @leases.command("list", context_settings=CONTEXT)
+@click.option(
+    "--pending",
+    is_flag=True,
+    help="List the requests waiting in the queue instead: why each waits, its estimated "
+    "wait, its place in the queue and its reservation, if any.",
+)
 @campaign_option
 @connection_options
-def leases_list() -> None:
-    """Live leases (starting, active, preempting), oldest first."""
+def leases_list(pending: bool) -> None:
+    """Live leases (starting, active, preempting), oldest first; with --pending, the
+    queued requests in admission order.
+
+    \b
+    Examples:
+      bursar leases list --pending          # why is my request waiting, and until when?
+      bursar leases list --pending --json   # numbers: seconds, seconds since the epoch
+    """
     o = options()
+
+    if pending:
+
+        async def queued() -> tuple[list[PendingRequest], float]:
+            async with broker_client(o) as client:
+                status = await client.status()
+                return await client.list_pending(), status.now
+
+        waiting, now = run_call(queued)
+        if o.json:
+            print_json([x.to_json() for x in waiting])
+        else:
+            # Off a terminal (a log, a pipe) the table is not cut to 80 columns.
+            report_console().print(pending_table(waiting, now))
+        return
 
     async def go() -> tuple[list[Lease], float]:
         async with broker_client(o) as client:

@@ -7,7 +7,6 @@ Times are printed as local wall-clock times with how far off they are ("19:52:04
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
@@ -22,35 +21,26 @@ from bursar.cli.client import (
     run_call,
     stdout_console,
 )
+from bursar.cli.console import human_duration, iso_time
 from bursar.providers.client import BrokerStatus, Lease
 from bursar.providers.client_view import leases_table
 
 __all__ = ["at", "lease_summary", "release_command", "renew_command", "status_command"]
 
 
-def _span(s: float) -> str:
-    s = abs(s)
-    if s < 60:
-        return f"{s:.0f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
-
-
 def at(t: float | None, now: float | None = None) -> str:
-    """``t`` (seconds since the epoch) as people read it: the local date and time, and,
-    given ``now``, how far from it ("2026-12-01 19:52:04 UTC (in 9m58s)")."""
+    """``t`` (seconds since the epoch) as people read it: ISO 8601 in UTC, and, given
+    ``now``, how far from it ("2026-12-01T19:52:04.000Z (in 9m58s)")."""
     if not t:
         return "-"
-    text = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))
+    text = iso_time(t)
     if now is None:
         return text
     d = t - now
     if abs(d) < 0.5:
         return f"{text} (now)"
-    return f"{text} (in {_span(d)})" if d > 0 else f"{text} ({_span(d)} ago)"
+    span = human_duration(abs(d))
+    return f"{text} (in {span})" if d > 0 else f"{text} ({span} ago)"
 
 
 def _size(size: Any) -> str:

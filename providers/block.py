@@ -67,6 +67,7 @@ from typing import Any, TypeVar
 import psutil
 
 from bursar.broker.clock import SYSTEM, Clock, wait_event_until
+from bursar.cli.console import human_duration
 from bursar.providers.client import (
     AsyncBrokerClient,
     BursarClientError,
@@ -701,7 +702,7 @@ class Block:
         assert isinstance(exc, Refused)
         return (
             f"{exc.reason}: {exc.message} "
-            f"(attempt {self.attempts}; again in {self.retry.after(exc):.1f} s)"
+            f"(attempt {self.attempts}; again in {human_duration(self.retry.after(exc))})"
         )
 
     @property
@@ -791,6 +792,16 @@ class Block:
         if inp in (Input.REFUSED, Input.UNREACHABLE, Input.GIVE_UP):
             self.last_error = data
             if isinstance(data, Refused):
+                if not self.refusals or self.refusals[-1] != data.reason:
+                    # Once per change of reason: a block asking again every few seconds
+                    # for the same reason says nothing new.
+                    log.info(
+                        "block %s: waiting for the broker: %s (%s); it expects about %s",
+                        self.name,
+                        data.reason,
+                        data.message,
+                        human_duration(max(0.0, data.retry_after)),
+                    )
                 self.refusals.append(data.reason)
         elif inp in (Input.REJECTED, Input.ERROR) and self.error is None:
             self.error = data

@@ -12,13 +12,23 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from bursar.providers.client import Campaign, DecisionKind, Lease, LeaseEvent, Supply, WhatIfResult
+from bursar.cli.console import human_duration, iso_time
+from bursar.providers.client import (
+    Campaign,
+    DecisionKind,
+    Lease,
+    LeaseEvent,
+    PendingRequest,
+    Supply,
+    WhatIfResult,
+)
 
 __all__ = [
     "campaigns_tables",
     "clock",
     "event_line",
     "leases_table",
+    "pending_table",
     "supply_tables",
     "whatif_tables",
 ]
@@ -46,20 +56,13 @@ def _when(t: float | None, now: float) -> str:
     if t is None or t == 0:
         return "-"
     d = t - now
-    text = _duration(abs(d))
+    text = human_duration(abs(d))
     return "now" if text == "0s" else f"in {text}" if d > 0 else f"{text} ago"
 
 
-def _duration(s: float) -> str:
-    if s < 60:
-        return f"{s:.0f}s" if s >= 10 else f"{s:.1f}s".replace(".0s", "s")
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
-
-
 def clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
+    """A time as the CLI prints it: ISO 8601, UTC (see ``iso_time``)."""
+    return iso_time(t)
 
 
 def _table(title: str | None = None) -> Table:
@@ -154,6 +157,39 @@ def leases_table(items: list[Lease], now: float) -> Table:
     return t
 
 
+def pending_table(items: list[PendingRequest], now: float) -> Table:
+    """The waiting requests: why each waits, about how long, where it stands in the
+    queue, and the reservation it holds (an ISO time), if any."""
+    t = _table()
+    for col in ("request", "campaign", "size", "class", "reason"):
+        t.add_column(col, no_wrap=col in ("request", "campaign", "reason"))
+    for col in ("waited", "est. wait", "position"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("reserved at", no_wrap=True)
+    t.add_column("labels")
+    for x in items:
+        t.add_row(
+            x.request_id,
+            x.campaign,
+            _size(x.size),
+            x.lease_class.value.lower(),
+            x.reason.value.lower(),
+            human_duration(x.waited_s),
+            human_duration(x.estimated_wait_s),
+            str(x.position),
+            iso_time(x.reserved_at) if x.reserved_at is not None else "-",
+            ",".join(f"{k}={v}" for k, v in x.labels.items()) or "-",
+        )
+    if not items:
+        t.caption = "no requests waiting"
+    else:
+        t.caption = (
+            f"as of {iso_time(now)}; est. wait: the broker's estimate (until the "
+            "reservation when one is held); position: place in the admission order"
+        )
+    return t
+
+
 def event_line(ev: LeaseEvent) -> str:
     x = ev.lease
     parts = [
@@ -221,7 +257,7 @@ def supply_tables(s: Supply) -> list[Table | str]:
                     d,
                     _num(c.held.get(d, 0.0)) if d in c.held or d in c.headroom_to_burst else "",
                     _num(c.bucket[d]) if d in c.bucket else "",
-                    _duration(tte) if tte is not None else "-",
+                    human_duration(tte) if tte is not None else "-",
                     _num(c.headroom_to_burst[d]) if d in c.headroom_to_burst else "",
                     _num(c.unmet_guarantee[d]) if d in c.unmet_guarantee else "",
                     str(c.queued) if k == 0 else "",
@@ -249,9 +285,9 @@ def _decision_detail(kind: DecisionKind, d: Mapping[str, Any], now: float) -> st
         starts = d.get("starts_at")
         return text + (f", starts {_when(starts, now)}" if starts and starts > now else "")
     if kind is DecisionKind.QUEUE:
-        return f"wait about {_duration(d.get('estimated_wait_s', 0.0))}"
+        return f"wait about {human_duration(d.get('estimated_wait_s', 0.0))}"
     if kind is DecisionKind.REJECT:
-        return f"retry after {_duration(d.get('retry_after_s', 0.0))}"
+        return f"retry after {human_duration(d.get('retry_after_s', 0.0))}"
     if kind in (DecisionKind.PREEMPT_WARNING, DecisionKind.RESIZE_WARNING):
         text = f"revoked {_when(d.get('deadline'), now)}"
         return text + (f" for {d['for_request']}" if d.get("for_request") else "")
@@ -280,9 +316,9 @@ def whatif_tables(r: WhatIfResult) -> list[Table | str]:
     now = r.decisions[0].at if r.decisions else time.time()
     head = _WOULD.get(r.outcome, r.outcome.value.lower())
     if r.outcome is DecisionKind.QUEUE:
-        head += f": {r.reason.value}, estimated wait {_duration(r.estimated_wait_s)}"
+        head += f": {r.reason.value}, estimated wait {human_duration(r.estimated_wait_s)}"
     elif r.outcome is DecisionKind.REJECT:
-        head += f": {r.reason.value}, retry after {_duration(r.estimated_wait_s)}"
+        head += f": {r.reason.value}, retry after {human_duration(r.estimated_wait_s)}"
     out: list[Table | str] = [head + " (nothing was changed)"]
     if r.lease is not None:
         out.append(leases_table([r.lease], now))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that parts of the test suite need (headless Chromium for the
 # report-rendering test, Slurm and munge for the Slurm backend tests, a C compiler for the
-# journal's slow-disk test), if any is missing.
+# journal's slow-disk test, promtool for the metrics lint), if any is missing.
 #
 # Idempotent and quick when everything is present. Needs root and apt-get; without them it
 # says what to install and exits 0, and the tests that need a missing package skip, unless
@@ -17,6 +17,7 @@ declare -A wanted=(
   [/usr/sbin/munged]=munge
   [/usr/bin/gcc]=gcc
   [/usr/include/dlfcn.h]=libc6-dev
+  [/usr/bin/promtool]=prometheus
 )
 
 missing=()

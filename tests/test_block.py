@@ -5,6 +5,8 @@ ManualClock and real worker processes."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import subprocess
 import sys
 import time
@@ -376,3 +378,36 @@ def test_an_elastic_block_hears_its_growth_and_its_shrink_without_changing_state
             assert b.final_state == "released"
 
     run(scenario(), 40)
+
+
+def test_a_waiting_block_logs_once_per_reason_and_says_how_long(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        clock = ManualClock(time.time())
+        async with (
+            serve(tmp_path / "state", parsl_config()) as srv,
+            AsyncBrokerClient(srv.address, srv.tokens["capped"], backoff=FAST) as client,
+        ):
+            other = await client.acquire({"cpu": 2}, 30, blocking=False)  # capped's burst
+            b = Block("w", client, spec({"cpu": 2}), Recorder(), retry=Retry(1.0, 5.0), clock=clock)
+            b.start()
+            for attempt in (1, 2, 3):
+                await until(lambda n=attempt: b.retry_at is not None and b.attempts == n)
+                # The status line an engine shows: the reason and a readable retry time.
+                assert b.refusal.startswith("ABOVE_BURST: ")
+                assert re.search(r"again in \d(\.\d)?s\)$", b.refusal), b.refusal
+                await until(lambda: clock.next_deadline() == b.retry_at)
+                if attempt < 3:
+                    clock.set(b.retry_at)
+            assert b.refusals == ["ABOVE_BURST"] * 3
+            await client.release(other.id)
+            b.cancel()
+            await b.done.wait()
+
+    with caplog.at_level(logging.INFO, logger="bursar.providers"):
+        run(scenario())
+    waits = [r for r in caplog.records if "waiting for the broker" in r.getMessage()]
+    # Three refusals for the same reason: one INFO line.
+    assert len(waits) == 1 and waits[0].levelno == logging.INFO
+    assert "ABOVE_BURST" in waits[0].getMessage() and "it expects about" in waits[0].getMessage()

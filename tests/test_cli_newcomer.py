@@ -398,6 +398,7 @@ def test_a_waiting_acquire_says_so_until_it_times_out(
     import bursar.cli.acquire as acquire
 
     monkeypatch.setattr(acquire, "WAIT_NOTICE_S", 0.2)
+    monkeypatch.setattr(acquire, "QUEUED_POLL_S", 0.1)
     with BrokerClient(server.address, server.tokens["other"]) as other:
         other.acquire({"gpu": 16}, 60, blocking=False)  # the warm nodes
         res = bursar(
@@ -405,3 +406,7 @@ def test_a_waiting_acquire_says_so_until_it_times_out(
         )
     assert res.exit_code == 1, res.output
     assert "still waiting for the grant" in res.stderr and "error: " in res.stderr
+    # Why it waits and for how long, once (nothing changed while it waited).
+    queued = [ln for ln in res.stderr.splitlines() if "queued as L" in ln]
+    assert len(queued) == 1, res.stderr
+    assert "POOL_FULL, estimated wait " in queued[0] and "position 1" in queued[0]

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -433,6 +434,9 @@ def test_cli_tail(state_dir: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "last 30 decisions" in result.output
     assert "grant" in result.output
+    # For a person: ISO 8601 times (UTC); --json keeps the numbers.
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", result.output)
+    assert "starts_at=1970-01-01T" in result.output  # a time field in the details too
 
 
 def test_cli_help_texts() -> None:

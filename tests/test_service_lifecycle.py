@@ -386,8 +386,9 @@ def test_status_health_reflection_and_metrics(tmp_path: Path) -> None:
             body = text.decode()
             assert 'bursar_leases{campaign="sci",state="active"} 1.0' in body
             assert 'bursar_grant_latency_seconds_count{path="warm"} 1.0' in body
-            assert "bursar_price " in body and "bursar_journal_entries " in body
-            assert 'bursar_bucket_level{campaign="sci",dim="gpu"}' in body
+            assert "bursar_price_credits_per_unit_hour " in body
+            assert "bursar_journal_entries " in body
+            assert 'bursar_bucket_level_unit_seconds{campaign="sci",dim="gpu"}' in body
             # GPU-only leases strand no GPU; the node holding one is partly used.
             assert 'bursar_fragmentation_units{dim="gpu",kind="stranded"} 0.0' in body
             assert 'bursar_fragmentation_units{dim="gpu",kind="partial_free"}' in body

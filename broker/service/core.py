@@ -40,7 +40,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from bursar.broker import codec, safe_pickle, snapshot, validation
+from bursar.broker import codec, dims, safe_pickle, snapshot, validation
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.actuator import actuator_for
 from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
@@ -741,6 +741,81 @@ class ServiceCore:
         only = principal.campaign or campaign or None
         leases = sorted(self.engine.holders_leases(), key=lambda ls: int(ls.id[1:]))
         return [self._live_lease_proto(ls) for ls in leases if only is None or ls.campaign == only]
+
+    def list_pending(
+        self, principal: Principal, campaign: str, request_id: str, key: str
+    ) -> pb.ListPendingResponse:
+        """The waiting requests the caller may see, in admission order (ListPending)."""
+        for value, name in ((request_id, "request_id"), (key, "idempotency_key")):
+            if len(value) > 128 or not value.isprintable():
+                raise RequestError(
+                    ErrorCode.INVALID_ARGUMENT, name, "at most 128 printable characters"
+                )
+        if campaign:
+            principal.acting_for(campaign)
+            self.require_campaign(campaign)
+        only = principal.campaign or campaign or None
+        if key and only is None:
+            raise RequestError(
+                ErrorCode.INVALID_ARGUMENT,
+                "idempotency_key",
+                "a key is a campaign's own: name the campaign (or use its token)",
+            )
+        now = self.now()
+        self._catch_up(now)
+        engine = self.engine
+        # The estimates are from the engine's clock; the caller asks from ours.
+        lag = now - engine.now
+        queue = engine.queue
+        pending = engine.pending
+        if request_id or key:
+            # One request (an on_queued poll, every second per waiting client): its place
+            # is counted, not sorted for.
+            if request_id:
+                picked = [pending[request_id]] if request_id in pending else []
+            else:
+                picked = list(pending.values())
+            if key:
+                picked = [p for p in picked if p.key == key]
+            if only is not None:
+                picked = [p for p in picked if p.campaign == only]
+            places = []
+            for p in picked:
+                mine = queue.key(p)
+                places.append((1 + sum(queue.key(q) < mine for q in pending.values()), p))
+        else:
+            places = [
+                (i, p)
+                for i, p in enumerate(queue.ordered(), start=1)
+                if only is None or p.campaign == only
+            ]
+        # Only aged requests hold reservations: the profile is built only for them.
+        aged = any(p.id in queue.aged for _, p in places)
+        reserved = engine.reservation_starts() if aged else {}
+        out = pb.ListPendingResponse(at=now)
+        for position, p in places:
+            at = reserved.get(p.id)
+            if at is not None and math.isfinite(at):
+                wait = at - now
+            else:
+                wait = engine.estimated_wait(p.id) - lag
+            item = out.requests.add(
+                request_id=p.id,
+                campaign=p.campaign,
+                size=dims.as_dict(p.size),
+                duration_s=p.duration_s,
+                lease_class=convert.lease_class_to_proto(p.lease_class),
+                queued_at=p.queued_at,
+                waited_s=max(0.0, now - p.queued_at),
+                reason=convert.reason_to_proto(p.reason),
+                estimated_wait_s=max(0.0, wait),
+                position=position,
+                labels=p.labels,
+                idempotency_key=p.key,
+            )
+            if at is not None and math.isfinite(at):
+                item.reserved_at = at
+        return out
 
     async def acquire(self, args: convert.AcquireArgs) -> tuple[Granted, float]:
         """Request a lease; return the grant and the seconds it waited in the queue.

@@ -125,8 +125,13 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                             await context.send_initial_metadata(item.metadata)
                             continue
                         yield item
+                    self.core.metrics.on_rpc(name, "OK", None)
                 except Exception as exc:
+                    self.core.metrics.on_rpc(name, _code(exc), None)
                     await self._abort(context, name, exc)
+                except (asyncio.CancelledError, GeneratorExit):
+                    self.core.metrics.on_rpc(name, "CANCELLED", None)
+                    raise
                 finally:
                     if key is not None:
                         self.core.limits.close_stream(key)
@@ -137,6 +142,7 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
         async def unary_handler(
             self: _Base, request: Any, context: grpc.aio.ServicerContext
         ) -> Any:
+            t0 = time.monotonic()
             try:
                 principal, _ = await enter(self, request, context)
                 try:
@@ -147,13 +153,24 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                     # No answer, an error included, before the journal entries it may
                     # report (the call's own, or any it read) are committed.
                     await self.core.durable()
+                self.core.metrics.on_rpc(name, "OK", time.monotonic() - t0)
                 return result
             except Exception as exc:
+                self.core.metrics.on_rpc(name, _code(exc), time.monotonic() - t0)
                 await self._abort(context, name, exc)
+            except asyncio.CancelledError:
+                self.core.metrics.on_rpc(name, "CANCELLED", time.monotonic() - t0)
+                raise
 
         return unary_handler
 
     return deco
+
+
+def _code(exc: Exception) -> str:
+    """The status code an exception is answered with (INTERNAL: one with no row)."""
+    row = row_for(exc)
+    return row.code.name if row is not None else "INTERNAL"
 
 
 class _Base:
@@ -216,6 +233,10 @@ class BrokerServicer(_Base):
     @_rpc()
     def ListLeases(self, req: pb.ListLeasesRequest, who: Principal) -> pb.ListLeasesResponse:
         return pb.ListLeasesResponse(leases=self.core.list_leases(who, req.campaign))
+
+    @_rpc()
+    def ListPending(self, req: pb.ListPendingRequest, who: Principal) -> pb.ListPendingResponse:
+        return self.core.list_pending(who, req.campaign, req.request_id, req.idempotency_key)
 
     @_rpc(stream=True)
     async def Watch(

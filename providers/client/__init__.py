@@ -69,6 +69,7 @@ from bursar.providers.client._types import LeaseEventKind as LeaseEventKind
 from bursar.providers.client._types import LeasePath as LeasePath
 from bursar.providers.client._types import LeaseState as LeaseState
 from bursar.providers.client._types import MeterResult as MeterResult
+from bursar.providers.client._types import PendingRequest as PendingRequest
 from bursar.providers.client._types import ReasonCode as ReasonCode
 from bursar.providers.client._types import Shape as Shape
 from bursar.providers.client._types import Supply as Supply
@@ -112,6 +113,7 @@ __all__ = [
     "MeterResult",
     "NotFound",
     "OutOfRange",
+    "PendingRequest",
     "PermissionDenied",
     "ReasonCode",
     "Refused",

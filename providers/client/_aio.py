@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import logging
 import random
 import uuid
@@ -37,6 +40,7 @@ from bursar.providers.client._types import (
     LeaseClass,
     LeaseEvent,
     MeterResult,
+    PendingRequest,
     Shape,
     Supply,
     WhatIfResult,
@@ -168,6 +172,8 @@ class AsyncBrokerClient:
         cpus_per_gpu: float | None = None,
         mem_per_gpu: float | None = None,
         intent: Intent | None = None,
+        on_queued: Callable[[PendingRequest], Any] | None = None,
+        queued_poll_s: float = 1.0,
     ) -> Lease:
         """Ask for a lease of ``size`` (e.g. ``{"gpu": 8}``) for ``duration_s`` seconds.
 
@@ -196,6 +202,13 @@ class AsyncBrokerClient:
         ``intent`` (an :class:`Intent`; ``size`` then ``{}``): an elastic, deadline-aware
         lease, granted at ``intent.min`` and resized by the broker; its Watch stream hears
         RESIZED and RESIZE_WARNING, and ``Lease.elastic`` shows the allocator's view.
+
+        ``on_queued`` (a function or coroutine function; blocking calls only): told why the
+        request waits while it does. It receives a :class:`PendingRequest` (``reason``,
+        ``estimated_wait_s``, ``position``, ``reserved_at``) when the request is first seen
+        in the queue and whenever that changes, read every ``queued_poll_s`` seconds with
+        ListPending by the call's idempotency key; never for a request granted at once.
+        An exception it raises is logged and does not end the call.
         """
         wire = shape_to_proto(shape, nodes, per_node, exclusive, cpus_per_gpu, mem_per_gpu)
         lease, _ = await self._acquire(
@@ -208,6 +221,8 @@ class AsyncBrokerClient:
             idempotency_key,
             wire,
             None if intent is None else intent.to_proto(),
+            on_queued=on_queued,
+            queued_poll_s=queued_poll_s,
         )
         return lease
 
@@ -222,18 +237,57 @@ class AsyncBrokerClient:
         idempotency_key: str | None = None,
         shape: pb.Shape | None = None,
         intent: pb.Intent | None = None,
+        *,
+        on_queued: Callable[[PendingRequest], Any] | None = None,
+        queued_poll_s: float = 1.0,
     ) -> tuple[Lease, pb.AcquireResponse]:
         wait = _wait(blocking, timeout)
+        key = idempotency_key or uuid.uuid4().hex
         request = self._acquire_request(
-            size,
-            duration_s,
-            wait,
-            lease_class,
-            labels,
-            idempotency_key or uuid.uuid4().hex,
-            shape,
-            intent,
+            size, duration_s, wait, lease_class, labels, key, shape, intent
         )
+        if on_queued is None or not wait:
+            return await self._acquire_call(request, wait)
+        if not queued_poll_s > 0:
+            raise ValueError(f"queued_poll_s must be > 0, not {queued_poll_s!r}")
+        watcher = asyncio.ensure_future(self._follow_queued(key, on_queued, queued_poll_s))
+        try:
+            return await self._acquire_call(request, wait)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _follow_queued(
+        self, key: str, on_queued: Callable[[PendingRequest], Any], poll_s: float
+    ) -> None:
+        """Read the keyed request's place in the queue every ``poll_s`` and tell
+        ``on_queued`` of each change, until cancelled (the Acquire call ended).
+
+        The Acquire call stays a unary one (its retry, cancellation and idempotency rules
+        unchanged); the engine decides a request's QUEUE once and changes its reason
+        silently afterwards, so a stream from the server would sample the same state."""
+        last: PendingRequest | None = None
+        while True:
+            await self.clock.sleep_until(self.clock.now() + poll_s)
+            try:
+                found = await self.list_pending(idempotency_key=key)
+            except BursarClientError as exc:  # the Acquire call reports the broker's state
+                log.debug("reading the queue for request key %s failed: %s", key, exc)
+                continue
+            if not found or found[0].same_wait(last):
+                continue
+            last = found[0]
+            try:
+                out = on_queued(last)
+                if inspect.isawaitable(out):
+                    await out
+            except Exception:
+                log.exception("on_queued callback failed")
+
+    async def _acquire_call(
+        self, request: pb.AcquireRequest, wait: float
+    ) -> tuple[Lease, pb.AcquireResponse]:
         t0 = self.clock.now()
 
         def attempt() -> tuple[pb.AcquireRequest, float]:
@@ -357,6 +411,27 @@ class AsyncBrokerClient:
         )
         return [Lease.from_proto(m) for m in resp.leases]
 
+    async def list_pending(
+        self,
+        campaign: str | None = None,
+        *,
+        request_id: str = "",
+        idempotency_key: str = "",
+    ) -> list[PendingRequest]:
+        """The requests waiting in the queue, in admission order, each with why it waits,
+        its expected wait, its place and its reservation: the caller's campaign's; with
+        the admin token, every campaign's or ``campaign``'s. ``request_id`` or
+        ``idempotency_key`` pick one request."""
+        resp = await self._call(
+            "ListPending",
+            pb.ListPendingRequest(
+                campaign=campaign or self.campaign or "",
+                request_id=request_id,
+                idempotency_key=idempotency_key,
+            ),
+        )
+        return [PendingRequest.from_proto(m) for m in resp.requests]
+
     def held_lease(
         self,
         size: Mapping[str, float],
@@ -370,15 +445,18 @@ class AsyncBrokerClient:
         labels: Mapping[str, str] | None = None,
         shape: Shape | None = None,
         intent: Intent | None = None,
+        on_queued: Callable[[PendingRequest], Any] | None = None,
+        queued_poll_s: float = 1.0,
     ) -> LeaseHandle:
         """A lease held for the life of an ``async with`` block: acquired on entry,
         renewed ``renew_margin_s`` before it would expire (default: half its duration,
         at most 60 s), watched (preemption warnings set ``handle.preempted`` and call
         ``on_preempt``, which may be a coroutine function), and released on exit,
         also when the block raises. ``shape``, ``intent`` (``size`` then ``{}``) and
-        ``timeout`` (the proto's ``timeout_s``) as in :meth:`acquire`; an elastic lease's
-        RESIZE_WARNING and RESIZED events reach the handle's listeners. See
-        :class:`LeaseHandle`."""
+        ``timeout`` (the proto's ``timeout_s``), ``on_queued`` and ``queued_poll_s`` as in
+        :meth:`acquire`;
+        an elastic lease's RESIZE_WARNING and RESIZED events reach the handle's
+        listeners. See :class:`LeaseHandle`."""
         return LeaseHandle(
             self,
             dict(size),
@@ -391,6 +469,8 @@ class AsyncBrokerClient:
             labels=labels,
             shape=shape,
             intent=intent,
+            on_queued=on_queued,
+            queued_poll_s=queued_poll_s,
         )
 
     # ---------------------------------------------------------------- watch

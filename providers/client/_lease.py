@@ -33,6 +33,7 @@ from bursar.providers.client._types import (
     LeaseEvent,
     LeaseEventKind,
     LeaseState,
+    PendingRequest,
     Shape,
     shape_to_proto,
 )
@@ -104,6 +105,8 @@ class LeaseHandle:
         labels: Mapping[str, str] | None = None,
         shape: Shape | None = None,
         intent: Intent | None = None,
+        on_queued: Callable[[PendingRequest], Any] | None = None,
+        queued_poll_s: float = 1.0,
     ) -> None:
         margin = default_margin(duration_s) if renew_margin_s is None else renew_margin_s
         if not 0 <= margin < duration_s:
@@ -118,6 +121,8 @@ class LeaseHandle:
         self.duration_s = duration_s
         self.renew_margin_s = margin
         self._on_preempt = on_preempt
+        self._on_queued = on_queued
+        self._queued_poll_s = queued_poll_s
         self.active = asyncio.Event()
         self.preempted = asyncio.Event()
         self.ended = asyncio.Event()
@@ -246,6 +251,8 @@ class LeaseHandle:
                 labels,
                 shape=self._shape,
                 intent=self._intent,
+                on_queued=self._on_queued,
+                queued_poll_s=self._queued_poll_s,
             )
         except BaseException:
             watcher.unhold()

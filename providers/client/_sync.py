@@ -45,6 +45,7 @@ from bursar.providers.client._types import (
     LeaseClass,
     LeaseEvent,
     MeterResult,
+    PendingRequest,
     Shape,
     Supply,
     WhatIfResult,
@@ -160,8 +161,11 @@ class BrokerClient(_SyncClient):
         cpus_per_gpu: float | None = None,
         mem_per_gpu: float | None = None,
         intent: Intent | None = None,
+        on_queued: Callable[[PendingRequest], Any] | None = None,
+        queued_poll_s: float = 1.0,
     ) -> Lease:
-        """See :meth:`AsyncBrokerClient.acquire`."""
+        """See :meth:`AsyncBrokerClient.acquire`. ``on_queued`` is called on the client's
+        event-loop thread: keep it short (log, set a status), or hand the update on."""
         return self._run(
             self._aio.acquire(
                 size,
@@ -178,6 +182,8 @@ class BrokerClient(_SyncClient):
                 cpus_per_gpu=cpus_per_gpu,
                 mem_per_gpu=mem_per_gpu,
                 intent=intent,
+                on_queued=on_queued,
+                queued_poll_s=queued_poll_s,
             )
         )
 
@@ -230,6 +236,18 @@ class BrokerClient(_SyncClient):
 
     def list_leases(self, campaign: str | None = None) -> list[Lease]:
         return self._run(self._aio.list_leases(campaign))
+
+    def list_pending(
+        self,
+        campaign: str | None = None,
+        *,
+        request_id: str = "",
+        idempotency_key: str = "",
+    ) -> list[PendingRequest]:
+        """See :meth:`AsyncBrokerClient.list_pending`."""
+        return self._run(
+            self._aio.list_pending(campaign, request_id=request_id, idempotency_key=idempotency_key)
+        )
 
     def watch(
         self, lease_id: str | Iterable[str] | None = None, *, reconnect: bool = True

@@ -54,6 +54,7 @@ __all__ = [
     "LeasePath",
     "LeaseState",
     "MeterResult",
+    "PendingRequest",
     "ReasonCode",
     "Shape",
     "Supply",
@@ -561,6 +562,37 @@ WhatIfResult = _message(
     ``lease`` a grant would be (else None), the ``reason`` and ``estimated_wait_s`` of a
     queue (for a refusal: its retry-after), and every ``decisions`` the change would
     cause (a campaign token sees its own campaign's only).""",
+)
+
+
+class _PendingBase(_Message):
+    __slots__ = ()
+
+    def same_wait(self, other: Any) -> bool:
+        """Whether ``other`` (an earlier reading of the same request) says the same about
+        its wait: the same reason, place and reservation, and an expected start within a
+        second of it (the estimate is re-made from the clock on every reading)."""
+        if other is None:
+            return False
+        mine = self.queued_at + self.waited_s + self.estimated_wait_s  # type: ignore[attr-defined]
+        theirs = other.queued_at + other.waited_s + other.estimated_wait_s
+        return bool(
+            self.reason is other.reason  # type: ignore[attr-defined]
+            and self.position == other.position  # type: ignore[attr-defined]
+            and self.reserved_at == other.reserved_at  # type: ignore[attr-defined]
+            and abs(mine - theirs) < 1.0
+        )
+
+
+PendingRequest = _message(
+    _PendingBase,
+    "PendingRequest",
+    _Shape(pb.PendingRequest.DESCRIPTOR),
+    """A request waiting in the queue (``bursar.v1.PendingRequest``): why it waits
+    (``reason``), how long it is expected to wait from now (``estimated_wait_s``), its
+    ``position`` in the admission order (1: first), and ``reserved_at`` (seconds since the
+    epoch) when it holds a reservation (else None). What :meth:`AsyncBrokerClient.
+    list_pending` lists and what an ``on_queued`` callback of ``acquire`` receives.""",
 )
 
 

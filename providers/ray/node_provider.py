@@ -133,6 +133,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
+from bursar.cli.console import human_duration
 from bursar.providers.block import (
     Block,
     Cause,
@@ -675,13 +676,16 @@ class BursarNodeProvider(NodeProvider):
             refused = LeaseRefused(
                 exc.reason,
                 f"the broker refused a lease of {size} for a {node_type!r} node: "
-                f"{exc.reason}: {exc.message}; retry after {exc.retry_after:.1f} s",
+                f"{exc.reason}: {exc.message}; retry after {human_duration(exc.retry_after)}",
                 exc.retry_after,
                 (type(exc), exc, exc.__traceback__),
             )
             with self._lock:
+                before = self._refused.get(node_type)
                 self._refused[node_type] = (time.monotonic() + wait, refused)
-            log.info("%s", refused.description)
+            # One INFO line per change of reason for a node type; the rest at DEBUG.
+            changed = before is None or before[1].reason != refused.reason
+            log.log(logging.INFO if changed else logging.DEBUG, "%s", refused.description)
             raise refused from exc
         if not b.lease_id:
             err = b.error

@@ -656,6 +656,68 @@ class ListLeasesResponse(_message.Message):
     leases: _containers.RepeatedCompositeFieldContainer[Lease]
     def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
+class ListPendingRequest(_message.Message):
+    __slots__ = ("campaign", "request_id", "idempotency_key")
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    campaign: str
+    request_id: str
+    idempotency_key: str
+    def __init__(self, campaign: _Optional[str] = ..., request_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class PendingRequest(_message.Message):
+    __slots__ = ("request_id", "campaign", "size", "duration_s", "lease_class", "queued_at", "waited_s", "reason", "estimated_wait_s", "position", "reserved_at", "labels", "idempotency_key")
+    class SizeEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    LEASE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_AT_FIELD_NUMBER: _ClassVar[int]
+    WAITED_S_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATED_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_AT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    campaign: str
+    size: _containers.ScalarMap[str, float]
+    duration_s: float
+    lease_class: LeaseClass
+    queued_at: float
+    waited_s: float
+    reason: ReasonCode
+    estimated_wait_s: float
+    position: int
+    reserved_at: float
+    labels: _containers.ScalarMap[str, str]
+    idempotency_key: str
+    def __init__(self, request_id: _Optional[str] = ..., campaign: _Optional[str] = ..., size: _Optional[_Mapping[str, float]] = ..., duration_s: _Optional[float] = ..., lease_class: _Optional[_Union[LeaseClass, str]] = ..., queued_at: _Optional[float] = ..., waited_s: _Optional[float] = ..., reason: _Optional[_Union[ReasonCode, str]] = ..., estimated_wait_s: _Optional[float] = ..., position: _Optional[int] = ..., reserved_at: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class ListPendingResponse(_message.Message):
+    __slots__ = ("requests", "at")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[PendingRequest]
+    at: float
+    def __init__(self, requests: _Optional[_Iterable[_Union[PendingRequest, _Mapping]]] = ..., at: _Optional[float] = ...) -> None: ...
+
 class WatchRequest(_message.Message):
     __slots__ = ("lease_ids", "campaign", "from_seq", "from_index")
     LEASE_IDS_FIELD_NUMBER: _ClassVar[int]

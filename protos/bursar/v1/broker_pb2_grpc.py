@@ -63,6 +63,11 @@ class BrokerStub:
                 request_serializer=bursar_dot_v1_dot_broker__pb2.ListLeasesRequest.SerializeToString,
                 response_deserializer=bursar_dot_v1_dot_broker__pb2.ListLeasesResponse.FromString,
                 _registered_method=True)
+        self.ListPending = channel.unary_unary(
+                '/bursar.v1.Broker/ListPending',
+                request_serializer=bursar_dot_v1_dot_broker__pb2.ListPendingRequest.SerializeToString,
+                response_deserializer=bursar_dot_v1_dot_broker__pb2.ListPendingResponse.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/bursar.v1.Broker/Watch',
                 request_serializer=bursar_dot_v1_dot_broker__pb2.WatchRequest.SerializeToString,
@@ -148,6 +153,16 @@ class BrokerServicer:
 
     def ListLeases(self, request, context):
         """The caller's live leases (the admin's: every campaign's, or one campaign's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPending(self, request, context):
+        """The requests waiting in the queue, in admission order: why each waits, how long it
+        is expected to wait, its place in the queue and its reservation, if it holds one.
+        A campaign token sees its own campaign's requests only; the admin token every
+        campaign's, or one campaign's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -240,6 +255,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListLeases,
                     request_deserializer=bursar_dot_v1_dot_broker__pb2.ListLeasesRequest.FromString,
                     response_serializer=bursar_dot_v1_dot_broker__pb2.ListLeasesResponse.SerializeToString,
+            ),
+            'ListPending': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPending,
+                    request_deserializer=bursar_dot_v1_dot_broker__pb2.ListPendingRequest.FromString,
+                    response_serializer=bursar_dot_v1_dot_broker__pb2.ListPendingResponse.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -416,6 +436,33 @@ class Broker:
             '/bursar.v1.Broker/ListLeases',
             bursar_dot_v1_dot_broker__pb2.ListLeasesRequest.SerializeToString,
             bursar_dot_v1_dot_broker__pb2.ListLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPending(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bursar.v1.Broker/ListPending',
+            bursar_dot_v1_dot_broker__pb2.ListPendingRequest.SerializeToString,
+            bursar_dot_v1_dot_broker__pb2.ListPendingResponse.FromString,
             options,
             channel_credentials,
             insecure,
