@@ -33,6 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bursar.broker.audit import audit
+from bursar.broker.colours import campaign_colour
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
     Activated,
@@ -263,7 +264,13 @@ class Demo:
             2, 1, figsize=(10, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]}
         )
         names = list(tr.held)
-        ax.stackplot(tr.times, *[tr.held[n] for n in names], labels=names, step="post")
+        ax.stackplot(
+            tr.times,
+            *[tr.held[n] for n in names],
+            labels=names,
+            colors=[campaign_colour(n) for n in names],
+            step="post",
+        )
         ax.axhline(
             self.broker.engine.pool.capacity[0], color="black", lw=0.8, ls="--", label="pool"
         )

@@ -9,18 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.colours import campaign_colour
 from bursar.sim.scenario import IDLE_KINDS
 
 __all__ = ["write_report"]
-
-COLORS = {
-    "victim": "#d62728",
-    "adaptive-sci": "#2ca02c",
-    "naive-sci": "#ff7f0e",
-    "storm": "#9467bd",
-    "backfill": "#7f7f7f",
-    "probe": "#1f77b4",
-}
 
 IDLE_COLORS = dict(
     zip(IDLE_KINDS, ("#8c564b", "#bcbd22", "#17becf", "#e377c2", "#c7c7c7", "#393b79"), strict=True)
@@ -96,9 +88,14 @@ function draw(upto){
   // Probe latencies
   c = sel('lat'); ctx = c.getContext('2d'); w=c.width; h=c.height;
   let lmax = 1; for (const p of D.probe) lmax=Math.max(lmax,p[1]);
-  axes(ctx,w,h,lmax,'time to 128 GPUs, probe (s); victim (red)',tmax);
+  axes(ctx,w,h,lmax,'time to 128 GPUs, probe (s); victim (red); x = never served ('+D.unserved.length+')',tmax);
   for (const p of D.probe){ if (p[0] > upto) continue; ctx.fillStyle='#1f77b4'; ctx.fillRect(X(p[0],w,tmax)-3, Y(p[1],h,lmax)-3, 6, 6); }
   for (const p of D.victim){ if (p[0] > upto) continue; ctx.fillStyle='#d62728'; ctx.fillRect(X(p[0],w,tmax)-1, Y(p[1],h,lmax)-1, 3, 3); }
+  // Requests never served (refused or timed out) have no latency: a cross along the top.
+  for (const p of D.unserved){ if (p[0] > upto) continue; const x=X(p[0],w,tmax), y=Y(lmax,h,lmax)+6;
+    ctx.strokeStyle=colors[p[1]]||'#000'; ctx.lineWidth=1.5; ctx.beginPath();
+    ctx.moveTo(x-4,y-4); ctx.lineTo(x+4,y+4); ctx.moveTo(x+4,y-4); ctx.lineTo(x-4,y+4); ctx.stroke(); }
+  ctx.lineWidth=1;
   sel('clock').textContent = 't = ' + Math.round(Math.min(upto,tmax)/60) + ' min';
   sel('slider').value = Math.min(upto, tmax);
 }
@@ -142,6 +139,7 @@ def write_report(
     probe: list[tuple[float, float]],
     victim: list[tuple[float, float]],
     claims: list[dict[str, Any]],
+    unserved: list[tuple[float, str]] | None = None,
     hashes: dict[int, str],
     audit_lines: list[str],
     wall: dict[int, float],
@@ -157,7 +155,11 @@ def write_report(
         "idle_colors": IDLE_COLORS,
         "probe": probe,
         "victim": victim,
-        "colors": COLORS,
+        "unserved": unserved or [],
+        "colors": {
+            n: campaign_colour(n)
+            for n in sorted({*series["held"], *series["bucket"], "probe", "victim"})
+        },
         "capacity": capacity,
     }
     rows = "".join(
@@ -166,7 +168,8 @@ def write_report(
             html.escape(c["claim"]),
             html.escape(c["prototype"]),
             html.escape(c["bound"]),
-            html.escape(c["measured"]),
+            html.escape(c["measured"])
+            + (f"<div class='why'>{html.escape(c['why'])}</div>" if c.get("why") else ""),
             "-" if c["bound"] == "(measured only)" else ("pass" if c["holds"] else "miss"),
         )
         for c in claims
@@ -185,6 +188,7 @@ table {{ border-collapse: collapse; margin: 1em 0; font-size: 14px; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
 th {{ background: #f3f3f3; }}
 tr.miss td:last-child {{ color: #b00; font-weight: bold; }}
+.why {{ color: #555; font-size: 0.9em; margin-top: 0.3em; }}
 tr.ok td:last-child {{ color: #070; }}
 canvas {{ border: 1px solid #eee; margin: 4px 0; }}
 code {{ background: #f6f6f6; padding: 1px 4px; }}

@@ -443,14 +443,21 @@ def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[st
     # Credits per unit of science produced (the task sets are identical).
     ratio_unit = (cr_n / sci_n) / (cr_a / sci_a) if sci_n and cr_a and sci_a else float("nan")
 
-    def row(name: str, prototype: str, bound: str, measured: str, ok: bool) -> dict[str, Any]:
+    def row(
+        name: str, prototype: str, bound: str, measured: str, ok: bool, why: str = ""
+    ) -> dict[str, Any]:
+        # ``why``: what the measured value comes from, shown beside a miss.
         return {
             "claim": name,
             "prototype": prototype,
             "bound": bound,
             "measured": measured,
             "holds": bool(ok),
+            "why": "" if ok else why,
         }
+
+    lost_lease = mean([m["naive"].get("lost_to_lease_length", 0.0) for m in ms])
+    lost_io = mean([m["naive"].get("lost_to_io", 0.0) for m in ms])
 
     return [
         row(
@@ -502,6 +509,12 @@ def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[st
             ">= 2",
             f"{ratio_cost:.2f} ({cr_n:.0f} / {cr_a:.0f} credits)",
             ratio_cost >= 2.0,
+            f"the total is the cost per unit of science times the science produced: naive pays "
+            f"{ratio_unit:.2f}x per unit (the row above) but produces {sci_n / sci_a:.2f} of "
+            f"adaptive's science, so it spends {ratio_cost:.2f}x in all (the bound holds for the "
+            "cost per unit, not for the total of an agent that produces less)"
+            if sci_a
+            else "",
         ),
         row(
             "mean pool utilisation with backfill",
@@ -516,6 +529,11 @@ def claims(runs: list[SeedRun], audits: list[Any] | None = None) -> list[dict[st
             ">= 25%",
             f"{100 * io_loss:.1f}%",
             io_loss >= 0.25,
+            f"a task counts as lost to I/O only when it would have finished within its lease "
+            f"without its I/O waits ({lost_io:.1f} units of value a seed; {lost_lease:.1f} lost "
+            "to a lease's length). On seeds 1-3 naive's fs_bw bucket never runs out (its GPU "
+            "bucket paces it to a few leases in two hours), so only the fs_bw burst ceiling "
+            "throttles it, and only tasks with little slack on their lease are lost",
         ),
         row(
             "storm inference held to its sustained rate",

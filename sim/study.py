@@ -81,11 +81,18 @@ def run_scenario(
         for k, x in first.records
         if k == "latency" and x["campaign"] == "victim" and x["latency"] is not None
     ]
+    # Requests that were never served (refused, or timed out) have no latency: drawn apart.
+    unserved = [
+        (x["at"], x["campaign"])
+        for k, x in first.records
+        if k == "latency" and x["campaign"] in ("probe", "victim") and x["latency"] is None
+    ]
     report = write_report(
         out,
         series=first.series,
         probe=probe,
         victim=victim,
+        unserved=unserved,
         claims=table,
         hashes={r.seed: r.journal_sha256 for r in runs},
         audit_lines=audit_lines,

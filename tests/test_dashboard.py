@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from service_support import run, serve
 
+from bursar.broker.colours import campaign_colour
 from bursar.broker.dashboard.server import parse_event_id
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
@@ -75,6 +76,10 @@ def test_a_campaign_token_sees_its_own_campaign_and_the_public_supply(tmp_path: 
                 status, admin = await _get(http, base + "api/state", c.admin_token)
                 assert status == 200
                 assert [x["name"] for x in admin["campaigns"]] == ["backfill", "other", "sci"]
+                # Each campaign's colour is the one every report gives it.
+                assert {x["name"]: x["colour"] for x in admin["campaigns"]} == {
+                    n: campaign_colour(n) for n in ("backfill", "other", "sci")
+                }
                 assert {x["campaign"] for x in admin["leases"]} == {"other", "sci"}
                 status, sci = await _get(http, base + "api/state", c.tokens["sci"])
                 assert status == 200 and sci["caller"] == "campaign:sci"

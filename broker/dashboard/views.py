@@ -17,6 +17,7 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from bursar.broker import dims
+from bursar.broker.colours import campaign_colour
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal
 from bursar.broker.service.core import ServiceCore
@@ -90,6 +91,7 @@ def campaigns_view(core: ServiceCore, who: Principal) -> list[dict[str, Any]]:
         out.append(
             {
                 "name": name,
+                "colour": campaign_colour(name),
                 "lease_class": c.spec.lease_class.value,
                 "preemptible": c.spec.preemptible,
                 "envelopes": env,

@@ -216,7 +216,9 @@ function renderChart() {
   const Y = (v) => 215 - (v / top) * 205;
   const legend = [];
   names.forEach((n, i) => {
-    const color = COLORS[i % COLORS.length];
+    // The campaign's colour is the reports' (bursar.broker.colours), sent with the state.
+    const c = state.campaigns.find((x) => x.name === n);
+    const color = (c && c.colour) || COLORS[i % COLORS.length];
     let d = "";
     let prev = null;
     for (const s of hist) {
