@@ -121,6 +121,23 @@ const legend = sel('legend');
 for (const nm of names){ const s=document.createElement('span'); s.innerHTML='<b style="color:'+(colors[nm]||'#000')+'">&#9632;</b> '+nm+' &nbsp; '; legend.appendChild(s); }
 const idleLegend = sel('idle-legend');
 for (const k in D.idle_colors){ const s=document.createElement('span'); s.innerHTML='<b style="color:'+D.idle_colors[k]+'">&#9632;</b> '+k+' &nbsp; '; idleLegend.appendChild(s); }
+// The seed chooser: every seed's replay is in the page; choosing one swaps it in.
+const seedSel = sel('seed');
+const seedKeys = Object.keys(D.seeds || {});
+for (const k of (seedKeys.length ? seedKeys : [String(D.seed)])){
+  const o = document.createElement('option'); o.value = k; o.textContent = k;
+  if (k === String(D.seed)) o.selected = true; seedSel.appendChild(o);
+}
+seedSel.onchange = e => {
+  const r = D.seeds[e.target.value]; if (!r) return;
+  if (playing){ clearInterval(playing); playing=null; }
+  Object.assign(D, r); D.seed = +e.target.value;
+  sel('slider').max = D.t[D.t.length-1] || 1; draw(Number.POSITIVE_INFINITY);
+  document.body.dataset.seedShown = e.target.value;
+};
+// A link can name the seed: report.html#seed=2 (with #play too: #seed=2&play).
+const asked = location.hash.match(/seed=(\d+)/);
+if (asked && (D.seeds || {})[asked[1]]){ seedSel.value = asked[1]; seedSel.onchange({target: seedSel}); }
 draw(Infinity);
 const charts = Array.from(document.querySelectorAll('canvas'));
 const pix = charts.map(painted);
@@ -128,7 +145,7 @@ document.body.dataset.charts = charts.length;
 document.body.dataset.chartsRendered = pix.filter(n => n > 2000).length;
 document.body.dataset.paintedPixels = pix.join(',');
 window.reportRendered = true;
-if (location.hash === '#play') play();
+if (/(^#|&)play\b/.test(location.hash)) play();
 """
 
 
@@ -140,6 +157,7 @@ def write_report(
     victim: list[tuple[float, float]],
     claims: list[dict[str, Any]],
     unserved: list[tuple[float, str]] | None = None,
+    replays: dict[int, dict[str, Any]] | None = None,
     hashes: dict[int, str],
     audit_lines: list[str],
     wall: dict[int, float],
@@ -161,6 +179,9 @@ def write_report(
             for n in sorted({*series["held"], *series["bucket"], "probe", "victim"})
         },
         "capacity": capacity,
+        "seed": title_seed,
+        # Every seed's replay (series, probe, victim, unserved), for the seed chooser.
+        "seeds": {str(k): v for k, v in sorted((replays or {}).items())},
     }
     rows = "".join(
         "<tr class='{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
@@ -198,12 +219,12 @@ code {{ background: #f6f6f6; padding: 1px 4px; }}
 <p>Two simulated hours on the 512-GPU pool. Six agent programs (victim, adaptive-sci,
 naive-sci, storm, backfill, probe) negotiate with the real policy engine through the
 broker shell, journal and simulated pool, in virtual time. Claims are pooled over
-{len(hashes)} seed(s); the replay below shows seed {title_seed}.</p>
+{len(hashes)} seed(s); the replay below shows seed {title_seed} (choose another above the replay).</p>
 <h2>Claims of the prototype, measured</h2>
 <table><tr><th>claim</th><th>prototype</th><th>bound</th><th>measured</th>
 <th>pass</th></tr>{rows}</table>
 <h2>Replay</h2>
-<p><button id="play">&#9654; play</button> <input id="slider" type="range" min="0" step="10"
+<p><label>seed <select id="seed"></select></label> <button id="play">&#9654; play</button> <input id="slider" type="range" min="0" step="10"
  style="width:60%"> <span id="clock"></span></p>
 <div id="legend"></div>
 <canvas id="occ" width="1000" height="260"></canvas>

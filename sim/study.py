@@ -71,28 +71,15 @@ def run_scenario(
         )
     table = claims(runs, reports)
     first = runs[0]
-    probe = [
-        (x["at"], x["latency"])
-        for k, x in first.records
-        if k == "latency" and x["campaign"] == "probe" and x["latency"] is not None
-    ]
-    victim = [
-        (x["at"], x["latency"])
-        for k, x in first.records
-        if k == "latency" and x["campaign"] == "victim" and x["latency"] is not None
-    ]
-    # Requests that were never served (refused, or timed out) have no latency: drawn apart.
-    unserved = [
-        (x["at"], x["campaign"])
-        for k, x in first.records
-        if k == "latency" and x["campaign"] in ("probe", "victim") and x["latency"] is None
-    ]
+    replays = {r.seed: _replay(r) for r in runs}
+    shown = replays[first.seed]
     report = write_report(
         out,
         series=first.series,
-        probe=probe,
-        victim=victim,
-        unserved=unserved,
+        probe=shown["probe"],
+        victim=shown["victim"],
+        unserved=shown["unserved"],
+        replays=replays,
         claims=table,
         hashes={r.seed: r.journal_sha256 for r in runs},
         audit_lines=audit_lines,
@@ -178,3 +165,31 @@ def run_experiments(
         json.dumps(json_safe(doc), indent=1, sort_keys=True) + "\n", encoding="utf-8"
     )
     return results, table, figures, wall
+
+
+def _replay(r: SeedRun) -> dict[str, Any]:
+    """One seed's replay for the report: its series, the probe's and victim's latencies,
+    and their requests never served (refused, or timed out: no latency, drawn apart)."""
+
+    def lat(who: str) -> list[tuple[float, float]]:
+        return [
+            (x["at"], x["latency"])
+            for k, x in r.records
+            if k == "latency" and x["campaign"] == who and x["latency"] is not None
+        ]
+
+    s = r.series
+    return {
+        "t": s["t"],
+        "held": s["held"],
+        "bucket": s["bucket"],
+        "price": s["price"],
+        "idle": s["idle"],
+        "probe": lat("probe"),
+        "victim": lat("victim"),
+        "unserved": [
+            (x["at"], x["campaign"])
+            for k, x in r.records
+            if k == "latency" and x["campaign"] in ("probe", "victim") and x["latency"] is None
+        ],
+    }

@@ -137,6 +137,17 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert all(int(n) > 2000 for n in (body["data-painted-pixels"] or "").split(","))
     assert body.get("data-replay-done") == "1" and int(body["data-replay-frames"] or 0) >= 200
 
+    # Another seed's replay, chosen by the link (the page holds every seed's).
+    res = CliRunner().invoke(
+        main, ["sim", "run", "--minutes", "20", "--out", str(tmp_path / "two")]
+    )
+    assert res.exit_code == 0, res.output
+    two = tmp_path / "two" / "report.html"
+    body = _body(two.as_uri() + "#seed=2", tmp_path / "profile3", 2_000)
+    assert body.get("data-js-errors") == "0", body.get("data-js-error-text")
+    assert body.get("data-seed-shown") == "2"
+    assert body.get("data-charts-rendered") == "5", body.get("data-painted-pixels")
+
     # The same page with a script error: the markers must say so (the check can fail).
     broken = out / "broken.html"
     broken.write_text(

@@ -186,7 +186,8 @@ def figure(cells: Sequence[Cell], path: Path) -> None:
     policies = list(dict.fromkeys(c.policy for c in cells))
     panels = (("mean_wait_s", "mean wait (s)"), ("mean_bsld", "mean bounded slowdown"))
     panels += (("utilization", "utilisation"),)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4))
+    # One column of panels, 8 in wide: the figure fits a printed page (A4 or letter).
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.4 * len(panels) + 0.6), sharex=True)
     width = 0.8 / max(1, len(policies))
     for ax, (key, title) in zip(axes, panels, strict=True):
         for i, pol in enumerate(policies):
@@ -197,12 +198,13 @@ def figure(cells: Sequence[Cell], path: Path) -> None:
                 ys.append(float("nan") if v is None else v)
             xs = [k + (i - (len(policies) - 1) / 2) * width for k in range(len(traces))]
             ax.bar(xs, ys, width, label=pol)
-        ax.set_xticks(range(len(traces)), traces, rotation=15, fontsize=8)
-        ax.set_title(title)
+        ax.set_xticks(range(len(traces)), traces, fontsize=8)
+        ax.set_ylabel(title, fontsize=8)
         if key != "utilization":
             ax.set_yscale("log")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 7), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
