@@ -244,11 +244,22 @@ def test_engine_refusals_and_request_errors_reach_the_client_with_details(tmp_pa
                 assert d.code == grpc.StatusCode.INVALID_ARGUMENT, d
             assert c.journal_len() == before  # refused requests journal nothing
 
-            # GUARANTEE_RESERVED: 16 of the 24 GPUs would fit, but 8 are kept for `reserved`.
+            # OUT_OF_RANGE: all 24 GPUs can never be sci's beside reserved's guarantee of 8.
             d = await fails(c.acquire("sci", 24))
+            assert d.code == grpc.StatusCode.OUT_OF_RANGE
+            assert "beside the other campaigns' guarantees" in d.message
+            assert "ask for at most 16" in d.message
+            assert c.journal_len() == before
+            # GUARANTEE_RESERVED: with 8 held, 16 more would fit the 16 free GPUs, but 8 of
+            # them are kept for `reserved`.
+            held = await c.acquire("sci", 8)
+            d = await fails(c.acquire("sci", 16))
             assert d.code == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert d.reason == "GUARANTEE_RESERVED" and d.retry_after_s is not None
             assert d.metadata["campaign"] == "sci" and d.metadata["request_id"].startswith("L")
+            await c.broker.Release(
+                pb.ReleaseRequest(lease_id=held.lease.lease_id), metadata=c.as_("sci")
+            )
             # ABOVE_BURST: 16 held, 16 more would pass the 24 ceiling.
             await c.acquire("sci", 16)
             d = await fails(c.acquire("sci", 16))

@@ -89,6 +89,7 @@ UNKNOWN_TARGET = {
     "GetLease",
     "Watch",
     "Meter",
+    "ListPending",
     "GetCampaign",
     "UpdateCampaign",
     "RotateToken",
@@ -142,6 +143,7 @@ def _request(m: Method, caller: str, lease: str, fresh: str, variant: str = "") 
         "WatchSupply": lambda: pb.WatchSupplyRequest(min_interval_s=0.05),
         "Meter": lambda: pb.MeterRequest(campaign=named, dim="inference", amount=1),
         "ListDecisions": lambda: pb.ListDecisionsRequest(campaign=named, limit=5),
+        "ListPending": lambda: pb.ListPendingRequest(campaign=named),
         "GetStatus": lambda: pb.GetStatusRequest(),
         "CreateCampaign": lambda: admin_pb2.CreateCampaignRequest(
             spec=pb.CampaignSpec(name=fresh, envelopes=envelope)
