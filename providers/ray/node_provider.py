@@ -19,7 +19,9 @@ reads the YAML as it is, so it must be complete (the example is).
 The head is not a lease, but the provider lists it (id ``head_node_id``, default
 ``head``; type ``head_node_type``; address the monitor's ``--monitor-ip``) because Ray's
 v1 autoscaler drops the load metrics of addresses its provider does not list; it is
-never terminated. Under v2 start the head with ``RAY_CLOUD_INSTANCE_ID=head`` and
+never terminated, nor launched: ``ray up`` is refused (in ``bootstrap_config``, before
+it asks anything) and so is any create call for the head, with the supported command,
+``ray start --head --num-cpus=0 --autoscaling-config=CLUSTER.yaml``. Under v2 start the head with ``RAY_CLOUD_INSTANCE_ID=head`` and
 ``RAY_NODE_TYPE_NAME=head`` in its environment, as KubeRay does: v2 matches Ray nodes
 to the provider's by these, and without them it never launches a worker::
 
@@ -99,7 +101,10 @@ Each node's life is a :class:`bursar.providers.block.Block` (on a loop thread of
 provider's, driven by the lease's Watch events); this module translates it to Ray's
 ``NodeProvider``. A node whose creation fails after its lease was granted is never left
 behind: its block is cancelled (the lease released), and :meth:`close` releases every
-lease the provider holds, listed or not.
+lease the provider holds, listed or not. It runs when the monitor's process stops: at
+interpreter exit, and on SIGTERM (``ray stop``), which v1's monitor turns into an exit
+itself and for which a handler that does the same is installed in v2's (where SIGTERM
+would kill without running exit handlers). A SIGKILL leaves the leases to the next start.
 
 What the provider knows is written to ``state_dir`` on every change; a new provider
 (a restarted monitor) stops the raylets and releases the leases that a dead one left.
@@ -122,7 +127,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from weakref import WeakSet
 
 from ray.autoscaler.node_launch_exception import NodeLaunchException
 from ray.autoscaler.node_provider import NodeProvider
@@ -224,8 +228,9 @@ def head_refusal(argv: list[str] | None = None) -> str:
     )
 
 
-_LIVE: WeakSet[BursarNodeProvider] = WeakSet()
-"""Providers not closed yet: their leases are released when the process stops."""
+_LIVE: set[BursarNodeProvider] = set()
+"""Providers not closed yet: their leases are released when the process stops (held
+strongly: one dropped without close() still holds leases)."""
 
 _hooked = False
 
