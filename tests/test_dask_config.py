@@ -125,8 +125,25 @@ def test_a_bad_config_value_names_where_it_was_set(
 
 
 def test_cores_and_memory_are_required() -> None:
-    with pytest.raises(ConfigError, match=r"needs cores and memory .*jobqueue\.bursar\.cores"):
+    with pytest.raises(
+        ConfigError, match=r"(?s)how much cores and memory .*jobqueue\.bursar\.cores"
+    ):
         BursarJob(SCHED, name="x", session=LeaseSession("h:1", None, None))
+
+
+def test_missing_cores_says_so_in_dask_jobqueues_words_and_echoes_what_was_given() -> None:
+    with pytest.raises(ConfigError) as info:
+        BursarCluster(memory="4GB", broker="h:1")
+    first, example, given = str(info.value).splitlines()
+    # dask-jobqueue's message, word for word, so that its users recognise it.
+    assert first == (
+        "You must specify how much cores and memory per job you want to use, for example:"
+    )
+    assert example == "cluster = BursarCluster(cores=4, memory='4GB')"  # what was given kept
+    assert given.startswith("given: cores=None, memory='4GB' ")
+    assert given.endswith("set jobqueue.bursar.cores in a dask config file")
+    with pytest.raises(ConfigError, match=r"(?s)given: cores=2, memory=None .*bursar\.memory in"):
+        BursarCluster(cores=2, broker="h:1")
 
 
 def test_a_bad_cluster_argument_fails_before_anything_starts() -> None:

@@ -9,17 +9,20 @@ One Ray cluster per host: these run serially; cleanup is by PID (never `ray stop
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 import ray
+import yaml
 from client_support import server_thread, until
 from ray.core.generated.common_pb2 import NodeDeathInfo
 from test_ray_support import cluster_yaml, ray_config, ray_head
 
 from bursar.providers.client import BrokerClient, LeaseState
+from bursar.providers.ray.local_head import marked
 
 pytestmark = pytest.mark.slow
 
@@ -125,3 +128,40 @@ def test_ray_scales_through_bursar_leases_and_survives_a_reclaim(v2: bool, tmp_p
                 assert ended == [LeaseState.REVOKED, LeaseState.RELEASED]
             finally:
                 ray.shutdown()
+
+
+def monitor_pid(mark: str) -> int:
+    """The head's autoscaler monitor (Ray starts it as .../ray/autoscaler/[v2/]monitor.py)."""
+    for proc in marked(mark):
+        try:
+            argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if any(Path(a).name == "monitor.py" and "autoscaler" in Path(a).parts for a in argv):
+            return proc.pid
+    raise AssertionError("no autoscaler monitor among the head's processes")
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
+def test_stopping_the_monitor_releases_its_nodes_leases(v2: bool, tmp_path: Path) -> None:
+    ray_state = tmp_path / "ray-state"
+    with server_thread(tmp_path / "broker", cfg=ray_config()) as server:
+        token = tmp_path / "ray.token"
+        token.write_text(server.tokens["ray"])
+        path = cluster_yaml(
+            tmp_path / "cluster.yaml", broker=server.address, token_file=token, state_dir=ray_state
+        )
+        cfg = yaml.safe_load(path.read_text())
+        cfg["available_node_types"]["cpu_worker"]["min_workers"] = 1  # a node without a task
+        path.write_text(yaml.safe_dump(cfg))
+        with (
+            BrokerClient(server.address, server.tokens["ray"]) as leases,
+            ray_head(path, v2=v2, state_dir=ray_state, log_dir=tmp_path) as head,
+        ):
+            (lease,) = until(leases.list_leases, 60, "the min_workers node's lease")
+            until(lambda: leases.get_lease(lease.id).state is LeaseState.ACTIVE, 30, "active")
+            t0 = time.monotonic()
+            os.kill(monitor_pid(head.mark), signal.SIGTERM)  # as `ray stop` does
+            until(lambda: leases.get_lease(lease.id).ended, 20, "the lease ended")
+            print(f"autoscaler {'v2' if v2 else 'v1'}: released {time.monotonic() - t0:.2f} s")
+            assert leases.get_lease(lease.id).state is LeaseState.RELEASED

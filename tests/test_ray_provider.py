@@ -21,6 +21,7 @@ import yaml
 from client_support import ServerThread, server_thread, until
 from ray.autoscaler.node_launch_exception import NodeLaunchException
 from ray.autoscaler.tags import (
+    NODE_KIND_HEAD,
     NODE_KIND_WORKER,
     STATUS_UNINITIALIZED,
     STATUS_UP_TO_DATE,
@@ -461,3 +462,122 @@ def test_a_node_that_cannot_be_created_leaves_no_lease_behind(
         p.close()
     with BrokerClient(server.address, server.tokens["ray"]) as c:
         assert c.list_leases() == []
+
+
+# ---------------------------------------------------------------------- the head, and stopping
+
+
+def test_ray_up_is_refused_at_once_with_the_documented_command(tmp_path: Path) -> None:
+    # Ray's own CLI on the shipped example: refused before it asks anything, in one line.
+    ray = Path(sys.executable).parent / "ray"
+    out = subprocess.run(
+        [str(ray), "up", "examples/ray-cluster.yaml", "-y", "--no-config-cache"],
+        cwd=EXAMPLE.parents[1],
+        env={**os.environ, "BURSAR_TOKEN": "tok"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    command = "ray start --head --num-cpus=0 --autoscaling-config=examples/ray-cluster.yaml"
+    assert out.returncode != 0
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("Error:")]
+    assert f"`{command}`" in line, out.stderr
+    assert "Traceback" not in out.stderr and "bad node type" not in out.stderr
+    assert command in (EXAMPLE.parents[1] / "README.md").read_text()  # what users are told
+
+
+def test_the_head_is_never_launched_as_a_lease(server: ServerThread, tmp_path: Path) -> None:
+    cfg = yaml.safe_load(EXAMPLE.read_text())
+    # The example's provider section, made local (this broker, fake raylets).
+    local = provider_config(server, "ray", tmp_path)
+    keys = ("broker", "campaign", "token", "state_dir", "node_command", "head_address")
+    section = {**cfg["provider"], **{k: local[k] for k in keys}}
+    p = BursarNodeProvider(section, cfg["cluster_name"])
+    head = cfg["available_node_types"][cfg["head_node_type"]]
+    try:
+        # What `ray up` asks for (the head's tags, create_node without resources)...
+        head_tags = {
+            TAG_RAY_NODE_KIND: NODE_KIND_HEAD,
+            TAG_RAY_USER_NODE_TYPE: cfg["head_node_type"],
+            TAG_RAY_NODE_STATUS: STATUS_UNINITIALIZED,
+        }
+        with pytest.raises(NodeLaunchException) as info:
+            p.create_node(head["node_config"], head_tags, 1)
+        # ...and a launch of the head's type, which holds no leasable resource.
+        with pytest.raises(NodeLaunchException) as info2:
+            p.create_node_with_resources_and_labels(
+                head["node_config"],
+                {**worker_tags(), TAG_RAY_USER_NODE_TYPE: cfg["head_node_type"]},
+                1,
+                head["resources"],
+                {},
+            )
+        for exc in (info.value, info2.value):
+            assert exc.category == "head node"
+            assert "--autoscaling-config=" in exc.description and "\n" not in exc.description
+            assert "holds none of" not in exc.description
+        with BrokerClient(server.address, server.tokens["ray"]) as c:
+            assert c.list_leases() == []
+        (node,) = create(p)  # the workers are leased as ever
+        assert p.node_tags(node)[TAG_RAY_USER_NODE_TYPE] == "cpu_worker"
+    finally:
+        p.close()
+
+
+# Ray's monitor with two nodes, waiting to be stopped. v1's monitor handles SIGTERM itself
+# (Monitor._signal_handler, installed here as Ray's Monitor.run does); v2's does not.
+STOPPED_MONITOR = """
+import json, logging, signal, sys, time
+logging.basicConfig(level=logging.INFO)
+if sys.argv[2] == "v1":
+    from ray.autoscaler._private.monitor import Monitor
+    m = Monitor.__new__(Monitor)
+    m.autoscaler, m.gcs_client = None, None
+    signal.signal(signal.SIGTERM, m._signal_handler)
+from bursar.providers.ray import BursarNodeProvider
+from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+p = BursarNodeProvider(json.loads(sys.argv[1]), "t")
+for _ in range(2):
+    p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: "w"}, 1, {"CPU": 1}, {})
+nodes = p.non_terminated_nodes({})
+while any(p.raylet_pid(n) is None for n in nodes):
+    time.sleep(0.05)
+print(" ".join(f"{n}:{p.raylet_pid(n)}" for n in nodes), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("autoscaler", ["v1", "v2"])
+def test_stopping_the_monitor_releases_its_leases(
+    server: ServerThread, tmp_path: Path, autoscaler: str
+) -> None:
+    cfg = provider_config(server, "ray", tmp_path)
+    # Ray starts its monitor as .../ray/autoscaler/[v2/]monitor.py.
+    script = tmp_path / "ray" / "autoscaler" / autoscaler / "monitor.py"
+    script.parent.mkdir(parents=True)
+    script.write_text(STOPPED_MONITOR)
+    monitor = subprocess.Popen(
+        [sys.executable, str(script), json.dumps(cfg), autoscaler],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert monitor.stdout is not None
+        nodes = dict(pair.split(":") for pair in monitor.stdout.readline().split())
+        assert len(nodes) == 2, nodes
+        procs = [Proc(int(pid), proc_start(int(pid)) or 0) for pid in nodes.values()]
+        with BrokerClient(server.address, server.tokens["ray"]) as c:
+            assert {c.get_lease(n).state for n in nodes} == {LeaseState.ACTIVE}
+        monitor.send_signal(signal.SIGTERM)  # what `ray stop` does
+        _, err = monitor.communicate(timeout=30)
+    finally:
+        if monitor.poll() is None:
+            monitor.kill()
+            monitor.wait()
+    assert monitor.returncode == 128 + signal.SIGTERM, err
+    assert "stopping: releasing 2 leases" in err, err
+    with BrokerClient(server.address, server.tokens["ray"]) as c:
+        assert {c.get_lease(n).state for n in nodes} == {LeaseState.RELEASED}
+    assert not any(alive(proc) for proc in procs)
+    assert list((tmp_path / "ray-state").glob("nodes-*.json")) == []  # nothing left to clean

@@ -253,9 +253,13 @@ class BursarJob(Job):
         memory, memory_src = setting("memory", kwargs.get("memory"))
         if cores is None or memory is None:
             missing = [k for k, v in (("cores", cores), ("memory", memory)) if v is None]
+            # dask-jobqueue's own wording (what its users search for), with what was given.
             raise ConfigError(
-                f"BursarCluster needs {' and '.join(missing)} per job (one job is one "
-                "lease): pass them, e.g. BursarCluster(cores=4, memory='16GiB'), or set "
+                "You must specify how much cores and memory per job you want to use, for "
+                f"example:\ncluster = BursarCluster(cores={cores or 4}, "
+                f"memory={memory or '16GiB'!r})\n"
+                f"given: cores={cores!r}, memory={memory!r} (one job is one lease of that "
+                "size); or set "
                 + " and ".join(f"jobqueue.{CONFIG_NAME}.{k}" for k in missing)
                 + " in a dask config file"
             )

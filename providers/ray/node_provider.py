@@ -19,7 +19,9 @@ reads the YAML as it is, so it must be complete (the example is).
 The head is not a lease, but the provider lists it (id ``head_node_id``, default
 ``head``; type ``head_node_type``; address the monitor's ``--monitor-ip``) because Ray's
 v1 autoscaler drops the load metrics of addresses its provider does not list; it is
-never terminated. Under v2 start the head with ``RAY_CLOUD_INSTANCE_ID=head`` and
+never terminated, nor launched: ``ray up`` is refused (in ``bootstrap_config``, before
+it asks anything) and so is any create call for the head, with the supported command,
+``ray start --head --num-cpus=0 --autoscaling-config=CLUSTER.yaml``. Under v2 start the head with ``RAY_CLOUD_INSTANCE_ID=head`` and
 ``RAY_NODE_TYPE_NAME=head`` in its environment, as KubeRay does: v2 matches Ray nodes
 to the provider's by these, and without them it never launches a worker::
 
@@ -99,7 +101,10 @@ Each node's life is a :class:`bursar.providers.block.Block` (on a loop thread of
 provider's, driven by the lease's Watch events); this module translates it to Ray's
 ``NodeProvider``. A node whose creation fails after its lease was granted is never left
 behind: its block is cancelled (the lease released), and :meth:`close` releases every
-lease the provider holds, listed or not.
+lease the provider holds, listed or not. It runs when the monitor's process stops: at
+interpreter exit, and on SIGTERM (``ray stop``), which v1's monitor turns into an exit
+itself and for which a handler that does the same is installed in v2's (where SIGTERM
+would kill without running exit handlers). A SIGKILL leaves the leases to the next start.
 
 What the provider knows is written to ``state_dir`` on every change; a new provider
 (a restarted monitor) stops the raylets and releases the leases that a dead one left.
@@ -108,8 +113,11 @@ What the provider knows is written to ``state_dir`` on every change; a new provi
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -174,7 +182,15 @@ from bursar.providers.ray.settings import (
 )
 from bursar.providers.ray.store import NodeRecord, NodeStore, orphaned_records
 
-__all__ = ["TAG_ELASTIC_OF", "TAG_LEASE_STATE", "BursarNodeProvider", "LeaseRefused", "Resize"]
+__all__ = [
+    "HEAD_COMMAND",
+    "TAG_ELASTIC_OF",
+    "TAG_LEASE_STATE",
+    "BursarNodeProvider",
+    "LeaseRefused",
+    "Resize",
+    "head_refusal",
+]
 
 log = logging.getLogger("bursar.providers.ray")
 
@@ -185,6 +201,71 @@ TAG_ELASTIC_OF = "bursar-elastic-of"
 """Node tag of an elastic lease's extra unit: the node (the lease) it is a unit of."""
 
 _ENDED_KEPT = 1000
+
+HEAD_COMMAND = "ray start --head --num-cpus=0 --autoscaling-config={yaml}"
+"""The supported way to start a cluster whose workers are leases (README, examples/)."""
+
+
+def _ray_up_yaml(argv: list[str]) -> str | None:
+    """The cluster YAML of a ``ray up CLUSTER.yaml`` command line, else None (also for
+    ``ray up`` without one: then ``""``)."""
+    if len(argv) < 2 or argv[1] != "up":
+        return None
+    prog = os.path.basename(argv[0])
+    if prog != "ray" and not argv[0].endswith(os.path.join("ray", "scripts", "scripts.py")):
+        return None
+    return next((a for a in argv[2:] if not a.startswith("-")), "")
+
+
+def head_refusal(argv: list[str] | None = None) -> str:
+    """Why the provider launches no head, and what to run instead: one line, naming the
+    cluster YAML of a ``ray up`` command line when there is one."""
+    yaml_path = _ray_up_yaml(list(sys.argv if argv is None else argv)) or "CLUSTER.yaml"
+    return (
+        "the Bursar node provider leases worker nodes only, so the head cannot be "
+        "launched (`ray up`): start the head on this host with "
+        f"`{HEAD_COMMAND.format(yaml=yaml_path)}`; its monitor then leases the workers"
+    )
+
+
+_LIVE: set[BursarNodeProvider] = set()
+"""Providers not closed yet: their leases are released when the process stops (held
+strongly: one dropped without close() still holds leases)."""
+
+_hooked = False
+
+
+def _stop_all() -> None:
+    for p in list(_LIVE):
+        try:
+            p.close()
+        except Exception:  # the others still get theirs released
+            log.exception("releasing the leases of %r at exit failed", p)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # Unwind the main thread (its locks released), then atexit releases the leases: what
+    # the v1 monitor's own handler does with its sys.exit.
+    sys.exit(128 + signum)
+
+
+def _hook_process_stop() -> None:
+    """Release every live provider's leases when this process stops: at interpreter exit,
+    and on SIGTERM (``ray stop`` sends it to the monitor). Ray's v1 monitor handles
+    SIGTERM with ``sys.exit``, which runs atexit; the v2 monitor leaves SIGTERM's default,
+    which kills without it, so there a handler that exits the same way is installed."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    atexit.register(_stop_all)
+    # Only in Ray's monitor: another host process (a test runner, a tool) keeps its own
+    # SIGTERM behaviour and calls close() itself.
+    prog = Path(sys.argv[0]) if sys.argv and sys.argv[0] else Path()
+    monitor = prog.name == "monitor.py" and "autoscaler" in prog.parts
+    main = threading.current_thread() is threading.main_thread()
+    if monitor and main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 @dataclass(frozen=True)
@@ -465,7 +546,20 @@ class BursarNodeProvider(NodeProvider):
         }
         self._clean_orphans()
         self._store.write({})
+        _hook_process_stop()
+        _LIVE.add(self)
         log.info("Bursar node provider for %s: %r", cluster_name, s)
+
+    @staticmethod
+    def bootstrap_config(cluster_config: dict[str, Any]) -> dict[str, Any]:
+        """Ray's CLI calls this before it builds the provider (``ray up``, ``down``,
+        ``exec``, and the v1 monitor's fate-sharing teardown): ``ray up`` is refused here,
+        before it asks anything, with the command that starts such a cluster."""
+        if _ray_up_yaml(list(sys.argv)) is not None:
+            import click  # Ray's CLI is click's: its exception is printed as one line
+
+            raise click.ClickException(head_refusal())
+        return cluster_config
 
     # ------------------------------------------------------------------ queries
 
@@ -554,12 +648,26 @@ class BursarNodeProvider(NodeProvider):
 
     def close(self) -> None:
         """Terminate every node (raylets stopped, leases released: also a lease whose
-        node was never listed) and close the client. The monitor never calls this; tests
-        and tools do."""
+        node was never listed) and close the client; idempotent. Ray's monitor never
+        calls it: it runs when the monitor's process stops (SIGTERM, as ``ray stop``
+        sends, or interpreter exit), and tests and tools call it."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             nodes = list(self._blocks)
+        _LIVE.discard(self)
+        held = [n.block.lease_id or n.node_type for n in nodes]
+        if held:
+            log.info("stopping: releasing %d leases (%s)", len(held), ", ".join(sorted(held)))
         self._end(nodes, "terminated")
+        if held:
+            log.info(
+                "stopped: %s",
+                ", ".join(
+                    f"{n.block.lease_id or n.node_type} {n.block.final_state}" for n in nodes
+                ),
+            )
         try:
             self._loop.call(self._client.close(), 10)
         except Exception as exc:  # closing anyway
@@ -589,12 +697,17 @@ class BursarNodeProvider(NodeProvider):
         refuses (the nodes created before the refusal stay), and ``NodeLaunchException``
         for a bad node type or an unreachable broker."""
         node_type = tags.get(TAG_RAY_USER_NODE_TYPE, "worker")
+        if tags.get(TAG_RAY_NODE_KIND) == NODE_KIND_HEAD:  # `ray up`, or the SDK's
+            raise NodeLaunchException("head node", head_refusal(), None)
         try:
             ns = node_settings(node_type, node_config or {})
             size = dict(
                 ns.lease_size or lease_size(node_type, resources, self.settings.resource_map)
             )
         except SettingsError as exc:
+            if node_type == self.settings.head_node_type:
+                # The head's type sizes no lease (it is not one): say what to run instead.
+                raise NodeLaunchException("head node", head_refusal(), None) from exc
             raise NodeLaunchException("bad node type", str(exc), sys.exc_info()) from exc
         with self._lock:
             if self._closed:
