@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bursar.sim.replay.accounting import read_pbs, read_sacct, read_sacct_gpu, sniff
 from bursar.sim.replay.gpu_traces import read_alibaba, read_philly
-from bursar.sim.replay.swf import read_swf
+from bursar.sim.replay.swf import _read_text, read_swf
 from bursar.sim.replay.table import Trace, TraceError, default_filter
 
-FORMATS = ("swf", "alibaba", "philly")
+FORMATS = ("swf", "alibaba", "philly", "sacct", "sacct-gpu", "pbs")
+_SNIFF_BYTES = 4096
 
 
 def detect_format(path: Path) -> str:
+    """The format from the file name, else from the content (sacct's header line naming
+    JobID and State; a PBS accounting record). ``sacct-gpu`` is never guessed."""
     name = path.name.lower()
     if name.endswith((".swf", ".swf.gz")):
         return "swf"
@@ -19,8 +23,14 @@ def detect_format(path: Path) -> str:
         return "alibaba"
     if "philly" in name:
         return "philly"
+    try:
+        guessed = sniff(_read_text(path)[:_SNIFF_BYTES])
+    except (OSError, EOFError, ValueError):
+        guessed = None
+    if guessed is not None:
+        return guessed
     raise TraceError(
-        f"{path}: cannot tell the trace format from the name; "
+        f"{path}: cannot tell the trace format from the name or the first line; "
         f"pass --format (one of {', '.join(FORMATS)})"
     )
 
@@ -31,7 +41,14 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
     if not p.is_file():
         raise TraceError(f"{p}: no such trace file")
     fmt = fmt or detect_format(p)
-    readers = {"swf": read_swf, "alibaba": read_alibaba, "philly": read_philly}
+    readers = {
+        "swf": read_swf,
+        "alibaba": read_alibaba,
+        "philly": read_philly,
+        "sacct": read_sacct,
+        "sacct-gpu": read_sacct_gpu,
+        "pbs": read_pbs,
+    }
     if fmt not in readers:
         raise TraceError(f"{p}: unknown trace format {fmt!r}; allowed: {', '.join(FORMATS)}")
     header, table, quality = readers[fmt](p)
