@@ -288,3 +288,30 @@ def test_unlimited_and_bad_time_limits() -> None:
     for bad in ("1:2:3:4", "x-01:00:00", "1-2:3:4:5", "01:xx", "-5"):
         with pytest.raises(ValueError):
             parse_time_limit(bad)
+
+
+def test_whatif_on_sacct_gpus(tmp_path: Path) -> None:
+    trace = _write(tmp_path, "cluster.txt", SACCT)
+    out = tmp_path / "whatif"
+    _cli(
+        "whatif",
+        "--trace",
+        str(trace),
+        "--format",
+        "sacct-gpu",
+        "--capacity",
+        "8",
+        "--candidate",
+        "capacity=4",
+        "--policy",
+        "fifo",
+        "--out",
+        str(out),
+    )
+    d = json.loads((out / "whatif.json").read_text())
+    base = d["baseline"]
+    assert (base["jobs"], base["unit"]) == (3, "GPUs")
+    # 1002 (2 GPUs x 3,600 s), 1008 (1 x 1,800), 1013 (4 x 3,600) all fit 8 GPUs at once:
+    # 23,400 GPU-seconds over 8 x 9,300 s (1002's submit to 1013's end).
+    assert base["utilization"] == pytest.approx(23400 / (8 * 9300))
+    assert "recorded" in d["fidelity"]
