@@ -5,6 +5,7 @@ table with their recorded waits, replayed through ``bursar replay`` and graded b
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,8 @@ PBS = """\
 11/30/2026 09:10:00;E;208.head;user=carol group=bio jobname=run queue=batch ctime=1796027400 qtime=1796027400 etime=1796027400 start=1796028000 owner=carol@login1 exec_host=n04/0*4 Resource_List.ncpus=4 Resource_List.walltime=01:00:00 session=4400 end=1796029800 Exit_status=1 resources_used.cput=00:30:00 resources_used.mem=10240kb resources_used.walltime=00:30:00
 11/30/2026 10:25:00;E;206.head;user=bob group=chem jobname=run queue=batch ctime=1796026800 qtime=1796026800 etime=1796026800 start=1796027100 owner=bob@login1 exec_host=n08/0*16 Resource_List.ncpus=16 Resource_List.walltime=04:00:00 session=4500 end=1796034300 Exit_status=0 resources_used.cput=02:00:00 resources_used.mem=10240kb resources_used.walltime=02:00:00
 """
+
+EPOCH = 1796025600  # 2026-11-30T08:00:00Z
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -315,3 +318,77 @@ def test_whatif_on_sacct_gpus(tmp_path: Path) -> None:
     # 23,400 GPU-seconds over 8 x 9,300 s (1002's submit to 1013's end).
     assert base["utilization"] == pytest.approx(23400 / (8 * 9300))
     assert "recorded" in d["fidelity"]
+
+
+_JOB = st.tuples(
+    st.integers(0, 10**6),  # submit, seconds from the start
+    st.integers(0, 10**5),  # wait
+    st.integers(0, 10**5),  # run
+    st.integers(1, 512),  # CPUs
+    st.one_of(st.none(), st.integers(1, 30 * 86400)),  # time limit; None = UNLIMITED
+    st.sampled_from(["alice", "bob", "carol"]),
+    st.booleans(),  # started (else cancelled before it started)
+)
+
+
+def _stamp(t: int) -> str:
+    return datetime.fromtimestamp(EPOCH + t, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+@given(st.lists(_JOB, min_size=1, max_size=30))
+def test_sacct_reads_back_what_it_printed(jobs: list[tuple]) -> None:
+    lines = ["JobID|User|Submit|Start|End|Timelimit|AllocCPUS|State"]
+    for k, (sub, wait, run, cpus, limit, user, started) in enumerate(jobs, 1):
+        if not started:
+            lines.append(
+                f"{k}|{user}|{_stamp(sub)}|None|{_stamp(sub + wait)}|"
+                f"{format_time_limit(limit)}|0|CANCELLED by 0"
+            )
+            continue
+        start, end = _stamp(sub + wait), _stamp(sub + wait + run)
+        lines.append(
+            f"{k}|{user}|{_stamp(sub)}|{start}|{end}|{format_time_limit(limit)}|{cpus}|COMPLETED"
+        )
+        lines.append(f"{k}.batch||{_stamp(sub)}|{start}|{end}||{cpus}|COMPLETED")
+    _, t, q = parse_sacct(lines)
+    ran = [j for j in jobs if j[6]]
+    assert q.records == len(jobs)
+    assert q.dropped["cancelled before it started (no Start)"] == len(jobs) - len(ran)
+    assert t.wait == [j[1] for j in ran]
+    assert t.run == [j[2] for j in ran]
+    assert t.procs == [j[3] for j in ran]
+    assert t.req_time == [-1 if j[4] is None else j[4] for j in ran]
+    assert [t.user_names[u] for u in t.user] == [j[5] for j in ran]
+    if ran:
+        assert [s - t.submit[0] for s in t.submit] == [j[0] - ran[0][0] for j in ran]
+
+
+@given(st.lists(_JOB, min_size=1, max_size=30))
+def test_pbs_reads_back_what_it_logged(jobs: list[tuple]) -> None:
+    lines = []
+    for k, (sub, wait, run, cpus, limit, user, started) in enumerate(jobs, 1):
+        day = datetime.fromtimestamp(EPOCH + sub, UTC).strftime("%m/%d/%Y %H:%M:%S")
+        q = EPOCH + sub
+        lines.append(f"{day};Q;{k}.head;queue=batch")
+        # PBS writes hours past a day as hours (36:00:00), never Slurm's D-HH:MM:SS.
+        hms = f"{limit // 3600}:{limit % 3600 // 60:02d}:{limit % 60:02d}" if limit else ""
+        wall = f" Resource_List.walltime={hms}" if limit else ""
+        when = f" start={q + wait} end={q + wait + run}" if started else f" end={q + wait}"
+        lines.append(
+            f"{day};E;{k}.head;user={user} group=g qtime={q} etime={q}{when}"
+            f" exec_host=n1/0*{cpus} Resource_List.ncpus={cpus}{wall} Exit_status=0"
+        )
+    _, t, q = parse_pbs(lines)
+    ran = [j for j in jobs if j[6]]
+    assert q.records == len(jobs)
+    assert q.dropped["never started (no start)"] == len(jobs) - len(ran)
+    assert (t.wait, t.run) == ([j[1] for j in ran], [j[2] for j in ran])
+    assert t.procs == t.req_procs == [j[3] for j in ran]
+    assert t.req_time == [-1 if j[4] is None else j[4] for j in ran]
+    assert [t.user_names[u] for u in t.user] == [j[5] for j in ran]
+
+
+@pytest.mark.parametrize(("name", "text"), [("jobs.sacct", SACCT), ("20261130", PBS)])
+def test_every_record_is_kept_or_dropped_for_a_reason(tmp_path: Path, name: str, text: str) -> None:
+    q = load_trace(_write(tmp_path, name, text)).quality
+    assert q.records == q.kept + sum(q.dropped.values())

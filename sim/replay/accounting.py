@@ -322,13 +322,20 @@ def _pbs_duration(text: str) -> int:
 
 
 def _pbs_slots(exec_host: str) -> int:
-    """Slots of ``n1/0+n1/1`` (Torque: one per entry) or ``n1/0*4+n2/0*4`` (PBS Pro)."""
+    """Slots of ``exec_host``: Torque's ``n1/0+n1/1`` (one per entry) or ``n1/0-3,5``
+    (ranges and lists), PBS Pro's ``n1/0*4+n2/0*4`` (the count after ``*``)."""
     total = 0
     for part in exec_host.split("+"):
         if not part:
             continue
-        _, star, count = part.partition("*")
-        total += int(count) if star else 1
+        host, star, count = part.partition("*")
+        if star:
+            total += int(count)
+            continue
+        _, _, slots = host.partition("/")
+        for item in slots.split(",") if slots else ["0"]:
+            lo, dash, hi = item.partition("-")
+            total += int(hi) - int(lo) + 1 if dash else 1
     return total
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from pathlib import Path
 
 from bursar.sim.replay.accounting import read_pbs, read_sacct, read_sacct_gpu, sniff
 from bursar.sim.replay.gpu_traces import read_alibaba, read_philly
-from bursar.sim.replay.swf import _read_text, read_swf
+from bursar.sim.replay.swf import read_swf
 from bursar.sim.replay.table import Trace, TraceError, default_filter
 
 FORMATS = ("swf", "alibaba", "philly", "sacct", "sacct-gpu", "pbs")
@@ -24,8 +26,12 @@ def detect_format(path: Path) -> str:
     if "philly" in name:
         return "philly"
     try:
-        guessed = sniff(_read_text(path)[:_SNIFF_BYTES])
-    except (OSError, EOFError, ValueError):
+        with open(path, "rb") as f:
+            head = f.read(2)
+        # Only the head: a large file read in full here would be read again by its reader.
+        with (gzip.open if head == b"\x1f\x8b" else open)(path, "rb") as f:
+            guessed = sniff(f.read(_SNIFF_BYTES).decode("utf-8", errors="replace"))
+    except (OSError, EOFError, zlib.error):
         guessed = None
     if guessed is not None:
         return guessed
