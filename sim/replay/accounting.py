@@ -111,7 +111,10 @@ def _sacct_time(raw: str) -> float | None:
     s = raw.strip()
     if s in _NO_TIME:
         return None
-    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+    if len(s) != 19 or s[10] != "T":
+        raise ValueError(raw)
+    # fromisoformat is C code, several times faster than strptime on 10^5 lines.
+    return datetime.fromisoformat(s).replace(tzinfo=UTC).timestamp()
 
 
 def _tres(raw: str) -> dict[str, str]:
@@ -202,10 +205,9 @@ def parse_sacct(
                 f"--parsable2 line under the header), got {len(fields)}: {line.strip()[:80]!r}"
             )
 
-        get = {name: fields[k].strip() for name, k in cols.items()}.get
-        job_id = get("JobID") or ""
-        if "." in job_id:
+        if "." in fields[cols["JobID"]]:
             continue  # a job step (123.batch, 123.0): its job's own record counts it
+        get = {name: fields[k].strip() for name, k in cols.items()}.get
         records += 1
         state = get("State") or ""
         try:
