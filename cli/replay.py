@@ -55,7 +55,8 @@ _format_option = click.option(
     "--format",
     "fmt",
     type=click.Choice(list(FORMATS)),
-    help="Trace format; default: told from the file name.",
+    help="Trace format; default: told from the file name, else from its first line "
+    "(sacct-gpu, sizes in GPUs, is never guessed).",
 )
 
 
@@ -78,8 +79,9 @@ def quality_table(q: QualityReport, title: str = "trace quality") -> Table:
 @click.command(
     "replay",
     help=(
-        "Replay a job trace (SWF plain or gzip, the Alibaba GPU pod list, or the Philly "
-        "trace) under one admission policy, checking invariants after every event, and "
+        "Replay a job trace (SWF plain or gzip, the Alibaba GPU pod list, the Philly "
+        "trace, Slurm sacct --parsable2 output or a PBS/Torque accounting log) under one "
+        "admission policy, checking invariants after every event, and "
         "write DIR/metrics.json (jobs, waits, bounded slowdown, utilisation, makespan, "
         "per-campaign shares, starvation, jobs that ran past their request, jobs killed, "
         "the ingestion quality report and the run manifest), DIR/manifest.json and "
@@ -177,7 +179,8 @@ def replay_command(
 @click.command(
     "fidelity",
     help=(
-        "Replay an SWF trace under a baseline policy and grade (high, medium, low) how "
+        "Replay a trace that records waits (SWF, sacct, PBS) under a baseline policy and "
+        "grade (high, medium, low) how "
         "closely the replay reproduces the schedule the machine ran, as the trace records "
         "it: mean and p95 wait, utilisation, the Kolmogorov-Smirnov distance of the wait "
         "distributions, bounded slowdown percentiles, and the correlation of the queue "

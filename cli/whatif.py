@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 
 from bursar.broker.errors import ConfigError
+from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
 from bursar.sim.replay.policies import POLICIES
@@ -89,6 +90,13 @@ __all__ = ["whatif_command"]
     show_default=True,
     help="Seconds within which a request inside its unmet guarantee must start.",
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(list(FORMATS)),
+    help="Trace format; default: told from the file name, else from its first line "
+    "(sacct-gpu, sizes in GPUs, is never guessed).",
+)
 def whatif_command(
     trace: Path,
     config_path: Path | None,
@@ -100,6 +108,7 @@ def whatif_command(
     bsld_tau: float,
     util_tolerance: float,
     isolation_bound: float,
+    fmt: str | None,
 ) -> None:
     try:
         cands = [parse_candidate(c) for c in candidates]
@@ -118,6 +127,7 @@ def whatif_command(
                 limit=limit,
                 tau_s=bsld_tau,
                 progress=lambda label: console.log(f"done {label}"),
+                fmt=fmt,
             )
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
@@ -128,7 +138,13 @@ def whatif_command(
     with console.status("grading the baseline's fidelity"):
         try:
             fid = baseline_fidelity(
-                trace, policy, capacity=capacity, limit=limit, config=base.config, tau_s=bsld_tau
+                trace,
+                policy,
+                capacity=capacity,
+                limit=limit,
+                config=base.config,
+                tau_s=bsld_tau,
+                fmt=fmt,
             )
         except InvariantViolation as e:
             raise click.ClickException(f"{trace}: fidelity of the baseline: {e}") from None

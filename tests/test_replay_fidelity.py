@@ -240,7 +240,10 @@ def test_cli_replay_format(tmp_path: Path) -> None:
     runner = CliRunner()
     base = ["replay", "--trace", str(p), "--policy", "fifo", "--out", str(tmp_path / "o")]
     res = runner.invoke(main, base)
-    assert res.exit_code == 1 and "pass --format (one of swf, alibaba, philly)" in res.output
+    assert (
+        res.exit_code == 1
+        and "pass --format (one of swf, alibaba, philly, sacct, sacct-gpu, pbs)" in res.output
+    )
     res = runner.invoke(main, [*base, "--format", "swf"])
     assert res.exit_code == 0, res.output
     m = json.loads((tmp_path / "o" / "metrics.json").read_text())

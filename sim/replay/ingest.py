@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from pathlib import Path
 
+from bursar.sim.replay.accounting import read_pbs, read_sacct, read_sacct_gpu, sniff
 from bursar.sim.replay.gpu_traces import read_alibaba, read_philly
 from bursar.sim.replay.swf import read_swf
 from bursar.sim.replay.table import Trace, TraceError, default_filter
 
-FORMATS = ("swf", "alibaba", "philly")
+FORMATS = ("swf", "alibaba", "philly", "sacct", "sacct-gpu", "pbs")
+_SNIFF_BYTES = 4096
 
 
 def detect_format(path: Path) -> str:
+    """The format from the file name, else from the content (sacct's header line naming
+    JobID and State; a PBS accounting record). ``sacct-gpu`` is never guessed."""
     name = path.name.lower()
     if name.endswith((".swf", ".swf.gz")):
         return "swf"
@@ -19,8 +25,18 @@ def detect_format(path: Path) -> str:
         return "alibaba"
     if "philly" in name:
         return "philly"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+        # Only the head: a large file read in full here would be read again by its reader.
+        with (gzip.open if head == b"\x1f\x8b" else open)(path, "rb") as f:
+            guessed = sniff(f.read(_SNIFF_BYTES).decode("utf-8", errors="replace"))
+    except (OSError, EOFError, zlib.error):
+        guessed = None
+    if guessed is not None:
+        return guessed
     raise TraceError(
-        f"{path}: cannot tell the trace format from the name; "
+        f"{path}: cannot tell the trace format from the name or the first line; "
         f"pass --format (one of {', '.join(FORMATS)})"
     )
 
@@ -31,7 +47,14 @@ def load_trace(path: str | Path, fmt: str | None = None) -> Trace:
     if not p.is_file():
         raise TraceError(f"{p}: no such trace file")
     fmt = fmt or detect_format(p)
-    readers = {"swf": read_swf, "alibaba": read_alibaba, "philly": read_philly}
+    readers = {
+        "swf": read_swf,
+        "alibaba": read_alibaba,
+        "philly": read_philly,
+        "sacct": read_sacct,
+        "sacct-gpu": read_sacct_gpu,
+        "pbs": read_pbs,
+    }
     if fmt not in readers:
         raise TraceError(f"{p}: unknown trace format {fmt!r}; allowed: {', '.join(FORMATS)}")
     header, table, quality = readers[fmt](p)

@@ -161,11 +161,17 @@ class Workload:
         return len(self.job_id)
 
 
-def campaign_name(mode: str, user: int, group: int) -> str:
+def campaign_name(
+    mode: str, user: int, group: int, names: tuple[list[str], list[str]] = ([], [])
+) -> str:
+    """``user-3`` for a numeric id, ``user-alice`` where the trace records names."""
     if mode == "one":
         return "all"
     who = user if mode == "user" else group
-    return f"{mode}-{who}" if who >= 0 else f"{mode}-unknown"
+    if who < 0:
+        return f"{mode}-unknown"
+    table = names[0] if mode == "user" else names[1]
+    return f"{mode}-{table[who]}" if who < len(table) else f"{mode}-{who}"
 
 
 def to_workload(
@@ -202,7 +208,7 @@ def to_workload(
         key = (users[i], groups[i])
         c = who.get(key)
         if c is None:
-            name = campaign_name(mode, *key)
+            name = campaign_name(mode, *key, (t.user_names, t.group_names))
             c = who[key] = names.setdefault(name, len(names))
         w.job_id.append(ids[i])
         # Times from the first submit: replays of one trace start at 0 whatever its epoch.

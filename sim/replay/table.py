@@ -36,6 +36,11 @@ class JobTable:
     status: list[int] = field(default_factory=list)
     user: list[int] = field(default_factory=list)
     group: list[int] = field(default_factory=list)
+    user_names: list[str] = field(default_factory=list)
+    """A user id's name (``user_names[id]``) where the trace records names (accounting
+    logs); empty where the ids are the trace's own numbers (SWF)."""
+    group_names: list[str] = field(default_factory=list)
+    """Likewise for groups (Slurm accounts, PBS groups)."""
 
     def __len__(self) -> int:
         return len(self.id)
@@ -103,7 +108,11 @@ def default_filter(table: JobTable, quality: QualityReport) -> JobTable:
     check_wait = any(w >= 0 for w in table.wait) if n else True
     if not check_wait:
         quality.absent.append("wait")
-    out = JobTable(unit=table.unit)
+    out = JobTable(
+        unit=table.unit,
+        user_names=list(table.user_names),
+        group_names=list(table.group_names),
+    )
     cols = (
         "id",
         "submit",

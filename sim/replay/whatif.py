@@ -357,11 +357,14 @@ def baseline_fidelity(
     limit: int | None,
     config: ReplayConfig,
     tau_s: float,
+    fmt: str | None = None,
 ) -> tuple[str, dict[str, Any] | None]:
     """The fidelity gate's grade of the baseline (the same policy, config and prefix): how
     closely it reproduces the schedule the machine recorded. One more replay."""
     try:
-        f = fidelity(trace, policy, capacity=capacity, limit=limit, config=config, tau_s=tau_s)
+        f = fidelity(
+            trace, policy, capacity=capacity, limit=limit, config=config, tau_s=tau_s, fmt=fmt
+        )
     except TraceError as e:  # a trace without recorded waits cannot be graded
         return f"{NOT_GRADED} ({e})", None
     m = f.measures
@@ -456,6 +459,7 @@ def run_whatif(
     limit: int | None = None,
     tau_s: float = DEFAULT_TAU_S,
     progress: Callable[[str], None] | None = None,
+    fmt: str | None = None,
 ) -> tuple[Arm, list[Arm]]:
     """Replay the baseline and every candidate on the same trace prefix.
 
@@ -466,7 +470,7 @@ def run_whatif(
     base_cfg = load_replay_config(baseline_config) if baseline_config else ReplayConfig()
 
     def one(label: str, pol: str, cfg: ReplayConfig, cap: int | None) -> Arm:
-        r = replay_trace(trace, pol, capacity=cap, config=cfg, tau_s=tau_s, limit=limit)
+        r = replay_trace(trace, pol, capacity=cap, config=cfg, tau_s=tau_s, limit=limit, fmt=fmt)
         if progress is not None:
             progress(label)
         return Arm(label, pol, cfg, r)
