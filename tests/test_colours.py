@@ -19,7 +19,14 @@ def test_a_campaign_colour_depends_on_its_name_only(name: str) -> None:
     c = campaign_colour(name)
     assert re.fullmatch(r"#[0-9a-f]{6}", c)
     assert c == campaign_colour(str(name))
-    assert c in PALETTE or name in {"victim", "adaptive-sci", "naive-sci", "storm", "backfill", "probe"}
+    assert c in PALETTE or name in {
+        "victim",
+        "adaptive-sci",
+        "naive-sci",
+        "storm",
+        "backfill",
+        "probe",
+    }
 
 
 def test_the_scenario_report_uses_the_campaign_colours(tmp_path: Path) -> None:
