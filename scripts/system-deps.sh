@@ -8,7 +8,7 @@
 # BURSAR_REQUIRE_SYSTEM_TESTS=1 (set by .ci/run), in which case they fail.
 set -euo pipefail
 
-# binary that proves the package is installed -> Debian package
+# file that proves the package is installed (a binary, or a header) -> Debian package
 declare -A wanted=(
   [/usr/bin/chromium]=chromium
   [/usr/sbin/slurmctld]=slurmctld
@@ -22,7 +22,7 @@ declare -A wanted=(
 
 missing=()
 for bin in "${!wanted[@]}"; do
-  [[ -x "$bin" ]] || missing+=("${wanted[$bin]}")
+  [[ -e "$bin" ]] || missing+=("${wanted[$bin]}")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
