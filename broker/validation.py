@@ -225,8 +225,13 @@ def _request(eng: Engine, e: RequestLease) -> None:
                 "and can never be granted",
                 ErrorCode.OUT_OF_RANGE,
             )
+    # Only campaigns holding a guarantee count: the ledger keeps them apart, so a request
+    # costs their number, not the number of campaigns (a replay has one per user).
     room = isolation.ceiling(
-        c.spec.name, c.spec.preemptible, (x.spec for x in eng.campaigns.values()), eng.pool.capacity
+        c.spec.name,
+        c.spec.preemptible,
+        (x.spec for x in eng.ledger.guaranteed.values()),
+        eng.pool.capacity,
     )
     for i, dim in enumerate(dims.PLACED):
         if size[i] > room[i] + EPS:
