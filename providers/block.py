@@ -7,6 +7,8 @@ A block is a state machine with one transition table (:data:`TRANSITIONS`; an in
 table does not name for the current state raises :class:`IllegalTransition`)::
 
     REQUESTED ──ask──► ACQUIRING ──granted──► STARTING ──active──► RUNNING
+    REQUESTED ──adopted (a live lease and its running workers, left by a process
+                that is gone, taken over: :meth:`Block.adopt`)──────────► RUNNING
         ▲                  │                     │                    │
         └─refused/unreachable (again after       │ preempted,         │ preempted,
           the broker's retry_after, bounded)     │ unrenewable        │ unrenewable
@@ -135,6 +137,8 @@ class Input(enum.StrEnum):
     """Refused, and the block does not ask again (the engine retries: Ray)."""
     REJECTED = "rejected"
     """An error that asking again cannot fix (bad token, a size no pool can hold)."""
+    ADOPTED = "adopted"
+    """A lease granted before, still live, taken over with its workers still running."""
     ACTIVE = "active"
     UPDATED = "updated"
     """The lease changed otherwise (renewed, its state mirrored)."""
@@ -187,6 +191,7 @@ def _table() -> dict[tuple[State, Input], State]:
     t: dict[tuple[State, Input], State] = {
         (S.REQUESTED, I.ASK): S.ACQUIRING,
         (S.REQUESTED, I.CANCEL): S.ENDED,
+        (S.REQUESTED, I.ADOPTED): S.RUNNING,
         (S.REQUESTED, I.ERROR): S.FAILED,
         (S.ACQUIRING, I.GRANTED): S.STARTING,
         (S.ACQUIRING, I.REFUSED): S.REQUESTED,
@@ -244,7 +249,14 @@ _END_CAUSE = {
 }
 
 
-_ANSWERS = {Input.GRANTED, Input.REFUSED, Input.UNREACHABLE, Input.GIVE_UP, Input.REJECTED}
+_ANSWERS = {
+    Input.GRANTED,
+    Input.ADOPTED,
+    Input.REFUSED,
+    Input.UNREACHABLE,
+    Input.GIVE_UP,
+    Input.REJECTED,
+}
 """The inputs that answer a request (``Block.answered``)."""
 
 
@@ -384,24 +396,35 @@ class ProcessTree:
     def returncode(self) -> int | None:
         return self.popen.poll() if self.popen is not None else None
 
-    async def wait(self) -> int:
-        """The root's exit status, once it exits (a pidfd readable on the loop: no poll)."""
-        assert self.popen is not None, "only a tree started here can be waited for"
+    async def wait(self) -> int | None:
+        """The root's exit status, once it exits (a pidfd readable on the loop: no poll).
+        A tree not started here (taken over from a dead process: ``pid`` and
+        ``create_time`` only) is waited for the same way, but its status is not ours to
+        read: None."""
+        if self.popen is None:
+            return await self._wait_foreign()
         if self.popen.poll() is not None:
             return self.popen.returncode
         try:
             fd = os.pidfd_open(self.popen.pid)
         except (ProcessLookupError, OSError):
             return await in_thread(self.popen.wait)
-        loop = asyncio.get_running_loop()
-        exited = asyncio.Event()
-        loop.add_reader(fd, exited.set)
-        try:
-            await exited.wait()
-        finally:
-            loop.remove_reader(fd)
-            os.close(fd)
+        await _readable(fd)
         return self.popen.wait()  # it exited: this only reaps it
+
+    async def _wait_foreign(self) -> None:
+        if self.pid is None:
+            return
+        try:
+            fd = os.pidfd_open(self.pid)
+        except (ProcessLookupError, OSError):
+            return  # gone already
+        # The pidfd names whatever holds the PID now: only the root if it was born when
+        # the root was (checked after opening it, so that a reuse cannot slip between).
+        if self._root() is None:
+            os.close(fd)
+            return
+        await _readable(fd)
 
     def _root(self) -> psutil.Process | None:
         if self.pid is None:
@@ -505,6 +528,18 @@ class ProcessTree:
                 os.close(fd)
         if self.popen is not None:
             self.popen.poll()  # reap the root (Popen keeps its exit status)
+
+
+async def _readable(fd: int) -> None:
+    """Wait on the loop until the pidfd ``fd`` is readable (its process exited); closes it."""
+    loop = asyncio.get_running_loop()
+    exited = asyncio.Event()
+    loop.add_reader(fd, exited.set)
+    try:
+        await exited.wait()
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 def _environ(p: psutil.Process) -> set[str]:
@@ -723,6 +758,25 @@ class Block:
         self.post(Input.ASK)
         return self._task
 
+    def adopt(self, handle: LeaseHandle, workers: ProcessTree) -> asyncio.Task[None]:
+        """Take over, on the running loop, a lease and the workers running on it that a
+        process now gone left behind (a restarted engine finding its nodes still up):
+        ``handle`` from :meth:`AsyncBrokerClient.adopted_lease` (started: the lease is
+        live and renewed from now on), ``workers`` a tree found by PID and start time.
+        The block enters RUNNING at once, without :meth:`Hooks.start_workers`, hears the
+        lease from here (a preempted lease drains, an ended one stops) and watches the
+        workers' root exit; from then on it is like any other block."""
+        if self._task is not None:
+            raise RuntimeError(f"block {self.name} was started already")
+        self._task = asyncio.create_task(self._run(), name=f"bursar block {self.name}")
+        self.post(Input.ADOPTED, (handle, workers))
+        return self._task
+
+    @property
+    def adopted(self) -> bool:
+        """The block took over a lease and workers (:meth:`adopt`) rather than asking."""
+        return any(inp is Input.ADOPTED for _, _, inp in self.history)
+
     def cancel(self) -> None:
         """Stop the workers and release the lease (or stop asking for one); idempotent."""
         self.post(Input.CANCEL)
@@ -807,6 +861,8 @@ class Block:
             self.error = data
         elif inp is Input.GRANTED:
             self.handle = data
+        elif inp is Input.ADOPTED:
+            self.handle, self.workers = data
         elif inp is Input.WORKERS_EXITED:
             self.returncode = data
         elif inp is Input.RESIZE_WARNING:
@@ -861,8 +917,15 @@ class Block:
             self._arm_guard()
         elif new is State.RUNNING:
             assert self.handle is not None
-            self.workers = await self.hooks.start_workers(self, self.handle.lease)
-            if self.workers is not None and self.workers.popen is not None:
+            if self.adopted:
+                # Its workers run already; from here on this block hears the lease (the
+                # listener the grant added belonged to the process that is gone).
+                self.handle.add_listener(self._on_lease)
+                self._on_lease(self.handle)
+                self._arm_guard()
+            else:
+                self.workers = await self.hooks.start_workers(self, self.handle.lease)
+            if self.workers is not None and (self.workers.popen is not None or self.adopted):
                 self._spawn(self._watch_exit(self.workers))
         elif new is State.DRAINING:
             deadline: float | None = None
@@ -958,7 +1021,7 @@ class Block:
 
     async def _watch_exit(self, workers: ProcessTree) -> None:
         rc = await workers.wait()
-        settle = self.hooks.settle_s(self, rc)
+        settle = self.hooks.settle_s(self, rc) if rc is not None else 0.0
         if settle > 0 and self.handle is not None:
             await wait_event_until(self.clock, self.handle.ended, self.clock.now() + settle)
         self.post(Input.WORKERS_EXITED, rc)

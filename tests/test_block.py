@@ -34,7 +34,14 @@ from bursar.providers.block import (
     State,
     transition,
 )
-from bursar.providers.client import AsyncBrokerClient, Backoff, Lease, LeaseState
+from bursar.providers.client import (
+    AsyncBrokerClient,
+    Backoff,
+    FailedPrecondition,
+    Lease,
+    LeaseState,
+    NotFound,
+)
 
 FAST = Backoff(initial_s=0.05, max_s=0.3)
 
@@ -411,3 +418,54 @@ def test_a_waiting_block_logs_once_per_reason_and_says_how_long(
     # Three refusals for the same reason: one INFO line.
     assert len(waits) == 1 and waits[0].levelno == logging.INFO
     assert "ABOVE_BURST" in waits[0].getMessage() and "it expects about" in waits[0].getMessage()
+
+
+def test_a_block_adopts_a_live_lease_and_its_running_workers(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = ManualClock(time.time())
+        async with (
+            serve(tmp_path / "state", parsl_config()) as srv,
+            AsyncBrokerClient(srv.address, srv.tokens["wf"], backoff=FAST) as gone,
+            AsyncBrokerClient(srv.address, srv.tokens["wf"], backoff=FAST, clock=clock) as c,
+        ):
+            # What a process now gone left: a lease and the workers it started on it.
+            lease = await gone.acquire({"cpu": 1}, 30, blocking=False)
+            ended = await gone.acquire({"cpu": 1}, 30, blocking=False)
+            await gone.release(ended.id)
+            workers = subprocess.Popen(["sleep", "60"], start_new_session=True)
+            try:
+                with pytest.raises(NotFound):
+                    await c.adopted_lease("L999999", 30).start()
+                with pytest.raises(FailedPrecondition) as info:
+                    await c.adopted_lease(ended.id, 30).start()
+                assert info.value.reason == "LEASE_ENDED" and "RELEASED" in info.value.message
+
+                h = Recorder(["false"])  # never run: an adopted block starts no workers
+                b = Block("b", c, spec({"cpu": 1}), h, clock=clock)
+                handle = c.adopted_lease(lease.id, 30)
+                await handle.start()
+                b.adopt(handle, ProcessTree(pid=workers.pid))
+                await b.answered.wait()
+                assert b.state is State.RUNNING and b.adopted and b.lease_id == lease.id
+                assert h.steps == [(State.RUNNING, Input.ADOPTED)]
+                assert b.workers is not None and b.workers.pid == workers.pid
+                # Renewed on the adopter's clock, from the adoption on.
+                assert handle.renew_margin_s == 15.0
+                renewed = (await c.get_lease(lease.id)).expires_at
+                assert renewed > lease.expires_at
+                await until(lambda: clock.next_deadline() is not None)
+                clock.advance(16.0)
+                await until(lambda: handle.renewals == 1, 10)
+
+                # Its workers' exit is seen through a pidfd (the tree has no Popen), and
+                # the lease goes back as for any block.
+                workers.kill()
+                await asyncio.wait_for(b.done.wait(), 10)
+                assert states(h)[-2:] == [State.STOPPING, State.ENDED]
+                assert b.cause is Cause.EXITED and b.returncode is None
+                assert (await c.get_lease(lease.id)).state is LeaseState.RELEASED
+            finally:
+                workers.kill()
+                workers.wait()
+
+    run(scenario(), 30)

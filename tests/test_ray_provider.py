@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -32,7 +33,7 @@ from ray.autoscaler.tags import (
 )
 from test_ray_support import EXAMPLE, cluster_yaml, ray_config
 
-from bursar.providers.client import BrokerClient, LeaseState
+from bursar.providers.client import AdminClient, BrokerClient, LeaseState
 from bursar.providers.ray import TAG_LEASE_STATE, BursarNodeProvider, LeaseRefused
 from bursar.providers.ray.check import check
 from bursar.providers.ray.raylet import Proc, alive, proc_start
@@ -269,44 +270,176 @@ def test_a_node_whose_process_exits_gives_its_lease_back(
         p.close()
 
 
+# A monitor that leases ``sys.argv[2]`` nodes, prints ``NODE:PID`` for each once its
+# process runs, and waits: the tests SIGKILL it (a crash: nothing is released).
 CRASHING_MONITOR = """
 import json, sys, time
 from bursar.providers.ray import BursarNodeProvider
-from ray.autoscaler.tags import TAG_RAY_USER_NODE_TYPE
+from ray.autoscaler.tags import TAG_RAY_LAUNCH_REQUEST, TAG_RAY_USER_NODE_TYPE
 p = BursarNodeProvider(json.loads(sys.argv[1]), "t")
-p.create_node_with_resources_and_labels({}, {TAG_RAY_USER_NODE_TYPE: "w"}, 1, {"CPU": 1}, {})
-(node,) = p.non_terminated_nodes({})
-while p.raylet_pid(node) is None:
+for i in range(int(sys.argv[2])):
+    tags = {TAG_RAY_USER_NODE_TYPE: "w", TAG_RAY_LAUNCH_REQUEST: f"req-{i}"}
+    p.create_node_with_resources_and_labels({}, tags, 1, {"CPU": 1}, {"zone": "a"})
+nodes = p.non_terminated_nodes({})
+while any(p.raylet_pid(n) is None for n in nodes):
     time.sleep(0.05)
-print(node, p.raylet_pid(node), flush=True)
+print(" ".join(f"{n}:{p.raylet_pid(n)}" for n in nodes), flush=True)
 time.sleep(600)
 """
 
 
-def test_a_new_provider_cleans_up_after_a_dead_one(server: ServerThread, tmp_path: Path) -> None:
-    cfg = provider_config(server, "ray", tmp_path)
+def crashed_monitor(cfg: dict[str, Any], nodes: int) -> dict[str, Proc]:
+    """Run a monitor that leases ``nodes`` nodes, then SIGKILL it; its nodes' processes."""
     monitor = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_MONITOR, json.dumps(cfg)],
+        [sys.executable, "-c", CRASHING_MONITOR, json.dumps(cfg), str(nodes)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert monitor.stdout is not None
-        node, pid = monitor.stdout.readline().split()
-        orphan = Proc(int(pid), proc_start(int(pid)) or 0)
+        pairs = [pair.split(":") for pair in monitor.stdout.readline().split()]
     finally:
         os.kill(monitor.pid, signal.SIGKILL)
         monitor.wait()
+    assert len(pairs) == nodes, pairs
+    return {n: Proc(int(pid), proc_start(int(pid)) or 0) for n, pid in pairs}
+
+
+def journal_kinds(server: ServerThread, after: int = 0) -> list[tuple[int, str, str]]:
+    """(seq, kind, lease or request id) of the broker's journal entries after ``after``."""
+    path = server.state_dir / "journal.sqlite"
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT seq, event FROM entries WHERE seq > ?", (after,)).fetchall()
+    finally:
+        db.close()
+    out = []
+    for seq, raw in rows:
+        ev = json.loads(raw)
+        out.append((seq, ev["kind"], ev.get("lease_id") or ev.get("request_id") or ""))
+    return out
+
+
+def test_a_restarted_provider_adopts_the_nodes_its_predecessor_left_running(
+    server: ServerThread, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = provider_config(server, "ray", tmp_path)
+    procs = crashed_monitor(cfg, 2)
+    assert all(alive(proc) for proc in procs.values())  # they outlive the monitor
+    with BrokerClient(server.address, server.tokens["ray"]) as c:
+        before = {n: c.get_lease(n) for n in procs}
+        assert {lease.state for lease in before.values()} == {LeaseState.ACTIVE}
+        seq = journal_kinds(server)[-1][0]
+        caplog.set_level("INFO", logger="bursar.providers.ray")
+        p = BursarNodeProvider(cfg, "t")
+        try:
+            # The same nodes, under the same lease ids, with their tags and addresses;
+            # their processes were left running.
+            assert sorted(p.non_terminated_nodes({})) == sorted(procs)
+            assert sorted(p.non_terminated_nodes({TAG_RAY_USER_NODE_TYPE: "w"})) == sorted(procs)
+            assert {p.node_tags(n)[TAG_RAY_LAUNCH_REQUEST] for n in procs} == {"req-0", "req-1"}
+            assert len({p.internal_ip(n) for n in procs}) == 2
+            for n, proc in procs.items():
+                assert p.is_running(n) and alive(proc)
+                assert p.raylet_pid(n) == proc.pid
+                assert p.node_tags(n)[TAG_LEASE_STATE] == "ACTIVE"
+                assert f"node {n} (w): adopted from a previous provider" in caplog.text
+            # Renewed, not acquired again: the journal since the crash holds renewals only.
+            after = {n: c.get_lease(n) for n in procs}
+            assert {lease.state for lease in after.values()} == {LeaseState.ACTIVE}
+            assert all(after[n].expires_at > before[n].expires_at for n in procs)
+            kinds = journal_kinds(server, seq)
+            assert sorted((k, i) for _, k, i in kinds) == sorted(("renew", n) for n in procs)
+            assert len(c.list_leases()) == 2
+
+            # A new node takes an address of its own, not one of the adopted nodes'.
+            p.terminate_node(sorted(procs)[0])
+            (new,) = create(p)
+            assert p.internal_ip(new) != p.internal_ip(sorted(procs)[1])
+
+            # Scaled down as any node: raylet stopped, lease released.
+            p.terminate_nodes(sorted(procs))
+            assert p.non_terminated_nodes({}) == [new]
+            assert not any(alive(proc) for proc in procs.values())
+            assert {c.get_lease(n).state for n in procs} == {LeaseState.RELEASED}
+            assert {p.ended_nodes()[n] for n in procs} == {"terminated"}
+        finally:
+            p.close()
+        assert c.list_leases() == []
+
+
+def test_an_adopted_node_whose_raylet_exits_gives_its_lease_back(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    cfg = provider_config(server, "ray", tmp_path)
+    ((node, proc),) = crashed_monitor(cfg, 1).items()
+    p = BursarNodeProvider(cfg, "t")
+    try:
+        assert p.non_terminated_nodes({}) == [node]
+        os.kill(proc.pid, signal.SIGKILL)  # not our child: seen through its pidfd
+        until(lambda: node in p.ended_nodes(), 10, "the node ended")
+        assert p.ended_nodes()[node] == "raylet exited"
+        with BrokerClient(server.address, server.tokens["ray"]) as c:
+            assert c.get_lease(node).state is LeaseState.RELEASED
+    finally:
+        p.close()
+
+
+def test_a_node_whose_lease_ended_meanwhile_is_cleaned_up_the_other_adopted(
+    server: ServerThread, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = provider_config(server, "ray", tmp_path)
+    procs = crashed_monitor(cfg, 2)
+    gone, kept = sorted(procs)
+    with (
+        BrokerClient(server.address, server.tokens["ray"]) as c,
+        AdminClient(server.address, server.admin_token) as admin,
+    ):
+        admin.revoke_lease(gone, "node drained by an operator")
+        assert alive(procs[gone])  # nobody stopped its process: the monitor is dead
+        seq = journal_kinds(server)[-1][0]
+        p = BursarNodeProvider(cfg, "t")
+        try:
+            assert p.non_terminated_nodes({}) == [kept]
+            assert alive(procs[kept]) and not alive(procs[gone])
+            assert c.get_lease(kept).state is LeaseState.ACTIVE
+            assert c.get_lease(gone).state is LeaseState.REVOKED
+            assert [k for _, k, _ in journal_kinds(server, seq)] == ["renew"]
+            assert f"node {gone} (w), left by a previous provider: not adopted: its lease is " in (
+                caplog.text
+            )
+            assert "revoked" in caplog.text
+        finally:
+            p.close()
+
+
+@pytest.mark.parametrize("case", ["adoption off", "another cluster", "raylet dead"])
+def test_a_new_provider_cleans_up_what_it_cannot_adopt(
+    server: ServerThread, tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = provider_config(server, "ray", tmp_path)
+    ((node, orphan),) = crashed_monitor(cfg, 1).items()
     assert alive(orphan)  # its node process and its lease outlive the monitor
+    cluster, why = "t", ""
+    if case == "adoption off":
+        cfg["adopt_nodes"], why = False, "adoption is off (provider.adopt_nodes: false)"
+    elif case == "another cluster":
+        cluster, why = "other", "recorded by cluster 't', not 'other'"
+    else:
+        os.kill(orphan.pid, signal.SIGKILL)
+        why = "its raylet is not running"
     with BrokerClient(server.address, server.tokens["ray"]) as c:
         assert c.get_lease(node).state is LeaseState.ACTIVE
-        p = BursarNodeProvider(cfg, "t")
+        p = BursarNodeProvider(cfg, cluster)
         try:
             assert not alive(orphan)
             assert c.get_lease(node).state is LeaseState.RELEASED
             assert p.non_terminated_nodes({}) == []
+            assert f"not adopted: {why}; cleaning up" in caplog.text, caplog.text
         finally:
             p.close()
+    # Nothing of the dead provider's is left to clean up again.
+    assert [f.name for f in (tmp_path / "ray-state").glob("nodes-*.json")] == []
 
 
 # ---------------------------------------------------------------------- settings (pure)

@@ -473,6 +473,32 @@ class AsyncBrokerClient:
             queued_poll_s=queued_poll_s,
         )
 
+    def adopted_lease(
+        self,
+        lease_id: str,
+        duration_s: float,
+        *,
+        renew_margin_s: float | None = None,
+        on_preempt: Callable[[LeaseEvent], Any] | None = None,
+    ) -> LeaseHandle:
+        """A lease this client did not acquire (granted to a process of the caller's
+        campaign that is gone, e.g. a restarted autoscaler's predecessor), taken over
+        without acquiring a new one: entering the handle reads the lease (GetLease) and,
+        unless it is being reclaimed, renews it for ``duration_s`` (Renew); from then on
+        it is held like one from :meth:`held_lease`: renewed, watched, released on
+        exit. Entering raises :class:`NotFound`, :class:`FailedPrecondition` (it ended:
+        ``LEASE_ENDED``) or :class:`Refused` (its renewal was refused) when it cannot
+        be held; nothing is held then. A PREEMPTING lease is held as preempted
+        (``handle.preempted`` set; revoked at its deadline)."""
+        return LeaseHandle(
+            self,
+            {},
+            duration_s,
+            renew_margin_s=renew_margin_s,
+            on_preempt=on_preempt,
+            adopt=lease_id,
+        )
+
     # ---------------------------------------------------------------- watch
 
     def watch(

@@ -107,6 +107,7 @@ class LeaseHandle:
         intent: Intent | None = None,
         on_queued: Callable[[PendingRequest], Any] | None = None,
         queued_poll_s: float = 1.0,
+        adopt: str | None = None,
     ) -> None:
         margin = default_margin(duration_s) if renew_margin_s is None else renew_margin_s
         if not 0 <= margin < duration_s:
@@ -143,6 +144,8 @@ class LeaseHandle:
         self._listeners: list[Callable[[LeaseHandle], None]] = []
         self._releasing: asyncio.Future[Lease] | None = None
         self._watcher: LeaseWatcher | None = None
+        self._adopt = adopt
+        """The id of a lease to take over (:meth:`AsyncBrokerClient.adopted_lease`)."""
 
     # ------------------------------------------------------------------ state
 
@@ -235,6 +238,8 @@ class LeaseHandle:
         """Acquire the lease and start renewing and watching it."""
         if self._lease is not None:
             raise RuntimeError("a LeaseHandle is entered once")
+        if self._adopt is not None:
+            return await self._take_over(self._adopt)
         size, duration_s, blocking, timeout, lease_class, labels = self._request
         # The client's shared Watch stream is open before the Acquire is sent: no event
         # about the new lease can be missed.
@@ -262,6 +267,57 @@ class LeaseHandle:
         self._renew_at = self._expires_local - self.renew_margin_s
         self._watcher = watcher
         watcher.subscribe(lease.id, self._on_event, self._on_error)
+        self._tasks = [
+            asyncio.create_task(self._guard(self._renew_loop()), name=f"renew {lease.id}")
+        ]
+        self._changed()
+        return lease
+
+    async def _take_over(self, lease_id: str) -> Lease:
+        """Hold ``lease_id`` from now on, as if this handle had acquired it: the lease
+        must be live (STARTING, ACTIVE or PREEMPTING); a live one that is not being
+        reclaimed is renewed at once (so the holder's clock knows when it expires, and
+        a lease of another campaign is refused before anything is held). Raises
+        :class:`NotFound` (never granted), :class:`FailedPrecondition` (ended,
+        ``LEASE_ENDED``; or its renewal says it cannot be held), :class:`Refused` (the
+        renewal was refused: it is not held)."""
+        watcher = self._client._lease_watcher()
+        # Open before the lease is read, as for an Acquire: no later event is missed.
+        await watcher.hold(self._client._conn.call_timeout_s)
+        clock = self._client.clock
+        try:
+            lease = await self._client.get_lease(lease_id)
+            if lease.ended:
+                cause = f" ({lease.end_cause})" if lease.end_cause else ""
+                raise FailedPrecondition(
+                    f"lease {lease_id} is {lease.state.value}{cause}: there is nothing to adopt",
+                    reason="LEASE_ENDED",
+                )
+            t_send = clock.now()
+            if lease.state is LeaseState.PREEMPTING:
+                # Not renewable: it runs until its revocation, which the broker decides.
+                expires_local = t_send
+            else:
+                lease = await self._client._renew(lease_id, self.duration_s)
+                expires_local = t_send + self.duration_s
+        except BaseException:
+            watcher.unhold()
+            raise
+        self._update(lease)
+        self._expires_local = expires_local
+        self._renew_at = expires_local - self.renew_margin_s
+        self._watcher = watcher
+        watcher.subscribe(lease.id, self._on_event, self._on_error)
+        if lease.state is LeaseState.PREEMPTING and not self.preempted.is_set():
+            self._preempted(
+                LeaseEvent(
+                    LeaseEventKind.PREEMPT_WARNING,
+                    at=clock.now(),
+                    lease=lease,
+                    deadline=lease.preempt_deadline,
+                    snapshot=True,
+                )
+            )
         self._tasks = [
             asyncio.create_task(self._guard(self._renew_loop()), name=f"renew {lease.id}")
         ]

@@ -180,7 +180,7 @@ from bursar.providers.ray.settings import (
     raylet_labels,
     raylet_resources,
 )
-from bursar.providers.ray.store import NodeRecord, NodeStore, orphaned_records
+from bursar.providers.ray.store import NodeRecord, NodeStore, OrphanedStore, orphaned_stores
 
 __all__ = [
     "HEAD_COMMAND",
@@ -313,6 +313,7 @@ class _Node(Hooks):
         labels: dict[str, str],
         settings: NodeSettings,
         spec: LeaseSpec,
+        node_config: Mapping[str, Any],
     ) -> None:
         self.provider = provider
         self.node_id = ""
@@ -323,9 +324,12 @@ class _Node(Hooks):
         self.resources = resources
         self.labels = labels
         self.settings = settings
+        self.node_config = dict(node_config)
+        """What the node type's ``node_config`` said (recorded: a new provider adopting
+        the node rebuilds its settings from it)."""
         self.proc: Proc | None = None
         self.started_at: float | None = None
-        """Monotonic time the raylet was started."""
+        """Monotonic time the raylet was started (for an adopted node: adopted)."""
         self.terminating = False
         self.end = ""
         """Why the node ended (for the log and :meth:`BursarNodeProvider.ended_nodes`)."""
@@ -357,13 +361,16 @@ class _Node(Hooks):
             dict(self.tags),
             self.proc.pid if self.proc else None,
             self.proc.start if self.proc else None,
+            node_config=self.node_config,
+            resources=dict(self.resources),
+            labels=dict(self.labels),
         )
 
     # ------------------------------------------------------------------ the block's hooks
 
     def changed(self, block: Block, old: State, inp: Input) -> None:
         p = self.provider
-        if inp is Input.GRANTED:
+        if inp in (Input.GRANTED, Input.ADOPTED):
             p._listed(self)
         lease = block.lease
         if lease is not None and self.tags.get(TAG_LEASE_STATE) != lease.state.value:
@@ -391,7 +398,9 @@ class _Node(Hooks):
         elif inp is Input.CANCEL:
             self.end = self.end or "terminated"
         elif inp is Input.WORKERS_EXITED:
-            self.end = f"raylet exited with {block.returncode}"
+            # An adopted raylet is not our child: its exit status is not ours to read.
+            rc = block.returncode
+            self.end = "raylet exited" if rc is None else f"raylet exited with {rc}"
             log.warning("node %s: %s; releasing its lease", self.node_id, self.end)
         elif inp is Input.ERROR:
             self.end = f"provider error: {block.error!r}"
@@ -532,7 +541,9 @@ class BursarNodeProvider(NodeProvider):
         """Every node whose block has not ended, listed or not (close() ends them all)."""
         self._loop = LoopThread(f"bursar-ray {cluster_name}")
         self._client = AsyncBrokerClient(s.broker, s.token, campaign=s.campaign)
-        self._store = NodeStore(s.state_dir)
+        self._store = NodeStore(
+            s.state_dir, cluster=cluster_name, broker=s.broker, campaign=s.campaign or ""
+        )
         self._closed = False
         self._gcs: Any = None
         # The head is not a lease, but Ray's autoscaler expects its provider to list it
@@ -544,8 +555,8 @@ class BursarNodeProvider(NodeProvider):
             TAG_RAY_NODE_STATUS: STATUS_UP_TO_DATE,
             TAG_RAY_NODE_NAME: s.head_node_id,
         }
-        self._clean_orphans()
         self._store.write({})
+        self._take_over_orphans()
         _hook_process_stop()
         _LIVE.add(self)
         log.info("Bursar node provider for %s: %r", cluster_name, s)
@@ -721,7 +732,7 @@ class BursarNodeProvider(NodeProvider):
                 )
         created: dict[str, Any] = {}
         for _ in range(count):
-            node = self._acquire(node_type, ns, size, tags, resources, labels)
+            node = self._acquire(node_type, ns, size, tags, resources, labels, node_config or {})
             created[node.node_id] = {"ip": node.ip, "lease_id": node.node_id}
         return created
 
@@ -733,26 +744,10 @@ class BursarNodeProvider(NodeProvider):
         tags: Mapping[str, str],
         resources: Mapping[str, float],
         labels: Mapping[str, str],
+        node_config: Mapping[str, Any],
     ) -> _Node:
         s = self.settings
-        duration = ns.lease_duration_s or s.lease_duration_s
-        margin = s.renew_margin_s
-        if margin is not None and margin >= duration:
-            margin = None  # a node type's shorter lease: the client's default margin
-        spec = LeaseSpec(
-            size,
-            duration,
-            renew_margin_s=margin,
-            intent=ns.elastic.intent(size) if ns.elastic is not None else None,
-            lease_class=ns.lease_class or s.lease_class,
-            labels={
-                "engine": "ray",
-                "ray_cluster": self.cluster_name[:63],
-                "ray_node_type": node_type[:63],
-                **s.lease_labels,
-                **ns.lease_labels,
-            },
-        )
+        spec = self._lease_spec(node_type, ns, size)
         with self._lock:
             # The address first: a node that cannot have one never gets a lease.
             ip = self._allocate_ip()
@@ -770,6 +765,7 @@ class BursarNodeProvider(NodeProvider):
                 dict(labels),
                 ns,
                 spec,
+                node_config,
             )
             self._blocks.add(node)
         b = node.block
@@ -809,8 +805,30 @@ class BursarNodeProvider(NodeProvider):
             ) from err
         return node
 
+    def _lease_spec(self, node_type: str, ns: NodeSettings, size: Mapping[str, float]) -> LeaseSpec:
+        s = self.settings
+        duration = ns.lease_duration_s or s.lease_duration_s
+        margin = s.renew_margin_s
+        if margin is not None and margin >= duration:
+            margin = None  # a node type's shorter lease: the client's default margin
+        return LeaseSpec(
+            dict(size),
+            duration,
+            renew_margin_s=margin,
+            intent=ns.elastic.intent(size) if ns.elastic is not None else None,
+            lease_class=ns.lease_class or s.lease_class,
+            labels={
+                "engine": "ray",
+                "ray_cluster": self.cluster_name[:63],
+                "ray_node_type": node_type[:63],
+                **s.lease_labels,
+                **ns.lease_labels,
+            },
+        )
+
     def _listed(self, node: _Node) -> None:
-        """The node's lease was granted (on the loop): list it under the lease id."""
+        """The node's lease was granted, or adopted (on the loop): list it under the
+        lease id."""
         lease = node.block.lease
         assert lease is not None
         with self._lock:
@@ -826,6 +844,8 @@ class BursarNodeProvider(NodeProvider):
             self._refused.pop(node.node_type, None)
             self._nodes[node.node_id] = node
             self._persist()
+        if node.block.adopted:
+            return  # said by _adopt
         log.info(
             "node %s (%s): lease %s granted on the %s path, %s",
             node.node_id, node.node_type, lease.id, lease.path.value.lower(), dict(lease.size),
@@ -1003,21 +1023,132 @@ class BursarNodeProvider(NodeProvider):
     def _persist(self) -> None:
         self._store.write({k: n.record() for k, n in self._nodes.items()})
 
-    def _clean_orphans(self) -> None:
-        """Stop the raylets and release the leases a dead provider left behind."""
-        for path, records in orphaned_records(self.settings.state_dir):
-            for r in records:
-                root = r.proc if r.proc is not None and alive(r.proc) else None
-                tree = ProcessTree(pid=root.pid if root else None, marker=f"{NODE_ENV}={r.node_id}")
-                procs = tree.members()
-                if procs:
-                    log.warning("stopping %d processes left by node %s", len(procs), r.node_id)
-                    stop_node(tree, self.settings.stop_grace_s)
-                try:
-                    self._loop.call(self._client.release(r.node_id))
-                    log.warning("released lease %s, left by a previous provider", r.node_id)
-                except NotFound:
-                    pass
-                except BursarClientError as exc:
-                    log.warning("could not release lease %s (%s): it expires", r.node_id, exc)
-            path.unlink(missing_ok=True)
+    def _take_over_orphans(self) -> None:
+        """What providers now gone (a crashed or restarted monitor) left in
+        ``state_dir``: each node still running on a live lease of this cluster and
+        broker is adopted (listed with its tags, its lease renewed from here on, its
+        raylet left running); every other one is cleaned up (its processes stopped, its
+        lease released), with one line saying why."""
+        s = self.settings
+        for orphan in orphaned_stores(s.state_dir):
+            why_not = self._not_adoptable(orphan)
+            units = [r for r in orphan.records if TAG_ELASTIC_OF in r.tags]
+            for r in orphan.records:
+                if TAG_ELASTIC_OF in r.tags:
+                    continue  # with its lease's node, below
+                with self._lock:
+                    if r.node_id in self._nodes:
+                        continue  # in two files (a crash between writes): adopted already
+                why = why_not or self._adopt(r)
+                if why:
+                    mine = [u for u in units if u.tags.get(TAG_ELASTIC_OF) == r.node_id]
+                    self._clean_up(r, mine, why, release=orphan.broker in ("", s.broker))
+            parents = {r.node_id for r in orphan.records}
+            for u in units:
+                if u.tags[TAG_ELASTIC_OF] not in parents:  # its node's record is gone
+                    self._clean_up(u, [], "a unit whose node is not recorded", release=False)
+            orphan.path.unlink(missing_ok=True)
+
+    def _not_adoptable(self, orphan: OrphanedStore) -> str:
+        """Why none of an orphaned file's nodes can be adopted ("" if they may be)."""
+        s = self.settings
+        if not s.adopt_nodes:
+            return "adoption is off (provider.adopt_nodes: false)"
+        if not orphan.cluster:
+            return "recorded by an older provider, without its cluster"
+        if orphan.cluster != self.cluster_name:
+            return f"recorded by cluster {orphan.cluster!r}, not {self.cluster_name!r}"
+        if orphan.broker != s.broker:
+            return f"recorded against broker {orphan.broker}, not {s.broker}"
+        if orphan.campaign != (s.campaign or ""):
+            return f"recorded for campaign {orphan.campaign!r}, not {s.campaign!r}"
+        return ""
+
+    def _adopt(self, r: NodeRecord) -> str:
+        """Adopt one node a dead provider left; returns why it cannot be ("" if adopted)."""
+        if r.node_config is None:
+            return "recorded by an older provider, without its node_config"
+        root = r.proc
+        if root is None or not alive(root):
+            return "its raylet is not running"
+        try:
+            ns = node_settings(r.node_type, r.node_config)
+        except SettingsError as exc:
+            return f"its node_config no longer parses: {exc}"
+        if ns.elastic is not None:
+            return "elastic nodes are not adopted"
+        try:
+            lease = self._loop.call(self._client.get_lease(r.node_id))
+        except NotFound:
+            return "the broker has no such lease"
+        except BursarClientError as exc:
+            return f"the broker could not be asked about it: {exc}"
+        if lease.ended:
+            cause = f": {lease.end_cause}" if lease.end_cause else ""
+            return f"its lease is {lease.state.value.lower()}{cause}"
+        for key, want in (("ray_cluster", self.cluster_name[:63]), ("ray_node_type", r.node_type)):
+            if lease.labels.get(key) != want[:63]:
+                return f"its lease's label {key} is {lease.labels.get(key)!r}, not {want!r}"
+        spec = self._lease_spec(r.node_type, ns, lease.size)
+        with self._lock:
+            node = _Node(
+                self,
+                r.node_type,
+                r.ip,
+                dict(r.tags),
+                dict(r.resources),
+                dict(r.labels),
+                ns,
+                spec,
+                r.node_config,
+            )
+            node.proc = root
+            node.started_at = time.monotonic()
+            self._blocks.add(node)
+        tree = ProcessTree(pid=root.pid, marker=f"{NODE_ENV}={r.node_id}")
+
+        async def take_over() -> None:
+            h = self._client.adopted_lease(
+                r.node_id, spec.duration_s, renew_margin_s=spec.renew_margin_s
+            )
+            await h.start()
+            node.block.adopt(h, tree)
+            await node.block.answered.wait()
+
+        try:
+            self._loop.call(take_over())
+        except BursarClientError as exc:
+            with self._lock:
+                self._blocks.discard(node)
+            return f"its lease could not be taken over: {exc}"
+        log.info(
+            "node %s (%s): adopted from a previous provider: lease %s %s, raylet pid %d on %s",
+            r.node_id, r.node_type, r.node_id, node.block.lease and node.block.lease.state.value,
+            root.pid, r.ip,
+        )  # fmt: skip
+        return ""
+
+    def _clean_up(self, r: NodeRecord, units: list[NodeRecord], why: str, *, release: bool) -> None:
+        """Stop the processes of a node a dead provider left (and of its units), and
+        release its lease (``release``: the lease is this broker's)."""
+        log.warning("node %s (%s), left by a previous provider: not adopted: %s; cleaning up",
+                    r.node_id, r.node_type, why)  # fmt: skip
+        for rec in [*units, r]:
+            root = rec.proc if rec.proc is not None and alive(rec.proc) else None
+            tree = ProcessTree(pid=root.pid if root else None, marker=f"{NODE_ENV}={rec.node_id}")
+            procs = tree.members()
+            if procs:
+                log.warning("stopping %d processes left by node %s", len(procs), rec.node_id)
+                stop_node(tree, self.settings.stop_grace_s)
+        if not release:
+            if TAG_ELASTIC_OF not in r.tags:
+                log.warning("lease %s is another broker's: left to expire there", r.node_id)
+            return
+        try:
+            final = self._loop.call(self._client.release(r.node_id))
+            if final.state.value == "RELEASED":
+                log.warning("released lease %s, left by a previous provider", r.node_id)
+        except NotFound:
+            pass
+        except BursarClientError as exc:
+            log.warning("could not release lease %s (%s): it expires", r.node_id, exc)

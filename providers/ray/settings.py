@@ -91,6 +91,9 @@ _BURSAR_KEYS = {
     "ray_start_args": "extra arguments for every node's `ray start` (a list of strings)",
     "drain_on_preempt": "at a lease's preemption warning, drain its node in Ray as preempted "
     "(true/false, default true)",
+    "adopt_nodes": "a restarted monitor takes over the nodes its predecessor left running on "
+    "live leases instead of stopping them and releasing their leases (true/false, default "
+    "true)",
     "node_command": "a command (list of strings) run for each node instead of `ray start "
     "... --block`, with the node's settings in its environment (BURSAR_RAY_HEAD_ADDRESS, "
     "BURSAR_RAY_NODE_IP, RAY_OVERRIDE_RESOURCES, ...): a site's wrapper (srun, ssh)",
@@ -138,6 +141,8 @@ class ProviderSettings:
     ray_start_args: tuple[str, ...] = ()
     node_command: tuple[str, ...] | None = None
     drain_on_preempt: bool = True
+    adopt_nodes: bool = True
+    """A new provider adopts the nodes a dead one of its cluster left running."""
 
     def __repr__(self) -> str:  # never print the token
         return (
@@ -323,6 +328,7 @@ def parse_settings(
         ray_start_args=_args(provider.get("ray_start_args", []), where=_where("ray_start_args")),
         node_command=_command(provider.get("node_command")),
         drain_on_preempt=_bool(provider, "drain_on_preempt", True),
+        adopt_nodes=_bool(provider, "adopt_nodes", True),
     )
 
 

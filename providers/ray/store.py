@@ -1,7 +1,10 @@
 """What a provider records about its nodes on disk, so that nothing outlives a crashed
-head monitor: each provider instance writes one JSON file (its owner process, and per
-node the lease, the address and the raylet's process); a new provider cleans up the
-files of owners that are gone (stops their raylets, releases their leases).
+head monitor: each provider instance writes one JSON file (its owner process, the
+cluster, broker and campaign it serves, and per node the lease, the address, the
+raylet's process and what the node was created with); a new provider takes over the
+files of owners that are gone: it adopts the nodes that still run on live leases of its
+own cluster and broker, and cleans up the rest (stops their raylets, releases their
+leases).
 
 One file per instance (not one per cluster) because Ray may build more than one
 provider in a process, and two instances must never clean up each other's nodes.
@@ -13,13 +16,13 @@ import json
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from bursar.providers.ray.raylet import Proc, alive, proc_start
 
-__all__ = ["NodeRecord", "NodeStore", "orphaned_records"]
+__all__ = ["NodeRecord", "NodeStore", "OrphanedStore", "all_records", "orphaned_stores"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,13 @@ class NodeRecord:
     tags: Mapping[str, str] = field(default_factory=dict)
     pid: int | None = None
     pid_start: int | None = None
+    node_config: Mapping[str, Any] | None = None
+    """The node type's ``node_config`` it was created with (None: recorded by an older
+    provider, which a new one cannot adopt from)."""
+    resources: Mapping[str, float] = field(default_factory=dict)
+    """The raylet's resources, as advertised."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The raylet's labels, as advertised."""
 
     @property
     def proc(self) -> Proc | None:
@@ -38,19 +48,33 @@ class NodeRecord:
             return None
         return Proc(self.pid, self.pid_start)
 
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> NodeRecord:
+        """A record as written, ignoring what this version does not know."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
 
 class NodeStore:
     """This instance's file, rewritten atomically on every change."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(
+        self, state_dir: Path, *, cluster: str = "", broker: str = "", campaign: str = ""
+    ) -> None:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.dir = state_dir
         self.path = state_dir / f"nodes-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
         self.owner = Proc(os.getpid(), proc_start(os.getpid()) or 0)
+        self.cluster = cluster
+        self.broker = broker
+        self.campaign = campaign
 
     def write(self, records: Mapping[str, NodeRecord]) -> None:
         data = {
             "owner": {"pid": self.owner.pid, "start": self.owner.start},
+            "cluster": self.cluster,
+            "broker": self.broker,
+            "campaign": self.campaign,
             "nodes": {k: asdict(r) for k, r in records.items()},
         }
         tmp = self.path.with_suffix(".tmp")
@@ -69,9 +93,21 @@ def _read(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def orphaned_records(state_dir: Path) -> list[tuple[Path, list[NodeRecord]]]:
+@dataclass(frozen=True)
+class OrphanedStore:
+    """The file of a provider whose process is gone, and what it recorded ("" where an
+    older provider did not record it)."""
+
+    path: Path
+    cluster: str
+    broker: str
+    campaign: str
+    records: list[NodeRecord]
+
+
+def orphaned_stores(state_dir: Path) -> list[OrphanedStore]:
     """The files in ``state_dir`` whose owner process is gone, with their nodes."""
-    out = []
+    out: list[OrphanedStore] = []
     if not state_dir.is_dir():
         return out
     for path in sorted(state_dir.glob("nodes-*.json")):
@@ -81,8 +117,15 @@ def orphaned_records(state_dir: Path) -> list[tuple[Path, list[NodeRecord]]]:
         owner = data.get("owner", {})
         if alive(Proc(int(owner.get("pid", 0)), int(owner.get("start", 0)))):
             continue
-        nodes = [NodeRecord(**r) for r in data.get("nodes", {}).values()]
-        out.append((path, nodes))
+        out.append(
+            OrphanedStore(
+                path,
+                str(data.get("cluster", "")),
+                str(data.get("broker", "")),
+                str(data.get("campaign", "")),
+                [NodeRecord.from_json(r) for r in data.get("nodes", {}).values()],
+            )
+        )
     return out
 
 
@@ -92,5 +135,5 @@ def all_records(state_dir: Path) -> list[NodeRecord]:
     for path in sorted(state_dir.glob("nodes-*.json")) if state_dir.is_dir() else []:
         data = _read(path)
         if data is not None:
-            out.extend(NodeRecord(**r) for r in data.get("nodes", {}).values())
+            out.extend(NodeRecord.from_json(r) for r in data.get("nodes", {}).values())
     return out
