@@ -8,9 +8,11 @@ One Ray cluster per host: these run serially; cleanup is by PID (never `ray stop
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -165,3 +167,124 @@ def test_stopping_the_monitor_releases_its_nodes_leases(v2: bool, tmp_path: Path
             until(lambda: leases.get_lease(lease.id).ended, 20, "the lease ended")
             print(f"autoscaler {'v2' if v2 else 'v1'}: released {time.monotonic() - t0:.2f} s")
             assert leases.get_lease(lease.id).state is LeaseState.RELEASED
+
+
+@ray.remote(resources={"bursar_node": 1}, num_cpus=1)
+def held_until(path: str, marks: str) -> str:
+    """Hold a leased node until ``path`` exists (marked in ``marks`` by its lease id
+    meanwhile); the node's lease id."""
+    Path(marks, os.environ["BURSAR_LEASE_ID"]).write_text("")
+    while not os.path.exists(path):
+        time.sleep(0.1)
+    return os.environ["BURSAR_LEASE_ID"]
+
+
+def journal(state_dir: Path, after: int = 0) -> list[tuple[int, str, str]]:
+    """(seq, kind, lease or request id) of the broker's journal entries after ``after``."""
+    db = sqlite3.connect(f"file:{state_dir / 'journal.sqlite'}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT seq, event FROM entries WHERE seq > ?", (after,)).fetchall()
+    finally:
+        db.close()
+    out = []
+    for seq, raw in rows:
+        ev = json.loads(raw)
+        out.append((seq, ev["kind"], ev.get("lease_id") or ev.get("request_id") or ""))
+    return out
+
+
+def restart(pid: int) -> subprocess.Popen[bytes]:
+    """SIGKILL process ``pid`` (no exit handler runs: nothing is released) and start it
+    again with the same command line, environment and directory, as a supervisor would."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    raw = Path(f"/proc/{pid}/environ").read_bytes().rstrip(b"\0").split(b"\0")
+    env = dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+    cwd = os.readlink(f"/proc/{pid}/cwd")
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 10, "the monitor gone")
+    return subprocess.Popen(
+        [a.decode() for a in argv],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
+def test_a_restarted_monitor_adopts_its_running_nodes(v2: bool, tmp_path: Path) -> None:
+    state = tmp_path / "broker"
+    ray_state = tmp_path / "ray-state"
+    release = tmp_path / "release"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with server_thread(state, cfg=ray_config()) as server:
+        token = tmp_path / "ray.token"
+        token.write_text(server.tokens["ray"])
+        cfg = cluster_yaml(
+            tmp_path / "cluster.yaml", broker=server.address, token_file=token, state_dir=ray_state
+        )
+        with (
+            BrokerClient(server.address, server.tokens["ray"]) as leases,
+            ray_head(cfg, v2=v2, state_dir=ray_state, log_dir=tmp_path) as head,
+        ):
+            ray.init(address=head.address, log_to_driver=False)
+            try:
+                # Two tasks, each on a node of its own: two leases.
+                refs = [held_until.remote(str(release), str(marks)) for _ in range(2)]
+                # (A raylet that times out starting on a busy host is replaced: the
+                # nodes are those the tasks run on.)
+                ids = until(
+                    lambda: len(os.listdir(marks)) == 2 and sorted(os.listdir(marks)),
+                    120,
+                    "both tasks running on leased nodes",
+                )
+                until(lambda: sorted(lease.id for lease in leases.list_leases()) == ids, 30)
+                workers = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+                assert len(workers) == 3  # the head and the two nodes
+
+                # The monitor dies uncleanly and is started again.
+                seq = journal(state)[-1][0]
+                monitor = restart(monitor_pid(head.mark))
+                logs = head.temp_dir / "session_latest" / "logs"
+                until(
+                    lambda: (
+                        sum(
+                            f.read_text(errors="replace").count("adopted from a previous provider")
+                            for f in logs.glob("monitor*")
+                        )
+                        >= 2
+                    ),
+                    60,
+                    "the new monitor adopting both nodes",
+                )
+                assert monitor.poll() is None
+                # The same leases, still active, renewed; the same Ray nodes, the tasks
+                # still running on them; nothing acquired or released.
+                assert sorted(lease.id for lease in leases.list_leases()) == ids
+                assert {leases.get_lease(i).state for i in ids} == {LeaseState.ACTIVE}
+                time.sleep(3)  # a few autoscaler updates of the new monitor
+                assert {n["NodeID"] for n in ray.nodes() if n["Alive"]} == workers
+                kinds = [(k, i) for _, k, i in journal(state, seq)]
+                assert not [k for k in kinds if k[0] in ("request_lease", "release")], kinds
+                assert {i for k, i in kinds if k == "renew"} == set(ids)
+
+                # Idle once the tasks finish: scaled down by the new monitor, released.
+                release.write_text("")
+                assert sorted(ray.get(refs, timeout=30)) == ids
+                until(lambda: leases.list_leases() == [], 60, "zero leases")
+                assert {leases.get_lease(i).state for i in ids} == {LeaseState.RELEASED}
+                kinds = [(k, i) for _, k, i in journal(state, seq)]
+                assert sorted(i for k, i in kinds if k == "release") == ids
+                assert not [k for k in kinds if k[0] == "request_lease"], kinds
+            finally:
+                ray.shutdown()

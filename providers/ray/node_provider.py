@@ -106,8 +106,19 @@ interpreter exit, and on SIGTERM (``ray stop``), which v1's monitor turns into a
 itself and for which a handler that does the same is installed in v2's (where SIGTERM
 would kill without running exit handlers). A SIGKILL leaves the leases to the next start.
 
-What the provider knows is written to ``state_dir`` on every change; a new provider
-(a restarted monitor) stops the raylets and releases the leases that a dead one left.
+What the provider knows is written to ``state_dir`` on every change. A new provider (a
+restarted monitor) adopts what a dead one of the same cluster, broker and campaign left
+running (``adopt_nodes``, on by default)::
+
+    recorded node, raylet alive (PID + start time), lease live with this cluster's and
+    the node type's labels ──► adopted: Block.adopt (RUNNING at once), the lease taken
+        over by AsyncBrokerClient.adopted_lease (GetLease, Renew; no Acquire), listed
+        with its tags and address, its raylet watched through a pidfd; from then on a
+        node like any other (renewed, drained, terminated, released)
+    anything else (lease ended or unknown, raylet gone, another cluster, broker or
+    campaign, a record without its node_config, an elastic node, adoption off)
+        ──► cleaned up: its processes stopped, its lease released (not a lease of
+            another broker's), one WARNING line saying why
 """
 
 from __future__ import annotations
