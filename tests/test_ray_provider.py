@@ -473,6 +473,7 @@ def test_resources_map_to_lease_dimensions() -> None:
         ({"node_ip_range": "10.0.0.1-10.0.0.9"}, r"provider.node_ip_range: .* loopback"),
         ({"token_file": "/nonexistent/t"}, r"provider.token_file: cannot read"),
         ({"object_store_memory": 1000}, r"provider.object_store_memory: .* at least"),
+        ({"adopt_nodes": "yes"}, r"provider.adopt_nodes: must be true or false, got 'yes'"),
         ({"drain_on_preempt": "yes"}, r"provider.drain_on_preempt: must be true or false"),
     ],
 )
