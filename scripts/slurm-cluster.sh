@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # slurm-cluster.sh - a throw-away Slurm cluster on this one host, for Bursar's tests and benchmarks.
 #
-#   scripts/slurm-cluster.sh start [DIR]   start (or re-check) the cluster; prints SLURM_CONF last
+#   scripts/slurm-cluster.sh start [--accounting] [DIR]  start (or re-check) the cluster;
+#                                                         prints SLURM_CONF last
 #   scripts/slurm-cluster.sh stop  [DIR]   cancel its jobs and stop the daemons it started, by PID
-#   scripts/slurm-cluster.sh status [DIR]  exit 0 if its slurmctld is up
+#   scripts/slurm-cluster.sh status [DIR]  exit 0 if its slurmctld (and slurmdbd, if started) is up
 #
 # Runs as root with Debian's slurm-wlm (22.05) and munge, no systemd: one slurmctld, one
 # slurmd per node (several slurmd on one host, node1..N) and a private munged with its own
@@ -14,30 +15,47 @@
 # bf_interval=1: Slurm starts heterogeneous jobs (Bursar's multi-node leases with unequal
 # pieces) from the backfill scheduler only, so its interval is their start latency.
 #
+# --accounting adds job accounting, so that `sacct` reads the cluster's jobs back: a private
+# MariaDB (Debian's mariadb-server: its own datadir under DIR, a unix socket under DIR, no
+# TCP), a slurmdbd on a private port storing into it, and slurm.conf pointing at that
+# slurmdbd. Without it the cluster has no accounting at all and starts as fast as before.
+# A fresh cluster (no slurmctld running) numbers its jobs from 1 again, so it gets a fresh
+# database too.
+#
 # Environment (defaults in brackets):
 #   SLURM_CLUSTER_NODES [4]  SLURM_CLUSTER_GPUS [8]  SLURM_CLUSTER_CPUS [32]
 #   SLURM_CLUSTER_MEM_MB [128000]  SLURM_CLUSTER_PORT [16817] (slurmd ports follow it)
+#   SLURM_CLUSTER_DBD_PORT [SLURM_CLUSTER_PORT + nodes + 1] (slurmdbd, with --accounting)
 set -euo pipefail
 
+usage() {
+  echo "usage: $0 start [--accounting] [DIR] | stop [DIR] | status [DIR]" >&2
+  exit 2
+}
 cmd=${1:-}
-BASE=${2:-${SLURM_CLUSTER_DIR:-${TMPDIR:-/tmp}/bursar-slurm-cluster}}
+[ $# -gt 0 ] && shift
+ACCOUNTING=0
+if [ "$cmd" = start ] && [ "${1:-}" = --accounting ]; then
+  ACCOUNTING=1
+  shift
+fi
+case "$cmd" in start | stop | status) ;; *) usage ;; esac
+[ $# -le 1 ] || usage
+case "${1:-}" in -*) usage ;; esac
+BASE=${1:-${SLURM_CLUSTER_DIR:-${TMPDIR:-/tmp}/bursar-slurm-cluster}}
 NNODES=${SLURM_CLUSTER_NODES:-4}
 GPUS=${SLURM_CLUSTER_GPUS:-8}
 CPUS=${SLURM_CLUSTER_CPUS:-32}
 MEM=${SLURM_CLUSTER_MEM_MB:-128000}
 PORT=${SLURM_CLUSTER_PORT:-16817}
-
-case "$cmd" in start | stop | status) ;; *)
-  echo "usage: $0 start|stop|status [DIR]" >&2
-  exit 2
-  ;;
-esac
+DBD_PORT=${SLURM_CLUSTER_DBD_PORT:-$((PORT + NNODES + 1))}
 
 mkdir -p "$BASE"
 BASE=$(cd "$BASE" && pwd)
 ETC=$BASE/etc RUN=$BASE/run LOG=$BASE/log STATE=$BASE/state DEV=$BASE/dev
 OURS=$RUN/ours
 MUNGE_SOCK=$RUN/munge/munge.socket
+DB_DATA=$STATE/mariadb DB_SOCK=$RUN/mariadb/mariadbd.sock
 export SLURM_CONF=$ETC/slurm.conf
 HOST=$(hostname -s)
 
@@ -72,9 +90,15 @@ stop_pid() {
   rm -f "$f"
 }
 
+# sacctmgr talks to slurmdbd; without a bound it retries a dead one for a long while
+dbd_ok() { timeout 10 sacctmgr -n -P list cluster format=cluster 2>/dev/null; }
+
 if [ "$cmd" = status ]; then
-  alive "$OURS/slurmctld.pid" slurmctld && scontrol ping >/dev/null 2>&1
-  exit $?
+  alive "$OURS/slurmctld.pid" slurmctld && scontrol ping >/dev/null 2>&1 || exit 1
+  if [ -e "$OURS/slurmdbd.pid" ]; then
+    alive "$OURS/slurmdbd.pid" slurmdbd && dbd_ok >/dev/null || exit 1
+  fi
+  exit 0
 fi
 
 if [ "$cmd" = stop ]; then
@@ -91,7 +115,13 @@ if [ "$cmd" = stop ]; then
     fi
   fi
   for f in "$OURS"/slurmd-*.pid; do [ -e "$f" ] && stop_pid "$f" slurmd; done
+  # slurmctld hands its last job records to slurmdbd as it stops, and slurmdbd writes them
+  # into MariaDB: each stops after the one that feeds it.
   stop_pid "$OURS/slurmctld.pid" slurmctld
+  stop_pid "$OURS/slurmdbd.pid" slurmdbd
+  stop_pid "$OURS/mariadbd.pid" mariadbd
+  # A start makes a fresh database anyway; the datadir (~150 MB) need not outlive its server.
+  rm -rf "$DB_DATA"
   stop_pid "$OURS/munged.pid" munged
   log "stopped ($BASE)"
   exit 0
@@ -101,6 +131,11 @@ fi
 for b in slurmctld slurmd sbatch salloc munged; do
   command -v "$b" >/dev/null || die "$b not found: install slurmctld slurmd slurm-client munge (scripts/system-deps.sh)"
 done
+if [ "$ACCOUNTING" = 1 ]; then
+  for b in slurmdbd sacctmgr mariadbd mariadb-install-db mariadb-admin mariadb; do
+    command -v "$b" >/dev/null || die "$b not found: install slurmdbd mariadb-server (scripts/system-deps.sh)"
+  done
+fi
 [ "$(id -u)" = 0 ] || die "run as root (slurmd must start job steps as any user)"
 mkdir -p "$ETC" "$RUN" "$OURS" "$LOG" "$STATE" "$DEV"
 chmod a+x "$BASE" "$RUN" # munged runs as user munge and must reach its socket dir
@@ -143,6 +178,21 @@ fi
 # -- config
 for ((i = 0; i < GPUS; i++)); do ln -sfn /dev/null "$DEV/nvidia$i"; done
 GRES_NODE="" && [ "$GPUS" -gt 0 ] && GRES_NODE="Gres=gpu:$GPUS"
+if [ "$ACCOUNTING" = 1 ]; then
+  # gres/gpu is not a TRES Slurm accounts by default: listing it puts the GPUs into
+  # sacct's AllocTRES and ReqTRES (what `bursar replay --format sacct-gpu` reads).
+  # AccountingStoragePass is the munge socket for talking to slurmdbd (AuthInfo's is not
+  # used there): the private munged's.
+  ACCT_CONF="JobAcctGatherType=jobacct_gather/linux
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$MUNGE_SOCK
+AccountingStorageTRES=gres/gpu"
+else
+  ACCT_CONF="JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none"
+fi
 cat >"$ETC/slurm.conf.new" <<EOF
 # generated by scripts/slurm-cluster.sh - single-host test cluster for Bursar
 ClusterName=bursartest
@@ -163,8 +213,7 @@ SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$ACCT_CONF
 JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
@@ -194,6 +243,102 @@ for f in slurm.conf gres.conf; do
     mv "$ETC/$f.new" "$ETC/$f"
   else rm -f "$ETC/$f.new"; fi
 done
+
+# -- accounting: a private MariaDB, slurmdbd storing into it, the cluster registered there
+db_ok() { mariadb-admin --no-defaults --socket="$DB_SOCK" ping >/dev/null 2>&1; }
+# root over the socket: mariadb-install-db gives root@localhost unix_socket authentication
+db_sql() { mariadb --no-defaults --socket="$DB_SOCK" --user=root --batch -e "$1"; }
+if [ "$ACCOUNTING" = 1 ]; then
+  # The same server options for the datadir's creation and every start: the sizes and
+  # timeout slurmdbd asks for (it logs an error below them), and, for a throw-away
+  # database, commits that do not wait for the disk.
+  DB_OPTS=(--datadir="$DB_DATA" --innodb-buffer-pool-size=128M --innodb-log-file-size=64M
+    --innodb-lock-wait-timeout=900 --innodb-flush-log-at-trx-commit=2)
+  # A fresh cluster (no slurmctld running) numbers its jobs from 1 again, so it gets a fresh
+  # database too: sacct would otherwise mix in an earlier run's jobs under the same ids.
+  if ! alive "$OURS/mariadbd.pid" mariadbd || ! db_ok || ! alive "$OURS/slurmctld.pid" slurmctld; then
+    stop_pid "$OURS/slurmdbd.pid" slurmdbd # it is connected to the database that goes away
+    stop_pid "$OURS/mariadbd.pid" mariadbd
+    rm -rf "$DB_DATA"
+    install -d -o mysql -g mysql -m 0700 "$DB_DATA" "$LOG/mariadb"
+    install -d -o mysql -g mysql -m 0755 "$RUN/mariadb" # clients (root) reach the socket
+    if ! mariadb-install-db --no-defaults --user=mysql "${DB_OPTS[@]}" \
+      --auth-root-authentication-method=socket --skip-test-db >"$LOG/mariadb/install.log" 2>&1; then
+      tail -n 20 "$LOG/mariadb/install.log" >&2 || true
+      die "mariadb-install-db failed (see $LOG/mariadb/install.log)"
+    fi
+    rm -f "$DB_SOCK"
+    # --skip-networking: the socket under DIR is the only way in; no port to collide on.
+    start_bg mariadbd mariadbd mariadbd --no-defaults --user=mysql "${DB_OPTS[@]}" \
+      --socket="$DB_SOCK" --skip-networking --pid-file="$RUN/mariadb/mariadbd.pid" \
+      --log-error="$LOG/mariadb/mariadbd.err"
+    for _ in $(seq 300); do
+      db_ok && break
+      alive "$OURS/mariadbd.pid" mariadbd || break
+      sleep 0.1
+    done
+    db_ok || die "mariadbd is not answering on $DB_SOCK (see $LOG/mariadb/mariadbd.err)"
+    # slurmdbd's own user, with this cluster's password; it reaches only its database.
+    if [ ! -s "$ETC/slurmdbd.pass" ]; then
+      (umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' >"$ETC/slurmdbd.pass")
+    fi
+    db_sql "CREATE DATABASE slurm_acct_db;
+      CREATE USER 'slurm'@'localhost' IDENTIFIED BY '$(cat "$ETC/slurmdbd.pass")';
+      GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" ||
+      die "could not create slurmdbd's database and user in MariaDB"
+  fi
+
+  # slurmdbd reads slurmdbd.conf beside $SLURM_CONF and refuses one that is not mode 600
+  # and owned by its SlurmUser (the file holds the database password).
+  (
+    umask 077
+    cat >"$ETC/slurmdbd.conf.new" <<EOF
+# generated by scripts/slurm-cluster.sh - accounting for the single-host test cluster
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCK
+DbdHost=$HOST
+DbdAddr=127.0.0.1
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$RUN/slurmdbd.pid
+LogFile=$LOG/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageLoc=slurm_acct_db
+StorageUser=slurm
+StoragePass=$(cat "$ETC/slurmdbd.pass")
+EOF
+  )
+  dbd_changed=0
+  if ! cmp -s "$ETC/slurmdbd.conf.new" "$ETC/slurmdbd.conf"; then
+    dbd_changed=1
+    mv "$ETC/slurmdbd.conf.new" "$ETC/slurmdbd.conf"
+  else rm -f "$ETC/slurmdbd.conf.new"; fi
+  if alive "$OURS/slurmdbd.pid" slurmdbd && dbd_ok >/dev/null; then
+    [ "$dbd_changed" = 1 ] && log "slurmdbd.conf changed while slurmdbd runs: stop, then start again"
+  else
+    stop_pid "$OURS/slurmdbd.pid" slurmdbd
+    # StorageHost=localhost makes the client library use a unix socket; Slurm passes it no
+    # socket path, so the library takes the one in MYSQL_UNIX_PORT.
+    start_bg slurmdbd slurmdbd env MYSQL_UNIX_PORT="$DB_SOCK" slurmdbd -D
+    # A refused sacctmgr takes ~2 s, so the wait is bounded by time, not by tries.
+    deadline=$((SECONDS + 60))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+      dbd_ok >/dev/null && break
+      alive "$OURS/slurmdbd.pid" slurmdbd || break
+      sleep 0.2
+    done
+    if ! dbd_ok >/dev/null; then
+      tail -n 20 "$LOG/slurmdbd.log" >&2 || true
+      die "slurmdbd is not answering on port $DBD_PORT within 60 s (see $LOG/slurmdbd.log)"
+    fi
+  fi
+  # slurmctld accounts only for a cluster the database knows.
+  if ! dbd_ok | grep -qx bursartest; then
+    sacctmgr -i add cluster bursartest >/dev/null || die "sacctmgr could not add cluster bursartest"
+  fi
+fi
 
 # -- daemons
 if alive "$OURS/slurmctld.pid" slurmctld; then

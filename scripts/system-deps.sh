@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that parts of the test suite need (headless Chromium for the
-# report-rendering test, Slurm and munge for the Slurm backend tests, a C compiler for the
+# report-rendering test, Slurm and munge for the Slurm backend tests, slurmdbd and MariaDB for
+# the sacct round trip (scripts/slurm-cluster.sh start --accounting), a C compiler for the
 # journal's slow-disk test, promtool for the metrics lint), if any is missing.
 #
 # Idempotent and quick when everything is present. Needs root and apt-get; without them it
@@ -15,6 +16,8 @@ declare -A wanted=(
   [/usr/sbin/slurmd]=slurmd
   [/usr/bin/squeue]=slurm-client
   [/usr/sbin/munged]=munge
+  [/usr/sbin/slurmdbd]=slurmdbd
+  [/usr/bin/mariadbd-safe]=mariadb-server # its own file; it brings mariadbd and the client
   [/usr/bin/gcc]=gcc
   [/usr/include/dlfcn.h]=libc6-dev
   [/usr/bin/promtool]=prometheus
