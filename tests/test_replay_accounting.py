@@ -392,3 +392,53 @@ def test_pbs_reads_back_what_it_logged(jobs: list[tuple]) -> None:
 def test_every_record_is_kept_or_dropped_for_a_reason(tmp_path: Path, name: str, text: str) -> None:
     q = load_trace(_write(tmp_path, name, text)).quality
     assert q.records == q.kept + sum(q.dropped.values())
+
+
+# As the accounting test cluster's sacct (Slurm 22.05) printed them, with the documented
+# --format: a job that ran, one cancelled while it pended for resources (Start = End = the
+# cancel, AllocCPUS its request, AllocTRES empty), and a held job cancelled (Eligible
+# Unknown, Timelimit Partition_Limit; sacct prints it only when selecting by --state, since
+# it was never eligible).
+SACCT_2205 = """\
+JobIDRaw|JobID|User|Account|Submit|Eligible|Start|End|Timelimit|AllocCPUS|AllocTRES|ReqTRES|State
+9|9|root|physics|2026-12-02T15:58:18|2026-12-02T15:58:18|2026-12-02T15:58:18|2026-12-02T15:58:26|00:01:00|128|billing=128,cpu=128,gres/gpu=32,node=4|billing=4,cpu=4,mem=512000M,node=4|COMPLETED
+9.batch|9.batch||physics|2026-12-02T15:58:18|2026-12-02T15:58:18|2026-12-02T15:58:18|2026-12-02T15:58:26||32|cpu=32,gres/gpu=8,mem=0,node=1||COMPLETED
+10|10|root|chem|2026-12-02T15:58:18|2026-12-02T15:58:18|2026-12-02T15:58:20|2026-12-02T15:58:20|00:01:00|4||billing=4,cpu=4,mem=512000M,node=4|CANCELLED by 0
+5|5|root|root|2026-12-02T15:57:18|Unknown|2026-12-02T15:57:19|2026-12-02T15:57:19|Partition_Limit|1||billing=1,cpu=1,mem=128000M,node=1|CANCELLED by 0
+"""
+
+
+@pytest.mark.parametrize("unit", ["processors", "GPUs"])
+def test_a_job_cancelled_while_pending_is_dropped_though_it_has_a_start(unit: str) -> None:
+    _, t, q = parse_sacct(SACCT_2205.splitlines(), unit=unit)
+    assert q.records == 3
+    # Not kept as a 0 s job that waited until its cancel, nor (GPUs) as one without GPUs.
+    assert dict(q.dropped) == {"cancelled before it started (no AllocTRES)": 2}
+    assert (t.id, t.wait, t.run) == ([9], [0], [8])
+    assert t.procs == ([128] if unit == "processors" else [32])
+
+
+def test_a_job_never_allocated_in_another_state_is_dropped_with_it() -> None:
+    text = SACCT_2205.replace("|CANCELLED by 0\n5|", "|NODE_FAIL\n5|")
+    _, t, q = parse_sacct(text.splitlines())
+    assert dict(q.dropped) == {
+        "never allocated (NODE_FAIL, no AllocTRES)": 1,
+        "cancelled before it started (no AllocTRES)": 1,
+    }
+    assert t.id == [9]
+
+
+def test_without_alloc_tres_a_cancel_at_start_is_kept_and_noted() -> None:
+    # The same records without AllocTRES (and so without the way to tell): kept, and said so.
+    lines = [
+        "|".join(f for k, f in enumerate(ln.split("|")) if k != 10)
+        for ln in SACCT_2205.splitlines()
+    ]
+    assert "AllocTRES" not in lines[0]
+    _, t, q = parse_sacct(lines)
+    assert t.id == [9, 10, 5] and not q.dropped
+    assert t.run == [8, 0, 0]
+    assert any(
+        n.startswith("2 CANCELLED jobs with Start = End kept") and "add AllocTRES" in n
+        for n in q.notes
+    )

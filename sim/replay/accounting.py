@@ -12,8 +12,11 @@ held or dependent job is queued from then), ``AllocTRES``/``ReqTRES`` (``cpu=N``
 ``gres/gpu=N``), ``ReqCPUS``, ``Account``. Job steps (``JobID`` with a '.') are skipped.
 Times are local wall-clock (``YYYY-MM-DDTHH:MM:SS``, read as if UTC: only differences
 matter), ``Unknown`` or ``None``. A job with no Start (cancelled or still pending) or no
-End (still running) is dropped with a counted reason. Sizes are CPUs (``sacct``) or
-GPUs (``sacct-gpu``: ``gres/gpu=N`` of AllocTRES, else of ReqTRES).
+End (still running) is dropped with a counted reason. So is a job with an empty AllocTRES:
+it was never given resources, whatever its Start says (Slurm 22.05 records a job cancelled
+while pending with Start = End = the cancel time, and its requested CPUs as AllocCPUS).
+Sizes are CPUs (``sacct``) or GPUs (``sacct-gpu``: ``gres/gpu=N`` of AllocTRES, else of
+ReqTRES).
 
 **PBS/Torque** (``MM/DD/YYYY HH:MM:SS;TYPE;JOBID;key=value ...``): only ``E`` (end)
 records are read. submit = ``etime`` (eligible) else ``qtime``, wait = ``start`` -
@@ -175,8 +178,8 @@ def parse_sacct(
     dropped: Counter[str] = q.dropped
     users, groups = _Names(), _Names()
     cols: dict[str, int] | None = None
-    raw_ids = False
-    eligible_later = unlimited = 0
+    raw_ids = has_alloc_tres = False
+    eligible_later = unlimited = cancelled_instantly = 0
     records = 0
     for lineno, line in enumerate(lines, 1):
         line = line.rstrip("\r\n")
@@ -198,6 +201,7 @@ def parse_sacct(
                     f"the columns; missing {', '.join(missing)} (got {line.strip()[:80]!r})"
                 )
             raw_ids = "JobIDRaw" in cols
+            has_alloc_tres = "AllocTRES" in cols
             continue
         if len(fields) != len(cols):
             raise TraceError(
@@ -248,8 +252,8 @@ def parse_sacct(
         if submit is None:
             dropped["no Submit time"] += 1
             continue
+        word = state.split()[0] if state.split() else "no state"
         if start is None:
-            word = state.split()[0] if state.split() else "no state"
             if word == "CANCELLED":
                 dropped["cancelled before it started (no Start)"] += 1
             elif word == "PENDING":
@@ -260,9 +264,18 @@ def parse_sacct(
         if end is None:
             dropped["still running (no End)"] += 1
             continue
+        if has_alloc_tres and not alloc:
+            # Never allocated: a Start here is when it left the queue, not when it ran.
+            if word == "CANCELLED":
+                dropped["cancelled before it started (no AllocTRES)"] += 1
+            else:
+                dropped[f"never allocated ({word}, no AllocTRES)"] += 1
+            continue
         if unit == "GPUs" and procs <= 0 and req_procs <= 0:
             dropped["no GPUs (gres/gpu) allocated or requested"] += 1
             continue
+        if not has_alloc_tres and word == "CANCELLED" and start == end:
+            cancelled_instantly += 1
         queued = submit
         if eligible is not None and eligible > submit:
             # Held or waiting on a dependency: the scheduler could not start it before.
@@ -296,6 +309,12 @@ def parse_sacct(
         q.notes.append(f"{eligible_later} jobs queued from Eligible, later than Submit")
     if unlimited:
         q.notes.append(f"{unlimited} jobs with an UNLIMITED time limit (requested time unknown)")
+    if cancelled_instantly:
+        q.notes.append(
+            f"{cancelled_instantly} CANCELLED jobs with Start = End kept: without an AllocTRES "
+            "column a job cancelled while pending cannot be told from one that ran 0 s "
+            "(add AllocTRES to --format)"
+        )
     fmt = "sacct-gpu" if unit == "GPUs" else "sacct"
     return Header(format=fmt, fields={"columns": ",".join(cols)}), t, q
 
