@@ -6,6 +6,11 @@ through the script, which kills only the PIDs it recorded. Without Slurm's packa
 without root) the tests skip, unless ``BURSAR_REQUIRE_SYSTEM_TESTS=1`` (CI), where they fail.
 Each test uses its own job prefix, so that one broker's orphan sweep never touches another
 test's jobs.
+
+``accounting_cluster`` (session scope) is a second cluster of the same shape started with
+``--accounting`` (slurmdbd over a private MariaDB), for the tests that read jobs back with
+``sacct``. It leaves ``SLURM_CONF`` alone, since the plain cluster's tests rely on it: run
+Slurm's commands against it with ``env=cluster.env()``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 NODES, GPUS, CPUS = 4, 8, 32
 _BINARIES = ("slurmctld", "slurmd", "salloc", "srun", "squeue", "sinfo", "scancel", "munged")
+_ACCOUNTING_BINARIES = ("slurmdbd", "sacctmgr", "sacct", "mariadbd", "mariadb-install-db")
 
 
 @dataclass(frozen=True)
@@ -44,12 +50,17 @@ class Cluster:
     base: Path
     slurm_conf: str
 
+    def env(self) -> dict[str, str]:
+        """The environment for Slurm's commands (and ``bursar``) against this cluster."""
+        return {**os.environ, "SLURM_CONF": self.slurm_conf}
+
 
 _CLUSTER: Cluster | None = None
+_ACCOUNTING: Cluster | None = None
 
 
-def _missing() -> str | None:
-    gone = [b for b in _BINARIES if shutil.which(b) is None]
+def _missing(binaries: Sequence[str] = _BINARIES) -> str | None:
+    gone = [b for b in binaries if shutil.which(b) is None]
     if gone:
         return f"Slurm packages missing ({', '.join(gone)}): run scripts/system-deps.sh"
     if os.geteuid() != 0:
@@ -57,44 +68,73 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session", name="slurm_cluster")
-def slurm_cluster_fixture(request: pytest.FixtureRequest) -> Cluster:
-    global _CLUSTER
-    if _CLUSTER is not None:
-        return _CLUSTER
-    why = _missing()
+def _require(binaries: Sequence[str]) -> None:
+    why = _missing(binaries)
     if why:
         if os.environ.get("BURSAR_REQUIRE_SYSTEM_TESTS") == "1":
             pytest.fail(why)
         pytest.skip(why)
+
+
+def _start(request: pytest.FixtureRequest, *flags: str, ports: int) -> Cluster:
+    """Start a cluster through the script in a new temporary directory, on ``ports`` free
+    ports, stopped (through the script) when the session ends."""
     base = Path(tempfile.mkdtemp(prefix="bursar-slurm-test-"))
     env = {
         **os.environ,
         "SLURM_CLUSTER_NODES": str(NODES),
         "SLURM_CLUSTER_GPUS": str(GPUS),
         "SLURM_CLUSTER_CPUS": str(CPUS),
-        "SLURM_CLUSTER_PORT": str(free_port_block(NODES + 1)),
+        "SLURM_CLUSTER_PORT": str(free_port_block(ports)),
     }
 
     def stop() -> None:
-        subprocess.run([str(SCRIPT), "stop", str(base)], env=env, capture_output=True, timeout=60)
+        subprocess.run([str(SCRIPT), "stop", str(base)], env=env, capture_output=True, timeout=90)
 
     out = subprocess.run(
-        [str(SCRIPT), "start", str(base)], env=env, capture_output=True, text=True, timeout=120
+        [str(SCRIPT), "start", *flags, str(base)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     if out.returncode != 0:
         stop()
-        pytest.fail(f"scripts/slurm-cluster.sh start failed:\n{out.stderr[-3000:]}")
+        pytest.fail(
+            f"scripts/slurm-cluster.sh start {' '.join(flags)} failed:\n{out.stderr[-3000:]}"
+        )
     request.session.config.add_cleanup(stop)
-    conf = out.stdout.strip().splitlines()[-1]
+    return Cluster(base, out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session", name="slurm_cluster")
+def slurm_cluster_fixture(request: pytest.FixtureRequest) -> Cluster:
+    global _CLUSTER
+    if _CLUSTER is not None:
+        return _CLUSTER
+    _require(_BINARIES)
+    cluster = _start(request, ports=NODES + 1)
+    conf = cluster.slurm_conf
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
     if old is None:
         request.session.config.add_cleanup(lambda: os.environ.pop("SLURM_CONF", None))
     else:
         request.session.config.add_cleanup(lambda: os.environ.__setitem__("SLURM_CONF", old))
-    _CLUSTER = Cluster(base, conf)
+    _CLUSTER = cluster
     return _CLUSTER
+
+
+@pytest.fixture(scope="session", name="accounting_cluster")
+def accounting_cluster_fixture(request: pytest.FixtureRequest) -> Cluster:
+    """4 nodes x 8 fake GPUs with accounting: what ran is read back with ``sacct``."""
+    global _ACCOUNTING
+    if _ACCOUNTING is not None:
+        return _ACCOUNTING
+    _require(_BINARIES + _ACCOUNTING_BINARIES)
+    # slurmctld, one slurmd per node, slurmdbd (MariaDB listens on a socket only).
+    _ACCOUNTING = _start(request, "--accounting", ports=NODES + 2)
+    return _ACCOUNTING
 
 
 # ------------------------------------------------------------------------------ helpers
