@@ -45,4 +45,15 @@ fi
 echo "system-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >&2
+# The tests start every daemon they need themselves (privately, under their own directories):
+# keep the packages' maintainer scripts from starting system-wide ones (a MariaDB on port
+# 3306, a slurmctld on the default config) by the standard policy-rc.d veto, where the
+# image has none of its own, and only for the time of the install.
+veto=""
+if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+  veto=/usr/sbin/policy-rc.d
+  printf '#!/bin/sh\nexit 101\n' >"$veto"
+  chmod 755 "$veto"
+  trap 'rm -f "$veto"' EXIT
+fi
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
