@@ -20,8 +20,10 @@ from bursar.broker.decisions import DECISION_TYPES, Decision, LeasePath
 from bursar.broker.elastic import intent_from_dict
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import EVENT_TYPES, Event
+from bursar.broker.policy import PolicySpec
 from bursar.broker.reasons import Reason
 from bursar.broker.shape import shape_from_dict
+from bursar.broker.specs import spec_from_dict, spec_to_dict
 
 _SCALARS = (str, int, bool, type(None))
 _FIELDS: dict[type, tuple[str, ...]] = {}
@@ -74,6 +76,9 @@ def plain(x: Any) -> Any:
     if names is not None or (dataclasses.is_dataclass(x) and not isinstance(x, type)):
         if t is CampaignSpec:
             return _campaign(x)
+        if t is PolicySpec:
+            # As the journal's meta stores a policy: every key, values by declared type.
+            return spec_to_dict(x)
         if names is None:
             names = _field_names(t)
         out = {}
@@ -207,6 +212,8 @@ _FIELD_DECODERS = {
     "also": tuple,
     "shape": shape_from_dict,
     "intent": intent_from_dict,
+    "policy": lambda v: spec_from_dict(PolicySpec, v),
+    "changes": lambda v: {k: tuple(x) for k, x in v.items()},
 }
 
 

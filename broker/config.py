@@ -43,7 +43,9 @@ __all__ = [
     "default_config",
     "default_config_text",
     "load_config",
+    "load_policy",
     "parse_config",
+    "policy_from_mapping",
     "pool_capacity",
 ]
 
@@ -337,6 +339,95 @@ def config_from_mapping(
     return _build(model, source)
 
 
+def load_policy(path: str | os.PathLike[str]) -> PolicySpec:
+    """The policy a config file gives, as ``bursar serve --config`` would serve it.
+
+    A file with ``[pool.groups]`` is checked whole (``load_config``). A file without them is
+    for a backend that discovers its nodes (Slurm, local): its pool cannot be known here,
+    so only its ``[policy]`` table is checked, with idle nodes kept on as those backends
+    keep them (``power_down_idle_s`` off)."""
+    p = Path(path)
+    config = None
+    try:
+        config = load_config(p)
+    except ConfigError as exc:
+        if exc.key != "pool" and not exc.key.startswith("pool.groups"):
+            raise
+        text = p.read_text(encoding="utf-8")
+        data: Any = (
+            tomllib.loads(text) if FORMATS[p.suffix.lower()] == "toml" else yaml.safe_load(text)
+        )
+        pool = data.get("pool") if isinstance(data, dict) else None
+        if isinstance(pool, dict) and "groups" in pool:
+            raise
+        table = data.get("policy", {}) if isinstance(data, dict) else {}
+        return policy_from_mapping(table, source=str(p), keep_nodes_on=True)
+    return config.policy
+
+
+def policy_from_mapping(
+    table: Any,
+    *,
+    source: str = "<mapping>",
+    base: PolicySpec | None = None,
+    keep_nodes_on: bool = False,
+) -> PolicySpec:
+    """Validate a ``[policy]`` table on its own (errors name ``policy.KEY``). The keys it
+    leaves out take ``base``'s values (None: the defaults); a table it names
+    (``warm_headroom``) replaces ``base``'s whole. ``keep_nodes_on``: a backend that powers
+    its own nodes (``power_down_idle_s`` must be left out, and is off)."""
+    if not isinstance(table, dict):
+        raise ConfigError(source, "policy", f"expected a table (got {_show(table)})")
+    if keep_nodes_on and table.get("power_down_idle_s") is not None:
+        raise ConfigError(
+            source,
+            "policy.power_down_idle_s",
+            "this broker's backend powers its own nodes, so the broker never powers them "
+            "down; allowed: leave it out",
+        )
+    merged: dict[str, Any] = {}
+    if base is not None:
+        merged = {f.name: getattr(base, f.name) for f in dataclasses.fields(PolicySpec)}
+        merged["warm_headroom"] = dict(base.warm_headroom)
+    merged.update(table)
+    try:
+        p = _Policy.model_validate(merged)
+    except ValidationError as e:
+        raise _error(
+            source,
+            [(_key(("policy", *err["loc"])), _message_at(err, "policy")) for err in e.errors()],
+        ) from None
+    return _policy_spec(p, keep_nodes_on=keep_nodes_on)
+
+
+def _message_at(err: Any, prefix: str) -> str:
+    # The schema resolver reads locations from the file's top: put the table's in front.
+    return _message({**err, "loc": (prefix, *err["loc"])})
+
+
+def _policy_spec(p: _Policy, *, keep_nodes_on: bool) -> PolicySpec:
+    return PolicySpec(
+        grace_s=p.grace_s,
+        # Only the dimensions named in the file: an absent dimension has no headroom.
+        warm_headroom=p.warm_headroom.model_dump(exclude_unset=True),
+        enforcement=p.enforcement,
+        hol_patience_s=p.hol_patience_s,
+        reservations=p.reservations,
+        fairshare_half_life_s=p.fairshare_half_life_s,
+        max_lease_s=p.max_lease_s,
+        min_retry_s=p.min_retry_s,
+        price_base=p.price_base,
+        price_k=p.price_k,
+        meter_window_s=p.meter_window_s,
+        power_down_idle_s=None if keep_nodes_on else p.power_down_idle_s,
+        elastic_rule=p.elastic_rule,
+        elastic_risk=p.elastic_risk,
+        elastic_degrade=p.elastic_degrade,
+        elastic_admission=p.elastic_admission,
+        elastic_hysteresis=p.elastic_hysteresis,
+    )
+
+
 def _slurm_settings(s: _Slurm) -> SlurmSettings:
     return SlurmSettings(
         partition=s.partition,
@@ -417,27 +508,7 @@ def _build(
         pool = _file_pool(model, problems)
     if slurm is None and model.slurm is not None:
         slurm = _slurm_settings(model.slurm)
-    p = model.policy
-    policy = PolicySpec(
-        grace_s=p.grace_s,
-        # Only the dimensions named in the file: an absent dimension has no headroom.
-        warm_headroom=p.warm_headroom.model_dump(exclude_unset=True),
-        enforcement=p.enforcement,
-        hol_patience_s=p.hol_patience_s,
-        reservations=p.reservations,
-        fairshare_half_life_s=p.fairshare_half_life_s,
-        max_lease_s=p.max_lease_s,
-        min_retry_s=p.min_retry_s,
-        price_base=p.price_base,
-        price_k=p.price_k,
-        meter_window_s=p.meter_window_s,
-        power_down_idle_s=None if keep_nodes_on else p.power_down_idle_s,
-        elastic_rule=p.elastic_rule,
-        elastic_risk=p.elastic_risk,
-        elastic_degrade=p.elastic_degrade,
-        elastic_admission=p.elastic_admission,
-        elastic_hysteresis=p.elastic_hysteresis,
-    )
+    policy = _policy_spec(model.policy, keep_nodes_on=keep_nodes_on)
     return _check(model, source, pool, policy, slurm, problems)
 
 

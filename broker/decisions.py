@@ -223,6 +223,17 @@ class CampaignSet(Decision):
     created: bool
 
 
+@dataclass(frozen=True, slots=True)
+class PolicySet(Decision):
+    """A new policy is in force (``events.ApplyPolicy``): ``changes`` maps each setting
+    that changed (dotted, as ``warm_headroom.gpu``) to its [old, new] value, in the
+    journal's spelling of the policy (``specs.spec_to_dict``; None for a key one side
+    lacks)."""
+
+    kind: ClassVar[str] = "policy"
+    changes: Mapping[str, tuple[Any, Any]]
+
+
 DECISION_TYPES: dict[str, type[Decision]] = {
     cls.kind: cls
     for cls in (
@@ -243,5 +254,6 @@ DECISION_TYPES: dict[str, type[Decision]] = {
         Allocated,
         Resized,
         ResizeWarned,
+        PolicySet,
     )
 }

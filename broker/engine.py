@@ -34,7 +34,9 @@ from bursar.broker import (
     invariants,
     isolation,
     paths,
+    policy_change,
     reservations,
+    retune,
     shape,
     validation,
 )
@@ -49,6 +51,7 @@ from bursar.broker.decisions import (
     Granted,
     LeasePath,
     Metered,
+    PolicySet,
     Queued,
     Rejected,
     Released,
@@ -60,6 +63,7 @@ from bursar.broker.ended import EndedLeases
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.events import (
     AllocationReady,
+    ApplyPolicy,
     CancelRequest,
     CreateCampaign,
     Event,
@@ -405,6 +409,13 @@ class Engine(ElasticFold):
         self.queue.dirty.add(c.spec.name)
         self.queue.pool_dirty = True
         return self._emit(CampaignSet(self.now, e.spec.name, False))
+
+    def _on_apply_policy(self, e: ApplyPolicy) -> Decision:
+        """A new policy from now on (``broker/policy_change.py`` says what it does to what
+        is under way); the admission pass after it looks at the whole queue again."""
+        changed = policy_change.changes(self.policy, e.policy)
+        retune.retune(self, e.policy)
+        return self._emit(PolicySet(self.now, changed))
 
     def _on_request(self, e: RequestLease) -> Decision:
         c = self.campaigns[e.campaign]
@@ -1389,6 +1400,7 @@ _HANDLERS: dict[type[Event], Callable[[Engine, Any], Any]] = {
     LeaseLost: Engine._on_lease_lost,
     AllocationReady: Engine._on_allocation_ready,
     Meter: Engine._on_meter,
+    ApplyPolicy: Engine._on_apply_policy,
 }
 
 __all__ = [

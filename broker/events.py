@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from bursar.broker.elastic import Intent
 from bursar.broker.envelope import CampaignSpec, LeaseClass
+from bursar.broker.policy import PolicySpec
 from bursar.broker.shape import Shape
 
 
@@ -150,6 +151,17 @@ class Meter(Event):
     amount: float
 
 
+@dataclass(frozen=True, slots=True)
+class ApplyPolicy(Event):
+    """Put ``policy`` in force from this point of the journal on (an operator's policy
+    change, ``bursar policy apply``). Journaled like any input, so a replay changes policy
+    at the same entry and decides as the broker did. Which settings may change on a live
+    broker, and what happens to what is under way, is ``broker/policy_change.py``."""
+
+    kind: ClassVar[str] = "apply_policy"
+    policy: PolicySpec
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -165,5 +177,6 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LeaseLost,
         AllocationReady,
         Meter,
+        ApplyPolicy,
     )
 }

@@ -35,24 +35,20 @@ specs and the same event sequence give the same bytes and the same :meth:`Journa
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
 import hashlib
 import json
-import math
 import sqlite3
 import threading
-import types
-import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from bursar.broker import codec
 from bursar.broker.decisions import Decision
 from bursar.broker.errors import JournalError, RequestError
-from bursar.broker.events import Event
-from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+from bursar.broker.events import ApplyPolicy, Event
+from bursar.broker.policy import PolicySpec, PoolSpec
+from bursar.broker.specs import shown, spec_diff, spec_from_dict, spec_to_dict
 
 if TYPE_CHECKING:
     from bursar.broker.engine import Engine
@@ -63,6 +59,7 @@ __all__ = [
     "Durability",
     "Entry",
     "Journal",
+    "PolicyMismatch",
     "apply_recorded",
     "canonical_line",
     "decode_entry_event",
@@ -134,137 +131,6 @@ DecisionRow = tuple[int, int, dict[str, Any]]
 """(seq, index within the entry, the decision as canonical data)."""
 
 
-# --- specs <-> canonical dicts -------------------------------------------------------
-
-Spec = PoolSpec | PolicySpec | NodeGroup
-S = TypeVar("S", PoolSpec, PolicySpec, NodeGroup)
-
-
-def _encode_value(value: Any, hint: Any) -> Any:
-    """Normalise by the declared type, so that ``60`` and ``60.0`` store the same bytes."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _encode_value(value, inner)
-    if hint is float:
-        x = float(value)
-        if not math.isfinite(x):
-            # Canonical JSON forbids NaN/Infinity; spell them as the codec does.
-            return "inf" if x > 0 else ("-inf" if x < 0 else "nan")
-        return x
-    if hint is int:
-        return int(value)
-    if hint is bool:
-        return bool(value)
-    if hint is str:
-        return str(value)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(value).value
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return spec_to_dict(value)
-    if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(hint)
-        return [_encode_value(v, inner) for v in value]
-    if origin is Mapping or origin is dict:
-        _key, inner = typing.get_args(hint)
-        return {str(k): _encode_value(v, inner) for k, v in sorted(value.items())}
-    raise TypeError(f"cannot store a spec field of type {hint!r}")
-
-
-def _decode_value(value: Any, hint: Any) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _decode_value(value, inner)
-    if hint is float:
-        return float(value)  # float("inf") / float("nan") read the spelled-out forms back
-    if hint in (int, bool, str):
-        return hint(value)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint(value)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return spec_from_dict(hint, value)
-    if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(hint)
-        return tuple(_decode_value(v, inner) for v in value)
-    if origin is Mapping or origin is dict:
-        _key, inner = typing.get_args(hint)
-        return {str(k): _decode_value(v, inner) for k, v in value.items()}
-    raise TypeError(f"cannot read a spec field of type {hint!r}")
-
-
-def spec_to_dict(spec: Spec) -> dict[str, Any]:
-    """A PoolSpec, PolicySpec or NodeGroup as a canonical JSON-able dict.
-
-    Every field is written, defaults included, so a journal keeps meaning the same thing
-    if a later version changes a default; only a field marked ``omit_default`` (added
-    after journals existed) is left out while it holds its default. Values are normalised to their declared types
-    (ints for counts, floats for quantities, enum values for enums).
-    """
-    if not (dataclasses.is_dataclass(spec) and not isinstance(spec, type)):
-        raise TypeError(f"expected a spec dataclass, got {type(spec).__name__}")
-    hints = typing.get_type_hints(type(spec))
-    return {
-        f.name: _encode_value(getattr(spec, f.name), hints[f.name])
-        for f in dataclasses.fields(spec)
-        # A setting added later is written only once it differs from its default, so that
-        # journals written before it existed keep their bytes.
-        if not (f.metadata.get("omit_default") and getattr(spec, f.name) == f.default)
-    }
-
-
-_MISSING = object()
-
-
-def spec_diff(stored: Mapping[str, Any], given: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """Where two :func:`spec_to_dict` forms differ: ``(dotted.key, stored, given)`` per
-    differing leaf, sorted by key; a key one side lacks has ``None`` on that side."""
-    out: list[tuple[str, Any, Any]] = []
-
-    def walk(prefix: str, a: Any, b: Any) -> None:
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            for k in sorted(set(a) | set(b)):
-                walk(f"{prefix}{k}.", a.get(k, _MISSING), b.get(k, _MISSING))
-            return
-        if a != b:
-            key = prefix[:-1]
-            out.append((key, None if a is _MISSING else a, None if b is _MISSING else b))
-
-    walk("", stored, given)
-    return out
-
-
-def _shown(value: Any) -> str:
-    return codec.dumps(value) if isinstance(value, Mapping | list | tuple) else repr(value)
-
-
-def spec_from_dict(cls: type[S], d: Mapping[str, Any]) -> S:
-    """Inverse of :func:`spec_to_dict`. Missing keys take the dataclass default.
-
-    Unknown keys are refused: they mean the journal was written by a version with
-    settings this one does not have, and replaying without them would decide differently.
-    """
-    if not isinstance(d, Mapping):
-        raise JournalError(f"{cls.__name__}: expected an object, got {type(d).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - names)
-    if unknown:
-        raise JournalError(
-            f"{cls.__name__}: unknown field(s) {', '.join(unknown)}; the journal was written "
-            "by a newer Bursar"
-        )
-    try:
-        kwargs = {k: _decode_value(v, hints[k]) for k, v in d.items()}
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise JournalError(f"{cls.__name__}: cannot read stored spec: {exc}") from exc
-
-
 # --- canonical form ---------------------------------------------------------------------
 
 
@@ -315,6 +181,51 @@ def _create(
     }
     conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
     return meta
+
+
+POLICY_CURRENT = "policy_current"
+"""The meta row holding the policy in force (the ``policy`` row with every ``apply_policy``
+entry folded in, kept in the same transaction as the entry that changed it); absent until
+the first change. Outside the canonical form: the entries themselves record each change."""
+
+POLICY_CHANGED_AT = "policy_changed_at"
+"""The meta row holding the entry of the last policy change."""
+
+
+def _current_policy(meta: Mapping[str, str], stored: PolicySpec, path: Path) -> PolicySpec:
+    text = meta.get(POLICY_CURRENT)
+    if text is None:
+        return stored
+    try:
+        return spec_from_dict(PolicySpec, json.loads(text))
+    except json.JSONDecodeError as exc:
+        raise JournalError(f"{path}: damaged meta table ({POLICY_CURRENT}: {exc})") from exc
+
+
+class PolicyMismatch(JournalError):
+    """The policy given to open a journal is not the one in force there. ``changes``:
+    (dotted key, in force, given) per differing setting."""
+
+    def __init__(self, path: Path, changes: Sequence[tuple[str, Any, Any]]) -> None:
+        self.path = path
+        self.changes = tuple(changes)
+        super().__init__(self.explain())
+
+    def explain(self, config: str = "CONFIG") -> str:
+        """The refusal, with the commands that apply the new policy from ``config``."""
+        state = self.path.parent
+        keys = "; ".join(f"{k}: in force {shown(a)}, given {shown(b)}" for k, a, b in self.changes)
+        return (
+            f"{self.path}: the policy given differs from the one in force in the journal "
+            f"({keys}). To serve the new policy with this state (its leases, buckets and "
+            f"tokens), apply it first: with the broker stopped, `bursar policy apply "
+            f"--state-dir {state} --config {config}`, then start it with that config; or, "
+            f"while it runs on the old policy, `bursar policy apply --config {config} "
+            f"--admin-token-file {state / 'admin.token'}` (with --target if not the default). "
+            "To keep the policy in force, restore those values in the config or leave "
+            "--config out. A broker on a new --state-dir starts with the new policy but no "
+            "leases, full buckets and new tokens"
+        )
 
 
 MAX_SEQ = 2**63 - 1
@@ -441,24 +352,23 @@ class Journal:
             stored_policy = spec_from_dict(PolicySpec, json.loads(meta["policy"]))
         except (KeyError, json.JSONDecodeError) as exc:
             raise JournalError(f"{path}: damaged meta table ({exc})") from exc
-        for name, given, stored in (
-            ("pool", pool, stored_pool),
-            ("policy", policy, stored_policy),
-        ):
-            if given is not None and spec_to_dict(given) != spec_to_dict(stored):
-                changes = "; ".join(
-                    f"{key}: stored {_shown(a)}, given {_shown(b)}"
-                    for key, a, b in spec_diff(spec_to_dict(stored), spec_to_dict(given))
-                )
-                raise JournalError(
-                    f"{path}: the {name} spec given differs from the one the journal was "
-                    f"written with ({changes}); replaying under another {name} would not "
-                    f"reproduce its decisions. To go on with the journal's {name}, restore "
-                    "those values in the config or leave --config out; to serve the new "
-                    "one, drain and stop this broker and start one on a new --state-dir (it starts "
-                    "with no leases, full buckets and new tokens; the old directory stays as "
-                    "the record of its decisions)"
-                )
+        if pool is not None and spec_to_dict(pool) != spec_to_dict(stored_pool):
+            changes = "; ".join(
+                f"{key}: stored {shown(a)}, given {shown(b)}"
+                for key, a, b in spec_diff(spec_to_dict(stored_pool), spec_to_dict(pool))
+            )
+            raise JournalError(
+                f"{path}: the pool spec given differs from the one the journal was written "
+                f"with ({changes}); replaying under another pool would not reproduce its "
+                "decisions. To go on with the journal's pool, restore those values in the "
+                "config or leave --config out; to serve the new one, drain and stop this "
+                "broker and start one on a new --state-dir (it starts with no leases, full "
+                "buckets and new tokens; the old directory stays as the record of its "
+                "decisions)"
+            )
+        current = _current_policy(meta, stored_policy, path)
+        if policy is not None and spec_to_dict(policy) != spec_to_dict(current):
+            raise PolicyMismatch(path, spec_diff(spec_to_dict(current), spec_to_dict(policy)))
         meta_line = codec.dumps(
             {
                 "format": FORMAT,
@@ -471,6 +381,38 @@ class Journal:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    # ----- the policy in force
+
+    @property
+    def current_policy(self) -> PolicySpec:
+        """The policy in force after the last entry: the one the journal was written with
+        (``policy``) as every ``apply_policy`` entry since changed it."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT value FROM meta WHERE key = ?", (POLICY_CURRENT,)
+            ).fetchone()
+        return (
+            self.policy
+            if row is None
+            else _current_policy({POLICY_CURRENT: row[0]}, self.policy, self.path)
+        )
+
+    @property
+    def policy_changed_at(self) -> int:
+        """The entry of the last policy change (0: the policy is the one it was written
+        with)."""
+        return int(self.meta_value(POLICY_CHANGED_AT) or 0)
+
+    def _note_policy(self, event: Event, seq: int) -> None:
+        """Inside the transaction that appends entry ``seq``: keep the policy in force."""
+        self._conn.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            (
+                (POLICY_CURRENT, codec.dumps(spec_to_dict(event.policy))),  # type: ignore[attr-defined]
+                (POLICY_CHANGED_AT, str(seq)),
+            ),
+        )
 
     def __enter__(self) -> Journal:
         return self
@@ -540,7 +482,17 @@ class Journal:
         with self._lock:
             seq = self._last_seq + 1
             with self._write_errors(seq):
-                if commit and self._open is None:
+                if type(event) is ApplyPolicy and commit and self._open is None:
+                    # Two statements (the entry and the policy in force): one transaction.
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        self._conn.execute(_INSERT, (seq, *row))
+                        self._note_policy(event, seq)
+                        self._conn.execute("COMMIT")
+                    except BaseException:
+                        self._conn.execute("ROLLBACK")
+                        raise
+                elif commit and self._open is None:
                     # A lone INSERT in autocommit mode is its own transaction, committed when
                     # execute() returns; one statement instead of BEGIN/INSERT/COMMIT is ~25%
                     # faster.
@@ -550,6 +502,8 @@ class Journal:
                         self._conn.execute("BEGIN IMMEDIATE")
                         self._open = (self._last_seq, self._indexed)
                     self._conn.execute(_INSERT, (seq, *row))
+                    if type(event) is ApplyPolicy:
+                        self._note_policy(event, seq)
                     if commit:
                         self._conn.execute("COMMIT")
                         self._open = None
@@ -595,6 +549,7 @@ class Journal:
         loop: use it where nothing is acknowledged between the events (a simulator run,
         an import).
         """
+        items = list(items)
         rows = [(codec.encode(ev), _decisions_json(ds)) for ev, ds in items]
         with self._lock:
             first = self._last_seq + 1
@@ -607,6 +562,9 @@ class Journal:
                     self._conn.executemany(
                         _INSERT, [(s, *r) for s, r in zip(seqs, rows, strict=True)]
                     )
+                    for s, (ev, _) in zip(seqs, items, strict=True):
+                        if type(ev) is ApplyPolicy:
+                            self._note_policy(ev, s)
                     self._conn.execute("COMMIT")
                 except BaseException:
                     self._conn.execute("ROLLBACK")

@@ -178,6 +178,12 @@ class Ledger:
         for k, v in state[1].items():
             setattr(self, k, v)
 
+    def retune(self, policy: PolicySpec) -> None:
+        """A new policy is in force (``broker/retune.py``)."""
+        self._policy = policy
+        self.headroom = dims.vec(policy.warm_headroom)
+        self._lent = ()  # computed with the old headroom
+
     # ------------------------------------------------------------------ holding
 
     def set_held(self, c: CampaignState, held: dims.Vec, now: float) -> None:

@@ -37,6 +37,7 @@ from bursar.broker.timers import TimerKind
 
 if TYPE_CHECKING:
     from bursar.broker.ledger import CampaignState
+    from bursar.broker.policy import PolicySpec
 
 HeadEntry = tuple[int, float, int, str]
 """A pool-blocked head's place: its admission order key, then its id."""
@@ -141,6 +142,11 @@ class Queues:
         """Campaigns whose queue heads the next admission pass must try."""
         self.pool_dirty = False
         """Capacity was freed: the next pass scans the pool-blocked heads."""
+
+    def retune(self, policy: PolicySpec) -> None:
+        """A new policy is in force: requests that start waiting on the pool from now on
+        age after its patience (age timers already set keep their times)."""
+        self._patience_s = policy.hol_patience_s
 
     # ------------------------------------------------------------------ reading
 

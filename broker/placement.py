@@ -65,6 +65,11 @@ class Placement:
         self.node_waiters: dict[int, set[str]] = {}
         """Booting nodes (by index) and the leases waiting for them."""
 
+    def retune(self, policy: PolicySpec) -> None:
+        """A new policy is in force: reclaims decided from now on warn with its grace
+        period (warnings already sent keep their deadlines)."""
+        self._grace_s = policy.grace_s
+
     # ------------------------------------------------------------------ planning
 
     def plan(

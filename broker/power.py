@@ -20,7 +20,7 @@ from bursar.broker.timers import TimerKind
 class PowerControl:
     """When each idle node's spell began, and the boots and power-offs that follow."""
 
-    __slots__ = ("_boot_latency_s", "_idle_s", "_pool", "_push_timer", "headroom", "idle_since")
+    __slots__ = ("_boot_latency_s", "_idle_s", "_pool", "_push_timer", "headroom", "idle_check")
 
     def __init__(
         self,
@@ -36,8 +36,22 @@ class PowerControl:
         self.headroom = dims.vec(policy.warm_headroom)
         """Warm capacity kept free beyond the guarantee reserve (preemptible work may not
         take it)."""
-        self.idle_since: dict[int, float] = {}
-        """Powered, unused nodes (by index) and when their idle spell began."""
+        self.idle_check: dict[int, float] = {}
+        """Powered, unused nodes (by index) and when their idle spell's power-down check is
+        due (kept, not derived from the spell's start: a policy change keeps the checks
+        already set)."""
+
+    def retune(self, policy: PolicySpec, now: float) -> None:
+        """A new policy is in force: the headroom to keep warm, and the idle time before a
+        power-down. Checks already set keep their times; turned off, they are dropped (the
+        idle nodes stay on); turned on, every idle node starts a spell now."""
+        self.headroom = dims.vec(policy.warm_headroom)
+        was, self._idle_s = self._idle_s, policy.power_down_idle_s
+        if self._idle_s is None:
+            self.idle_check.clear()
+        elif was is None:
+            for i in range(len(self._pool.nodes)):
+                self.watch_idle(i, now)
 
     def boot(self, need: dims.Vec, now: float) -> PoweredOn | None:
         """Boot cold nodes to cover ``need``; the PoweredOn to send, if any node boots."""
@@ -66,22 +80,22 @@ class PowerControl:
 
     def in_use(self, nodes: Iterable[int]) -> None:
         """The nodes got pieces: their idle spells (if any) end."""
-        idle_since = self.idle_since
+        idle_check = self.idle_check
         for i in nodes:
-            idle_since.pop(i, None)
+            idle_check.pop(i, None)
 
     def watch_idle(self, i: int, now: float) -> None:
         """Start an idle spell for node ``i`` if it is powered and unused."""
         n = self._pool.nodes[i]
         if self._idle_s is not None and n.power is NodeState.ON and n.used == dims.ZERO:
-            self.idle_since[i] = now
-            self._push_timer(now + self._idle_s, TimerKind.IDLE, n.name)
+            at = now + self._idle_s
+            self.idle_check[i] = at
+            self._push_timer(at, TimerKind.IDLE, n.name)
 
     def idle_check_at(self, name: str) -> float | None:
         """When the power-down check of the node's current idle spell is due (None: not
         idle)."""
-        since = self.idle_since.get(self._pool.index[name])
-        return None if since is None else since + (self._idle_s or 0.0)
+        return self.idle_check.get(self._pool.index[name])
 
     def power_off_if_idle(self, name: str, reserve: dims.Vec, now: float) -> PoweredOff | None:
         """Power an idle node down if the warm reserve and headroom stay covered without it;
@@ -98,7 +112,7 @@ class PowerControl:
             self.watch_idle(i, now)
             return None
         pool.set_power(i, NodeState.COLD)
-        del self.idle_since[i]
+        del self.idle_check[i]
         return PoweredOff(now, (name,))
 
     def node_ready(self, i: int, now: float) -> None:
@@ -106,5 +120,5 @@ class PowerControl:
         self.watch_idle(i, now)
 
     def node_lost(self, i: int) -> None:
-        self.idle_since.pop(i, None)
+        self.idle_check.pop(i, None)
         self._pool.set_power(i, NodeState.DOWN)

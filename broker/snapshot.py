@@ -98,6 +98,7 @@ SHELL_MODULES = frozenset(
         "invariants",
         "journal",
         "journal_view",
+        "policy_apply",
         "runtime",
         "safe_pickle",
         "snapshot",

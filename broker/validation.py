@@ -12,11 +12,12 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import admission, dims, elastic, isolation, shape
+from bursar.broker import admission, dims, elastic, isolation, policy_change, shape
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
     AllocationReady,
+    ApplyPolicy,
     CancelRequest,
     CreateCampaign,
     Event,
@@ -31,7 +32,7 @@ from bursar.broker.events import (
 )
 from bursar.broker.keys import request_fingerprint
 from bursar.broker.lease import EndedLease
-from bursar.broker.policy import Enforcement
+from bursar.broker.policy import Enforcement, PolicySpec
 from bursar.broker.pool import NodeState
 
 if TYPE_CHECKING:
@@ -526,6 +527,16 @@ def _meter(eng: Engine, e: Meter) -> None:
         raise bad("amount", f"must be a finite number > 0 (got {a!r})")
 
 
+def _apply_policy(eng: Engine, e: ApplyPolicy) -> None:
+    if not isinstance(e.policy, PolicySpec):
+        raise bad("policy", f"expected a policy spec, got {type(e.policy).__name__}")
+    problems = policy_change.problems(eng.policy, e.policy, eng.pool.capacity)
+    if problems:
+        key, message = problems[0]
+        also = "".join(f"; also policy.{k}: {m}" for k, m in problems[1:])
+        raise bad(f"policy.{key}", message + also)
+
+
 _VALIDATORS: dict[type, Callable[[Engine, Any], None]] = {
     CreateCampaign: _create,
     UpdateCampaign: _update,
@@ -538,4 +549,5 @@ _VALIDATORS: dict[type, Callable[[Engine, Any], None]] = {
     LeaseLost: _lease_lost,
     AllocationReady: _allocation_ready,
     Meter: _meter,
+    ApplyPolicy: _apply_policy,
 }

@@ -18,6 +18,7 @@ from bursar.cli.config import config_group
 from bursar.cli.demo import demo
 from bursar.cli.journal import journal
 from bursar.cli.leases import leases
+from bursar.cli.policy import policy
 from bursar.cli.replay import fidelity_command, matrix_command, replay_command
 from bursar.cli.serve import serve_command
 from bursar.cli.sim import sim
@@ -108,6 +109,7 @@ for command in (
     journal,
     leases,
     matrix_command,
+    policy,
     release_command,
     renew_command,
     replay_command,

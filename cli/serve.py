@@ -239,7 +239,7 @@ def serve_command(
     """
     from bursar.broker.config import load_config
     from bursar.broker.errors import ConfigError, JournalError
-    from bursar.broker.journal import JOURNAL_FILENAME
+    from bursar.broker.journal import JOURNAL_FILENAME, PolicyMismatch
     from bursar.broker.service.limits import LimitSettings
     from bursar.broker.service.server import Running, Settings, serve
 
@@ -307,6 +307,10 @@ def serve_command(
 
     try:
         asyncio.run(serve(settings, announce=announce))
+    except PolicyMismatch as exc:
+        # The journal does not know which file the policy came from: name it.
+        click.echo(f"error: {exc.explain(str(config_path))}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     except (ValueError, JournalError, OSError, RuntimeError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -210,7 +210,7 @@ def test_reopen_keeps_entries_and_specs(tmp_path: Path) -> None:
 def test_reopen_with_other_specs_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     Journal.open(path, DEMO_POOL).close()
-    with pytest.raises(JournalError, match="policy spec given differs"):
+    with pytest.raises(JournalError, match="policy given differs from the one in force"):
         Journal.open(path, DEMO_POOL, PolicySpec(grace_s=5.0))
     other_pool = PoolSpec(groups=(NodeGroup(count=4, resources={"gpu": 8}),))
     with pytest.raises(JournalError, match="pool spec given differs"):

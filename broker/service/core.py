@@ -40,7 +40,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from bursar.broker import codec, dims, safe_pickle, snapshot, validation
+from bursar.broker import codec, dims, policy_apply, safe_pickle, snapshot, validation
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.actuator import actuator_for
 from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
@@ -80,6 +80,8 @@ from bursar.broker.events import (
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.outcome import Outcome
+from bursar.broker.policy import PolicySpec
+from bursar.broker.policy_apply import Applied
 from bursar.broker.runtime import Runtime
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal, TokenStore, load_admin_token
@@ -353,7 +355,7 @@ class ServiceCore:
         if config is None:
             if resumed:
                 with Journal.open(journal_path) as j:
-                    config = Config(pool=j.pool, policy=j.policy)
+                    config = Config(pool=j.pool, policy=j.current_policy)
             else:
                 config = default_config()
         # A slow backend (Slurm) is driven from worker threads, never from the event loop.
@@ -941,6 +943,18 @@ class ServiceCore:
             LeaseLost(at=now, lease_id=lease_id, cause=f"revoked by an administrator: {reason}")
         )
         return self.lease_proto(lease_id)
+
+    def apply_policy(self, policy: PolicySpec, dry_run: bool) -> Applied:
+        """Put ``policy`` in force now (Admin.ApplyPolicy), or with ``dry_run`` only say
+        what it would change. Checked by the engine before anything is journaled; the same
+        policy again journals nothing."""
+        now = self.now()
+        self._catch_up(now)
+        event, changes = policy_apply.check(self.engine, policy, now)
+        if dry_run or not changes:
+            return Applied(changes, 0, event.policy if changes else self.engine.policy)
+        outcome = self._submit(event)
+        return Applied(changes, outcome.seq, self.engine.policy)
 
     def _catch_up(self, now: float) -> None:
         try:

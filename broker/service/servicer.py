@@ -23,14 +23,16 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
-from bursar.broker import codec
+from bursar.broker import codec, policy_apply
 from bursar.broker.decisions import DECISION_TYPES, Granted, Queued, Rejected
 from bursar.broker.errors import ErrorCode, RequestError
+from bursar.broker.policy import PolicySpec
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal, bearer_token
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.errors import ShuttingDown, Unauthenticated, row_for, status_for
 from bursar.broker.service.limits import client_key
+from bursar.broker.specs import spec_to_dict
 from bursar.protos.bursar.v1 import admin_pb2
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
@@ -413,6 +415,43 @@ class AdminServicer(_Base):
     @_rpc(admin=True)
     def RevokeLease(self, req: admin_pb2.RevokeLeaseRequest, who: Principal) -> pb.Lease:
         return self.core.revoke(req.lease_id, req.reason)
+
+    @_rpc(admin=True)
+    def ApplyPolicy(
+        self, req: admin_pb2.ApplyPolicyRequest, who: Principal
+    ) -> admin_pb2.ApplyPolicyResponse:
+        which = req.WhichOneof("policy")
+        if which == "spec_json":
+            policy = policy_apply.from_json(req.spec_json)
+        elif which == "toml":
+            policy = policy_apply.from_toml(req.toml, self.core.engine.policy)
+        else:
+            raise RequestError(
+                ErrorCode.INVALID_ARGUMENT,
+                "policy",
+                "required: the new policy, as spec_json (every setting, the journal's "
+                "spelling) or toml (a [policy] table)",
+            )
+        done = self.core.apply_policy(policy, req.dry_run)
+        return admin_pb2.ApplyPolicyResponse(
+            changes=[
+                admin_pb2.PolicyChange(key=k, old_json=codec.dumps(a), new_json=codec.dumps(b))
+                for k, (a, b) in done.changes.items()
+            ],
+            applied=done.seq > 0,
+            seq=done.seq,
+            policy=self._policy(done.policy),
+        )
+
+    @_rpc(admin=True)
+    def GetPolicy(self, req: admin_pb2.GetPolicyRequest, who: Principal) -> admin_pb2.Policy:
+        return self._policy(self.core.engine.policy)
+
+    def _policy(self, policy: PolicySpec) -> admin_pb2.Policy:
+        return admin_pb2.Policy(
+            spec_json=codec.dumps(spec_to_dict(policy)),
+            changed_at=self.core.runtime.journal.policy_changed_at,
+        )
 
 
 def generic_handler(servicer: _Base, service: ServiceDescriptor) -> grpc.GenericRpcHandler:

@@ -46,6 +46,9 @@ from bursar.providers.client._errors import Unavailable as Unavailable
 from bursar.providers.client._intent import Intent as Intent
 from bursar.providers.client._lease import LeaseHandle as LeaseHandle
 from bursar.providers.client._loop import LoopThread as LoopThread
+from bursar.providers.client._policy import PolicyApplied as PolicyApplied
+from bursar.providers.client._policy import PolicyChange as PolicyChange
+from bursar.providers.client._policy import PolicyState as PolicyState
 from bursar.providers.client._sync import AdminClient as AdminClient
 from bursar.providers.client._sync import BrokerClient as BrokerClient
 from bursar.providers.client._sync import SyncLeaseHandle as SyncLeaseHandle
@@ -115,6 +118,9 @@ __all__ = [
     "OutOfRange",
     "PendingRequest",
     "PermissionDenied",
+    "PolicyApplied",
+    "PolicyChange",
+    "PolicyState",
     "ReasonCode",
     "Refused",
     "Shape",

@@ -31,6 +31,7 @@ from bursar.providers.client._errors import (
 )
 from bursar.providers.client._intent import Intent
 from bursar.providers.client._lease import LeaseHandle
+from bursar.providers.client._policy import PolicyApplied, PolicyState
 from bursar.providers.client._types import (
     BrokerStatus,
     Campaign,
@@ -734,3 +735,24 @@ class AsyncAdminClient:
             retry=False,
         )
         return Lease.from_proto(resp)
+
+    async def apply_policy(
+        self, *, spec_json: str | None = None, toml: str | None = None, dry_run: bool = False
+    ) -> PolicyApplied:
+        """Put a new policy in force (one of ``spec_json``: every setting in the journal's
+        spelling, or ``toml``: a ``[policy]`` table whose settings change, the others kept).
+        With ``dry_run`` the broker only answers the diff. :class:`InvalidArgument` names
+        the setting refused and what is allowed. Retried: applying the same policy twice
+        changes nothing the second time."""
+        if (spec_json is None) == (toml is None):
+            raise ValueError("give exactly one of spec_json and toml")
+        req = (
+            admin_pb2.ApplyPolicyRequest(spec_json=spec_json, dry_run=dry_run)
+            if spec_json is not None
+            else admin_pb2.ApplyPolicyRequest(toml=toml, dry_run=dry_run)
+        )
+        return PolicyApplied.from_proto(await self._call("ApplyPolicy", req))
+
+    async def get_policy(self) -> PolicyState:
+        """The policy in force and the journal entry of its last change."""
+        return PolicyState.from_proto(await self._call("GetPolicy", admin_pb2.GetPolicyRequest()))

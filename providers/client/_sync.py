@@ -35,6 +35,7 @@ from bursar.providers.client._channel import DEFAULT_TARGET, Tls
 from bursar.providers.client._intent import Intent
 from bursar.providers.client._lease import LeaseHandle
 from bursar.providers.client._loop import LoopThread
+from bursar.providers.client._policy import PolicyApplied, PolicyState
 from bursar.providers.client._token import check_token
 from bursar.providers.client._types import (
     BrokerStatus,
@@ -487,3 +488,11 @@ class AdminClient(_SyncClient):
 
     def revoke_lease(self, lease_id: str, reason: str) -> Lease:
         return self._run(self._aio.revoke_lease(lease_id, reason))
+
+    def apply_policy(
+        self, *, spec_json: str | None = None, toml: str | None = None, dry_run: bool = False
+    ) -> PolicyApplied:
+        return self._run(self._aio.apply_policy(spec_json=spec_json, toml=toml, dry_run=dry_run))
+
+    def get_policy(self) -> PolicyState:
+        return self._run(self._aio.get_policy())

@@ -96,3 +96,47 @@ class RevokeLeaseRequest(_message.Message):
     lease_id: str
     reason: str
     def __init__(self, lease_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ApplyPolicyRequest(_message.Message):
+    __slots__ = ("spec_json", "toml", "dry_run")
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    TOML_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    spec_json: str
+    toml: str
+    dry_run: bool
+    def __init__(self, spec_json: _Optional[str] = ..., toml: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class PolicyChange(_message.Message):
+    __slots__ = ("key", "old_json", "new_json")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OLD_JSON_FIELD_NUMBER: _ClassVar[int]
+    NEW_JSON_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    old_json: str
+    new_json: str
+    def __init__(self, key: _Optional[str] = ..., old_json: _Optional[str] = ..., new_json: _Optional[str] = ...) -> None: ...
+
+class ApplyPolicyResponse(_message.Message):
+    __slots__ = ("changes", "applied", "seq", "policy")
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[PolicyChange]
+    applied: bool
+    seq: int
+    policy: Policy
+    def __init__(self, changes: _Optional[_Iterable[_Union[PolicyChange, _Mapping]]] = ..., applied: _Optional[bool] = ..., seq: _Optional[int] = ..., policy: _Optional[_Union[Policy, _Mapping]] = ...) -> None: ...
+
+class GetPolicyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Policy(_message.Message):
+    __slots__ = ("spec_json", "changed_at")
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_AT_FIELD_NUMBER: _ClassVar[int]
+    spec_json: str
+    changed_at: int
+    def __init__(self, spec_json: _Optional[str] = ..., changed_at: _Optional[int] = ...) -> None: ...

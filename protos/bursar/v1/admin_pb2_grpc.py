@@ -66,6 +66,16 @@ class AdminStub:
                 request_serializer=bursar_dot_v1_dot_admin__pb2.RevokeLeaseRequest.SerializeToString,
                 response_deserializer=bursar_dot_v1_dot_broker__pb2.Lease.FromString,
                 _registered_method=True)
+        self.ApplyPolicy = channel.unary_unary(
+                '/bursar.v1.Admin/ApplyPolicy',
+                request_serializer=bursar_dot_v1_dot_admin__pb2.ApplyPolicyRequest.SerializeToString,
+                response_deserializer=bursar_dot_v1_dot_admin__pb2.ApplyPolicyResponse.FromString,
+                _registered_method=True)
+        self.GetPolicy = channel.unary_unary(
+                '/bursar.v1.Admin/GetPolicy',
+                request_serializer=bursar_dot_v1_dot_admin__pb2.GetPolicyRequest.SerializeToString,
+                response_deserializer=bursar_dot_v1_dot_admin__pb2.Policy.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -121,6 +131,27 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApplyPolicy(self, request, context):
+        """Put a new policy in force from now on, journaled as an apply_policy entry (a replay
+        changes policy at the same entry). Leases keep their terms, warnings already sent
+        keep their deadlines; see docs/concepts.md for what each setting does on a change.
+        With dry_run, answers the key-by-key diff and the validation and journals nothing.
+        INVALID_ARGUMENT (field policy.KEY) for a bad value or a setting a live broker may
+        not change (enforcement, fairshare_half_life_s), with the values allowed; a refused
+        call changes neither state nor journal. The same policy again changes nothing
+        (applied false, no changes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPolicy(self, request, context):
+        """The policy in force, and the journal entry of its last change.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +184,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RevokeLease,
                     request_deserializer=bursar_dot_v1_dot_admin__pb2.RevokeLeaseRequest.FromString,
                     response_serializer=bursar_dot_v1_dot_broker__pb2.Lease.SerializeToString,
+            ),
+            'ApplyPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyPolicy,
+                    request_deserializer=bursar_dot_v1_dot_admin__pb2.ApplyPolicyRequest.FromString,
+                    response_serializer=bursar_dot_v1_dot_admin__pb2.ApplyPolicyResponse.SerializeToString,
+            ),
+            'GetPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPolicy,
+                    request_deserializer=bursar_dot_v1_dot_admin__pb2.GetPolicyRequest.FromString,
+                    response_serializer=bursar_dot_v1_dot_admin__pb2.Policy.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -318,6 +359,60 @@ class Admin:
             '/bursar.v1.Admin/RevokeLease',
             bursar_dot_v1_dot_admin__pb2.RevokeLeaseRequest.SerializeToString,
             bursar_dot_v1_dot_broker__pb2.Lease.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bursar.v1.Admin/ApplyPolicy',
+            bursar_dot_v1_dot_admin__pb2.ApplyPolicyRequest.SerializeToString,
+            bursar_dot_v1_dot_admin__pb2.ApplyPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bursar.v1.Admin/GetPolicy',
+            bursar_dot_v1_dot_admin__pb2.GetPolicyRequest.SerializeToString,
+            bursar_dot_v1_dot_admin__pb2.Policy.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,6 +62,7 @@ class DecisionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DECISION_KIND_ALLOCATED: _ClassVar[DecisionKind]
     DECISION_KIND_RESIZE: _ClassVar[DecisionKind]
     DECISION_KIND_RESIZE_WARNING: _ClassVar[DecisionKind]
+    DECISION_KIND_POLICY: _ClassVar[DecisionKind]
 
 class LeaseEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -117,6 +118,7 @@ DECISION_KIND_POWER_OFF: DecisionKind
 DECISION_KIND_ALLOCATED: DecisionKind
 DECISION_KIND_RESIZE: DecisionKind
 DECISION_KIND_RESIZE_WARNING: DecisionKind
+DECISION_KIND_POLICY: DecisionKind
 LEASE_EVENT_KIND_UNSPECIFIED: LeaseEventKind
 LEASE_EVENT_KIND_GRANTED: LeaseEventKind
 LEASE_EVENT_KIND_ACTIVATED: LeaseEventKind
