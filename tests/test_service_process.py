@@ -156,7 +156,7 @@ def test_sigkill_then_restart_keeps_every_lease_and_the_journal_audits_clean(
     assert "0 mismatches" in result.output
 
 
-def test_serve_refuses_a_config_that_disagrees_with_the_journal(tmp_path: Path) -> None:
+def test_serve_refuses_a_changed_policy_with_the_command_that_applies_it(tmp_path: Path) -> None:
     cfg = tmp_path / "pool.toml"
     cfg.write_text(LIFECYCLE)
     state = tmp_path / "state"
@@ -187,7 +187,21 @@ def test_serve_refuses_a_config_that_disagrees_with_the_journal(tmp_path: Path) 
         env={**os.environ},
     )
     assert proc.returncode == 2
-    assert "differs from the one the journal was written with" in proc.stderr
+    # The refusal names the key and gives the command that applies the change.
+    assert "grace_s: in force 0.6, given 5.0" in proc.stderr
+    command = f"bursar policy apply --state-dir {state} --config {other}"
+    assert command in proc.stderr
+    applied = CliRunner().invoke(main, command.split()[1:])
+    assert applied.exit_code == 0, applied.output
+    assert "grace_s  0.6 -> 5.0" in applied.output and "applied at journal entry" in applied.output
+    # Served again with the new config: it starts, with the journal's state.
+    again = Server(state, "--config", str(other))
+    try:
+        assert again.kill(signal.SIGTERM) == 0
+    finally:
+        again.close()
+    result = CliRunner().invoke(main, ["journal", "audit", "--state-dir", str(state)])
+    assert result.exit_code == 0, result.output
 
 
 def test_watch_from_seq_across_a_sigkill_has_no_gap_and_no_duplicate(tmp_path: Path) -> None:
