@@ -46,6 +46,7 @@ def test_every_command_group_is_registered() -> None:
         "journal",
         "leases",
         "matrix",
+        "policy",
         "release",
         "renew",
         "replay",
@@ -55,7 +56,13 @@ def test_every_command_group_is_registered() -> None:
         "supply",
         "whatif",
     }
-    assert {("journal", "audit"), ("sim", "run"), ("campaigns", "create")} <= set(COMMANDS)
+    assert {
+        ("journal", "audit"),
+        ("sim", "run"),
+        ("campaigns", "create"),
+        ("policy", "apply"),
+        ("policy", "show"),
+    } <= set(COMMANDS)
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
