@@ -158,6 +158,10 @@ def _request(m: Method, caller: str, lease: str, fresh: str, variant: str = "") 
             campaign="nobody" if unknown else fresh
         ),
         "RevokeLease": lambda: admin_pb2.RevokeLeaseRequest(lease_id=lid, reason="access matrix"),
+        # A dry run of the policy in force: the admin's cell answers OK and changes nothing,
+        # so the cells after it see the same broker.
+        "ApplyPolicy": lambda: admin_pb2.ApplyPolicyRequest(toml="[policy]\n", dry_run=True),
+        "GetPolicy": lambda: admin_pb2.GetPolicyRequest(),
         "WhatIf": lambda: pb.WhatIfRequest(
             acquire=pb.AcquireRequest(campaign=named, size={"gpu": 1}, duration_s=60)
         ),
