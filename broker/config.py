@@ -185,7 +185,9 @@ class _Policy(_Table):
     price_base: float = Field(default=_POLICY_DEFAULTS["price_base"], ge=0)
     price_k: float = Field(default=_POLICY_DEFAULTS["price_k"], ge=0)
     meter_window_s: float = Field(default=_POLICY_DEFAULTS["meter_window_s"], gt=0)
-    power_down_idle_s: float | None = Field(default=_POLICY_DEFAULTS["power_down_idle_s"], ge=0)
+    # 0 is refused: a node still needed for the warm reserve would be looked at again at
+    # the same instant, for ever; a short positive time gives the same effect.
+    power_down_idle_s: float | None = Field(default=_POLICY_DEFAULTS["power_down_idle_s"], gt=0)
     elastic_rule: Literal["dmug", "edf", "value", "proportional"] = _POLICY_DEFAULTS["elastic_rule"]
     elastic_risk: bool = _POLICY_DEFAULTS["elastic_risk"]
     elastic_degrade: bool = _POLICY_DEFAULTS["elastic_degrade"]

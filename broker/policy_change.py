@@ -59,7 +59,7 @@ _RANGES: Mapping[str, tuple[float, bool, bool]] = {
     "price_base": (0.0, False, False),
     "price_k": (0.0, False, False),
     "meter_window_s": (0.0, True, False),
-    "power_down_idle_s": (0.0, False, True),
+    "power_down_idle_s": (0.0, True, True),  # 0 would recheck a needed node at one instant for ever
     "elastic_hysteresis": (1.0, False, False),
 }
 """The numeric settings' ranges (the config file's are the same, ``broker/config.py``)."""

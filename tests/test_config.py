@@ -212,6 +212,11 @@ def test_fairshare_off_and_bad_values_are_explained(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(_write(tmp_path, "c.yaml", yaml.safe_dump(data)))
     assert "policy.reservations" in str(err.value)
+    # Zero would look at a node still needed for the reserve again at the same instant.
+    data["policy"] = {"power_down_idle_s": 0}
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, "d.yaml", yaml.safe_dump(data)))
+    assert "policy.power_down_idle_s" in str(err.value) and "allowed: numbers > 0" in str(err.value)
 
 
 def test_policy_defaults_come_from_policyspec() -> None:

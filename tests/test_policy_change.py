@@ -96,6 +96,7 @@ def test_power_down_turned_on_and_off_on_idle_nodes() -> None:
     [
         ({"grace_s": -1.0}, "policy.grace_s", "allowed: a finite number >= 0"),
         ({"reservations": 0}, "policy.reservations", "allowed: a whole number 1 to 64"),
+        ({"power_down_idle_s": 0.0}, "policy.power_down_idle_s", "allowed: a finite number > 0"),
         ({"elastic_rule": "fifo"}, "policy.elastic_rule", "allowed: dmug, edf"),
         ({"warm_headroom": {"gpu": 99.0}}, "policy.warm_headroom.gpu", "allowed: 0 to 16"),
         (
