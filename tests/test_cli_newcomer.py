@@ -224,9 +224,10 @@ def test_a_changed_policy_names_each_key_with_both_values(tmp_path: Path) -> Non
     with pytest.raises(JournalError) as err:
         Journal.open(path, pool, PolicySpec(grace_s=45.0, min_retry_s=2.0))
     text = str(err.value)
-    assert "grace_s: stored 30.0, given 45.0" in text
-    assert "min_retry_s: stored" in text and "given 2.0" in text
+    assert "grace_s: in force 30.0, given 45.0" in text
+    assert "min_retry_s: in force" in text and "given 2.0" in text
     assert "--state-dir" in text and '"grace_s"' not in text  # no dump of the whole spec
+    assert "bursar policy apply --state-dir" in text  # the way forward keeps the state
 
 
 def test_spec_diff_finds_exactly_the_changed_leaves() -> None:
