@@ -13,13 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from bursar.broker.errors import ConfigError
+from bursar.cli.policies import PolicyChoice, policies_help, warn_refused_plugins
 from bursar.sim.replay.fidelity import Fidelity, fidelity, gate_rows
 from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
 from bursar.sim.replay.mapping import ReplayConfig, load_replay_config
 from bursar.sim.replay.matrix import run_matrix, write_matrix
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
-from bursar.sim.replay.policies import POLICIES
+from bursar.sim.replay.policies import POLICIES, plugin
 from bursar.sim.replay.run import replay_trace, write_run
 from bursar.sim.replay.table import QualityReport, TraceError
 
@@ -50,7 +51,7 @@ def _config(path: Path | None) -> ReplayConfig:
         raise click.ClickException(str(e)) from None
 
 
-_policy_choice = click.Choice(list(POLICIES))
+_policy_choice = PolicyChoice()
 _format_option = click.option(
     "--format",
     "fmt",
@@ -86,8 +87,9 @@ def quality_table(q: QualityReport, title: str = "trace quality") -> Table:
         "per-campaign shares, starvation, jobs that ran past their request, jobs killed, "
         "the ingestion quality report and the run manifest), DIR/manifest.json and "
         "DIR/schedule.csv (start and end of every job). Every job holds its processors for "
-        "its recorded runtime; the requested time is the policies' estimate. "
-        f"Policies: {', '.join(POLICIES)}."
+        "its recorded runtime; the requested time is the policies' estimate. A plug-in "
+        "policy always replays strict; the manifest names its distribution and version. "
+        + policies_help()
     ),
 )
 @click.option("--trace", "trace", required=True, type=click.Path(dir_okay=False, path_type=Path))
@@ -136,6 +138,7 @@ def replay_command(
     fmt: str | None,
 ) -> None:
     console = Console(stderr=True)
+    warn_refused_plugins()
     config = _config(config_path)
     try:
         with console.status(f"replaying {trace.name} under {policy}"):
@@ -152,7 +155,9 @@ def replay_command(
     except (TraceError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     except InvariantViolation as e:
-        raise click.ClickException(f"{trace}: {policy}: {e}") from None
+        plug = plugin(policy)
+        who = policy if plug is None else plug.where()
+        raise click.ClickException(f"{trace}: {who}: {e}") from None
     path = write_run(result, out)
     m = result.metrics
     table = Table(title=f"{trace.name} · {policy}", show_header=False)
@@ -211,6 +216,7 @@ def fidelity_command(
     as_json: bool,
 ) -> None:
     console = Console(stderr=True)
+    warn_refused_plugins()
     what = policy or "fifo, easy and conservative"
     try:
         with console.status(f"replaying {trace.name} under {what}"):
@@ -269,7 +275,11 @@ def _print_fidelity(f: Fidelity) -> None:
     help="A trace (repeat); default: the three large PWA traces.",
 )
 @click.option(
-    "--policy", "policies", multiple=True, type=_policy_choice, help="Repeat; default: all."
+    "--policy",
+    "policies",
+    multiple=True,
+    type=_policy_choice,
+    help="Repeat; default: every built-in policy (a plug-in runs when named).",
 )
 @click.option(
     "--out",
@@ -298,6 +308,7 @@ def matrix_command(
     config_path: Path | None,
     bursar_limit: int | None,
 ) -> None:
+    warn_refused_plugins()
     config = _config(config_path)
     paths = list(traces) or [default_traces_dir() / t for t in LARGE_TRACES]
     missing = [p for p in paths if not p.is_file()]

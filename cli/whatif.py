@@ -14,10 +14,10 @@ import click
 from rich.console import Console
 
 from bursar.broker.errors import ConfigError
+from bursar.cli.policies import PolicyChoice, warn_refused_plugins
 from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
-from bursar.sim.replay.policies import POLICIES
 from bursar.sim.replay.table import TraceError
 from bursar.sim.replay.whatif import (
     DEFAULT_ISOLATION_BOUND_S,
@@ -62,10 +62,11 @@ __all__ = ["whatif_command"]
 )
 @click.option(
     "--policy",
-    type=click.Choice(list(POLICIES)),
+    type=PolicyChoice(),
     default="bursar",
     show_default=True,
-    help="The policy of the baseline and of every candidate that does not name one.",
+    help="The policy of the baseline and of every candidate that does not name one (a "
+    "built-in or an installed plug-in).",
 )
 @click.option("--capacity", type=click.IntRange(min=1), help="The baseline's capacity.")
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
@@ -110,6 +111,7 @@ def whatif_command(
     isolation_bound: float,
     fmt: str | None,
 ) -> None:
+    warn_refused_plugins()
     try:
         cands = [parse_candidate(c) for c in candidates]
     except ValueError as e:
@@ -146,7 +148,7 @@ def whatif_command(
                 tau_s=bsld_tau,
                 fmt=fmt,
             )
-        except InvariantViolation as e:
+        except (InvariantViolation, ValueError) as e:
             raise click.ClickException(f"{trace}: fidelity of the baseline: {e}") from None
     rep = compare(
         base,

@@ -57,7 +57,7 @@ from bursar.sim.replay.ingest import load_trace
 from bursar.sim.replay.kernel import replay
 from bursar.sim.replay.mapping import ReplayConfig, Workload, to_workload
 from bursar.sim.replay.metrics import DEFAULT_TAU_S, percentile
-from bursar.sim.replay.policies import POLICIES, make_policy
+from bursar.sim.replay.policies import check_policy, make_policy
 from bursar.sim.replay.table import QualityReport, Trace, TraceError
 
 __all__ = [
@@ -382,8 +382,8 @@ def fidelity(
     cannot be told from the name. Raises ``TraceError`` for a trace without recorded waits
     or without a machine size, ``ValueError`` for an unknown policy.
     """
-    if policy is not None and policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
+    if policy is not None:
+        check_policy(policy)
     tr = trace if isinstance(trace, Trace) else load_trace(trace, fmt)
     if "wait" in tr.quality.absent or not len(tr.jobs):
         raise TraceError(

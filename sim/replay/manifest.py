@@ -59,8 +59,11 @@ def build_manifest(
     config: dict[str, Any],
     seed: int,
     outputs: dict[str, str],
+    plugin: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    return {
+    """``plugin``: where a plug-in policy came from (its distribution, version and entry
+    point); absent for a built-in, whose manifests stay as they were."""
+    manifest = {
         "manifest_version": MANIFEST_VERSION,
         "input": {"trace": Path(trace).name, "sha256": trace_sha256},
         "policy": policy,
@@ -70,3 +73,6 @@ def build_manifest(
         "versions": versions(),
         "outputs": dict(sorted(outputs.items())),
     }
+    if plugin is not None:
+        manifest["plugin"] = dict(sorted(plugin.items()))
+    return manifest

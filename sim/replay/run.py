@@ -22,7 +22,7 @@ from bursar.sim.replay.kernel import Schedule, replay
 from bursar.sim.replay.manifest import build_manifest, canonical, file_sha256, sha256
 from bursar.sim.replay.mapping import ReplayConfig, Workload, to_workload
 from bursar.sim.replay.metrics import DEFAULT_TAU_S, compute_metrics
-from bursar.sim.replay.policies import POLICIES, make_policy
+from bursar.sim.replay.policies import check_policy, make_policy, plugin
 from bursar.sim.replay.table import Trace, TraceError
 
 SEED = 0
@@ -74,8 +74,14 @@ def replay_trace(
     """Replay ``trace_path`` under ``policy``. ``limit`` keeps only the first jobs (by
     submit time), for quick looks and for the broker policy on the largest traces.
     ``fmt`` is the trace format (``ingest.FORMATS``) when the name does not tell it."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
+    check_policy(policy)
+    plug = plugin(policy)
+    if plug is not None and not strict:
+        # The referee's checks are what make a plug-in's metrics worth reading.
+        raise ValueError(
+            f"{policy!r} is a plug-in (from {plug.distribution}): a plug-in always replays "
+            "strict, with the invariants checked after every event; drop --no-strict"
+        )
     if tau_s <= 0 or not math.isfinite(tau_s):
         raise ValueError(f"--bsld-tau must be a finite number of seconds > 0 (got {tau_s})")
     config = config or ReplayConfig()
@@ -112,6 +118,7 @@ def replay_trace(
         trace=trace_path,
         trace_sha256=file_sha256(trace_path),
         policy=policy,
+        plugin=None if plug is None else plug.provenance(),
         config=run_config,
         seed=SEED,
         outputs={

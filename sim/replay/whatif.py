@@ -37,7 +37,7 @@ from bursar.broker.errors import require
 from bursar.sim.replay.fidelity import fidelity
 from bursar.sim.replay.mapping import ReplayConfig, Workload, load_replay_config
 from bursar.sim.replay.metrics import DEFAULT_TAU_S, percentile
-from bursar.sim.replay.policies import POLICIES
+from bursar.sim.replay.policies import check_policy
 from bursar.sim.replay.run import RunResult, replay_trace
 from bursar.sim.replay.table import TraceError
 
@@ -89,10 +89,10 @@ def parse_candidate(spec: str) -> Candidate:
             if capacity <= 0:
                 raise ValueError(f"candidate {spec!r}: capacity must be > 0")
         elif sep and key == "policy":
-            if value not in POLICIES:
-                raise ValueError(
-                    f"candidate {spec!r}: unknown policy {value!r}; allowed: {', '.join(POLICIES)}"
-                )
+            try:
+                check_policy(value)
+            except ValueError as e:
+                raise ValueError(f"candidate {spec!r}: {e}") from None
             policy = value
         elif sep and key == "config":
             config_path = Path(value)

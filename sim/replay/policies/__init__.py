@@ -1,4 +1,5 @@
-"""Replay policies, one small module each, all behind ``base.Policy``."""
+"""Replay policies, one small module each, all behind ``base.Policy``: the built-ins
+(``POLICIES``) and the plug-ins other distributions register (``plugins``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,21 @@ from bursar.sim.replay.policies.easy import Easy
 from bursar.sim.replay.policies.fairshare import FairShare
 from bursar.sim.replay.policies.fifo import Fifo
 from bursar.sim.replay.policies.ljf import Ljf
+from bursar.sim.replay.policies.plugins import GROUP, Plugin, PluginError, installed, load
 from bursar.sim.replay.policies.sjf import Sjf
 
-__all__ = ["POLICIES", "Policy", "PolicyFactory", "make_policy"]
+__all__ = [
+    "GROUP",
+    "POLICIES",
+    "PluginError",
+    "Policy",
+    "PolicyFactory",
+    "check_policy",
+    "make_policy",
+    "plugin",
+    "plugin_problems",
+    "policy_names",
+]
 
 
 def _bursar(w, config):  # type: ignore[no-untyped-def]
@@ -40,9 +53,38 @@ POLICIES: dict[str, PolicyFactory] = {
 }
 
 
+def policy_names() -> list[str]:
+    """Every policy a replay accepts: the built-ins, then the installed plug-ins."""
+    return [*POLICIES, *installed(POLICIES).plugins]
+
+
+def plugin(name: str) -> Plugin | None:
+    """The installed plug-in called ``name``; None for a built-in or an unknown name."""
+    return None if name in POLICIES else installed(POLICIES).plugins.get(name)
+
+
+def plugin_problems() -> list[str]:
+    """One line per plug-in entry point refused at discovery (see ``plugins``)."""
+    return list(installed(POLICIES).problems)
+
+
+def check_policy(name: str) -> None:
+    """ValueError naming the allowed policies (and why a refused plug-in is not one)."""
+    if name in POLICIES or plugin(name) is not None:
+        return
+    refused = [p for p in plugin_problems() if p.startswith(f"replay policy plug-in {name!r}")]
+    why = f" ({refused[0]})" if refused else ""
+    raise ValueError(f"unknown policy {name!r}{why}; allowed: {', '.join(policy_names())}")
+
+
 def make_policy(name: str, w, config) -> Policy:  # type: ignore[no-untyped-def]
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(POLICIES)}") from None
-    return factory(w, config)
+    """The policy ``name`` over workload ``w``; a plug-in's behind its referee
+    (``plugins.Refereed``), built over a read-only view of ``w`` and a copy of ``config``.
+    ``PluginError`` (a ValueError) for a plug-in that cannot run."""
+    factory = POLICIES.get(name)
+    if factory is not None:
+        return factory(w, config)
+    check_policy(name)
+    p = plugin(name)
+    assert p is not None  # check_policy passed
+    return load(p, w, config)

@@ -14,6 +14,9 @@ refuses a renewal) sets ``kills``: after each ``schedule`` the kernel reads ``ki
 the jobs to end early with the instant each ends (not before now). A policy that can
 never run a job (the broker, for one larger than the pool can ever give its campaign)
 refuses it by returning False from ``submit``.
+
+A policy from another distribution (a plug-in, see ``plugins``) implements the same
+interface, over a read-only copy of the workload, behind a referee that checks its answers.
 """
 
 from __future__ import annotations
