@@ -343,14 +343,27 @@ class Profile:
             seg.append(most)
         if not lo:
             seg.insert(0, -inf)
-        if most == old_last:
-            # The runs after the new ones see the same maximum as before: only the
-            # new runs' entries change.
-            longest[lo:hi] = seg
-        elif lo:
-            longest[lo - 1 :] = accumulate(map(sub, ends[lo:], starts[lo:]), max, initial=base)
-        else:
+        if not lo and most != old_last:
             t.longest = _longest(starts, ends)
+        else:
+            longest[lo:hi] = seg
+            if most != old_last:
+                # The runs after the new ones: the old entry there is the maximum of
+                # old_last and their own lengths D, the new one of most and D. Both are
+                # the same from the first run whose D passes both; only the stretch
+                # before it is redone, the rest of the table is left as it is.
+                b = lo + m
+                if most > old_last:
+                    # Up to the first old entry of at least ``most``, the new one is most.
+                    e = bisect.bisect_left(longest, most, b)
+                    longest[b:e] = [most] * (e - b)
+                else:
+                    # Where the old entry is old_last, D is at most old_last, and the new
+                    # entry is max(most, D); past there the old entry is D already.
+                    e = bisect.bisect_right(longest, old_last, b)
+                    seg = list(accumulate(map(sub, ends[b:e], starts[b:e]), max, initial=most))
+                    del seg[0]
+                    longest[b:e] = seg
         k = bisect.bisect_right(ends, times[0])
         if 2 * k > len(ends):
             # Runs whose steps drop_before forgot: dropped once they are half the table.
