@@ -24,11 +24,9 @@ from bursar.broker.events import ApplyPolicy
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.policy import PolicySpec
 from bursar.broker.specs import spec_from_dict, spec_to_dict
+from bursar.broker.state_lock import LOCK_FILE, try_lock
 
 __all__ = ["Applied", "apply_offline", "check", "from_json", "from_toml", "normalized"]
-
-LOCK_FILE = "serve.lock"
-"""The lock a serving broker holds on its state directory (``broker/service/core.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +114,11 @@ def apply_offline(state_dir: Path, policy: PolicySpec, *, dry_run: bool = False)
 
 
 def _lock(state_dir: Path) -> int:
-    import fcntl
-
-    fd = os.open(state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    fd = try_lock(state_dir)
+    if fd is None:
         raise JournalError(
             f"a broker is serving {state_dir} (it holds {state_dir / LOCK_FILE}): apply the "
             "policy to it while it runs (bursar policy apply --config FILE, with "
             "--admin-token-file and --target), or stop it first"
-        ) from None
+        )
     return fd

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fcntl
 import logging
 import math
 import os
@@ -95,6 +94,7 @@ from bursar.broker.service.errors import (
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
 from bursar.broker.snapshot import EVERY
+from bursar.broker.state_lock import LOCK_FILE, try_lock
 from bursar.broker.supply import supply
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
@@ -1304,21 +1304,15 @@ def _rotated(campaign: str) -> Unauthenticated:
     )
 
 
-LOCK_FILE = "serve.lock"
-
-
 def _lock_state_dir(state: Path) -> int:
-    """Hold an exclusive lock on ``STATE/serve.lock`` while serving: one server per state
-    directory. The kernel drops it when the process dies, even on SIGKILL."""
-    fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+    """Hold the state directory's lock while serving (``broker/state_lock.py``): one server
+    per state directory."""
+    fd = try_lock(state)
+    if fd is None:
         raise ValueError(
             f"another bursar serve is using {state} (it holds {state / LOCK_FILE}); stop it "
             "or choose another --state-dir"
-        ) from None
+        )
     return fd
 
 
