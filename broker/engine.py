@@ -1312,6 +1312,7 @@ class Engine(ElasticFold):
                 self._profile_fresh = False
         # Heads that became heads during this pass were pushed and looked at already.
         queue.dirty.clear()
+        queue.touched.clear()
         self._memo = None
 
     def _emit(self, d: D) -> D:

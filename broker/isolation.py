@@ -55,17 +55,28 @@ def within_own_guarantee(size: dims.Vec, own_unmet: dims.Vec) -> bool:
     return dims.fits(size, own_unmet)
 
 
-def ceiling(
-    name: str, preemptible: bool, specs: Iterable[CampaignSpec], capacity: dims.Vec
-) -> dims.Vec:
-    """The most of the pool one request of campaign ``name`` can ever be granted beside the
+def kept(specs: Iterable[CampaignSpec]) -> tuple[dims.Vec, dims.Vec]:
+    """The guarantees summed: every campaign's, and the interactive campaigns' alone (what
+    ``ceiling`` keeps a request off, before taking its own campaign's out)."""
+    every = interactive = dims.ZERO
+    for s in specs:
+        g = s.placed("guarantee")
+        every = dims.add(every, g)
+        if s.lease_class is LeaseClass.INTERACTIVE:
+            interactive = dims.add(interactive, g)
+    return every, interactive
+
+
+def ceiling(own: CampaignSpec, totals: tuple[dims.Vec, dims.Vec], capacity: dims.Vec) -> dims.Vec:
+    """The most of the pool one request of campaign ``own`` can ever be granted beside the
     other campaigns' guarantees, whatever they hold: their reserve plus their holdings never
     drop below their guarantees. A firm request keeps off every other guarantee; a
-    preemptible one only off the interactive campaigns' (it may fill batch reserves). A
+    preemptible one only off the interactive campaigns' (it may fill batch reserves; it has
+    no guarantee of its own). ``totals``: ``kept`` over every campaign, ``own`` included. A
     request above it would wait for good, so it is refused at once."""
-    kept = dims.ZERO
-    for s in specs:
-        if s.name == name or (preemptible and s.lease_class is not LeaseClass.INTERACTIVE):
-            continue
-        kept = dims.add(kept, s.placed("guarantee"))
-    return dims.vmax0(dims.sub(capacity, kept))
+    every, interactive = totals
+    if own.preemptible:
+        others = interactive
+    else:
+        others = dims.vmax0(dims.sub(every, own.placed("guarantee")))
+    return dims.vmax0(dims.sub(capacity, others))

@@ -105,6 +105,7 @@ class Ledger:
 
     __slots__ = (
         "_draining_of",
+        "_kept",
         "_leases",
         "_lent",
         "_policy",
@@ -162,6 +163,8 @@ class Ledger:
         change replaces a vector)."""
         self.guaranteed: dict[str, CampaignState] = {}
         """The firm campaigns with a guarantee (their unmet part returns to their reserve)."""
+        self._kept: tuple[dims.Vec, dims.Vec] | None = None
+        """``isolation.kept`` over ``guaranteed`` (None: to be summed again)."""
         self.usage_ref: float | None = None
         """The reference time of the campaigns' scaled usage (set at the first charge): a
         usage is stored multiplied by ``2^((now - usage_ref)/h)``, so that it need not be
@@ -172,9 +175,11 @@ class Ledger:
         # A snapshot leaves the cache out: whether it is filled depends on who read it.
         state = {k: getattr(self, k) for k in self.__slots__}
         state["_lent"] = ()
+        state["_kept"] = None
         return None, state
 
     def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
+        self._kept = None
         for k, v in state[1].items():
             setattr(self, k, v)
 
@@ -287,7 +292,18 @@ class Ledger:
             lent = dims.vmax0(dims.sub(lent, c.unmet))
         return dims.vmax0(dims.sub(self.reclaimable, lent))
 
+    def ceiling(self, spec: CampaignSpec, capacity: dims.Vec) -> dims.Vec:
+        """``isolation.ceiling`` for a request of the campaign of ``spec``. Validation asks
+        it for every request; the guarantees' sums change only with a guarantee, so they
+        are kept until then instead of summed over every guaranteed campaign (a replay has
+        one per user) per request."""
+        if self._kept is None:
+            self._kept = isolation.kept(x.spec for x in self.guaranteed.values())
+        return isolation.ceiling(spec, self._kept, capacity)
+
     def _classify(self, c: CampaignState) -> None:
+        # Called whenever a campaign opens or takes a new spec: a guarantee may have moved.
+        self._kept = None
         if not c.spec.preemptible and not dims.is_zero(c.guarantee):
             self.guaranteed[c.spec.name] = c
         else:

@@ -21,6 +21,7 @@ across campaigns; the reservations keep that from starving it). Beside the queue
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -89,6 +90,7 @@ class Queues:
         "_campaigns",
         "_durations",
         "_indexed",
+        "_keys",
         "_limited",
         "_patience_s",
         "_primary",
@@ -100,6 +102,7 @@ class Queues:
         "guarantee_heads",
         "pending",
         "pool_dirty",
+        "touched",
         "wake_at",
     )
 
@@ -127,6 +130,10 @@ class Queues:
         """The pool-blocked requests by bucket, each in admission order."""
         self._sizes: dict[Bucket, float] = {}
         """Each bucket's size in the primary dimension (its demand's)."""
+        self._keys: dict[Bucket, Bucket] = {}
+        """Each bucket's key, the one object every request of the bucket holds: a bucket
+        is looked up many times per pass, and an identical key spares comparing its
+        demands."""
         self._durations: dict[Bucket, SortedList] = {}
         """Each bucket's requests by duration: (duration, arrival, id)."""
         """The durations of each bucket's requests."""
@@ -142,6 +149,21 @@ class Queues:
         """Campaigns whose queue heads the next admission pass must try."""
         self.pool_dirty = False
         """Capacity was freed: the next pass scans the pool-blocked heads."""
+        self.touched: set[Bucket] = set()
+        """The buckets whose requests changed (added, removed, moved) since the pass's
+        scan last looked at every bucket (``PoolScan.restart`` looks at these only)."""
+
+    def __getstate__(self) -> tuple[None, dict[str, object]]:
+        # ``touched`` is the current pass's scratch (empty between events): not state.
+        skip = ("touched", "_keys")
+        return None, {k: getattr(self, k) for k in self.__slots__ if k not in skip}
+
+    def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
+        self.touched = set()
+        for k, v in state[1].items():
+            setattr(self, k, v)
+        # The requests' keys are the buckets' own objects still (one pickle keeps them so).
+        self._keys = {k: k for k in self._buckets}
 
     def retune(self, policy: PolicySpec) -> None:
         """A new policy is in force: requests that start waiting on the pool from now on
@@ -257,6 +279,7 @@ class Queues:
                 old = p.head_entry
                 assert old is not None and p.bucket is not None
                 new = (old[0], fair, old[2], old[3])
+                self.touched.add(p.bucket)
                 entries = buckets[p.bucket]
                 entries.remove(old)
                 entries.add(new)
@@ -289,6 +312,7 @@ class Queues:
     def _index_head(self, p: Pending, on: bool) -> None:
         if p.head_entry is not None:
             assert p.bucket is not None
+            self.touched.add(p.bucket)
             bucket = self._buckets[p.bucket]
             bucket.remove(p.head_entry)
             self._durations[p.bucket].remove((p.duration_s, p.seq, p.id))
@@ -296,6 +320,7 @@ class Queues:
                 del self._buckets[p.bucket]
                 del self._durations[p.bucket]
                 del self._sizes[p.bucket]
+                del self._keys[p.bucket]
             p.head_entry = None
             p.bucket = None
             ids = self._indexed[p.campaign]
@@ -306,7 +331,7 @@ class Queues:
         if on:
             c = self._campaigns[p.campaign]
             p.head_entry = (*self.key(p), p.id)
-            p.bucket = (
+            key = (
                 c.spec.preemptible,
                 c.spec.lease_class,
                 c.unmet,
@@ -314,6 +339,8 @@ class Queues:
                 p.lease_class,
                 _band(p.duration_s),
             )
+            p.bucket = self._keys.setdefault(key, key)
+            self.touched.add(p.bucket)
             bucket = self._buckets.get(p.bucket)
             if bucket is None:
                 bucket = self._buckets[p.bucket] = SortedList()
@@ -400,7 +427,10 @@ class Queues:
     def pool_scan(self, bound: float) -> PoolScan:
         """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
         admission order, bucket by bucket (see ``PoolScan``)."""
-        return PoolScan(self._buckets, self._durations, self._sizes, self.pending, bound)
+        self.touched.clear()
+        return PoolScan(
+            self._buckets, self._durations, self._sizes, self.pending, bound, self.touched
+        )
 
 
 def _band(duration: float) -> int:
@@ -423,22 +453,30 @@ class PoolScan:
     request straight to its next one that is shorter than that (by the bucket's duration
     index), and leaves out a bucket none of whose requests is; all of it comes back when
     the reservations change. ``restart`` (after a grant) brings every bucket back from a
-    cursor on. O(B log B) per restart for B buckets, O(log n) per request looked at, and a
-    pass over a bucket's shorter requests per jump.
+    cursor on: it walks as a fresh scan from the cursor would, but re-reads only the
+    buckets that left the walk or were moved past since, and those whose requests changed
+    (``Queues.touched``); the others' places are still right. O(B log B) for the first
+    fill over B buckets, O(k log B) per restart for k such buckets, O(log n) per request
+    looked at, and a pass over a bucket's shorter requests per jump.
     """
 
     __slots__ = (
+        "_above",
+        "_at",
         "_bound",
         "_buckets",
         "_cursor",
         "_dropped",
         "_durations",
         "_heap",
+        "_moved",
+        "_n",
         "_pending",
         "_refused",
         "_refused_by",
         "_sizes",
         "_skipped",
+        "_touched",
     )
 
     def __init__(
@@ -448,13 +486,25 @@ class PoolScan:
         sizes: Mapping[Bucket, float],
         pending: Mapping[str, Pending],
         bound: float,
+        touched: set[Bucket] | None = None,
     ) -> None:
         self._buckets = buckets
         self._durations = durations
         self._sizes = sizes
         self._pending = pending
         self._bound = bound
+        self._touched: set[Bucket] = set() if touched is None else touched
         self._heap: list[tuple[HeadEntry, Bucket]] = []
+        """(entry, bucket) for the buckets in the walk, with stale pairs (whose bucket has
+        another place in ``_at`` now, or none) dropped when met."""
+        self._at: dict[Bucket, HeadEntry] = {}
+        """Each bucket in the walk: its place (the entry the heap holds for it)."""
+        self._moved: set[Bucket] = set()
+        """Buckets that left the walk or jumped ahead since the last fill or restart."""
+        self._above: list[tuple[float, int, Bucket]] = []
+        """A heap of the buckets left out for being larger than the bound, by size (then a
+        number, so that buckets are never compared)."""
+        self._n = itertools.count()
         self._cursor: HeadEntry | None = None
         self._dropped: set[tuple[Any, ...]] = set()
         self._refused: dict[tuple[Any, ...], tuple[float, set[Bucket]]] = {}
@@ -463,36 +513,86 @@ class PoolScan:
         self._skipped = False
         """Some request was passed over for a refusal (it comes back with the next
         reservations)."""
-        self.restart(None, bound)
+        self._fill()
 
     def restart(self, cursor: HeadEntry | None, bound: float) -> None:
-        """Every bucket again (those small enough for ``bound``), from after ``cursor``."""
+        """Every bucket again (those small enough for ``bound``), from after ``cursor``:
+        the walk a fresh fill from ``cursor`` would make. A bucket still in the walk and
+        unchanged is at its first request after ``cursor`` already, but for requests the
+        walk skipped as seen (which it skips again); every other bucket is placed afresh."""
+        old = self._bound
         self._bound = bound
         self._cursor = cursor
         self._dropped = set()
         self._refused = {}
         self._refused_by = None
         self._skipped = False
-        self._fill()
+        again = self._moved
+        again |= self._touched
+        self._touched.clear()
+        above = self._above
+        if bound > old:
+            sizes = self._sizes
+            while above and above[0][0] <= bound:
+                key = heapq.heappop(above)[2]
+                if sizes.get(key) is not None:
+                    again.add(key)
+        self._moved = set()
+        for key in again:
+            self._place(key)
+
+    def _place(self, key: Bucket) -> None:
+        """Put bucket ``key`` back in the walk at its first request after the cursor (or
+        out of it: empty from there, or too large for the bound)."""
+        at = self._at
+        size = self._sizes.get(key)
+        entries = self._buckets.get(key)
+        if size is None or not entries:
+            at.pop(key, None)
+            return
+        if size > self._bound:
+            at.pop(key, None)
+            heapq.heappush(self._above, (size, next(self._n), key))
+            return
+        cursor = self._cursor
+        k = 0 if cursor is None else entries.bisect_right(cursor)
+        if k >= len(entries):
+            at.pop(key, None)
+            return
+        entry = entries[k]
+        if at.get(key) != entry:
+            at[key] = entry
+            heapq.heappush(self._heap, (entry, key))
 
     def _fill(self) -> None:
         heap = []
-        bound, cursor, dropped = self._bound, self._cursor, self._dropped
+        above = []
+        at: dict[Bucket, HeadEntry] = {}
+        bound, cursor = self._bound, self._cursor
         sizes = self._sizes
-        # The one pass over every bucket a restart makes: kept to a look-up or two each.
-        if cursor is None:
-            for key, entries in self._buckets.items():
-                if sizes[key] <= bound and (not dropped or key[:5] not in dropped):
-                    heap.append((entries[0], key))
-        else:
-            for key, entries in self._buckets.items():
-                if sizes[key] > bound or (dropped and key[:5] in dropped):
-                    continue
+        # Every bucket once, kept to a look-up or two each (``restart`` re-reads only
+        # what moved; a refusal's revival comes here).
+        for key, entries in self._buckets.items():
+            size = sizes[key]
+            if size > bound:
+                above.append((size, next(self._n), key))
+                continue
+            if cursor is None:
+                entry = entries[0]
+            else:
                 k = entries.bisect_right(cursor)
-                if k < len(entries):
-                    heap.append((entries[k], key))
+                if k >= len(entries):
+                    continue
+                entry = entries[k]
+            heap.append((entry, key))
+            at[key] = entry
         heapq.heapify(heap)
+        heapq.heapify(above)
         self._heap = heap
+        self._above = above
+        self._at = at
+        self._moved = set()
+        self._touched.clear()
 
     def drop(self, key: Bucket | None) -> None:
         """The pool refused a request of bucket ``key``: leave out the rest of it and of
@@ -539,12 +639,25 @@ class PoolScan:
         if self._refused_by is not None and profile is not self._refused_by:
             self._revive()
         heap = self._heap
+        at, sizes, bound = self._at, self._sizes, self._bound
         dropped, refusals = self._dropped, self._refused
         while heap:
             entry, key = heap[0]
+            if at.get(key) != entry:
+                heapq.heappop(heap)  # stale: its bucket has another place, or left
+                continue
+            size = sizes.get(key)
+            if size is not None and size > bound:
+                # Too large since a restart lowered the bound: back when it rises again.
+                heapq.heappop(heap)
+                del at[key]
+                heapq.heappush(self._above, (size, next(self._n), key))
+                continue
             group = key[:5]
             if group in dropped:
                 heapq.heappop(heap)
+                del at[key]
+                self._moved.add(key)
                 continue
             refused = refusals.get(group) if refusals else None
             if (
@@ -555,11 +668,14 @@ class PoolScan:
                 # Refused like every request of its group this long: on to the next
                 # shorter one of its bucket.
                 self._skipped = True
+                self._moved.add(key)
                 nxt = self._shorter(key, entry, refused[0])
                 if nxt is None:
                     heapq.heappop(heap)
+                    del at[key]
                 else:
                     heapq.heapreplace(heap, (nxt, key))
+                    at[key] = nxt
                 continue
             if entry[3] in seen:
                 self.advance()
@@ -575,6 +691,9 @@ class PoolScan:
         entries = self._buckets.get(key)
         k = entries.bisect_right(entry) if entries is not None else 0
         if entries is not None and k < len(entries):
-            heapq.heapreplace(heap, (entries[k], key))
+            nxt = entries[k]
+            heapq.heapreplace(heap, (nxt, key))
+            self._at[key] = nxt
         else:
             heapq.heappop(heap)
+            del self._at[key]

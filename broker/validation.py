@@ -129,12 +129,13 @@ def _strands(eng: Engine, spec: CampaignSpec) -> None:
     specs[spec.name] = spec
     burst = spec.placed("burst")
     rooms: dict[str, dims.Vec] = {}
+    totals = isolation.kept(specs.values())
     stranded: list[str] = []
     for p in eng.pending.values():
         room = rooms.get(p.campaign)
         if room is None:
             s = specs[p.campaign]
-            room = isolation.ceiling(s.name, s.preemptible, specs.values(), eng.pool.capacity)
+            room = isolation.ceiling(s, totals, eng.pool.capacity)
             if s.name == spec.name:
                 room = dims.vmin(room, burst)
             rooms[p.campaign] = room
@@ -226,14 +227,9 @@ def _request(eng: Engine, e: RequestLease) -> None:
                 "and can never be granted",
                 ErrorCode.OUT_OF_RANGE,
             )
-    # Only campaigns holding a guarantee count: the ledger keeps them apart, so a request
-    # costs their number, not the number of campaigns (a replay has one per user).
-    room = isolation.ceiling(
-        c.spec.name,
-        c.spec.preemptible,
-        (x.spec for x in eng.ledger.guaranteed.values()),
-        eng.pool.capacity,
-    )
+    # Only campaigns holding a guarantee count; the ledger keeps the answer until a
+    # guarantee changes, so a request costs a look-up, not a sum over every campaign.
+    room = eng.ledger.ceiling(c.spec, eng.pool.capacity)
     for i, dim in enumerate(dims.PLACED):
         if size[i] > room[i] + EPS:
             raise bad(
