@@ -11,6 +11,9 @@
 #                   docs/replay-matrix.{md,html,json,png} (TRACES=dir overrides the traces)
 #   make whatif     replay CTC-SP2 under docs/whatif/baseline.toml and the candidates there
 #                   into docs/whatif/whatif.{md,html,json,png} (TRACES=dir overrides the traces)
+#   make accel      build the optional mypyc-compiled replay modules (sim/accel.py; needs a C
+#                   compiler and Python headers; without them everything runs as pure Python)
+#   make accel-clean  remove that build
 #   make format     apply ruff's fixes and formatting
 #   make clean      remove generated output and caches (keeps .venv)
 #   make distclean  clean, and remove .venv too
@@ -28,7 +31,7 @@ TEST_STAMP := $(VENV)/.installed-test
 TEST_EXTRAS := dev,plots
 
 .DEFAULT_GOAL := test
-.PHONY: demo test lint format clean distclean system-deps matrix whatif
+.PHONY: demo test lint format clean distclean system-deps matrix whatif accel accel-clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +55,18 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 demo: $(DEMO_STAMP)
 	$(BIN)/bursar demo --out out/demo
 	$(BIN)/bursar sim run --out out/sim
+
+ACCEL_STAMP := $(VENV)/.installed-accel
+$(ACCEL_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[accel]'
+	touch $@
+
+accel: $(ACCEL_STAMP)
+	$(BIN)/python -m bursar.sim.accel build
+	$(BIN)/python -m bursar.sim.accel status
+
+accel-clean: | $(BIN)/python
+	$(BIN)/python -m bursar.sim.accel clean
 
 # Debian packages some tests need (Chromium, Slurm, munge); see scripts/system-deps.sh.
 system-deps:

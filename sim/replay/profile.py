@@ -37,6 +37,8 @@ from itertools import accumulate
 from math import inf
 from operator import sub
 
+from mypy_extensions import mypyc_attr
+
 
 class _Runs:
     """The runs of steps with at least ``units`` free, for one size.
@@ -66,6 +68,9 @@ def _longest(starts: list[float], ends: list[float]) -> list[float]:
     return list(accumulate(map(sub, ends[1:], starts[1:]), max, initial=-inf))
 
 
+# Compiled by the optional accelerated build (bursar.sim.accel), it stays a class that
+# plug-ins and tests may subclass.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Profile:
     def __init__(self, capacity: int, origin: float = 0.0) -> None:
         self.capacity = capacity

@@ -3,6 +3,13 @@
 
 from __future__ import annotations
 
+from bursar.sim import accel
+
+# The compiled conservative backfill (``make accel``), when it is built from this source:
+# before the policies are imported (hence the imports below it).
+accel.use(__name__, __path__)
+# ruff: noqa: E402
+
 from bursar.sim.replay.policies.base import Policy, PolicyFactory
 from bursar.sim.replay.policies.conservative import Conservative
 from bursar.sim.replay.policies.easy import Easy

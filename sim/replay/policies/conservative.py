@@ -32,6 +32,8 @@ from itertools import accumulate
 from math import inf
 from typing import ClassVar
 
+from mypy_extensions import mypyc_attr
+
 from bursar.sim.replay.mapping import ReplayConfig, Workload
 from bursar.sim.replay.profile import Profile
 
@@ -40,6 +42,9 @@ REBUILD = 4
 wake-up heap from them instead of pushing each move."""
 
 
+# Compiled by the optional accelerated build (bursar.sim.accel), it stays a class that
+# plug-ins and tests may subclass.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Conservative:
     name: ClassVar[str] = "conservative"
     timed: ClassVar[bool] = True
