@@ -90,7 +90,6 @@ class Queues:
         "_campaigns",
         "_durations",
         "_indexed",
-        "_keys",
         "_limited",
         "_patience_s",
         "_primary",
@@ -130,10 +129,6 @@ class Queues:
         """The pool-blocked requests by bucket, each in admission order."""
         self._sizes: dict[Bucket, float] = {}
         """Each bucket's size in the primary dimension (its demand's)."""
-        self._keys: dict[Bucket, Bucket] = {}
-        """Each bucket's key, the one object every request of the bucket holds: a bucket
-        is looked up many times per pass, and an identical key spares comparing its
-        demands."""
         self._durations: dict[Bucket, SortedList] = {}
         """Each bucket's requests by duration: (duration, arrival, id)."""
         """The durations of each bucket's requests."""
@@ -155,15 +150,12 @@ class Queues:
 
     def __getstate__(self) -> tuple[None, dict[str, object]]:
         # ``touched`` is the current pass's scratch (empty between events): not state.
-        skip = ("touched", "_keys")
-        return None, {k: getattr(self, k) for k in self.__slots__ if k not in skip}
+        return None, {k: getattr(self, k) for k in self.__slots__ if k != "touched"}
 
     def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
         self.touched = set()
         for k, v in state[1].items():
             setattr(self, k, v)
-        # The requests' keys are the buckets' own objects still (one pickle keeps them so).
-        self._keys = {k: k for k in self._buckets}
 
     def retune(self, policy: PolicySpec) -> None:
         """A new policy is in force: requests that start waiting on the pool from now on
@@ -320,7 +312,6 @@ class Queues:
                 del self._buckets[p.bucket]
                 del self._durations[p.bucket]
                 del self._sizes[p.bucket]
-                del self._keys[p.bucket]
             p.head_entry = None
             p.bucket = None
             ids = self._indexed[p.campaign]
@@ -331,7 +322,7 @@ class Queues:
         if on:
             c = self._campaigns[p.campaign]
             p.head_entry = (*self.key(p), p.id)
-            key = (
+            p.bucket = (
                 c.spec.preemptible,
                 c.spec.lease_class,
                 c.unmet,
@@ -339,7 +330,6 @@ class Queues:
                 p.lease_class,
                 _band(p.duration_s),
             )
-            p.bucket = self._keys.setdefault(key, key)
             self.touched.add(p.bucket)
             bucket = self._buckets.get(p.bucket)
             if bucket is None:
@@ -427,7 +417,6 @@ class Queues:
     def pool_scan(self, bound: float) -> PoolScan:
         """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
         admission order, bucket by bucket (see ``PoolScan``)."""
-        self.touched.clear()
         return PoolScan(
             self._buckets, self._durations, self._sizes, self.pending, bound, self.touched
         )
@@ -486,14 +475,16 @@ class PoolScan:
         sizes: Mapping[Bucket, float],
         pending: Mapping[str, Pending],
         bound: float,
-        touched: set[Bucket] | None = None,
+        touched: set[Bucket],
     ) -> None:
         self._buckets = buckets
         self._durations = durations
         self._sizes = sizes
         self._pending = pending
         self._bound = bound
-        self._touched: set[Bucket] = set() if touched is None else touched
+        self._touched = touched
+        """The queue's record of changed buckets (``Queues.touched``), emptied at each fill
+        and restart."""
         self._heap: list[tuple[HeadEntry, Bucket]] = []
         """(entry, bucket) for the buckets in the walk, with stale pairs (whose bucket has
         another place in ``_at`` now, or none) dropped when met."""
@@ -521,12 +512,7 @@ class PoolScan:
         unchanged is at its first request after ``cursor`` already, but for requests the
         walk skipped as seen (which it skips again); every other bucket is placed afresh."""
         old = self._bound
-        self._bound = bound
-        self._cursor = cursor
-        self._dropped = set()
-        self._refused = {}
-        self._refused_by = None
-        self._skipped = False
+        self._reset(cursor, bound)
         again = self._moved
         again |= self._touched
         self._touched.clear()
@@ -540,6 +526,15 @@ class PoolScan:
         self._moved = set()
         for key in again:
             self._place(key)
+
+    def _reset(self, cursor: HeadEntry | None, bound: float) -> None:
+        """A new walk from after ``cursor`` under ``bound``: nothing dropped or refused."""
+        self._bound = bound
+        self._cursor = cursor
+        self._dropped = set()
+        self._refused = {}
+        self._refused_by = None
+        self._skipped = False
 
     def _place(self, key: Bucket) -> None:
         """Put bucket ``key`` back in the walk at its first request after the cursor (or

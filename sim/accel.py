@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -92,8 +93,6 @@ def use(package: str, path: list[str]) -> bool:
 
 def active() -> dict[str, bool]:
     """Which of the compiled modules are loaded (imports them)."""
-    import importlib
-
     out = {}
     for package, modules in MODULES.items():
         for m in modules:
@@ -104,8 +103,6 @@ def active() -> dict[str, bool]:
 
 def _sources() -> dict[str, Path]:
     """Each package's source folder (an editable install or a wheel)."""
-    import importlib
-
     return {p: Path(importlib.import_module(p).__path__[-1]) for p in MODULES}
 
 
@@ -136,8 +133,6 @@ def build(out_root: Path | None = None) -> list[Path]:
         work = Path(tmp)
         # mypyc names a module by its path from the build root: lay the packages out as
         # bursar/... (the repository maps bursar.sim to sim/ and so on).
-        import importlib
-
         bursar = work / "bursar"
         bursar.mkdir()
         (bursar / "__init__.py").write_text("")

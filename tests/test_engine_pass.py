@@ -111,12 +111,7 @@ def test_long_queues_decide_as_the_exhaustive_pass(seed):
 
 def _full_restart(self, cursor, bound):
     """The reference restart: every bucket read afresh from the cursor."""
-    self._bound = bound
-    self._cursor = cursor
-    self._dropped = set()
-    self._refused = {}
-    self._refused_by = None
-    self._skipped = False
+    self._reset(cursor, bound)
     self._fill()
 
 
