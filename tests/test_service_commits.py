@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from service_support import POOL, START, config, run
+from service_support import POOL, START, config, run, until
 
 from bursar.broker import snapshot
 from bursar.broker.clock import ManualClock
@@ -140,6 +140,46 @@ def test_a_loop_that_never_runs_dry_commits_after_the_window_on_the_clock(
         assert seen == [True] and reader.entries() == before + 1
         stop.set()
         await spinner
+
+    try:
+        run(scenario())
+    finally:
+        reader.close()
+        core.close()
+
+
+def test_under_load_batches_gather_the_calls_the_last_one_held(tmp_path: Path) -> None:
+    """Calls that arrive apart, the loop idle in between, commit one by one while batches
+    do not gather; once a batch has held several calls, the next waits for as many, so
+    the same calls share one commit; a batch that gathers one call stops the gathering."""
+    core, reader, before, _ = _heard(tmp_path)
+    # Far longer than the gaps below, so that a slow machine cannot end a window early.
+    core.batch_window_s = 1.0
+
+    async def apart(n: int, seen: list[bool]) -> list[Granted]:
+        tasks = []
+        for _ in range(n):
+            tasks.append(asyncio.ensure_future(_acquire(core, reader, seen)))
+            await asyncio.sleep(0.01)  # a real wait: the loop runs dry in between
+        return list(await asyncio.gather(*tasks))
+
+    async def scenario() -> None:
+        seen: list[bool] = []
+        await apart(3, seen)
+        assert (core.commits, core.gathering) == (3, 0)  # a lone call each time
+        await asyncio.gather(*(_acquire(core, reader, seen) for _ in range(3)))
+        assert (core.commits, core.gathering) == (4, 3)  # together: one commit
+        calls = asyncio.ensure_future(apart(3, seen))
+        await until(lambda: core.runtime.uncommitted == 2)
+        assert reader.entries() == before + 6 and not calls.done()  # the batch waits
+        await calls
+        assert (core.commits, core.gathering) == (5, 3)  # apart, and still one commit
+        assert reader.entries() == before + 9 and seen == [True] * 9
+        # The load is gone: the lone call waits out the window, and gathering stops.
+        await _acquire(core, reader, seen)
+        assert (core.commits, core.gathering) == (6, 0)
+        await _acquire(core, reader, seen)
+        assert core.commits == 7 and core.runtime.uncommitted == 0 and all(seen)
 
     try:
         run(scenario())

@@ -118,9 +118,9 @@ CHECKPOINT_INTERVAL_S = 1.0
 """How often the journal's WAL is checkpointed, on a worker thread (see ``run_checkpoints``)."""
 
 MAX_BATCH_WAIT_S = 0.002
-"""Longest the first entry of a commit batch waits for the others, on the service's clock
-(see ``durable``): a batch gathers only while the event loop has other work ready, and a
-loop that never runs dry still commits this often."""
+"""Longest the first entry of a commit batch waits for the others (see ``durable``): a
+gathering batch commits at the latest this long after it opened, and a batch that is not
+gathering, on a loop that never runs dry, commits this often on the service's clock."""
 
 MAX_BATCH_ENTRIES = 512
 """Entries after which a commit batch commits whatever else is ready."""
@@ -286,6 +286,15 @@ class ServiceCore:
         self._batch: asyncio.Future[None] | None = None
         """Resolved once the journal entries left uncommitted so far are committed."""
         self._batch_opened = 0.0
+        self._joined = 0
+        """Calls waiting for the open batch to commit (counted in ``durable``)."""
+        self._expect = 0
+        """Calls the open batch gathers for: those the last batch held, if it held more than
+        one; 0 when batches do not gather (see ``durable``)."""
+        self._window: asyncio.TimerHandle | None = None
+        """Commits a gathering batch once ``batch_window_s`` has passed."""
+        self.batch_window_s = MAX_BATCH_WAIT_S
+        """Longest a gathering batch waits, in seconds of the event loop's clock."""
         self.commits = 0
         """Commit batches written while serving (with ``committed``: entries per commit)."""
         self.committed = 0
@@ -533,13 +542,25 @@ class ServiceCore:
     # An applied event's journal entry is inserted at once but committed later, together
     # with the entries of whatever other requests arrive meanwhile; nothing about an event
     # is answered, published or handed to the backend before its commit (the runtime holds
-    # the outcomes back until then). When is "later": as soon as the event loop has
-    # nothing else ready to run. A lone request finds the loop idle and commits at once;
-    # under load the loop has the next requests ready, they join the batch, and the batch
-    # commits when the loop runs dry, after MAX_BATCH_WAIT_S on the service's clock, or at
-    # MAX_BATCH_ENTRIES entries, whichever comes first. Requests that arrive faster than
-    # they are handled (and their commits written) are what make a batch grow; a fixed
-    # window instead would make a lone client wait for nothing.
+    # the outcomes back until then). How much later adapts to the load:
+    #
+    # * Not gathering (a lone client, light load): a batch commits as soon as the event loop
+    #   has nothing else ready to run, which for a lone request is at once. A loop that
+    #   never runs dry commits after MAX_BATCH_WAIT_S on the service's clock, or at
+    #   MAX_BATCH_ENTRIES entries.
+    # * Gathering: the last batch held more than one call, so requests are arriving faster
+    #   than a commit and its answers go out. A client waiting for its answer sends nothing
+    #   more, so committing on an idle loop answers each burst before the rest of the
+    #   clients' next requests have arrived. The batch instead waits for as many calls as
+    #   the last one held, then commits once the loop is idle, and commits anyway
+    #   ``batch_window_s`` (MAX_BATCH_WAIT_S) after it opened. A batch that ends up holding
+    #   one call (the load has gone) stops the gathering, so a lone client pays at most
+    #   one window, once.
+    #
+    # The window is timed on the event loop's clock, not the service's: it decides only
+    # when answers leave, never what is decided or journaled, and a test's manual clock
+    # must not hold a commit back. One commit for many answers saves the commit and, more,
+    # the event loop's and gRPC's wake-ups per answer (see benchmarks/bench_service.py).
 
     async def durable(self) -> None:
         """Return once every journal entry appended so far is committed (at once if all
@@ -547,9 +568,20 @@ class ServiceCore:
         if not self.runtime.uncommitted:
             return
         batch = self._batch
-        if batch is None or _loop_idle():
+        if batch is None:
             self._commit_batch()
             return
+        self._joined += 1
+        if not self._expect:
+            if _loop_idle():
+                self._commit_batch()
+                return
+        elif self.runtime.uncommitted >= MAX_BATCH_ENTRIES:
+            self._commit_batch()
+            return
+        elif self._joined == self._expect:
+            # Everyone the last batch held is here: commit once what is ready has joined.
+            asyncio.get_running_loop().call_soon(self._check_batch)
         await asyncio.shield(batch)
 
     async def settled(self) -> None:
@@ -558,6 +590,12 @@ class ServiceCore:
         in the same step, and must see committed state only (a Watch opening on it)."""
         while self.runtime.uncommitted:
             await self.durable()
+
+    @property
+    def gathering(self) -> int:
+        """Calls the next commit batch waits for before it commits (0: it commits as soon as
+        the event loop is idle)."""
+        return self._expect
 
     def _open_batch(self) -> None:
         """The runtime's hook: an entry is waiting for its commit and none was before."""
@@ -569,7 +607,11 @@ class ServiceCore:
             return
         self._batch = loop.create_future()
         self._batch_opened = self._clock.now()
-        loop.call_soon(self._check_batch)
+        self._joined = 0
+        if self._expect:
+            self._window = loop.call_later(self.batch_window_s, self._window_over)
+        else:
+            loop.call_soon(self._check_batch)
 
     def _check_batch(self) -> None:
         if self._batch is None:
@@ -585,6 +627,12 @@ class ServiceCore:
                 self._commit_batch()
         else:
             asyncio.get_running_loop().call_soon(self._check_batch)
+
+    def _window_over(self) -> None:
+        self._window = None
+        if self._batch is not None:
+            with contextlib.suppress(JournalError):
+                self._commit_batch()
 
     def _commit_batch(self) -> None:
         try:
@@ -605,16 +653,25 @@ class ServiceCore:
             self._after_commit()
         batch = self._batch
         if batch is not None and not self.runtime.uncommitted:
-            self._batch = None
+            self._close_batch()
             if not batch.done():
                 batch.set_result(None)
+
+    def _close_batch(self) -> None:
+        """The open batch is done with (committed or dropped): the next one gathers for as
+        many calls as this one held, if that was more than one."""
+        self._batch = None
+        self._expect = self._joined if self._joined > 1 else 0
+        if self._window is not None:
+            self._window.cancel()
+            self._window = None
 
     def _drop_batch(self, exc: BaseException) -> None:
         """An append failed: the runtime dropped the uncommitted entries with it, so the
         calls waiting for them fail as well."""
         batch = self._batch
         if batch is not None and not self.runtime.uncommitted:
-            self._batch = None
+            self._close_batch()
             if not batch.done():
                 batch.set_exception(exc)
                 batch.add_done_callback(_retrieve)
