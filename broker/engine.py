@@ -823,20 +823,23 @@ class Engine(ElasticFold):
         seen = memo.get("backfill")
         if seen is None or seen[0] is not profile:
             seen = memo["backfill"] = (profile, {})
-        bounds: dict[Any, tuple[float, float]] = seen[1]
-        group = bucket[:5]
-        longest, shortest = bounds.get(group, (-math.inf, math.inf))
-        if d <= longest:
+        ends: dict[Any, tuple[tuple[float, float], ...]] = seen[1]
+        group = bucket[:5]  # one size (the demand's) for the whole group
+        until = ends.get(group)
+        if until is None:
+            # For each possible start, the latest end the reservations admit: every
+            # request of the group is answered from it, exactly as ``admits`` would.
+            until = ends[group] = tuple((t, profile.admits_until(p.size, t)) for t in starts)
+        if any(t + d <= end for t, end in until):
             return True
-        if d >= shortest:
-            return False
-        ok = any(profile.admits(p.size, t, t + d, p.id) for t in starts)
-        bounds[group] = (d, shortest) if ok else (longest, d)
-        if not ok and scan is not None:
+        if scan is not None:
+            # Refused from every start: so is anything of its group at least as long, and
+            # anything past the cut (the shortest duration that ends too late from every
+            # start, rounded up so that it is refused too).
             pending = self.queue.pending
             holders = {pending[h].bucket for h in profile.reservations if h in pending}
-            scan.refuse_from(bucket, d, holders, profile)  # type: ignore[arg-type]
-        return ok
+            scan.refuse_from(bucket, min(d, _refused_from(until)), holders, profile)  # type: ignore[arg-type]
+        return False
 
     def _reach(self, p: Pending) -> dims.Vec:
         """What ``p``'s campaign could get now on any path, per dimension, in aggregate: the
@@ -1414,3 +1417,20 @@ __all__ = [
     "Pending",
     "request_fingerprint",
 ]
+
+
+def _refused_from(until: tuple[tuple[float, float], ...]) -> float:
+    """A duration from which on every span ends too late: ``t + d > end`` for each (start,
+    latest end) pair and each ``d`` at least this (float addition only grows with ``d``,
+    so one rounded-up cut per start, checked, is enough)."""
+    cut = -math.inf
+    for t, end in until:
+        if math.isinf(end):
+            return math.inf
+        d = end - t
+        bump = math.ulp(end) + math.ulp(t) + math.ulp(d)
+        while t + d <= end:
+            d += bump
+            bump *= 2
+        cut = max(cut, d)
+    return cut

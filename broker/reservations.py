@@ -213,6 +213,31 @@ class Profile:
                     return False
         return True
 
+    def admits_until(self, size: dims.Vec, start: float) -> float:
+        """The latest end up to which holding ``size`` from ``start`` leaves every
+        reservation whole, for a request that holds none: ``admits(size, start, end)`` is
+        true exactly when ``end <= admits_until(size, start)`` (+inf: whatever the end).
+
+        ``admits`` looks at more instants the later the span ends: a reservation's first
+        instant in the span once the span reaches into the reservation, and each window's
+        start inside it once the span passes that start. So the answer is the earliest
+        such threshold among the instants where ``size`` does not fit. One call answers a
+        candidate of any duration (a long queue asks the same size over and over)."""
+        upto = len(self.reservations)
+        windows = self._windows
+        until = math.inf
+        for w in windows:
+            if not w.reserved or w.rank >= upto or w.end <= start:
+                continue
+            lo = max(start, w.start)
+            # (instant, the end past which the span's check includes it)
+            checks = [(lo, w.start)]
+            checks.extend((x.start, x.start) for x in windows if lo < x.start < w.end)
+            for t, threshold in checks:
+                if threshold < until and not dims.fits(size, self.free_at(t, upto)):
+                    until = threshold
+        return until
+
     def _rank(self, request_id: str) -> int:
         return list(self.reservations).index(request_id)
 

@@ -141,3 +141,39 @@ def test_capacity_returning_to_a_campaigns_own_reserve_is_not_the_pools():
     ends = [(50.0, "g", (8.0, 0.0, 0.0)), (60.0, "x", (8.0, 0.0, 0.0))]
     out = list(firm_steps(ends, {"g": ((4.0, 0.0, 0.0), (8.0, 0.0, 0.0))}))
     assert out == [(50.0, (4.0, 0.0, 0.0)), (60.0, (8.0, 0.0, 0.0))]
+
+
+units = st.sampled_from([0.0, 1.0, 2.0, 3.0, 5.0, 8.0])
+instants = st.sampled_from([0.0, 10.0, 25.0, 50.0, 75.0, 100.0, 150.0, 200.0, 1e9])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=units,
+    steps=st.lists(st.tuples(instants, units), max_size=4),
+    reserve=st.lists(st.tuples(units, st.sampled_from([10.0, 50.0, 120.0]), instants), max_size=3),
+    take=st.lists(st.tuples(units, instants, instants), max_size=3),
+    size=units,
+    start=instants,
+    ends=st.lists(st.floats(-10.0, 2e9, allow_nan=False), min_size=1, max_size=8),
+)
+def test_admits_until_is_the_latest_end_admits_allows(
+    base, steps, reserve, take, size, start, ends
+):
+    """``admits_until`` answers ``admits`` for any end at once: the pass asks it once per
+    size and answers every duration from it."""
+
+    def v(x: float) -> dims.Vec:
+        return (x, 0.0, 0.0)
+
+    p = Profile(0.0, v(base), iter(sorted((t, v(g)) for t, g in steps)))
+    for k, (s, span, earliest) in enumerate(reserve):
+        p.reserve(f"L{k}", v(s), span, dims.ZERO, earliest)
+        for s2, a, b in take[:k]:
+            p.take(v(s2), min(a, b), max(a, b))
+    until = p.admits_until(v(size), start)
+    # The latest end itself and the floats around it, besides the drawn ends.
+    probes = [*ends, until, math.nextafter(until, math.inf), math.nextafter(until, -math.inf)]
+    for end in probes:
+        if math.isfinite(end):
+            assert p.admits(v(size), start, end) == (end <= until), (end, until)
