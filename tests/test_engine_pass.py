@@ -37,10 +37,12 @@ def test_the_bucketed_pass_decides_as_the_exhaustive_one(sc):
     assert lines == encoded(run)
 
 
-def _long_queue(seed: int, exhaustive: bool, n_events: int) -> list[str]:
+def _long_queue(seed: int, exhaustive: bool, n_events: int, spread: bool = False) -> list[str]:
     """A seeded long queue: 60 campaigns (some with guarantees, some preemptible, three
     classes) on 12 nodes, multi-dimensional and node-shaped requests, releases, renewals
-    and time passing, with reservations for the aged."""
+    and time passing, with reservations for the aged. ``spread``: every duration drawn
+    from a continuous range, so that a bucket's requests differ in duration and a
+    refusal cuts through a bucket (the walk then looks for its next shorter request)."""
     rng = random.Random(seed)
     pool = PoolSpec(
         groups=(NodeGroup(count=12, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=12),),
@@ -91,7 +93,9 @@ def _long_queue(seed: int, exhaustive: bool, n_events: int) -> list[str]:
                 t,
                 rng.choice(names),
                 size,
-                rng.choice((30.0, 120.0, 600.0, 900.0, 1800.0, rng.uniform(10, 3600))),
+                rng.uniform(60, 3600)
+                if spread
+                else rng.choice((30.0, 120.0, 600.0, 900.0, 1800.0, rng.uniform(10, 3600))),
                 blocking=rng.random() < 0.85,
                 shape=shape,
             )
@@ -107,6 +111,64 @@ def _long_queue(seed: int, exhaustive: bool, n_events: int) -> list[str]:
 @given(st.integers(0, 10_000))
 def test_long_queues_decide_as_the_exhaustive_pass(seed):
     assert _long_queue(seed, False, 1500) == _long_queue(seed, True, 1500)
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.integers(0, 10_000))
+def test_refusals_that_cut_through_a_bucket_decide_as_the_exhaustive_pass(seed):
+    assert _long_queue(seed, False, 1500, spread=True) == _long_queue(seed, True, 1500, spread=True)
+
+
+def _backlog(seed: int, exhaustive: bool) -> list[str]:
+    """A full pool with a backlog of 400 requests of many durations behind it, aged
+    within a minute (so reservations stand), then releases, requests and time passing:
+    the reservations cut through buckets, and the walk goes on from a refused request to
+    the next shorter one of its bucket."""
+    rng = random.Random(seed)
+    pool = PoolSpec(
+        groups=(NodeGroup(count=8, resources={"gpu": 8}, warm=8),),
+        boot_latency_s=60.0,
+    )
+    eng = Engine(pool, PolicySpec(grace_s=30.0, hol_patience_s=60.0))
+    eng.exhaustive = exhaustive
+    names = [f"c{i:02d}" for i in range(40)]
+    for name in names:
+        env = DimEnvelope(0.0, 8.0, 64.0, None)
+        eng.apply(ev.CreateCampaign(0.0, CampaignSpec(name, {"gpu": env}, LeaseClass.BATCH)))
+    out: list[str] = []
+    t = 1.0
+
+    def apply(e: ev.Event) -> None:
+        try:
+            decisions = eng.apply(e)
+        except RequestError:
+            return
+        out.append(codec.dumps([codec.to_dict(d) for d in decisions]))
+
+    for _ in range(440):
+        t += 0.01
+        size = {"gpu": rng.choice((1, 2, 4, 8))}
+        apply(ev.RequestLease(t, rng.choice(names), size, rng.uniform(300, 500)))
+    for _ in range(500):
+        r = rng.random()
+        live = sorted(eng.leases, key=lambda x: int(x[1:]))
+        if r < 0.45 and live:
+            t += rng.choice((0.5, 5.0, 30.0))
+            apply(ev.Release(t, rng.choice(live)))
+        elif r < 0.55:
+            t += rng.choice((10.0, 60.0))
+            apply(ev.Tick(t))
+        else:
+            t += 0.5
+            size = {"gpu": rng.choice((1, 2, 4, 8))}
+            apply(ev.RequestLease(t, rng.choice(names), size, rng.uniform(300, 500)))
+    return out
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(0, 10_000))
+def test_a_backlog_behind_reservations_decides_as_the_exhaustive_pass(seed):
+    assert _backlog(seed, False) == _backlog(seed, True)
 
 
 def _full_restart(self, cursor, bound):
