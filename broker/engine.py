@@ -833,12 +833,13 @@ class Engine(ElasticFold):
         if any(t + d <= end for t, end in until):
             return True
         if scan is not None:
-            # Refused from every start: so is anything of its group at least as long, and
-            # anything past the cut (the shortest duration that ends too late from every
-            # start, rounded up so that it is refused too).
+            # Refused from every start: so is anything of its group at least as long. Not
+            # the whole refused tail at once (every duration past the cut): a change of
+            # the reservations later in the pass then brought the requests passed over
+            # back out of their turn, which the exhaustive-pass test caught.
             pending = self.queue.pending
             holders = {pending[h].bucket for h in profile.reservations if h in pending}
-            scan.refuse_from(bucket, min(d, _refused_from(until)), holders, profile)  # type: ignore[arg-type]
+            scan.refuse_from(bucket, d, holders, profile)  # type: ignore[arg-type]
         return False
 
     def _reach(self, p: Pending) -> dims.Vec:
@@ -1417,20 +1418,3 @@ __all__ = [
     "Pending",
     "request_fingerprint",
 ]
-
-
-def _refused_from(until: tuple[tuple[float, float], ...]) -> float:
-    """A duration from which on every span ends too late: ``t + d > end`` for each (start,
-    latest end) pair and each ``d`` at least this (float addition only grows with ``d``,
-    so one rounded-up cut per start, checked, is enough)."""
-    cut = -math.inf
-    for t, end in until:
-        if math.isinf(end):
-            return math.inf
-        d = end - t
-        bump = math.ulp(end) + math.ulp(t) + math.ulp(d)
-        while t + d <= end:
-            d += bump
-            bump *= 2
-        cut = max(cut, d)
-    return cut
