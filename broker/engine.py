@@ -809,10 +809,10 @@ class Engine(ElasticFold):
         memo: dict[Any, Any],
         scan: PoolScan | None,
     ) -> bool:
-        """May ``p`` start on some path now and leave the reservations whole? Whether the
-        reservations admit a span only gets harder as it grows longer, so between grants
-        the longest duration admitted and the shortest refused in each bucket answer for
-        the others (a holder is asked on its own: its own reservation does not count)."""
+        """May ``p`` start on some path now and leave the reservations whole? The answer
+        depends on the size and the span only, so between grants the latest end admitted
+        from each possible start, looked up once per group, answers every request of the
+        group (a holder is asked on its own: its own reservation does not count)."""
         starts = memo.get("starts")
         if starts is None:
             starts = memo["starts"] = self._possible_starts()
@@ -833,10 +833,9 @@ class Engine(ElasticFold):
         if any(t + d <= end for t, end in until):
             return True
         if scan is not None:
-            # Refused from every start: so is anything of its group at least as long. Not
-            # the whole refused tail at once (every duration past the cut): a change of
-            # the reservations later in the pass then brought the requests passed over
-            # back out of their turn, which the exhaustive-pass test caught.
+            # Refused from every start: so is anything of its group at least as long. Only
+            # from this duration up, not from the cut: requests the walk passes over come
+            # back when the reservations change later in the pass, out of their turn.
             pending = self.queue.pending
             holders = {pending[h].bucket for h in profile.reservations if h in pending}
             scan.refuse_from(bucket, d, holders, profile)  # type: ignore[arg-type]

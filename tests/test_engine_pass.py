@@ -38,12 +38,21 @@ def test_the_bucketed_pass_decides_as_the_exhaustive_one(sc):
     assert lines == encoded(run)
 
 
+def _apply(eng: Engine, e: ev.Event, out: list[str]) -> None:
+    """Apply ``e``; record its decisions, encoded (a refused event records nothing)."""
+    try:
+        decisions = eng.apply(e)
+    except RequestError:
+        return
+    out.append(codec.dumps([codec.to_dict(d) for d in decisions]))
+
+
 def _long_queue(seed: int, exhaustive: bool, n_events: int, spread: bool = False) -> list[str]:
     """A seeded long queue: 60 campaigns (some with guarantees, some preemptible, three
     classes) on 12 nodes, multi-dimensional and node-shaped requests, releases, renewals
     and time passing, with reservations for the aged. ``spread``: every duration drawn
     from a continuous range, so that a bucket's requests differ in duration and a
-    refusal cuts through a bucket (the walk then looks for its next shorter request)."""
+    refusal's duration can fall inside a bucket."""
     rng = random.Random(seed)
     pool = PoolSpec(
         groups=(NodeGroup(count=12, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=12),),
@@ -100,11 +109,7 @@ def _long_queue(seed: int, exhaustive: bool, n_events: int, spread: bool = False
                 blocking=rng.random() < 0.85,
                 shape=shape,
             )
-        try:
-            decisions = eng.apply(e)
-        except RequestError:
-            continue
-        out.append(codec.dumps([codec.to_dict(d) for d in decisions]))
+        _apply(eng, e, out)
     return out
 
 
@@ -131,10 +136,9 @@ def test_a_request_passed_over_is_not_tried_again_out_of_its_turn():
 
 
 def _backlog(seed: int, exhaustive: bool) -> list[str]:
-    """A full pool with a backlog of 400 requests of many durations behind it, aged
-    within a minute (so reservations stand), then releases, requests and time passing:
-    the reservations cut through buckets, and the walk goes on from a refused request to
-    the next shorter one of its bucket."""
+    """A full pool with a backlog of 440 requests of durations spread over 300-500 s
+    behind it, aged within a minute (so reservations stand), then releases, requests and
+    time passing."""
     rng = random.Random(seed)
     pool = PoolSpec(
         groups=(NodeGroup(count=8, resources={"gpu": 8}, warm=8),),
@@ -149,30 +153,23 @@ def _backlog(seed: int, exhaustive: bool) -> list[str]:
     out: list[str] = []
     t = 1.0
 
-    def apply(e: ev.Event) -> None:
-        try:
-            decisions = eng.apply(e)
-        except RequestError:
-            return
-        out.append(codec.dumps([codec.to_dict(d) for d in decisions]))
-
     for _ in range(440):
         t += 0.01
         size = {"gpu": rng.choice((1, 2, 4, 8))}
-        apply(ev.RequestLease(t, rng.choice(names), size, rng.uniform(300, 500)))
+        _apply(eng, ev.RequestLease(t, rng.choice(names), size, rng.uniform(300, 500)), out)
     for _ in range(500):
         r = rng.random()
         live = sorted(eng.leases, key=lambda x: int(x[1:]))
         if r < 0.45 and live:
             t += rng.choice((0.5, 5.0, 30.0))
-            apply(ev.Release(t, rng.choice(live)))
+            _apply(eng, ev.Release(t, rng.choice(live)), out)
         elif r < 0.55:
             t += rng.choice((10.0, 60.0))
-            apply(ev.Tick(t))
+            _apply(eng, ev.Tick(t), out)
         else:
             t += 0.5
             size = {"gpu": rng.choice((1, 2, 4, 8))}
-            apply(ev.RequestLease(t, rng.choice(names), size, rng.uniform(300, 500)))
+            _apply(eng, ev.RequestLease(t, rng.choice(names), size, rng.uniform(300, 500)), out)
     return out
 
 
