@@ -93,7 +93,7 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 4
+RULES_VERSION = 5
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -105,7 +105,10 @@ waiting on its own limits behind its head that waits for the pool are looked at 
 whenever the campaign changes (they were left waiting for good). 4: a request larger than
 the pool can ever give it beside the other campaigns' guarantees is refused at once, and an
 envelope change that would leave a waiting request so is refused (such requests waited for
-good, neither granted nor refused)."""
+good, neither granted nor refused). 5: a pass that tries a changed campaign's head moves its
+walk over the pool-blocked requests on past that head, so a request it passed over before
+the head (for its bucket or for the reservations) is not tried again after a grant later in
+the same pass, out of its turn."""
 
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to
@@ -1235,9 +1238,17 @@ class Engine(ElasticFold):
                 else None
             )
             if heap and (nxt is None or heap[0][0] < nxt[:3]):
-                _, rid = heapq.heappop(heap)
+                key, rid = heapq.heappop(heap)
                 if rid in seen or rid not in pending:
                     continue
+                if scan is not None:
+                    # The walk is at this head's turn now: what it passed over before it
+                    # (left out for its bucket or for the reservations) does not come back
+                    # later in this pass, after a grant, out of its turn.
+                    entry = (*key, rid)
+                    if cursor is None or entry > cursor:
+                        cursor = entry
+                        scan.pass_to(entry)
             elif nxt is not None and scan is not None:
                 scan.advance()
                 cursor = nxt

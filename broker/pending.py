@@ -681,6 +681,14 @@ class PoolScan:
             return entry
         return None
 
+    def pass_to(self, entry: HeadEntry) -> None:
+        """The pass has reached ``entry`` by another way (a changed campaign's head, tried
+        in its turn): a later restart or revival walks on from after it, not from before.
+        Every request still in the walk comes after it already (the pass takes whichever
+        comes first)."""
+        if self._cursor is None or entry > self._cursor:
+            self._cursor = entry
+
     def advance(self) -> None:
         """Move past the entry ``peek`` returned: the next one of its bucket takes its place."""
         heap = self._heap
