@@ -40,6 +40,7 @@ from bursar.broker import (
     shape,
     validation,
 )
+from bursar.broker import elastic_fold as fold
 from bursar.broker import price as pricing
 from bursar.broker.codec import dumps, plain
 from bursar.broker.decisions import (
@@ -58,7 +59,6 @@ from bursar.broker.decisions import (
     Renewed,
     Revoked,
 )
-from bursar.broker.elastic_fold import ElasticFold
 from bursar.broker.ended import EndedLeases
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.events import (
@@ -116,7 +116,7 @@ open a Watch on a lease that ended a while ago, bounded so that a long-running b
 state does not grow with every lease it ever granted."""
 
 
-class Engine(ElasticFold):
+class Engine:
     """One pool, its campaigns, leases and queue. Build it with the pool and policy specs."""
 
     def __init__(self, pool: PoolSpec, policy: PolicySpec | None = None) -> None:
@@ -383,7 +383,7 @@ class Engine(ElasticFold):
                     # Every step the lease was told would end by now goes in one shrink.
                     el = self.elastic.by_lease[self.elastic.parent_of[ref]]
                     due = [x for x in el.extents if el.warned.get(x, t + 1) <= t]
-                    self._shrink_now(el, due, "resized")
+                    fold.shrink_now(self, el, due, "resized")
             self._settle()
         self.now = to
 
@@ -445,10 +445,10 @@ class Engine(ElasticFold):
             mode = elastic.admit(intent, self.now, self.policy.elastic_degrade)
             if self.policy.elastic_admission:
                 if mode is None:
-                    return self._refuse_deadline(p, intent)
-                crowded = self._elastic_crowded(intent, mode)
+                    return fold.refuse_deadline(self, p, intent)
+                crowded = fold.elastic_crowded(self, intent, mode)
                 if crowded is not None:
-                    return self._refuse_deadline(p, intent, crowded)
+                    return fold.refuse_deadline(self, p, intent, crowded)
             self.elastic.waiting[rid] = (intent, mode or 0)
         head = self.queue.holds_back(p.campaign, p.lease_class)
         if head is not None:
@@ -553,7 +553,9 @@ class Engine(ElasticFold):
         ls.expires_at = new_end
         self.timers.push(new_end, TimerKind.EXPIRE, ls.id)
         if self.elastic.by_lease and ls.id in self.elastic.by_lease:
-            more_tokens, more_credits = self._renew_extents(self.elastic.by_lease[ls.id], new_end)
+            more_tokens, more_credits = fold.renew_extents(
+                self, self.elastic.by_lease[ls.id], new_end
+            )
             tokens += more_tokens
             credits += more_credits
         return self._emit(
@@ -1063,7 +1065,7 @@ class Engine(ElasticFold):
         if self.elastic.waiting:
             waiting = self.elastic.waiting.pop(p.id, None)
             if waiting is not None:
-                self._elastic_open(ls, p, *waiting)
+                fold.elastic_open(self, ls, p, *waiting)
         return grant
 
     def _end(self, ls: Lease, state: LeaseState, cause: str, quiet: bool = False) -> Decision:
@@ -1077,9 +1079,11 @@ class Engine(ElasticFold):
                 owner = self.leases[parent]
                 if state is LeaseState.EXPIRED and owner.expires_at <= self.now:
                     return self._end(owner, state, cause)
-                return self._shrink_now(el.by_lease[parent], [ls.id], cause)
+                return fold.shrink_now(self, el.by_lease[parent], [ls.id], cause)
         if el.by_lease and ls.id in el.by_lease:
-            extra_tokens, extra_credits = self._close_extents(el.by_lease.pop(ls.id), state, cause)
+            extra_tokens, extra_credits = fold.close_extents(
+                self, el.by_lease.pop(ls.id), state, cause
+            )
         c = self.campaigns[ls.campaign]
         refund_tokens, refund_credits = ls.refund(self.now)
         was = ls.state
@@ -1195,7 +1199,7 @@ class Engine(ElasticFold):
         headroom warm."""
         self._admit()
         if self.elastic.by_lease:
-            self._elastic_pass()
+            fold.elastic_pass(self)
         boot = self.power.keep_warm(self.ledger.warm_reserve(), self.now)
         if boot is not None:
             self._out.append(boot)
@@ -1338,6 +1342,15 @@ class Engine(ElasticFold):
             self._out.append(d)
 
     # ------------------------------------------------------------------ views
+
+    def elastic_size(self, lease_id: str) -> tuple[dims.Vec, dict[int, dims.Vec]]:
+        """A live lease's whole size and pieces: its own, and for an elastic lease its extra
+        steps' too (what the holder may use)."""
+        return fold.elastic_size(self, lease_id)
+
+    def elastic_size_after_shrink(self, lease_id: str) -> dims.Vec:
+        """What an elastic lease holds once the shrinks announced to it have come due."""
+        return fold.elastic_size_after_shrink(self, lease_id)
 
     def queued(self) -> Iterator[Pending]:
         """Pending requests in admission order."""

@@ -214,7 +214,7 @@ def take(
     """
     goal = min(want, limit)
     if d.mode is Mode.TOTAL and d.whole:
-        goal = math.floor(goal + EPS)
+        goal = float(math.floor(goal + EPS))
     if goal <= EPS:
         return []
     if d.mode is not Mode.TOTAL:
@@ -239,7 +239,7 @@ def take(
             if x < k:
                 k = x
         if whole:
-            k = math.floor(k + EPS)
+            k = float(math.floor(k + EPS))
         if k <= EPS or k == math.inf:
             continue
         rooms.append((g, i, k))
