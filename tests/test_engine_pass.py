@@ -20,6 +20,7 @@ from test_engine_properties import SETTINGS, drive, encoded, new_engine, scenari
 
 from bursar.broker import codec
 from bursar.broker import events as ev
+from bursar.broker.decisions import Granted
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import RequestError
@@ -195,3 +196,35 @@ def test_a_restart_walks_as_a_fresh_fill_would(seed):
     finally:
         PoolScan.restart = original
     assert fast == reference
+
+
+def _behind_a_reservation(exhaustive: bool) -> list[str]:
+    """The campaigns whose requests are granted when half of a full node frees: ``a``'s
+    aged request for the whole node holds a reservation at the other half's expiry (t =
+    1000); ``b`` (1000 s), ``d`` (1020 s) and ``c`` (780 s) wait for half the node, in one
+    bucket and in that order."""
+    pool = PoolSpec(groups=(NodeGroup(count=1, resources={"gpu": 8}, warm=1),), boot_latency_s=60.0)
+    eng = Engine(pool, PolicySpec(grace_s=30.0, hol_patience_s=60.0))
+    eng.exhaustive = exhaustive
+    for name in ("x", "a", "b", "c", "d"):
+        env = {"gpu": DimEnvelope(0.0, 8.0, 8.0, None)}
+        eng.apply(ev.CreateCampaign(0.0, CampaignSpec(name, env, LeaseClass.BATCH)))
+    first = eng.apply(ev.RequestLease(0.0, "x", {"gpu": 4}, 1000.0))[0]
+    second = eng.apply(ev.RequestLease(0.0, "x", {"gpu": 4}, 2000.0))[0]
+    assert isinstance(first, Granted) and isinstance(second, Granted)
+    eng.apply(ev.RequestLease(1.0, "a", {"gpu": 8}, 100.0))
+    eng.apply(ev.RequestLease(2.0, "b", {"gpu": 4}, 1000.0))
+    eng.apply(ev.RequestLease(3.0, "d", {"gpu": 4}, 1020.0))
+    eng.apply(ev.RequestLease(4.0, "c", {"gpu": 4}, 780.0))
+    eng.apply(ev.Tick(100.0))
+    decisions = eng.apply(ev.Release(200.0, second.lease_id))
+    return [d.campaign for d in decisions if isinstance(d, Granted)]
+
+
+@pytest.mark.parametrize("exhaustive", [False, True])
+def test_a_refused_request_leaves_the_shorter_ones_of_its_bucket_to_backfill(exhaustive):
+    # b's request would end past the reservation and is refused, and so is d's, longer;
+    # c's, of the same bucket but shorter, ends before it and starts now. The walk goes
+    # from the refused duration straight to the bucket's next shorter request; leaving
+    # out the rest of the bucket instead would keep c waiting with half the node free.
+    assert _behind_a_reservation(exhaustive) == ["c"]
