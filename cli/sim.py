@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bursar.cli.console import report_console
+from bursar.cli.params import Finite
 from bursar.sim.elastic.report import QUICK_JOBS, TraceInput, compare, markdown, write_outputs
 from bursar.sim.elastic.runner import (
     DEFAULT_LEASE_TERM_S,
@@ -47,16 +48,26 @@ def sim() -> None:
     help="Output dir: report.html, metrics.json and the journal(s) (the dir itself for one "
     "seed, DIR/seed-N/ for several; each is a state dir for `bursar journal audit`).",
 )
-@click.option("--minutes", type=float, default=DURATION_S / 60, show_default=True)
 @click.option(
-    "--headroom", type=float, default=32.0, show_default=True, help="Warm headroom, GPUs."
+    "--minutes",
+    type=Finite(min=0, min_open=True),
+    default=DURATION_S / 60,
+    show_default=True,
+    help="Simulated minutes.",
 )
-@click.option("--grace", type=float, default=30.0, show_default=True, help="Grace period, s.")
-@click.option("--boot", type=float, default=60.0, show_default=True, help="Boot latency, s.")
+@click.option(
+    "--headroom", type=Finite(min=0), default=32.0, show_default=True, help="Warm headroom, GPUs."
+)
+@click.option(
+    "--grace", type=Finite(min=0), default=30.0, show_default=True, help="Grace period, s."
+)
+@click.option(
+    "--boot", type=Finite(min=0), default=60.0, show_default=True, help="Boot latency, s."
+)
 @click.option("--no-backfill", is_flag=True, help="Run without the preemptible backfill tier.")
 @click.option(
     "--meter-window",
-    type=float,
+    type=Finite(min=0, min_open=True),
     default=Params.meter_window_s,
     show_default=True,
     help="policy.meter_window_s: one Meter grant is at most burst x this (the default is "

@@ -157,3 +157,26 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert body.get("data-js-errors") == "1"
     assert "notAFunction" in (body.get("data-js-error-text") or "")
     assert body.get("data-charts-rendered") is None
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--grace", "-1"], "'--grace': -1.0 is not in the range x>=0"),
+        (["--minutes", "0"], "'--minutes': 0.0 is not in the range x>0"),
+        (["--minutes", "inf"], "'--minutes': 'inf' is not a finite number"),
+        (["--headroom", "-4"], "'--headroom': -4.0 is not in the range x>=0"),
+        (["--boot", "nan"], "'--boot': 'nan' is not a finite number"),
+        (["--meter-window", "0"], "'--meter-window': 0.0 is not in the range x>0"),
+    ],
+)
+def test_a_scenario_run_with_bad_numbers_is_refused_before_it_starts(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    # A negative grace period used to crash the run midway (time going back); infinite
+    # minutes never ended.
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["sim", "run", *args, "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert says in res.output
+    assert not out.exists()
