@@ -118,6 +118,13 @@ def _seeds(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int,
         ) from None
     if not seeds:
         raise click.BadParameter("give at least one seed, e.g. --seeds 1")
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        # A seed run twice gives the same run twice: pooled, it would count double.
+        raise click.BadParameter(
+            f"{value!r}: seed {', '.join(map(str, twice))} given more than once; "
+            "give each seed once"
+        )
     return seeds
 
 

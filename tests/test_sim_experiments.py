@@ -147,3 +147,12 @@ def test_experiments_cli_rejects_bad_seeds() -> None:
     res = CliRunner().invoke(main, ["sim", "experiments", "--seeds", "1,x"])
     assert res.exit_code == 2
     assert "give integers separated by commas" in res.output
+
+
+def test_experiments_cli_rejects_a_seed_given_twice(tmp_path: Path) -> None:
+    # The same seed twice is the same run twice: pooled, it would weigh double.
+    out = tmp_path / "out"
+    res = CliRunner().invoke(main, ["sim", "experiments", "--seeds", "1,2,1", "--out", str(out)])
+    assert res.exit_code == 2
+    assert "seed 1 given more than once" in res.output
+    assert not out.exists()
