@@ -210,6 +210,8 @@ def test_replay_config(tmp_path: Path) -> None:
         ('[envelope]\nclass = "gold"', "envelope.class", "interactive, batch, opportunistic"),
         ("[envelope]\nburst = -1", "envelope.burst", ">= 0"),
         ("colour = 1", "colour", "allowed: campaign, campaigns"),
+        ("renew_s = 0.5", "renew_s", "at least 1 s"),
+        ('renew_s = "soon"', "renew_s", '"remaining" or a finite number of seconds'),
     ],
 )
 def test_replay_config_errors_name_file_key_and_allowed_values(
@@ -221,3 +223,14 @@ def test_replay_config_errors_name_file_key_and_allowed_values(
         load_replay_config(p)
     assert e.value.key == key
     assert str(p) in str(e.value) and allowed in str(e.value)
+
+
+def test_replay_config_renew_s_is_the_rest_of_the_runtime_unless_given(tmp_path: Path) -> None:
+    p = tmp_path / "replay.toml"
+    p.write_text('campaigns = "user"\n')
+    assert load_replay_config(p).renew_s is None
+    p.write_text('renew_s = "remaining"\n')
+    assert load_replay_config(p).renew_s is None
+    p.write_text("renew_s = 60\n")
+    config = load_replay_config(p)
+    assert config.renew_s == 60.0 and config.to_dict()["renew_s"] == 60.0

@@ -542,6 +542,18 @@ def test_bursar_renews_a_lease_to_the_recorded_runtime() -> None:
     assert (m["killed"], m["killed_unit_seconds"], m["ran_past_request"]) == (0, 0.0, 2)
 
 
+def test_bursar_renews_in_steps_of_renew_s_to_the_same_schedule() -> None:
+    # renew_s = 5: jobs 1 and 2 (10 s asked, 30 s run) renew at 10, 15, 20 and 25 (1 at
+    # 11, 16, 21, 26), 5 s at a time, the last step ending with the job; nothing is
+    # refused, so the schedule is the one a single renewal to the runtime gives.
+    w, config = _overrunning(bucket=1000)
+    stepped = ReplayConfig(default=config.default, renew_s=5.0)
+    p = make_policy("bursar", w, stepped)
+    s = replay(w, p, strict=True)
+    assert (s.start, s.end, s.killed) == ([0, 1, 30], [30, 31, 40], [])
+    assert (p.renewed, p.refused) == (8, 0)  # type: ignore[attr-defined]
+
+
 def test_bursar_kills_a_job_whose_renewal_is_refused() -> None:
     # Job 1 prepaid 4 x 10 = 40 of its campaign's 100 tokens; running on to 30 needs
     # 4 x 20 = 80 more: refused, so it is killed when its lease expires at 10, and job 3
@@ -559,14 +571,15 @@ def test_bursar_kills_a_job_whose_renewal_is_refused() -> None:
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs, st.integers(400, 3000))
+@given(jobs, st.integers(400, 3000), st.sampled_from((None, 1.0, 7.0, 60.0)))
 def test_bursar_kills_only_at_an_expiry_before_the_recorded_end(
-    rows: list[tuple[int, int, int, float]], bucket: int
+    rows: list[tuple[int, int, int, float]], bucket: int, renew_s: float | None
 ) -> None:
     # Tokens above 2 processors from a bucket that holds at least any one request (so
-    # the engine accepts every request): some renewals are refused.
+    # the engine accepts every request): some renewals are refused. Renewed for the
+    # rest of the runtime at once, or in steps.
     w = _random_workload(rows)
-    config = ReplayConfig(default=Envelope(sustained=2, bucket=bucket))
+    config = ReplayConfig(default=Envelope(sustained=2, bucket=bucket), renew_s=renew_s)
     s = replay(w, make_policy("bursar", w, config), strict=True)
     killed = set(s.killed)
     for j in range(len(w)):

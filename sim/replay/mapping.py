@@ -50,6 +50,10 @@ class ReplayConfig:
     """The broker's head-of-line patience (bursar policy only)."""
     starvation_s: float = 86400.0
     """A job that waits longer than this counts as starved."""
+    renew_s: float | None = None
+    """How long a job past its request asks for at each renewal (bursar policies only);
+    None: the whole rest of its runtime, at once. A job does not know when it will end:
+    a step makes the broker see it as ending soon, as EASY does, rather than exactly."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -61,7 +65,9 @@ class ReplayConfig:
 
 
 _ENV_KEYS = {"guarantee", "sustained", "burst", "bucket", "class"}
-_TOP_KEYS = {"campaigns", "hol_patience_s", "starvation_s", "envelope", "campaign"}
+_TOP_KEYS = {"campaigns", "hol_patience_s", "starvation_s", "renew_s", "envelope", "campaign"}
+MIN_RENEW_S = 1.0
+"""The shortest renewal step a replay config may ask for (each step is an engine event)."""
 
 
 def _number(path: str, key: str, value: object, allow_none: bool = False) -> float | None:
@@ -102,6 +108,7 @@ def load_replay_config(path: str | Path) -> ReplayConfig:
     campaigns = "user"          # user | group | one
     hol_patience_s = 300
     starvation_s = 86400
+    renew_s = "remaining"       # or seconds per renewal of a job past its request
     [envelope]                  # every campaign's default
     guarantee = 0
     sustained = "capacity"      # or a number of units
@@ -131,12 +138,27 @@ def load_replay_config(path: str | Path) -> ReplayConfig:
         raise ConfigError(p, "campaign", 'must be tables like [campaign."user-3"]')
     for name, env in camps.items():
         overrides[name] = _envelope(p, f"campaign.{name}", env, default)
+    renew = raw.get("renew_s", "remaining")
+    renew_s = None
+    if renew != "remaining":
+        if (
+            isinstance(renew, bool)
+            or not isinstance(renew, int | float)
+            or not math.isfinite(renew)
+        ):
+            raise ConfigError(
+                p, "renew_s", f'must be "remaining" or a finite number of seconds (got {renew!r})'
+            )
+        if renew < MIN_RENEW_S:
+            raise ConfigError(p, "renew_s", f"must be at least {MIN_RENEW_S:g} s (got {renew!r})")
+        renew_s = float(renew)
     return ReplayConfig(
         campaigns=mode,
         default=default,
         overrides=overrides,
         hol_patience_s=_number(p, "hol_patience_s", raw.get("hol_patience_s", 300.0)) or 0.0,
         starvation_s=_number(p, "starvation_s", raw.get("starvation_s", 86400.0)) or 0.0,
+        renew_s=renew_s,
     )
 
 

@@ -5,7 +5,8 @@ its requested time (its duration), sent to a ``bursar.broker.engine.Engine`` at 
 submit time; the job starts when the engine grants the lease. It holds the lease for its
 recorded runtime: it ends with a ``Release`` when it ran less than its lease, or at the
 lease's expiry (the engine's own) when it ran exactly that. A job that ran past its
-request renews its lease through the engine (``Renew``) for what remains of its runtime,
+request renews its lease through the engine (``Renew``) for what remains of its runtime
+(or, with the replay config's ``renew_s``, for that long at a time, again and again),
 just before the lease expires; if the engine refuses (a ``Rejected`` answer, for any
 reason: burst, bucket, or whatever a later engine refuses renewals for), the job is
 killed at its expiry: the kernel ends it there and the metrics count it as killed.
@@ -147,6 +148,11 @@ class BursarPolicy:
         ask = end - now
         if now + ask < end:
             ask = math.nextafter(ask, math.inf)
+        step = self.config.renew_s
+        if step is not None and ls.expires_at + step < end:
+            # One step on from the expiry (renewed again before it runs out): counted from
+            # the expiry, not from this instant just before it, the steps stay whole.
+            ask = ls.expires_at + step - now
         ask = min(ask, self.max_lease_s)
         expires_at = ls.expires_at
         out = self._apply(Renew(now, rid, ask))
