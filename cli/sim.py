@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 
 import click
@@ -118,7 +119,7 @@ def _seeds(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int,
         ) from None
     if not seeds:
         raise click.BadParameter("give at least one seed, e.g. --seeds 1")
-    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    twice = sorted(s for s, n in Counter(seeds).items() if n > 1)
     if twice:
         # A seed run twice gives the same run twice: pooled, it would count double.
         raise click.BadParameter(
