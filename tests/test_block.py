@@ -46,7 +46,11 @@ from bursar.providers.client import (
 FAST = Backoff(initial_s=0.05, max_s=0.3)
 
 # Ignores SIGTERM (as Ray's agents do), so only the KILL after the grace ends it.
-STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+STUBBORN = (
+    "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close(); time.sleep(600)"
+)
+"""Ignores SIGTERM, then says so: it leaves a file named by its pid in the folder given."""
 
 
 def test_the_transition_table() -> None:
@@ -243,9 +247,11 @@ def test_a_process_tree_is_stopped_whole_and_nothing_else(tmp_path: Path) -> Non
     outsider = subprocess.Popen(["sleep", "60"], start_new_session=True)
     # A root (bash, then `sleep`) with a stubborn child, and a stubborn process that left
     # the tree (a double fork into a session of its own) but carries the tree's marker.
+    ready = tmp_path / "ready"
+    ready.mkdir()
     script = (
-        f"{sys.executable} -c '{STUBBORN}' &\n"
-        f"( setsid {sys.executable} -c '{STUBBORN}' & )\n"
+        f'{sys.executable} -c "{STUBBORN}" {ready} &\n'
+        f'( setsid {sys.executable} -c "{STUBBORN}" {ready} & )\n'
         "exec sleep 60\n"
     )
     marker = uuid.uuid4().hex
@@ -258,8 +264,12 @@ def test_a_process_tree_is_stopped_whole_and_nothing_else(tmp_path: Path) -> Non
         def stubborn() -> set[psutil.Process]:
             return {p for p in tree.members() if p.name().startswith("python")}
 
+        # Both ignore SIGTERM before the tree is stopped: on a busy machine a process can
+        # be seen by name before its handler is set, and a TERM then ends it at once.
         deadline = time.monotonic() + 10
-        while len(stubborn()) < 2 and time.monotonic() < deadline:
+        while (len(stubborn()) < 2 or len(list(ready.iterdir())) < 2) and (
+            time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         members = tree.members()
         assert len(members) == 3, members
