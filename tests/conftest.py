@@ -10,11 +10,18 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.events import CreateCampaign
 from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+
+# Property tests judge behaviour, not speed: on a loaded two-core CI machine an example
+# can take seconds, and a per-example deadline or a too-slow health check would then fail
+# a correct test. Tests that set their own settings keep them; these are the defaults.
+settings.register_profile("bursar", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("bursar")
 
 # The reliability suite's helpers (its `Server` process wrapper) are the tests' too: one copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "reliability"))
