@@ -279,6 +279,9 @@ def test_a_worker_that_clears_its_environment_is_still_found_through_its_ancestr
         until(child.exists, 10, "the child to start")
         until(lambda: child.read_text().strip(), 10, "its pid")
         pid = int(child.read_text())
+        # $! names the forked shell before it has run `env -i` and `sleep`: look at its
+        # environment once it is sleep (on a busy machine the exec can come late).
+        until(lambda: Path(f"/proc/{pid}/comm").read_text().strip() == "sleep", 10, "the exec")
         assert "BURSAR_LEASE_ID" not in environ(pid)
         pool.unplace("L1", 1.0)
         until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 5, "the child to end")
