@@ -188,6 +188,7 @@ class _Policy(_Table):
     # 0 is refused: a node still needed for the warm reserve would be looked at again at
     # the same instant, for ever; a short positive time gives the same effect.
     power_down_idle_s: float | None = Field(default=_POLICY_DEFAULTS["power_down_idle_s"], gt=0)
+    renewals_push_reservations: bool = _POLICY_DEFAULTS["renewals_push_reservations"]
     elastic_rule: Literal["dmug", "edf", "value", "proportional"] = _POLICY_DEFAULTS["elastic_rule"]
     elastic_risk: bool = _POLICY_DEFAULTS["elastic_risk"]
     elastic_degrade: bool = _POLICY_DEFAULTS["elastic_degrade"]
@@ -422,6 +423,7 @@ def _policy_spec(p: _Policy, *, keep_nodes_on: bool) -> PolicySpec:
         price_k=p.price_k,
         meter_window_s=p.meter_window_s,
         power_down_idle_s=None if keep_nodes_on else p.power_down_idle_s,
+        renewals_push_reservations=p.renewals_push_reservations,
         elastic_rule=p.elastic_rule,
         elastic_risk=p.elastic_risk,
         elastic_degrade=p.elastic_degrade,

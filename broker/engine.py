@@ -514,10 +514,16 @@ class Engine:
                     inputs,
                 )
             )
-        if ext > 0 and not ls.preemptible and not dims.fits(c.held, c.guarantee):
+        if (
+            ext > 0
+            and not ls.preemptible
+            and not self.policy.renewals_push_reservations
+            and not dims.fits(c.held, c.guarantee)
+        ):
             # The extension is an admission decision too: it may not push a reservation
             # later (the lease's capacity was counted as returning at its old expiry).
-            # Leases of a campaign within its guarantee hold their own share and are exempt.
+            # Leases of a campaign within its guarantee hold their own share and are exempt,
+            # and a policy may let every renewal push (``renewals_push_reservations``).
             self._profile_fresh = False
             profile = self._reservations()
             if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):

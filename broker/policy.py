@@ -73,6 +73,12 @@ class PolicySpec:
     power_down_idle_s: float | None = 600.0
     """Power a node down after it has been idle this long, if the warm reserve and headroom
     stay covered without it; None keeps idle nodes on."""
+    renewals_push_reservations: bool = field(default=False, metadata={"omit_default": True})
+    """Off (the default), a renewal that would push a reservation later is refused unless
+    its campaign is within its guarantee: the reservation holder was promised the lease's
+    capacity at its old expiry. On, every renewal the envelope allows is granted and the
+    reservations move later (as Slurm lets an operator extend a running job's time limit);
+    a reservation holder then waits until the leases it waits on end of their own."""
     elastic_rule: str = field(default="dmug", metadata={"omit_default": True})
     """How spare capacity is handed out among elastic leases (``broker/elastic.py``):
     ``dmug`` (marginal utility), or the baselines ``edf``, ``value``, ``proportional``."""

@@ -66,7 +66,7 @@ _RANGES: Mapping[str, tuple[float, bool, bool]] = {
 
 MAX_RESERVATIONS = 64
 
-_FLAGS = ("elastic_risk", "elastic_degrade", "elastic_admission")
+_FLAGS = ("renewals_push_reservations", "elastic_risk", "elastic_degrade", "elastic_admission")
 
 
 def changes(old: PolicySpec, new: PolicySpec) -> dict[str, tuple[Any, Any]]:

@@ -180,6 +180,7 @@ def test_every_policy_field_is_a_config_key(tmp_path: Path) -> None:
         "power_down_idle_s": 120.0,
         "reservations": 3,
         "fairshare_half_life_s": 3600.0,
+        "renewals_push_reservations": True,
         "elastic_rule": "edf",
         "elastic_risk": False,
         "elastic_degrade": False,

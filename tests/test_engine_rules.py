@@ -798,6 +798,25 @@ def test_renewal_that_would_push_a_reservation_later_is_refused():
     assert one(eng.apply(Tick(at=1000)), Granted).lease_id == "L3"
 
 
+def test_a_policy_may_let_renewals_push_a_reservation_later():
+    eng = build_engine(
+        warm=8,
+        warm_headroom={},
+        renewals_push_reservations=True,
+        campaigns=[gpu_campaign("filler", 0, 64, 64), gpu_campaign("big", 0, 64, 64)],
+    )
+    eng.apply(req(0, "filler", 40, 1000))  # L1
+    eng.apply(req(0, "big", 48, 1000))  # L2: free 24 < 48, reserved from 1000 once aged
+    eng.apply(Tick(at=300))
+    assert eng.reservation("L2") == 1000
+    assert one(eng.apply(Renew(at=500, lease_id="L1", duration_s=1000)), Renewed)
+    # The reservation moved with the lease it waits on, and is served when that ends.
+    assert eng.reservation("L2") == 1500
+    assert not [d for d in eng.apply(Tick(at=1000)) if isinstance(d, Granted)]
+    assert one(eng.apply(Tick(at=1500)), Granted).lease_id == "L2"
+    eng.check_invariants()
+
+
 def test_request_that_turns_pool_blocked_still_ages():
     eng = build_engine(
         warm=8,

@@ -11,7 +11,7 @@ import pytest
 
 from bursar.broker.errors import ConfigError
 from bursar.sim.replay.ingest import load_trace
-from bursar.sim.replay.mapping import load_replay_config, to_workload
+from bursar.sim.replay.mapping import ReplayConfig, load_replay_config, to_workload
 from bursar.sim.replay.swf import read_swf
 from bursar.sim.replay.table import TraceError
 
@@ -212,6 +212,7 @@ def test_replay_config(tmp_path: Path) -> None:
         ("colour = 1", "colour", "allowed: campaign, campaigns"),
         ("renew_s = 0.5", "renew_s", "at least 1 s"),
         ('renew_s = "soon"', "renew_s", '"remaining" or a finite number of seconds'),
+        ('renewals_push_reservations = "yes"', "renewals_push_reservations", "true, false"),
     ],
 )
 def test_replay_config_errors_name_file_key_and_allowed_values(
@@ -234,3 +235,22 @@ def test_replay_config_renew_s_is_the_rest_of_the_runtime_unless_given(tmp_path:
     p.write_text("renew_s = 60\n")
     config = load_replay_config(p)
     assert config.renew_s == 60.0 and config.to_dict()["renew_s"] == 60.0
+
+
+def test_the_reservation_checks_config_gives_the_broker_easys_assumptions() -> None:
+    path = Path(__file__).resolve().parent.parent / "examples" / "replay-easy-check.toml"
+    config = load_replay_config(path)
+    assert config.renew_s == 60.0 and config.renewals_push_reservations
+    assert config.campaigns == "user" and config.default == ReplayConfig().default
+
+
+def test_replay_config_may_let_renewals_push_reservations(tmp_path: Path) -> None:
+    p = tmp_path / "replay.toml"
+    p.write_text('campaigns = "user"\n')
+    off = load_replay_config(p)
+    # Off, the config digests as configs from before the key existed.
+    assert not off.renewals_push_reservations
+    assert "renewals_push_reservations" not in off.to_dict()
+    p.write_text("renewals_push_reservations = true\n")
+    on = load_replay_config(p)
+    assert on.renewals_push_reservations and on.digest() != off.digest()

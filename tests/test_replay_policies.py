@@ -570,6 +570,22 @@ def test_bursar_kills_a_job_whose_renewal_is_refused() -> None:
     assert m["campaigns"]["a"]["unit_seconds"] == 6 * 10
 
 
+def test_bursar_whose_renewals_may_push_reservations_kills_none_and_serves_all() -> None:
+    # Job 0 (6 of 10 processors, 10 s asked, 30 s run) renews past the reservation that
+    # job 2 (6 processors, queued behind it) holds: refused by default, granted here, and
+    # job 2 starts when job 0 really ends.
+    w = Workload(10, "processors", [1, 2, 3], [0, 1, 2], [6, 4, 6], [10, 10, 10],
+                 [30, 10, 10], [0, 1, 2], ["a", "b", "c"])  # fmt: skip
+    held = ReplayConfig(hol_patience_s=0.0)
+    s = replay(w, make_policy("bursar-arrival", w, held), strict=True)
+    assert s.killed == [0] and s.start[2] == 10
+    push = ReplayConfig(hol_patience_s=0.0, renewals_push_reservations=True)
+    p = make_policy("bursar-arrival", w, push)
+    s = replay(w, p, strict=True)
+    assert s.killed == [] and (s.start, s.end) == ([0, 1, 30], [30, 11, 40])
+    assert (p.renewed, p.refused) == (1, 0)  # type: ignore[attr-defined]
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs, st.integers(400, 3000), st.sampled_from((None, 1.0, 7.0, 60.0)))
 def test_bursar_kills_only_at_an_expiry_before_the_recorded_end(

@@ -6,7 +6,8 @@ request is entitled to pass a reservation), unlimited buckets and bursts above t
 no reservation):
 
 * a reservation is kept: a request holding one is granted no later than the earliest
-  start it was ever promised (backfilled leases never delay it);
+  start it was ever promised (backfilled leases never delay it); under a policy that lets
+  renewals push reservations, only a renewal may promise a later start;
 * every request is eventually granted once leases stop being renewed (leases are bounded);
 * the engine's own invariants (capacity, holdings, buckets) hold after every event.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bursar.broker import dims
@@ -32,7 +33,7 @@ MAX_LEASE = 600.0
 NAMES = ("a", "b", "c")
 
 
-def engine(reservations: int, fairshare: bool, patience: float) -> Engine:
+def engine(reservations: int, fairshare: bool, patience: float, push: bool = False) -> Engine:
     pool = PoolSpec(
         groups=(NodeGroup(count=NODES, resources={"gpu": GPUS}, warm=NODES),),
         boot_latency_s=30.0,
@@ -43,6 +44,7 @@ def engine(reservations: int, fairshare: bool, patience: float) -> Engine:
         fairshare_half_life_s=3600.0 if fairshare else None,
         max_lease_s=MAX_LEASE,
         power_down_idle_s=None,
+        renewals_push_reservations=push,
     )
     eng = Engine(pool, policy)
     for name in NAMES:
@@ -73,9 +75,25 @@ actions = st.lists(
     reservations=st.sampled_from([1, 3]),
     fairshare=st.booleans(),
     patience=st.sampled_from([0.0, 30.0]),
+    push=st.booleans(),
 )
-def test_reservations_are_kept_and_every_request_is_served(acts, reservations, fairshare, patience):
-    eng = engine(reservations, fairshare, patience)
+# A renewal the policy lets push the reservation it would otherwise be refused for.
+@example(
+    acts=[
+        ("request", "a", 16, 10.0),
+        ("request", "a", 17, 10.0),
+        ("wait", 1.0),
+        ("renew", 0, 50.0),
+    ],
+    reservations=1,
+    fairshare=False,
+    patience=0.0,
+    push=True,
+)
+def test_reservations_are_kept_and_every_request_is_served(
+    acts, reservations, fairshare, patience, push
+):
+    eng = engine(reservations, fairshare, patience, push)
     promised: dict[str, float] = {}
     granted: dict[str, float] = {}
     now = 0.0
@@ -88,10 +106,12 @@ def test_reservations_are_kept_and_every_request_is_served(acts, reservations, f
                 granted[d.lease_id] = d.at
                 if d.lease_id in promised:
                     assert d.at <= promised[d.lease_id] + 1e-6, (d.lease_id, promised, d)
+        pushed = push and isinstance(ev, Renew) and any(isinstance(d, Renewed) for d in out)
         for rid in eng.pending:
             t = eng.reservation(rid)
             if t is not None and not math.isinf(t):
-                promised[rid] = min(promised.get(rid, math.inf), t)
+                # A renewal the policy lets push a reservation promises anew.
+                promised[rid] = t if pushed else min(promised.get(rid, math.inf), t)
         return out
 
     def step_to(t: float) -> None:

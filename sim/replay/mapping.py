@@ -54,9 +54,15 @@ class ReplayConfig:
     """How long a job past its request asks for at each renewal (bursar policies only);
     None: the whole rest of its runtime, at once. A job does not know when it will end:
     a step makes the broker see it as ending soon, as EASY does, rather than exactly."""
+    renewals_push_reservations: bool = False
+    """The broker policy's rule for a renewal that would push a reservation later (bursar
+    policies only): refused (False, the broker's default; the job is then killed at its
+    lease's expiry) or granted, the reservation moving later."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if not self.renewals_push_reservations:
+            del d["renewals_push_reservations"]  # configs from before it digest as they did
         d["overrides"] = {k: asdict(v) for k, v in sorted(self.overrides.items())}
         return d
 
@@ -65,7 +71,15 @@ class ReplayConfig:
 
 
 _ENV_KEYS = {"guarantee", "sustained", "burst", "bucket", "class"}
-_TOP_KEYS = {"campaigns", "hol_patience_s", "starvation_s", "renew_s", "envelope", "campaign"}
+_TOP_KEYS = {
+    "campaigns",
+    "hol_patience_s",
+    "starvation_s",
+    "renew_s",
+    "renewals_push_reservations",
+    "envelope",
+    "campaign",
+}
 MIN_RENEW_S = 1.0
 """The shortest renewal step a replay config may ask for (each step is an engine event)."""
 
@@ -109,6 +123,7 @@ def load_replay_config(path: str | Path) -> ReplayConfig:
     hol_patience_s = 300
     starvation_s = 86400
     renew_s = "remaining"       # or seconds per renewal of a job past its request
+    renewals_push_reservations = false  # true: a renewal may push a reservation later
     [envelope]                  # every campaign's default
     guarantee = 0
     sustained = "capacity"      # or a number of units
@@ -152,6 +167,9 @@ def load_replay_config(path: str | Path) -> ReplayConfig:
         if renew < MIN_RENEW_S:
             raise ConfigError(p, "renew_s", f"must be at least {MIN_RENEW_S:g} s (got {renew!r})")
         renew_s = float(renew)
+    push = raw.get("renewals_push_reservations", False)
+    if not isinstance(push, bool):
+        raise ConfigError(p, "renewals_push_reservations", f"got {push!r}; allowed: true, false")
     return ReplayConfig(
         campaigns=mode,
         default=default,
@@ -159,6 +177,7 @@ def load_replay_config(path: str | Path) -> ReplayConfig:
         hol_patience_s=_number(p, "hol_patience_s", raw.get("hol_patience_s", 300.0)) or 0.0,
         starvation_s=_number(p, "starvation_s", raw.get("starvation_s", 86400.0)) or 0.0,
         renew_s=renew_s,
+        renewals_push_reservations=push,
     )
 
 

@@ -80,6 +80,7 @@ def engine_for(w: Workload, config: ReplayConfig, fairshare: bool = True) -> Eng
         hol_patience_s=config.hol_patience_s,
         # With fair share on, the broker's default half-life (Slurm's 7 days).
         fairshare_half_life_s=PolicySpec().fairshare_half_life_s if fairshare else None,
+        renewals_push_reservations=config.renewals_push_reservations,
     )
     return Engine(pool, policy)
 
