@@ -89,5 +89,16 @@ def exec_done(p: subprocess.Popen[bytes]) -> bool:
         return False
 
 
+def ignores_term(pid: int) -> bool:
+    """True once the process ignores SIGTERM (bit 15 of SigIgn in /proc/PID/status)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split(":", 1)[1], 16) & (1 << (15 - 1)))
+    except OSError:
+        pass
+    return False
+
+
 def nproc() -> int:
     return len(os.sched_getaffinity(0))

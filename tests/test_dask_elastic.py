@@ -69,7 +69,10 @@ def test_an_elastic_job_grows_then_retires_the_workers_a_shrink_takes(tmp_path: 
                     got = await asyncio.wait_for(want, 30)
                     assert got.campaign == "fixed"
                     await until(lambda: job.lease.size["cpu"] == 2.0, 10, "the shrunk lease")
-                    assert names() == {job.name, f"{job.name}-u1"}
+                    # The cluster hears of the retired workers' removal on a stream of its own.
+                    left = {job.name, f"{job.name}-u1"}
+                    await until(lambda: names() == left, 10, "the retired workers removed")
+                    assert names() == left
                     assert await client.gather(futs) == [i * i for i in range(N)]
                     assert all(f.status == "finished" for f in futs)
                     assert job.unit_counts == [4, 2]

@@ -18,6 +18,7 @@ from local_support import (
     cpus_allowed,
     environ,
     exec_done,
+    ignores_term,
     local_pool,
     nproc,
     start,
@@ -112,6 +113,8 @@ def test_two_one_core_leases_each_run_on_their_own_core_and_revocation_ends_them
         procs.append(start(pool.allocation("L1"), STUBBORN))
         for p in procs:
             until(lambda p=p: exec_done(p), 10, "the wrapper to exec the worker")
+        # Exec'd is not yet trapped: a TERM before bash runs `trap '' TERM` would end it.
+        until(lambda: ignores_term(procs[2].pid), 10, "the stubborn worker to ignore TERM")
         for p, core in zip(procs, [cores[0], cores[1], cores[0]], strict=True):
             assert cpus_allowed(p.pid) == core
             assert environ(p.pid)["OMP_NUM_THREADS"] == "1"

@@ -76,6 +76,8 @@ def test_an_elastic_block_grows_then_drains_the_managers_a_shrink_takes(
             until(lambda: len(managers()) == 2, 30, "two managers left")
             assert b.manager_id(1, lease) in managers()
             assert p.status([job])[0].state.name == "RUNNING"
+            # The block hears the shrink's RESIZED on its own stream, maybe after the grant.
+            until(lambda: b.block.lease.size["cpu"] == 2.0, 10, "the shrink's RESIZED")
             assert b.block.lease.size["cpu"] == 2.0
             check(squares, final)
             lost = sum(r["fail_count"] for r in dfk.tasks.values())

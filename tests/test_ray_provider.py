@@ -427,6 +427,8 @@ def test_a_new_provider_cleans_up_what_it_cannot_adopt(
         cluster, why = "other", "recorded by cluster 't', not 'other'"
     else:
         os.kill(orphan.pid, signal.SIGKILL)
+        # The kill is delivered when the process next runs: wait until it is dead.
+        until(lambda: not alive(orphan), 10, "the killed raylet to die")
         why = "its raylet is not running"
     with BrokerClient(server.address, server.tokens["ray"]) as c:
         assert c.get_lease(node).state is LeaseState.ACTIVE
