@@ -9,6 +9,8 @@
 #   make lint       ruff check and ruff format --check
 #   make matrix     replay every policy on the CTC-SP2, SDSC-SP2 and HPC2N traces into
 #                   docs/replay-matrix.{md,html,json,png} (TRACES=dir overrides the traces)
+#   make easy-check the reservation check: EASY, bursar-arrival and bursar on the same traces
+#                   under examples/replay-easy-check.toml into docs/easy-check/
 #   make whatif     replay CTC-SP2 under docs/whatif/baseline.toml and the candidates there
 #                   into docs/whatif/whatif.{md,html,json,png} (TRACES=dir overrides the traces)
 #   make accel      build the optional mypyc-compiled replay modules (sim/accel.py; needs a C
@@ -31,7 +33,7 @@ TEST_STAMP := $(VENV)/.installed-test
 TEST_EXTRAS := dev,plots
 
 .DEFAULT_GOAL := test
-.PHONY: demo test lint format clean distclean system-deps matrix whatif accel accel-clean
+.PHONY: demo test lint format clean distclean system-deps matrix easy-check whatif accel accel-clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +83,10 @@ TRACES ?= ../shared/traces
 
 matrix: $(DEMO_STAMP)
 	BURSAR_TRACES_DIR=$(TRACES) $(BIN)/bursar matrix --out docs
+
+easy-check: $(DEMO_STAMP)
+	BURSAR_TRACES_DIR=$(TRACES) $(BIN)/bursar matrix --policy easy --policy bursar-arrival \
+	    --policy bursar --config examples/replay-easy-check.toml --out docs/easy-check
 
 whatif: $(DEMO_STAMP)
 	$(BIN)/bursar whatif --trace $(TRACES)/pwa-ctc-sp2/CTC-SP2-1996-3.1-cln.swf.gz \
