@@ -624,19 +624,6 @@ def test_bursar_whose_renewals_may_push_reservations_runs_every_job_to_its_end(
     assert all(s.end[j] == s.start[j] + w.hold[j] for j in range(len(w)))
 
 
-def test_bursar_backfills_a_lone_campaign() -> None:
-    # One campaign for all (campaigns = "one"): its burst is the machine, so job 1 (8 of
-    # 10 beside job 0's 6) waits for the pool and holds the reservation at 100; job 2
-    # ends before it and backfills at once, as EASY would. (Counted as the campaign's own
-    # limit, the head blocked its campaign's queue: strict FIFO.)
-    w = Workload(10, "processors", [1, 2, 3], [0, 1, 2], [6, 8, 2], [100, 100, 50],
-                 [100, 100, 50], [0, 0, 0], ["all"])  # fmt: skip
-    config = ReplayConfig(campaigns="one", hol_patience_s=0.0)
-    for name in ("bursar", "bursar-arrival", "easy"):
-        s = replay(w, make_policy(name, w, config), strict=True)
-        assert (s.start, s.killed) == ([0, 100, 2], []), name
-
-
 def test_bursar_with_fair_share_off_orders_by_arrival(tmp_path: Path) -> None:
     # User 1 has used the machine (job 1); jobs 2 (user 1) and 3 (user 2) wait for it.
     # Fair share serves user 2 first; arrival order serves user 1's job first.
