@@ -93,7 +93,7 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 6
+RULES_VERSION = 5
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -108,10 +108,7 @@ envelope change that would leave a waiting request so is refused (such requests 
 good, neither granted nor refused). 5: a pass that tries a changed campaign's head moves its
 walk over the pool-blocked requests on past that head, so a request it passed over before
 the head (for its bucket or for the reservations) is not tried again after a grant later in
-the same pass, out of its turn. 6: a campaign's burst at or above the pool's capacity in a
-dimension binds nothing there (``CampaignState.burst_bound``): a request above it is
-pool-blocked, ages and keeps its turn, instead of waiting on its own campaign's limits
-(where a later request of its campaign could hold the reservation and start first)."""
+the same pass, out of its turn."""
 
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to
@@ -402,7 +399,7 @@ class Engine:
 
     def _on_create(self, e: CreateCampaign) -> Decision:
         c = CampaignState(e.spec)
-        c.set_spec(e.spec, self.now, self.pool.capacity)
+        c.set_spec(e.spec, self.now)
         self.campaigns[e.spec.name] = c
         self.ledger.open(c)
         return self._emit(CampaignSet(self.now, e.spec.name, True))
@@ -506,7 +503,7 @@ class Engine:
         others = dims.sub(c.held, ls.size)
         rate = admission.token_need(others, ls.size, c.sustained)
         inputs = self._inputs(c, ls.size)
-        if admission.over_burst(others, ls.size, c.burst_bound):
+        if admission.over_burst(others, ls.size, c.burst):
             return self._emit(
                 Rejected(
                     self.now,
@@ -671,7 +668,7 @@ class Engine:
         unless it fits within its campaign's own unmet guarantee."""
         c = self.campaigns[p.campaign]
         size = p.size
-        if admission.over_burst(c.held, size, c.burst_bound):
+        if admission.over_burst(c.held, size, c.burst):
             return Reason.ABOVE_BURST, {}
         rate = admission.token_need(c.held, size, c.sustained)
         enforcement = self.policy.enforcement
@@ -898,7 +895,7 @@ class Engine:
             if (
                 holder is not None
                 and holder.campaign == p.campaign
-                and admission.over_burst(dims.add(c.held, p.size), holder.size, c.burst_bound)
+                and admission.over_burst(dims.add(c.held, p.size), holder.size, c.burst)
             ):
                 return True
         return False

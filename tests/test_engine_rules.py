@@ -798,38 +798,6 @@ def test_renewal_that_would_push_a_reservation_later_is_refused():
     assert one(eng.apply(Tick(at=1000)), Granted).lease_id == "L3"
 
 
-def test_a_burst_as_large_as_the_pool_binds_nothing_so_the_older_request_keeps_its_turn():
-    # u's burst is the whole pool (64): a second 40 beside its running 40 is blocked by
-    # the pool, not by u's own limits, so it ages and holds the reservation; u's later,
-    # smaller request may not start first on the capacity u's lease gives back.
-    eng = build_engine(
-        warm=8,
-        warm_headroom={},
-        campaigns=[gpu_campaign("u", 0, 64, 64), gpu_campaign("o", 0, 64, 64)],
-    )
-    eng.apply(req(0, "u", 40, 1000))  # L1
-    eng.apply(req(0, "o", 24, 2000))  # L2: the pool is full
-    assert one(eng.apply(req(10, "u", 40, 100)), Queued).reason is Reason.POOL_FULL  # L3
-    assert one(eng.apply(req(20, "u", 24, 100)), Queued).reason is Reason.POOL_FULL  # L4
-    eng.apply(Tick(at=400))
-    assert eng.reservation("L3") == 1000
-    assert one(eng.apply(Release(at=900, lease_id="L1")), Granted).lease_id == "L3"
-    assert "L4" in eng.pending
-    # A burst below the pool's capacity still binds: the same request waits on u's own
-    # limits, and holds no reservation.
-    eng = build_engine(
-        warm=8,
-        warm_headroom={},
-        campaigns=[gpu_campaign("u", 0, 63, 63), gpu_campaign("o", 0, 64, 64)],
-    )
-    eng.apply(req(0, "u", 40, 1000))
-    eng.apply(req(0, "o", 24, 2000))
-    assert one(eng.apply(req(10, "u", 40, 100)), Queued).reason is Reason.ABOVE_BURST
-    eng.apply(Tick(at=400))
-    assert eng.reservation("L3") is None
-    eng.check_invariants()
-
-
 def test_a_policy_may_let_renewals_push_a_reservation_later():
     eng = build_engine(
         warm=8,
