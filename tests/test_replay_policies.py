@@ -609,6 +609,23 @@ def test_bursar_kills_only_at_an_expiry_before_the_recorded_end(
     assert m["killed"] == len(killed) and abs(m["killed_unit_seconds"] - lost) < 1e-6
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs, st.sampled_from((None, 1.0, 60.0)), st.sampled_from(("bursar", "bursar-arrival")))
+def test_bursar_whose_renewals_may_push_reservations_runs_every_job_to_its_end(
+    rows: list[tuple[int, int, int, float]], renew_s: float | None, name: str
+) -> None:
+    # Envelopes that bind nothing, three users: only a reservation could refuse a
+    # renewal, and the policy lets renewals push them, so every job runs its runtime.
+    w = _random_workload(rows)
+    w.campaign = [j % 3 for j in range(len(w))]
+    w.campaign_names = ["a", "b", "c"]
+    config = ReplayConfig(hol_patience_s=0.0, renew_s=renew_s, renewals_push_reservations=True)
+    p = make_policy(name, w, config)
+    s = replay(w, p, strict=True)
+    assert s.killed == [] and p.refused == 0  # type: ignore[attr-defined]
+    assert all(s.end[j] == s.start[j] + w.hold[j] for j in range(len(w)))
+
+
 def test_bursar_with_fair_share_off_orders_by_arrival(tmp_path: Path) -> None:
     # User 1 has used the machine (job 1); jobs 2 (user 1) and 3 (user 2) wait for it.
     # Fair share serves user 2 first; arrival order serves user 1's job first.
