@@ -707,7 +707,13 @@ class ServiceCore:
             lease_id = placed_by(d) if asynchronous else None
             if lease_id is not None and lease_id not in self._placing:
                 # Its allocation is being made: its Acquire answers once it is ready.
-                self._placing[lease_id] = _Placing(asyncio.get_running_loop().create_future())
+                placing = _Placing(asyncio.get_running_loop().create_future())
+                if self._closing:
+                    # The shutdown began while this grant was being committed, after it cut
+                    # off the waits under way: cut this one off too, as it would have.
+                    placing.done.set_exception(ShuttingDown("the wait for the allocation"))
+                    placing.done.add_done_callback(lambda f: f.exception())
+                self._placing[lease_id] = placing
             if isinstance(d, Allocated | Revoked | Expired | Released):
                 self._placed(d.lease_id)  # allocated, or ended first (the allocation failed)
             if self._subs and type(d) in _EVENT_KIND:
