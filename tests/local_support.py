@@ -4,6 +4,7 @@ through ``launch_argv``, and their affinity as the kernel reports it."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -90,11 +91,11 @@ def exec_done(p: subprocess.Popen[bytes]) -> bool:
 
 
 def ignores_term(pid: int) -> bool:
-    """True once the process ignores SIGTERM (bit 15 of SigIgn in /proc/PID/status)."""
+    """True once the process ignores SIGTERM (its bit in SigIgn of /proc/PID/status)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("SigIgn:"):
-                return bool(int(line.split(":", 1)[1], 16) & (1 << (15 - 1)))
+                return bool(int(line.split(":", 1)[1], 16) & (1 << (signal.SIGTERM - 1)))
     except OSError:
         pass
     return False

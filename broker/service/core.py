@@ -179,6 +179,13 @@ class _Placing:
     done: asyncio.Future[None]
     """Resolved by the lease's Allocated decision (or its end)."""
 
+    def cut_off(self) -> None:
+        """End the wait with UNAVAILABLE (a shutdown): the client retries, with its key,
+        against the restarted server, which re-adopts the job."""
+        if not self.done.done():
+            self.done.set_exception(ShuttingDown("the wait for the allocation"))
+            self.done.add_done_callback(lambda f: f.exception())
+
 
 @dataclass(eq=False)
 class Subscription:
@@ -494,11 +501,7 @@ class ServiceCore:
         for sub in list(self._subs):
             sub.close(ShuttingDown("the stream"))
         for placing in self._placing.values():
-            # An Acquire waiting for its allocation is cut off like a queued one: the client
-            # retries (with its key) against the restarted server, which re-adopts the job.
-            if not placing.done.done():
-                placing.done.set_exception(ShuttingDown("the wait for the allocation"))
-                placing.done.add_done_callback(lambda f: f.exception())
+            placing.cut_off()  # an Acquire waiting for its allocation, like a queued one
         self._placing.clear()
         self._notify_supply()
 
@@ -711,8 +714,7 @@ class ServiceCore:
                 if self._closing:
                     # The shutdown began while this grant was being committed, after it cut
                     # off the waits under way: cut this one off too, as it would have.
-                    placing.done.set_exception(ShuttingDown("the wait for the allocation"))
-                    placing.done.add_done_callback(lambda f: f.exception())
+                    placing.cut_off()
                 self._placing[lease_id] = placing
             if isinstance(d, Allocated | Revoked | Expired | Released):
                 self._placed(d.lease_id)  # allocated, or ended first (the allocation failed)
