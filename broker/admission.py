@@ -17,7 +17,10 @@ the order changes only at those events. With the half-life set to None the order
 
 Per-campaign checks, in this order (the first that fails is the reason):
 
-1. burst: held + size <= burst in every dimension, else ``ABOVE_BURST``;
+1. burst: held + size <= burst in every dimension, else ``ABOVE_BURST``; a burst at least
+   the pool's capacity in a dimension is not checked there (``CampaignState.burst_bound``):
+   whatever the pool can give beside what the campaign holds is within it, so such a
+   request waits for the pool, ages and keeps its turn among its campaign's requests;
 2. bucket: under prepaid enforcement the above-R part of the lease times its whole span
    (duration plus any start delay) must be covered by the bucket level, else
    ``BUCKET_EMPTY``; under grant-instant enforcement the level must only be above 0.

@@ -399,7 +399,7 @@ def grow_step(eng: Engine, e: elastic.ElasticLease) -> Granted | None:
     c = eng.campaigns[e.campaign]
     span = ls.expires_at - eng.now
     size = e.step
-    if span <= 0 or admission.over_burst(c.held, size, c.burst):
+    if span <= 0 or admission.over_burst(c.held, size, c.burst_bound):
         return None
     rate = admission.token_need(c.held, size, c.sustained)
     if admission.bucket_short(c.buckets, c.held, rate, span, eng.now, eng.policy.enforcement):

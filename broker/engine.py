@@ -93,7 +93,7 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 5
+RULES_VERSION = 6
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -108,7 +108,10 @@ envelope change that would leave a waiting request so is refused (such requests 
 good, neither granted nor refused). 5: a pass that tries a changed campaign's head moves its
 walk over the pool-blocked requests on past that head, so a request it passed over before
 the head (for its bucket or for the reservations) is not tried again after a grant later in
-the same pass, out of its turn."""
+the same pass, out of its turn. 6: a campaign's burst at or above the pool's capacity in a
+dimension binds nothing there (``CampaignState.burst_bound``): a request above it is
+pool-blocked, ages and keeps its turn, instead of waiting on its own campaign's limits
+(where a later request of its campaign could hold the reservation and start first)."""
 
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to
@@ -399,7 +402,7 @@ class Engine:
 
     def _on_create(self, e: CreateCampaign) -> Decision:
         c = CampaignState(e.spec)
-        c.set_spec(e.spec, self.now)
+        c.set_spec(e.spec, self.now, self.pool.capacity)
         self.campaigns[e.spec.name] = c
         self.ledger.open(c)
         return self._emit(CampaignSet(self.now, e.spec.name, True))
@@ -503,7 +506,7 @@ class Engine:
         others = dims.sub(c.held, ls.size)
         rate = admission.token_need(others, ls.size, c.sustained)
         inputs = self._inputs(c, ls.size)
-        if admission.over_burst(others, ls.size, c.burst):
+        if admission.over_burst(others, ls.size, c.burst_bound):
             return self._emit(
                 Rejected(
                     self.now,
@@ -668,7 +671,7 @@ class Engine:
         unless it fits within its campaign's own unmet guarantee."""
         c = self.campaigns[p.campaign]
         size = p.size
-        if admission.over_burst(c.held, size, c.burst):
+        if admission.over_burst(c.held, size, c.burst_bound):
             return Reason.ABOVE_BURST, {}
         rate = admission.token_need(c.held, size, c.sustained)
         enforcement = self.policy.enforcement
@@ -895,7 +898,7 @@ class Engine:
             if (
                 holder is not None
                 and holder.campaign == p.campaign
-                and admission.over_burst(dims.add(c.held, p.size), holder.size, c.burst)
+                and admission.over_burst(dims.add(c.held, p.size), holder.size, c.burst_bound)
             ):
                 return True
         return False
@@ -1300,10 +1303,13 @@ class Engine:
                 admitted = self._backfills(p, profile, memo, scan)
             else:
                 admitted = True
+            was_pool = p.reason in admission.POOL_REASONS
             if not admitted:
                 # Whichever path served it, the reservations say no: skip the full check
                 # (the common case in a long queue, where most candidates stay blocked).
                 self._set_reason(p, Reason.HEAD_OF_LINE)
+                if not was_pool:
+                    barrier = self._unblocked_queue(p, barrier, heap, seen)
                 continue
             seen.add(rid)
             self._pool_refused = False
@@ -1326,6 +1332,8 @@ class Engine:
                 continue
             reason = result[0]
             self._set_reason(p, reason)
+            if not was_pool and reason in admission.POOL_REASONS:
+                barrier = self._unblocked_queue(p, barrier, heap, seen)
             if self._pool_refused and scan is not None and not self.exhaustive:
                 # The pool's answer holds for every request of its bucket until a grant.
                 scan.drop(p.bucket)
@@ -1338,6 +1346,41 @@ class Engine:
         queue.dirty.clear()
         queue.touched.clear()
         self._memo = None
+
+    def _unblocked_queue(
+        self,
+        p: Pending,
+        barrier: tuple[int, int] | None,
+        heap: list[tuple[tuple[int, float, int], str]],
+        seen: set[str],
+    ) -> tuple[int, int] | None:
+        """``p`` waited on its campaign's own limits and, tried in this pass, now waits
+        only for the pool: the requests behind it in its queue, held back until now, may
+        be tried, so they are, in their turn; and ``p``, aged, takes back its place among
+        the reservations from the younger requests that held them meanwhile. Returns the
+        head-of-line barrier as it now is.
+
+        Without this a request of the same queue that took the reservation while ``p``
+        waited on its bucket could keep ``p`` out for good: ``p`` is refused for that
+        reservation, and the holder, behind ``p``, is tried only when capacity is freed
+        again, which on an idle pool is never."""
+        queue = self.queue
+        pending = queue.pending
+        if queue.is_head(p):
+            for other in queue.behind(p):
+                if other not in seen:
+                    heapq.heappush(heap, (queue.key(pending[other]), other))
+        if p.id not in queue.aged:
+            return barrier
+        now_barrier = queue.barrier()
+        if now_barrier != barrier:
+            # The reservations are cut again, ``p``'s among them, for the rest of the pass.
+            self._profile_fresh = False
+            if p.reason is Reason.HEAD_OF_LINE and now_barrier == (-p.lease_class.rank, p.seq):
+                # ``p`` was refused for a reservation it now holds itself: try it again.
+                seen.discard(p.id)
+                heapq.heappush(heap, (queue.key(p), p.id))
+        return now_barrier
 
     def _emit(self, d: D) -> D:
         self._out.append(d)

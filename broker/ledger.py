@@ -48,6 +48,12 @@ class CampaignState:
     guarantee: dims.Vec = dims.ZERO
     sustained: dims.Vec = dims.ZERO
     burst: dims.Vec = dims.ZERO
+    burst_bound: dims.Vec = dims.ZERO
+    """The burst where it binds: +inf in a dimension whose burst is at least the pool's
+    capacity there. Such a burst binds nothing the pool does not: whatever the pool can
+    give the campaign beside everything it holds fits under the pool's capacity, so a
+    request above it is blocked by the pool, waits as pool-blocked (it ages and may hold
+    a reservation) and keeps its turn, rather than waiting on its own campaign's limits."""
     unmet: dims.Vec = dims.ZERO
     """max(0, guarantee - held); zero for a preemptible campaign. Cached: read per decision."""
     usage: float = 0.0
@@ -57,11 +63,15 @@ class CampaignState:
     campaign's rates, +inf for a campaign with no sustained rate, 0 with fair share off.
     Cached: read per decision."""
 
-    def set_spec(self, spec: CampaignSpec, now: float) -> None:
+    def set_spec(self, spec: CampaignSpec, now: float, capacity: dims.Vec) -> None:
+        """Take ``spec`` at ``now`` in a pool of ``capacity`` (placed dimensions)."""
         self.spec = spec
         self.guarantee = spec.placed("guarantee")
         self.sustained = spec.placed("sustained")
         self.burst = spec.placed("burst")
+        self.burst_bound = tuple(
+            b if b < cap else math.inf for b, cap in zip(self.burst, capacity, strict=True)
+        )
         for d, env in spec.envelopes.items():
             target = self.buckets if d in dims.PLACED else self.rate_buckets
             old = target.get(d)
@@ -221,7 +231,7 @@ class Ledger:
         """``c`` takes a new spec (its buckets already brought to ``now``); ``every`` is
         every campaign, ``c`` included."""
         before = c.unmet
-        c.set_spec(spec, now)
+        c.set_spec(spec, now, self._pool.capacity)
         c.refresh_fair(self.fairshare)
         self._classify(c)
         self.reserve = dims.vmax0(dims.add(dims.sub(self.reserve, before), c.unmet))
@@ -495,7 +505,7 @@ class Ledger:
         leases = self._leases
         policy = self._policy
         if reason is Reason.ABOVE_BURST:
-            excess = dims.vmax0(dims.sub(dims.add(c.held, size), c.burst))
+            excess = dims.vmax0(dims.sub(dims.add(c.held, size), c.burst_bound))
             freed = dims.ZERO
             for t, lid in sorted((leases[lid].expires_at, lid) for lid in c.leases):
                 freed = dims.add(freed, leases[lid].size)

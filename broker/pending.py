@@ -180,6 +180,10 @@ class Queues:
         head = self.pending[self._queues[(p.campaign, p.lease_class)][0]]
         return head is p or head.reason in admission.POOL_REASONS
 
+    def behind(self, p: Pending) -> list[str]:
+        """The ids of the requests queued behind ``p`` in its (campaign, class) queue."""
+        return [rid for rid in self._queues[(p.campaign, p.lease_class)] if rid != p.id]
+
     def holds_back(self, campaign: str, lease_class: LeaseClass) -> Pending | None:
         """The head a new request of this queue must wait behind (one blocked by its
         campaign's own limits), or None when it may be tried itself."""

@@ -75,14 +75,14 @@ def test_leases_whatif_prints_the_answer_and_changes_nothing(server: ServerThrea
 
 def test_leases_whatif_would_queue_or_be_refused(server: ServerThread) -> None:
     with BrokerClient(server.address, server.tokens["sci"]) as sci:
-        sci.acquire({"gpu": 24}, 300, blocking=False)  # its burst
+        sci.acquire({"gpu": 24}, 300, blocking=False)  # its burst, and the whole pool
     before = _journal(server)
     ask = ["leases", *sci_args(server), "whatif", "--size", "gpu=4", "--duration", "60"]
     queued = bursar(*ask).stdout.splitlines()
-    assert queued[0].startswith("would queue: ABOVE_BURST, estimated wait ")
-    assert any(ln.startswith("queue ") and "ABOVE_BURST" in ln for ln in queued)
+    assert queued[0].startswith("would queue: POOL_FULL, estimated wait ")
+    assert any(ln.startswith("queue ") and "POOL_FULL" in ln for ln in queued)
     refused = bursar(*ask, "--no-wait").stdout.splitlines()
-    assert refused[0].startswith("would be refused: ABOVE_BURST, retry after ")
+    assert refused[0].startswith("would be refused: POOL_FULL, retry after ")
     assert not any(ln.startswith("lease ") for ln in refused)  # no lease table
     assert _journal(server) == before
 

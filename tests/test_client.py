@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from common import self_signed_cert
-from service_support import START, asleep_until, run, serve, until
+from service_support import LIFECYCLE, START, asleep_until, config, run, serve, until
 
 from bursar.broker.clock import ManualClock
 from bursar.broker.service.limits import LimitSettings
@@ -141,17 +141,26 @@ def test_acquire_takes_a_shape_as_keywords_or_an_object(tmp_path: Path) -> None:
     run(scenario())
 
 
+# sci's burst below the pool's 24 GPUs, so that it binds (a burst as large as the pool binds
+# nothing the pool does not).
+_SCI_BURST_20 = LIFECYCLE.replace(
+    "[campaigns.sci.gpu]\nsustained = 8\nburst = 24",
+    "[campaigns.sci.gpu]\nsustained = 8\nburst = 20",
+)
+assert _SCI_BURST_20 != LIFECYCLE
+
+
 def test_each_error_type_comes_from_a_real_server_error(tmp_path: Path) -> None:
     async def scenario() -> None:
         clock = ManualClock(START)
         async with (
-            serve(tmp_path, clock=clock) as c,
+            serve(tmp_path, config(_SCI_BURST_20), clock=clock) as c,
             client(c) as sci,
             client(c, "other") as other,
         ):
             held = await sci.acquire({"gpu": 16}, 60, blocking=False)
 
-            with pytest.raises(Refused) as refused:  # 16 + 16 > burst 24
+            with pytest.raises(Refused) as refused:  # 16 + 16 > burst 20
                 await sci.acquire({"gpu": 16}, 60, blocking=False)
             e = refused.value
             assert e.reason == "ABOVE_BURST" and e.retry_after > 0 and math.isfinite(e.retry_after)

@@ -52,16 +52,17 @@ def test_async_whatif_acquire_matches_the_real_acquire(tmp_path: Path) -> None:
             lease = await sci.acquire({"gpu": 4}, 60, blocking=False, labels={"job": "a"}, nodes=1)
             assert lease == what.lease
 
-            await sci.acquire({"gpu": 20}, 60, blocking=False)  # 24 held: its burst
+            # 24 held: its burst, and the whole pool (so the pool is what refuses).
+            await sci.acquire({"gpu": 20}, 60, blocking=False)
             refused = await sci.whatif_acquire({"gpu": 4}, 60, blocking=False)
             assert refused.outcome is DecisionKind.REJECT and refused.lease is None
-            assert refused.reason is ReasonCode.ABOVE_BURST
+            assert refused.reason is ReasonCode.POOL_FULL
             with pytest.raises(Refused) as real:
                 await sci.acquire({"gpu": 4}, 60, blocking=False)
             assert real.value.reason == refused.reason.value
             queued = await sci.whatif_acquire({"gpu": 4}, 60, timeout=5)
             assert queued.outcome is DecisionKind.QUEUE
-            assert queued.reason is ReasonCode.ABOVE_BURST
+            assert queued.reason is ReasonCode.POOL_FULL
 
             with pytest.raises(OutOfRange):  # the same error acquire raises
                 await sci.whatif_acquire({"gpu": 4}, 7200)

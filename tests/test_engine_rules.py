@@ -798,6 +798,67 @@ def test_renewal_that_would_push_a_reservation_later_is_refused():
     assert one(eng.apply(Tick(at=1000)), Granted).lease_id == "L3"
 
 
+def test_a_burst_as_large_as_the_pool_binds_nothing_so_the_older_request_keeps_its_turn():
+    # u's burst is the whole pool (64): a second 40 beside its running 40 is blocked by
+    # the pool, not by u's own limits, so it ages and holds the reservation; u's later,
+    # smaller request may not start first on the capacity u's lease gives back.
+    eng = build_engine(
+        warm=8,
+        warm_headroom={},
+        campaigns=[gpu_campaign("u", 0, 64, 64), gpu_campaign("o", 0, 64, 64)],
+    )
+    eng.apply(req(0, "u", 40, 1000))  # L1
+    eng.apply(req(0, "o", 24, 2000))  # L2: the pool is full
+    assert one(eng.apply(req(10, "u", 40, 100)), Queued).reason is Reason.POOL_FULL  # L3
+    assert one(eng.apply(req(20, "u", 24, 100)), Queued).reason is Reason.POOL_FULL  # L4
+    eng.apply(Tick(at=400))
+    assert eng.reservation("L3") == 1000
+    assert one(eng.apply(Release(at=900, lease_id="L1")), Granted).lease_id == "L3"
+    assert "L4" in eng.pending
+    # A burst below the pool's capacity still binds: the same request waits on u's own
+    # limits, and holds no reservation.
+    eng = build_engine(
+        warm=8,
+        warm_headroom={},
+        campaigns=[gpu_campaign("u", 0, 63, 63), gpu_campaign("o", 0, 64, 64)],
+    )
+    eng.apply(req(0, "u", 40, 1000))
+    eng.apply(req(0, "o", 24, 2000))
+    assert one(eng.apply(req(10, "u", 40, 100)), Queued).reason is Reason.ABOVE_BURST
+    eng.apply(Tick(at=400))
+    assert eng.reservation("L3") is None
+    eng.check_invariants()
+
+
+def test_a_head_that_turns_from_its_bucket_to_the_pool_lets_its_queue_be_tried():
+    # One campaign on one 8-GPU node; its burst is the node, so only the pool and its
+    # bucket (R = 2, B = 400) bind it. L4, the head of its queue, waits on its bucket and
+    # holds L5 back. At 300 L5 has aged and holds the reservation, and L4's bucket has
+    # refilled: L4 now waits only for the pool and is refused for L5's reservation. The
+    # pass then tries L5, held back until now, instead of leaving both waiting for good
+    # on an empty pool; L4 follows.
+    eng = build_engine(
+        nodes=1, warm=1, warm_headroom={}, campaigns=[gpu_campaign("all", 0, 2, 8, 400)]
+    )
+    assert one(eng.apply(req(0, "all", 4, 1)), Granted).lease_id == "L1"
+    assert one(eng.apply(req(0, "all", 5, 44)), Queued).reason is Reason.POOL_FULL  # L2
+    assert one(eng.apply(req(0, "all", 8, 57)), Queued).reason is Reason.BUCKET_EMPTY  # L3
+    assert one(eng.apply(req(0, "all", 8, 55)), Queued).reason is Reason.BUCKET_EMPTY  # L4
+    assert one(eng.apply(req(0, "all", 5, 1)), Queued).reason is Reason.POOL_FULL  # L5
+    assert one(eng.apply(Release(at=0, lease_id="L1")), Granted).lease_id == "L2"
+    granted: dict[str, float] = {}
+    while (t := eng.next_timer()) is not None and t < 1000:
+        out = list(eng.apply(Tick(at=t)))
+        for d in out:
+            if isinstance(d, Granted):
+                granted[d.lease_id] = t
+                if d.lease_id in ("L4", "L5"):  # they end at once; L2 and L3 expire
+                    out.extend(eng.apply(Release(at=t, lease_id=d.lease_id)))
+        eng.check_invariants()
+    assert list(granted) == ["L3", "L5", "L4"] and granted["L5"] == 300
+    assert not eng.pending
+
+
 def test_a_policy_may_let_renewals_push_a_reservation_later():
     eng = build_engine(
         warm=8,

@@ -260,12 +260,18 @@ def test_engine_refusals_and_request_errors_reach_the_client_with_details(tmp_pa
             await c.broker.Release(
                 pb.ReleaseRequest(lease_id=held.lease.lease_id), metadata=c.as_("sci")
             )
-            # ABOVE_BURST: 16 held, 16 more would pass the 24 ceiling.
-            await c.acquire("sci", 16)
-            d = await fails(c.acquire("sci", 16))
+            # ABOVE_BURST: thrifty's burst (16) is below the pool's 24 GPUs: 8 held, 16 more
+            # would pass it. (sci's burst is the whole pool, so it binds nothing the pool
+            # does not: sci waits for the pool instead.)
+            small = await c.acquire("thrifty", 8, duration_s=10)
+            d = await fails(c.acquire("thrifty", 16, duration_s=10))
             assert d.reason == "ABOVE_BURST" and d.quota == [
-                ("campaign:sci", Reason.ABOVE_BURST.explanation)
+                ("campaign:thrifty", Reason.ABOVE_BURST.explanation)
             ]
+            await c.broker.Release(
+                pb.ReleaseRequest(lease_id=small.lease.lease_id), metadata=c.as_("thrifty")
+            )
+            await c.acquire("sci", 16)
             # POOL_FULL: the reserved campaign fills its guarantee; nothing is left.
             await c.acquire("reserved", 8)
             d = await fails(c.acquire("thrifty", 1, duration_s=10))

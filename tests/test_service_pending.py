@@ -34,9 +34,10 @@ def test_pending_requests_say_why_they_wait_and_when_they_run(tmp_path: Path) ->
             by_campaign = {r.campaign: r for r in everyone.requests}
             assert set(by_campaign) == {"sci", "other"}
             other, sci = by_campaign["other"], by_campaign["sci"]
-            # The pool is full for "other"; "sci" is at its own burst ceiling (24 GPUs).
+            # The pool is full for both. ("sci" holds all 24 GPUs, its burst, but a burst
+            # as large as the pool binds nothing the pool does not: it waits for the pool.)
             assert other.reason == pb.REASON_POOL_FULL
-            assert sci.reason == pb.REASON_ABOVE_BURST
+            assert sci.reason == pb.REASON_POOL_FULL
             # When will it run: the pool frees 8 GPUs when the first lease ends (100 s).
             assert 0 < other.estimated_wait_s <= 100
             assert 0 < sci.estimated_wait_s <= 100
