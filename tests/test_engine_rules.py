@@ -491,6 +491,58 @@ def test_release():
     assert eng.next_timer() == 30 + 600  # the expiry timer is dead; the idle check is not
 
 
+def _two_ending_together():
+    """One 8-GPU node held by L1 and L2 (4 each, both ending at 50); L3 (8 GPUs, older)
+    and L4 (4 GPUs, younger) wait for the pool, neither aged yet."""
+    eng = build_engine(
+        nodes=1,
+        warm=1,
+        warm_headroom={},
+        campaigns=[gpu_campaign(n, 0, 8, 8) for n in ("a", "b", "c", "d")],
+    )
+    eng.apply(req(0, "a", 4, 100))
+    eng.apply(req(0, "b", 4, 100))
+    assert one(eng.apply(req(1, "c", 8, 50)), Queued).reason is Reason.POOL_FULL  # L3
+    assert one(eng.apply(req(2, "d", 4, 10)), Queued).reason is Reason.POOL_FULL  # L4
+    return eng
+
+
+def test_leases_released_together_get_one_admission_pass():
+    # Released one at a time, the first lease's 4 GPUs go to L4 at once, and L3 (8)
+    # waits for L4 too; released together, the pass sees 8 free and L3 starts first.
+    eng = _two_ending_together()
+    one_by_one = [*eng.apply(Release(at=50, lease_id="L1")), *eng.apply(Release(50, "L2"))]
+    assert [d.lease_id for d in one_by_one if isinstance(d, Granted)] == ["L4"]
+    eng = _two_ending_together()
+    out = eng.release_together([Release(at=50, lease_id="L1"), Release(at=50, lease_id="L2")])
+    assert kinds(out) == ["Released", "Released", "Granted"] and out.own is None
+    assert [d.lease_id for d in out if isinstance(d, (Released, Granted))] == ["L1", "L2", "L3"]
+    assert "L4" in eng.pending and eng.events_applied == 4 + 4 + 2
+    eng.check_invariants()
+    # One release together is one apply.
+    eng, other = _two_ending_together(), _two_ending_together()
+    assert eng.release_together([Release(50, "L1")]) == other.apply(Release(50, "L1"))
+    assert eng.state_digest() == other.state_digest()
+
+
+@pytest.mark.parametrize(
+    "releases, field",
+    [
+        ([Release(50, "L1"), Release(51, "L2")], "at"),
+        ([Release(50, "L1"), Release(50, "L1")], "lease_id"),
+        ([Release(50, "L1"), Release(50, "L9")], "lease_id"),
+        ([Release(50, "L1"), Tick(50)], "releases"),
+    ],
+)
+def test_a_bad_release_together_changes_nothing(releases, field):
+    eng = _two_ending_together()
+    before = eng.state_digest()
+    with pytest.raises(RequestError) as e:
+        eng.release_together(releases)
+    assert e.value.field == field
+    assert eng.state_digest() == before and "L1" in eng.leases
+
+
 def test_cancel_of_a_queued_request():
     eng, at, name, size, _ = _pool_full()
     eng.apply(req(at, name, size, 100))

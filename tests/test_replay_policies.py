@@ -664,6 +664,17 @@ def test_bursar_backfills_a_lone_campaign() -> None:
         assert (s.start, s.killed) == ([0, 100, 2], []), name
 
 
+def test_bursar_releases_the_jobs_ending_together_at_once() -> None:
+    # Jobs 0 and 1 end in the same second; job 2 (the whole machine, older) then starts
+    # before job 3 (half of it), as under EASY: the engine sees both jobs' processors
+    # back at once, not job 0's alone (which job 3 would have taken).
+    w = Workload(8, "processors", [1, 2, 3, 4], [0, 0, 1, 2], [4, 4, 8, 4], [100, 100, 50, 10],
+                 [50, 50, 50, 10], [0, 1, 2, 3], ["a", "b", "c", "d"])  # fmt: skip
+    for name in ("easy", "bursar", "bursar-arrival"):
+        s = replay(w, make_policy(name, w, ReplayConfig()), strict=True)
+        assert s.start == [0, 0, 50, 100], name
+
+
 def test_bursar_with_fair_share_off_orders_by_arrival(tmp_path: Path) -> None:
     # User 1 has used the machine (job 1); jobs 2 (user 1) and 3 (user 2) wait for it.
     # Fair share serves user 2 first; arrival order serves user 1's job first.

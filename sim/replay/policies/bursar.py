@@ -108,6 +108,8 @@ class BursarPolicy:
         self.renewals: list[tuple[float, str]] = []
         """(renew at, lease): a heap; the instant just before each lease's expiry."""
         self.kill: list[tuple[int, float]] = []
+        self.ending: list[Release] = []
+        """Releases of the jobs that ended at this instant, not yet sent."""
         self.renewed = 0
         self.refused = 0
         self.refused_at_submit = 0
@@ -168,6 +170,7 @@ class BursarPolicy:
             self.kill.append((j, expires_at))
 
     def submit(self, j: int, now: float) -> bool:
+        self._release_ending()
         w = self.w
         c = w.campaign[j]
         name = w.campaign_names[c]
@@ -229,11 +232,27 @@ class BursarPolicy:
         if ls is None:
             return  # expired at its end while the clock advanced to an earlier event
         if now < ls.expires_at:
-            self._apply(Release(now, rid))
+            # Released with the other jobs ending at this instant, in one engine call
+            # before anything else happens at it (``_release_ending``).
+            self.ending.append(Release(now, rid))
         # Else it ends with its lease: the engine's expiry is due now, and ``schedule``
         # runs it (one Tick for every expiry of the instant).
 
+    def _release_ending(self) -> None:
+        """The jobs that ended at this instant release their leases together: the engine
+        looks at its queue once with all their processors back, as EASY does, not after
+        each (where a small request further back could take the first job's processors
+        before the second's were back for an older request that needs both)."""
+        if self.ending:
+            ending, self.ending = self.ending, []
+            out = self.engine.release_together(ending)
+            self._timer_known = False
+            for d in out.decisions:
+                if type(d) is Granted:
+                    self._granted(d)
+
     def schedule(self, now: float, free: int) -> list[int]:
+        self._release_ending()
         r = self.renewals
         while r and r[0][0] <= now:
             _, rid = heapq.heappop(r)
