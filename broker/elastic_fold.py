@@ -209,28 +209,36 @@ def shrink_now(eng: Engine, el: elastic.ElasticLease, extents: list[str], cause:
 def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tuple[float, float]:
     """A renewed elastic lease's extra steps are renewed with it, prepaid as any
     renewal; a step whose extension its bucket cannot prepay is announced to end at its
-    old expiry (it was prepaid until then)."""
+    old expiry (it was prepaid until then). A step already announced to end lives until
+    its announced end and no longer: the holder was told that instant, and without the
+    renewal the step would have ended earlier, with the lease, unannounced."""
     c = eng.campaigns[el.campaign]
     tokens = credits = 0.0
     price = eng.ledger.price()
     short_steps: list[str] = []
     for xid in el.extents:
         x = eng.leases[xid]
-        ext = new_end - x.expires_at
-        if ext <= 0 or xid in el.warned:
+        warned = el.warned.get(xid)
+        end = new_end if warned is None else min(new_end, warned)
+        ext = end - x.expires_at
+        if ext <= 0:
             continue
         rate = admission.token_need(dims.sub(c.held, x.size), x.size, c.sustained)
         if admission.bucket_short(c.buckets, c.held, rate, ext, eng.now, eng.policy.enforcement):
+            if warned is not None:
+                # Announced again, earlier, for its bucket: the first announcement goes.
+                del el.warned[xid]
+                eng.elastic.warned_held = dims.vmax0(dims.sub(eng.elastic.warned_held, x.size))
             short_steps.append(xid)
             continue
         credit_rate = eng.ledger.credit_rate(price, x.size)
         t, cr = eng.ledger.charge(c, rate, credit_rate, ext, eng.now)
         tokens += t
         credits += cr
-        x.segments.append(Segment(x.expires_at, new_end, rate, credit_rate))
-        eng._charge_usage(c, x.size, x.expires_at, new_end, +1)
-        x.expires_at = new_end
-        eng.timers.push(new_end, TimerKind.EXPIRE, xid)
+        x.segments.append(Segment(x.expires_at, end, rate, credit_rate))
+        eng._charge_usage(c, x.size, x.expires_at, end, +1)
+        x.expires_at = end
+        eng.timers.push(end, TimerKind.EXPIRE, xid)
     if short_steps:
         eng.queue.rekey(c.spec.name)
         warn(eng, el, short_steps, eng.leases[short_steps[0]].expires_at, "", "bucket")

@@ -93,7 +93,7 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 6
+RULES_VERSION = 7
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -111,7 +111,10 @@ the head (for its bucket or for the reservations) is not tried again after a gra
 the same pass, out of its turn. 6: a campaign's burst at or above the pool's capacity in a
 dimension binds nothing there (``CampaignState.burst_bound``): a request above it is
 pool-blocked, ages and keeps its turn, instead of waiting on its own campaign's limits
-(where a later request of its campaign could hold the reservation and start first)."""
+(where a later request of its campaign could hold the reservation and start first). 7:
+an elastic lease renewed after some of its extra steps were announced to end keeps those
+steps until their announced end (before, they ended at the lease's old expiry,
+unannounced)."""
 
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to

@@ -259,6 +259,23 @@ def test_steps_renew_with_their_lease_and_end_with_it():
     eng.check_invariants()
 
 
+def test_a_step_announced_to_end_lives_until_then_when_its_lease_is_renewed():
+    # The steps are announced at 590 to end at 620 (for b); the lease is renewed at 595.
+    # The steps end at 620 as announced, not at the lease's old expiry (601), unannounced.
+    eng = engine(nodes=2)
+    lid = eng.apply(RequestLease(1.0, "a", {}, 600, intent=amdahl())).own.lease_id
+    assert size(eng, lid) == 16.0 and eng.leases[lid].expires_at == 601.0
+    (w,) = of(eng.apply(RequestLease(590.0, "b", {"gpu": 8}, 100)), ResizeWarned)
+    assert w.deadline == 620.0
+    assert eng.apply(Renew(595.0, lid, 600)).own.expires_at == 1195.0
+    assert not of(step_to(eng, 619.0), Resized) and size(eng, lid) == 16.0
+    out = step_to(eng, 620.0)
+    (r,) = of(out, Resized)
+    assert (r.at, r.delta["gpu"], r.inputs["cause"]) == (620.0, -8.0, "resized")
+    assert of(out, Granted)[0].campaign == "b" and size(eng, lid) == 8.0
+    eng.check_invariants()
+
+
 def test_a_step_its_bucket_cannot_renew_is_announced_to_end_at_its_prepaid_end():
     # Sustained 2, a bucket of 40 000 GPU-s: 14 extra GPUs for 600 s prepay 8 400.
     pool = PoolSpec(groups=(NodeGroup(count=2, resources={"gpu": 8}, warm=2),))
