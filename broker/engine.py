@@ -192,15 +192,8 @@ class Engine:
         """Apply one event; return its outcome: every decision it caused, and apart the one
         answering its own request. Bad input raises, changing nothing."""
         validation.validate(self, event)
-        self._out = []
-        self._profile_fresh = False
-        self._advance(event.at)
         handler = _HANDLERS[type(event)]
-        own = handler(self, event)
-        self._settle()
-        self.events_applied += 1
-        self.idempotency.forget(self.now)
-        out, self._out = self._out, []
+        out, own = self._fold(event.at, lambda: handler(self, event), 1)
         if isinstance(own, Queued):
             # Queued, then granted by the admission pass of the same event: the grant is the
             # answer (the caller must not wait for what it already has).
@@ -237,16 +230,29 @@ class Engine:
                 raise validation.bad("lease_id", f"lease {e.lease_id!r} is released twice")
             seen.add(e.lease_id)
             validation.validate(self, e)
+
+        def release_all() -> None:
+            for e in releases:
+                self._on_release(e)
+
+        out, _ = self._fold(releases[0].at, release_all, len(releases))
+        return Outcome(tuple(out))
+
+    def _fold(
+        self, at: float, act: Callable[[], Decision | None], events: int
+    ) -> tuple[list[Decision], Decision | None]:
+        """Run the clock to ``at``, ``act`` (the events' own handling, returning the
+        decision answering the event, if any), then settle: the decisions made, in order,
+        and ``act``'s own."""
         self._out = []
         self._profile_fresh = False
-        self._advance(releases[0].at)
-        for e in releases:
-            self._on_release(e)
+        self._advance(at)
+        own = act()
         self._settle()
-        self.events_applied += len(releases)
+        self.events_applied += events
         self.idempotency.forget(self.now)
         out, self._out = self._out, []
-        return Outcome(tuple(out))
+        return out, own
 
     def key_record(self, campaign: str, key: str) -> KeyRecord | None:
         """What an Acquire with this idempotency key got, if one came within the window."""
