@@ -240,7 +240,7 @@ def test_replay_config_renew_s_is_the_rest_of_the_runtime_unless_given(tmp_path:
 def test_the_reservation_checks_config_gives_the_broker_easys_assumptions() -> None:
     path = Path(__file__).resolve().parent.parent / "examples" / "replay-easy-check.toml"
     config = load_replay_config(path)
-    assert config.renew_s == 60.0 and config.renewals_push_reservations
+    assert config.renew_s == 1.0 and config.renewals_push_reservations
     assert config.campaigns == "user" and config.default == ReplayConfig().default
 
 
