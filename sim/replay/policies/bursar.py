@@ -119,7 +119,10 @@ class BursarPolicy:
         self._timer_known = False
 
     def _apply(self, event: object) -> Outcome:
-        out = self.engine.apply(event)  # type: ignore[arg-type]
+        return self._took(self.engine.apply(event))  # type: ignore[arg-type]
+
+    def _took(self, out: Outcome) -> Outcome:
+        """What the engine decided: its timers may have moved, and its grants start jobs."""
         self._timer_known = False
         for d in out.decisions:
             if type(d) is Granted:
@@ -245,11 +248,7 @@ class BursarPolicy:
         before the second's were back for an older request that needs both)."""
         if self.ending:
             ending, self.ending = self.ending, []
-            out = self.engine.release_together(ending)
-            self._timer_known = False
-            for d in out.decisions:
-                if type(d) is Granted:
-                    self._granted(d)
+            self._took(self.engine.release_together(ending))
 
     def schedule(self, now: float, free: int) -> list[int]:
         self._release_ending()
