@@ -10,10 +10,16 @@ update, the metrics refresh) delays every call in flight at once. When on, this 
   collector tracks;
 * every journal append, commit (of a batch of appends), decision-index update and metrics
   refresh over ``SLOW_S``;
-* every time a 10 ms heartbeat on the loop woke over ``SLOW_S`` late, with the time spent
-  meanwhile in collections, in slow journal calls, and waiting for a CPU (the kernel's
-  run-queue wait of the loop's thread, from ``/proc/thread-self/schedstat``): a stall with
-  none of them points at something else.
+* every time a 10 ms heartbeat on the loop woke over ``SPELL_S`` late, with the time spent
+  meanwhile in collections, in slow journal calls, waiting for a CPU (the kernel's
+  run-queue wait of the loop's thread, from ``/proc/thread-self/schedstat``), and in the
+  service's own work: deciding (the runtime's ``submit`` and ``catch_up``, the engine and
+  the journal appends) and committing, each with how many calls. A spell that this work
+  fills is a backlog: many calls arrived together and each waited for those before it.
+  A stall with none of them points at something else (the gRPC and asyncio glue).
+
+  The heartbeat reports spells from ``SPELL_S``, half of what counts as a slow call, so
+  that a slow call made of a shorter spell plus its own work still finds its cause.
 
 Each line gives ``mono``, the ``time.monotonic()`` at which what it reports ended (the same
 clock in every process of the machine), so that a client can match its slow calls to it.
@@ -43,7 +49,11 @@ log = logging.getLogger(__name__)
 ENV = "BURSAR_STALL_LOG"
 SLOW_S = 0.1
 """What counts as slow: a call waiting this long notices."""
+SPELL_S = 0.05
+"""A heartbeat this late is reported."""
 HEARTBEAT_S = 0.01
+WORK = ("decide", "commit")
+"""The service's work, timed by what the heartbeat reports (see the module's docstring)."""
 
 
 def enabled() -> bool:
@@ -74,14 +84,20 @@ class StallLog:
         self._gc_runs = [0, 0, 0]
         self._late_max = 0.0
         self._undo: list[Callable[[], None]] = []
+        self.work: dict[str, list[float]] = {k: [0, 0.0] for k in WORK}
+        """Calls and seconds of each kind of work since the heartbeat last looked; a call
+        inside another (a commit while catching up) counts in the outer one only."""
+        self._depth = 0
 
     def install(self, runtime: Runtime, metrics: Metrics) -> None:
         gc.callbacks.append(self._on_gc)
         self._undo.append(lambda: gc.callbacks.remove(self._on_gc))
         journal = runtime.journal
         for name in ("append", "commit", "update_index"):
-            self._wrap(journal, name, f"journal.{name}")
+            self._wrap(journal, name, f"journal.{name}", "commit" if name == "commit" else None)
         self._wrap(metrics, "refresh", "metrics.refresh")
+        for name in ("submit", "catch_up"):
+            self._wrap(runtime, name, f"runtime.{name}", "decide")
 
     def uninstall(self) -> None:
         """Remove the probes and log a summary: collections per generation with the
@@ -96,17 +112,23 @@ class StallLog:
             self._late_max * 1000,
         )
 
-    def _wrap(self, obj: object, name: str, label: str) -> None:
+    def _wrap(self, obj: object, name: str, label: str, work: str | None = None) -> None:
         inner = getattr(obj, name)
 
         @functools.wraps(inner)
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             gc0 = self.gc_s
+            self._depth += 1
             try:
                 return inner(*args, **kwargs)
             finally:
+                self._depth -= 1
                 dt = time.perf_counter() - t0
+                if work is not None and self._depth == 0:
+                    tally = self.work[work]
+                    tally[0] += 1
+                    tally[1] += dt
                 if dt > SLOW_S:
                     in_gc = self.gc_s - gc0
                     what = f"{label} {dt * 1000:.0f} ms (gc {in_gc * 1000:.0f} ms of it)"
@@ -138,26 +160,32 @@ class StallLog:
             )
 
     async def run(self) -> None:
-        """The heartbeat: log each time the loop was held for over ``SLOW_S``."""
+        """The heartbeat: log each time the loop was held for over ``SPELL_S``."""
         loop = asyncio.get_running_loop()
         with contextlib.suppress(asyncio.CancelledError):
             wait0 = run_queue_wait_s()
             while True:
                 gc0 = self.gc_s
                 self.slow_calls.clear()
+                for tally in self.work.values():
+                    tally[0], tally[1] = 0, 0.0
                 t0 = loop.time()
                 await asyncio.sleep(HEARTBEAT_S)
                 late = loop.time() - t0 - HEARTBEAT_S
                 wait1 = run_queue_wait_s()
                 self._late_max = max(self._late_max, late)
-                if late > SLOW_S:
+                if late > SPELL_S:
+                    work = ", ".join(
+                        f"{k} {int(n)} calls {s * 1000:.0f} ms" for k, (n, s) in self.work.items()
+                    )
                     log.warning(
                         "stall-log: mono %.3f: event loop held %.0f ms (gc %.0f ms; waiting "
-                        "for a CPU %.0f ms; slow calls: %s)",
+                        "for a CPU %.0f ms; work: %s; slow calls: %s)",
                         time.monotonic(),
                         late * 1000,
                         (self.gc_s - gc0) * 1000,
                         (wait1 - wait0) * 1000,
+                        work,
                         "; ".join(self.slow_calls) or "none",
                     )
                 wait0 = wait1
