@@ -67,5 +67,6 @@ def test_a_backlog_of_decisions_is_named_in_the_spell_it_held(
     assert held, caplog.text
     assert "work: decide 4 calls" in held[0]
     assert "commit 1 calls" in held[0]
+    assert "; longest " in held[0] and "ms, runtime.submit" in held[0]
     # Uninstalled, the objects are as they were.
     assert "submit" not in vars(runtime) and "commit" not in vars(runtime.journal)

@@ -347,7 +347,7 @@ def _kind(what: str) -> str:
         if gc_ms > 20:
             return f"{side} gc"
     held = re.match(r"event loop held (\d+) ms", rest)
-    work = re.search(r"work: decide \d+ calls (\d+) ms, commit \d+ calls (\d+) ms", rest)
+    work = re.search(r"work: decide \d+ calls (\d+) ms, .*?commit \d+ calls (\d+) ms", rest)
     if held and work and int(work.group(1)) + int(work.group(2)) >= int(held.group(1)) / 2:
         # Most of the spell was the service deciding and committing: calls that arrived
         # together, each waiting for those before it.

@@ -13,10 +13,12 @@ update, the metrics refresh) delays every call in flight at once. When on, this 
 * every time a 10 ms heartbeat on the loop woke over ``SPELL_S`` late, with the time spent
   meanwhile in collections, in slow journal calls, waiting for a CPU (the kernel's
   run-queue wait of the loop's thread, from ``/proc/thread-self/schedstat``), and in the
-  service's own work: deciding (the runtime's ``submit`` and ``catch_up``, the engine and
-  the journal appends) and committing, each with how many calls. A spell that this work
-  fills is a backlog: many calls arrived together and each waited for those before it.
-  A stall with none of them points at something else (the gRPC and asyncio glue).
+  service's own work, each with how many calls: deciding (the runtime's ``submit`` and
+  ``catch_up``: the engine and the journal appends), the journal appends on their own,
+  and committing; and the longest call, with what it applied (the event's type and how
+  many decisions it made). A spell that this work fills is a backlog: many calls arrived
+  together and each waited for those before it. A stall with none of them points at
+  something else (the gRPC and asyncio glue).
 
   The heartbeat reports spells from ``SPELL_S``, half of what counts as a slow call, so
   that a slow call made of a shorter spell plus its own work still finds its cause.
@@ -36,7 +38,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bursar.broker.runtime import Runtime
@@ -52,7 +54,7 @@ SLOW_S = 0.1
 SPELL_S = 0.05
 """A heartbeat this late is reported."""
 HEARTBEAT_S = 0.01
-WORK = ("decide", "commit")
+WORK = ("decide", "append", "commit")
 """The service's work, timed by what the heartbeat reports (see the module's docstring)."""
 
 
@@ -68,6 +70,17 @@ def run_queue_wait_s() -> float:
             return int(f.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def _what(label: str, args: tuple[Any, ...], result: object) -> str:
+    """A call of work, for the log: what it was called with (an event's type) and how many
+    decisions it returned."""
+    what = label
+    if args and not isinstance(args[0], int | float):
+        what += f" {type(args[0]).__name__}"
+    if isinstance(result, Sequence):
+        what += f", {len(result)} decisions"
+    return what
 
 
 class StallLog:
@@ -86,15 +99,18 @@ class StallLog:
         self._undo: list[Callable[[], None]] = []
         self.work: dict[str, list[float]] = {k: [0, 0.0] for k in WORK}
         """Calls and seconds of each kind of work since the heartbeat last looked; a call
-        inside another (a commit while catching up) counts in the outer one only."""
+        inside another (a commit while catching up) counts in the outer one only, except
+        that appends are counted on their own as well (they are part of deciding)."""
         self._depth = 0
+        self.longest: tuple[float, str] = (0.0, "")
+        """The longest call of work since the heartbeat last looked, and what it was."""
 
     def install(self, runtime: Runtime, metrics: Metrics) -> None:
         gc.callbacks.append(self._on_gc)
         self._undo.append(lambda: gc.callbacks.remove(self._on_gc))
         journal = runtime.journal
         for name in ("append", "commit", "update_index"):
-            self._wrap(journal, name, f"journal.{name}", "commit" if name == "commit" else None)
+            self._wrap(journal, name, f"journal.{name}", name if name in WORK else None)
         self._wrap(metrics, "refresh", "metrics.refresh")
         for name in ("submit", "catch_up"):
             self._wrap(runtime, name, f"runtime.{name}", "decide")
@@ -120,15 +136,21 @@ class StallLog:
             t0 = time.perf_counter()
             gc0 = self.gc_s
             self._depth += 1
+            result = None
             try:
-                return inner(*args, **kwargs)
+                result = inner(*args, **kwargs)
+                return result
             finally:
                 self._depth -= 1
                 dt = time.perf_counter() - t0
-                if work is not None and self._depth == 0:
+                # Appends are part of deciding: counted on their own as well, to say how
+                # much of a decision's time was its journal entry.
+                if work is not None and (self._depth == 0 or work == "append"):
                     tally = self.work[work]
                     tally[0] += 1
                     tally[1] += dt
+                    if dt > self.longest[0] and work != "append":
+                        self.longest = (dt, _what(label, args, result))
                 if dt > SLOW_S:
                     in_gc = self.gc_s - gc0
                     what = f"{label} {dt * 1000:.0f} ms (gc {in_gc * 1000:.0f} ms of it)"
@@ -169,6 +191,7 @@ class StallLog:
                 self.slow_calls.clear()
                 for tally in self.work.values():
                     tally[0], tally[1] = 0, 0.0
+                self.longest = (0.0, "")
                 t0 = loop.time()
                 await asyncio.sleep(HEARTBEAT_S)
                 late = loop.time() - t0 - HEARTBEAT_S
@@ -178,6 +201,8 @@ class StallLog:
                     work = ", ".join(
                         f"{k} {int(n)} calls {s * 1000:.0f} ms" for k, (n, s) in self.work.items()
                     )
+                    if self.longest[1]:
+                        work += f"; longest {self.longest[0] * 1000:.0f} ms, {self.longest[1]}"
                     log.warning(
                         "stall-log: mono %.3f: event loop held %.0f ms (gc %.0f ms; waiting "
                         "for a CPU %.0f ms; work: %s; slow calls: %s)",
