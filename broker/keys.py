@@ -67,8 +67,9 @@ class Keys:
     A busy broker sees a key with every Acquire the client library sends: a day of them
     is hundreds of thousands of records. They are kept in chunks of ``CHUNK``, oldest
     first; a full chunk is frozen, pickled and compressed once (about a tenth of the
-    memory, and a snapshot copies its bytes instead of pickling every decision again). What changes in a record after its chunk froze (the answer of a request that
-    was queued, a withdrawal) is kept beside it. A chunk is dropped once its newest record
+    memory, and a snapshot copies its bytes instead of pickling every decision again).
+    What changes in a record after its chunk froze (the answer of a request that was
+    queued, a withdrawal) is kept beside it. A chunk is dropped once its newest record
     is past the window; until then a lookup still ignores the records past it, so the
     window is exact.
     """
