@@ -3,6 +3,12 @@
 ``Backoff`` is a value (the policy); ``Backoff.delays(rng)`` is one retry sequence. The
 client holds one ``random.Random`` (seeded when you pass a seed) and draws every
 sequence from it, so that a test, or a simulation, sees the same delays every run.
+
+``Pace`` is the pace of retrying a refusal (a renewal the broker said no to): decorrelated
+jitter between a floor and a ceiling, never sooner than the broker's ``retry_after``. Its
+floor is what bounds the tries: however the draws fall, two tries are at least
+``floor_s`` apart, so a refused renewal cannot flood the broker (or the terminal) in a
+lease's last minute.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["Backoff"]
+__all__ = ["Backoff", "Pace"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +45,26 @@ class Backoff:
         while True:
             yield cap * (1.0 - self.jitter * rng.random())
             cap = min(self.max_s, cap * self.multiplier)
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """Delays between tries of a refused call: "decorrelated jitter" (each delay uniform
+    in ``[floor_s, 3 * previous]``, capped at ``ceiling_s``), which spreads many clients
+    refused at once as full jitter does while growing about as fast as doubling; never
+    below ``floor_s``, nor below the ``retry_after`` the broker gave with the refusal."""
+
+    floor_s: float
+    ceiling_s: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.floor_s <= self.ceiling_s:
+            raise ValueError("Pace needs 0 < floor_s <= ceiling_s")
+
+    def delays(self, rng: random.Random) -> Iterator[float]:
+        """An endless sequence of delays, seconds; the caller waits
+        ``max(delay, retry_after)``."""
+        previous = self.floor_s
+        while True:
+            previous = min(self.ceiling_s, rng.uniform(self.floor_s, previous * 3.0))
+            yield previous

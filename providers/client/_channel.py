@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import random
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -95,6 +96,9 @@ class Connection:
         self.rng = _rng(rng)
         self.retry_timeout_s = retry_timeout_s
         self.call_timeout_s = call_timeout_s
+        self._told: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        """Per retry sequence (its delays iterator), the failure last logged at INFO: a
+        broker that stays down is one line, not one per try."""
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {check_token(token)}"),) if token else ()
         )
@@ -175,7 +179,14 @@ class Connection:
         now = self.clock.now()
         if now + delay > give_up_at:
             raise exc
-        log.info("%s: %s; retrying in %.2f s", what, exc, delay)
+        state = f"{exc.code.name} {exc.reason}"
+        if self._told.get(delays) != state:
+            self._told[delays] = state
+            log.info(
+                "%s: %s; retrying with backoff (up to %g s apart)", what, exc, self.backoff.max_s
+            )
+        else:
+            log.debug("%s: %s; retrying in %.2f s", what, exc, delay)
         await self.clock.sleep_until(now + delay)
 
     async def unary(

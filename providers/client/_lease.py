@@ -16,11 +16,15 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+import math
+import random
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from bursar.broker.clock import wait_event_until
+from bursar.providers.client._backoff import Pace
 from bursar.providers.client._errors import (
     FailedPrecondition,
     NotFound,
@@ -49,10 +53,68 @@ log = logging.getLogger("bursar.providers.client")
 
 MAX_DEFAULT_MARGIN_S = 60.0
 
+MIN_RENEW_RETRY_S = 0.05
+"""The least time between two tries of a refused renewal, however short the lease."""
+
 
 def default_margin(duration_s: float) -> float:
     """Renew at half-life, but no earlier than 60 s before expiry."""
     return min(duration_s / 2.0, MAX_DEFAULT_MARGIN_S)
+
+
+class _Refusals:
+    """One spell of refused renewals: when to try next, and what to say about it (a
+    line when the spell starts or its reason changes, not one per try)."""
+
+    def __init__(self, pace: Pace, rng: random.Random) -> None:
+        self.pace = pace
+        self.tries = 0
+        self._delays: Iterator[float] = pace.delays(rng)
+        self._said: str | None = None
+
+    def next_wait(self, exc: Refused, left_s: float) -> float | None:
+        """Seconds until the next try, or None when no try can come before the lease
+        expires (``left_s`` from now): never sooner than the broker's ``retry_after``
+        nor the pace's floor; a jittered delay that would land past the expiry is pulled
+        in to the last try before it."""
+        self.tries += 1
+        least = max(exc.retry_after, self.pace.floor_s)
+        wait = max(least, next(self._delays))
+        if wait >= left_s:
+            wait = max(least, left_s - self.pace.floor_s / 2.0)
+        return wait if wait < left_s else None
+
+    def tell(self, lease_id: str, exc: Refused, wait: float | None, expires_at: float) -> None:
+        reason = exc.reason or "REFUSED"
+        if wait is None:
+            log.warning(
+                "lease %s: gave up renewing after %d refused tries (%s); it expires at %s",
+                lease_id,
+                self.tries,
+                reason,
+                _hhmmss(expires_at),
+            )
+        elif reason != self._said:
+            log.warning(
+                "lease %s: renewal refused (%s: %s); retrying every ~%s s until %s",
+                lease_id,
+                reason,
+                exc.message,
+                f"{self.pace.floor_s:.3g}-{self.pace.ceiling_s:.3g}",
+                _hhmmss(expires_at),
+            )
+        else:
+            log.debug(
+                "lease %s: renewal refused again (%s); next try in %.2f s", lease_id, reason, wait
+            )
+        self._said = reason
+
+
+def _hhmmss(t: float) -> str:
+    """A server timestamp for a log line: the time of day in UTC, as the CLI writes times."""
+    if not math.isfinite(t):
+        return "never"
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M:%S UTC")
 
 
 class LeaseHandle:
@@ -84,8 +146,10 @@ class LeaseHandle:
     sent, so none is missed), however many leases the client holds: the broker limits
     the streams a client may keep open.
 
-    Renewal failures are handled: a refusal (BUCKET_EMPTY, ...) is retried after its
-    ``retry_after`` while time is left; an unreachable broker is retried with backoff
+    Renewal failures are handled: a refusal (BUCKET_EMPTY, ...) is retried with
+    decorrelated jitter between an eighth and a half of the renewal margin, never sooner
+    than its ``retry_after``, while time is left (one warning when refusals start or
+    change reason, one when renewed or given up); an unreachable broker is retried with backoff
     (the client's); a lease that is being reclaimed or has ended stops renewal. Leaving
     the block releases the lease, once, whatever happened; if the broker cannot be
     reached then, a warning is logged and the lease expires on its own.
@@ -363,9 +427,17 @@ class LeaseHandle:
 
     # ------------------------------------------------------------------ renewal
 
+    def _pace(self) -> Pace:
+        """How a refused renewal is retried: no sooner than an eighth of the renewal
+        margin apart (at most 8 tries between the first refusal and the expiry, 7.5 s
+        apart for the default 60 s margin), no later than half of it."""
+        floor = max(self.renew_margin_s / 8.0, MIN_RENEW_RETRY_S)
+        return Pace(floor, max(floor, self.renew_margin_s / 2.0))
+
     async def _renew_loop(self) -> None:
         lease_id, duration = self.lease.id, self.duration_s
         clock = self._client.clock
+        refusals: _Refusals | None = None
         while True:
             if self._renew_at > clock.now():
                 await wait_event_until(clock, self._stop_renewing, self._renew_at)
@@ -378,9 +450,12 @@ class LeaseHandle:
             try:
                 lease = await self._client._renew(lease_id, duration, give_up_at=give_up_at)
             except Refused as exc:
-                left = self._expires_local - clock.now()
-                wait = max(0.05, min(exc.retry_after, left / 2.0))
-                log.warning("lease %s: renewal refused (%s); again in %.2f s", lease_id, exc, wait)
+                if refusals is None:
+                    refusals = _Refusals(self._pace(), self._client._conn.rng)
+                wait = refusals.next_wait(exc, self._expires_local - clock.now())
+                refusals.tell(lease_id, exc, wait, self.lease.expires_at)
+                if wait is None:
+                    return  # it expires; the Watch stream reports the end
                 self._renew_at = clock.now() + wait
                 continue
             except (FailedPrecondition, NotFound) as exc:
@@ -390,6 +465,9 @@ class LeaseHandle:
             except Unavailable:
                 self._renew_at = clock.now()
                 continue
+            if refusals is not None:
+                log.warning("lease %s: renewed after %d refused tries", lease_id, refusals.tries)
+                refusals = None
             self.renewals += 1
             self._update(lease)
             self._expires_local = max(self._expires_local, t_send + duration)
