@@ -33,8 +33,14 @@ from bursar.cli.client import (
 )
 from bursar.cli.console import human_duration, iso_time
 from bursar.cli.leases import parse_labels, parse_units
-from bursar.cli.verbs import at, lease_summary
-from bursar.providers.client import Lease, LeaseHandle, LeaseState, PendingRequest
+from bursar.cli.verbs import at, ended_how, lease_summary
+from bursar.providers.client import (
+    Lease,
+    LeaseHandle,
+    LeaseState,
+    PendingRequest,
+    Unavailable,
+)
 from bursar.providers.client_view import leases_table
 from bursar.providers.launch import is_slurm, launch_argv, slurm_job_id
 
@@ -237,7 +243,7 @@ async def _hold(h: LeaseHandle, json_out: bool) -> int:
     if h.ended.is_set() and not stop.is_set():
         _say(f"the broker ended it: {lease_summary(h.lease, h.lease.ended_at or 0.0)}")
         return 1
-    _say(f"releasing {h.lease.id}")
+    await _release(h, "interrupted")
     return 0
 
 
@@ -289,5 +295,19 @@ async def _run(h: LeaseHandle, argv: Sequence[str]) -> int:
             t.cancel()
     code = proc.returncode
     assert code is not None
-    _say(f"command exited with status {_exit_status(code)}; releasing {lease.id}")
+    await _release(h, f"command exited with status {_exit_status(code)}")
     return _exit_status(code)
+
+
+async def _release(h: LeaseHandle, what: str) -> None:
+    """Release the lease and say what became of it: released now, or already ended (the
+    command may have released it itself: the broker's answer tells which)."""
+    try:
+        final = await h.release()
+    except Unavailable:
+        _say(f"{what}; the broker cannot be reached: {h.lease.id} expires on its own")
+        return
+    if h.released_here:
+        _say(f"{what}; released {final.id}")
+    else:
+        _say(f"{what}; {final.id} had already ended ({ended_how(final)})")

@@ -18,6 +18,7 @@ from bursar.cli.client import (
     connection_options,
     options,
     print_json,
+    print_tables,
     run_call,
     stdout_console,
 )
@@ -43,9 +44,7 @@ def campaigns() -> None:
 
 
 def _print_campaigns(items: list[Campaign]) -> None:
-    console = stdout_console()
-    for t in campaigns_tables(items):
-        console.print(t)
+    print_tables(*campaigns_tables(items))
 
 
 @campaigns.command("list", context_settings=CONTEXT)
@@ -276,9 +275,7 @@ def campaigns_update(
         if o.json:
             print_json(c.to_json())
             return
-        console = stdout_console()
-        for item in whatif_tables(c):
-            console.print(item)
+        print_tables(*whatif_tables(c))
         return
     if o.json:
         print_json(c.to_json())

@@ -4,9 +4,17 @@ from a terminal, through :mod:`bursar.providers.client`.
 Every group and command takes the connection options (given on the group or on the
 command; the command's win): ``--target`` (``BURSAR_TARGET``), a token (``--token`` /
 ``BURSAR_TOKEN``, ``--token-file`` / ``BURSAR_TOKEN_FILE``), ``--admin-token-file``
-(``BURSAR_ADMIN_TOKEN_FILE``), ``--tls`` / ``--tls-ca`` and ``--json``. Output is rich
-tables for people, JSON with ``--json`` (JSON lines for streams). A failed call prints
-the broker's message and a hint to stderr and exits 1; bad usage exits 2.
+(``BURSAR_ADMIN_TOKEN_FILE``), ``--tls`` / ``--tls-ca``, ``--json`` and ``--tsv``.
+Output is rich tables for people (full width off a terminal), JSON with ``--json`` (JSON
+lines for streams), tab-separated values with ``--tsv``. A failed call prints the
+broker's message (and a hint, where it adds something) to stderr and exits 1; bad usage
+exits 2.
+
+A flag given on the command line beats every environment variable: an explicit token of
+any kind sets aside the ``BURSAR_*`` tokens, and an explicit credential that names its
+campaign (a token, the admin token) sets aside ``BURSAR_CAMPAIGN``, which then only picks
+an entry of a token table. What the environment did decide is named on stderr before the
+output (``campaign: storm (from BURSAR_CAMPAIGN)``), never in ``--json`` output.
 """
 
 from __future__ import annotations
@@ -16,21 +24,23 @@ import json
 import math
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-from bursar.cli.console import human_duration
+from bursar.cli.console import human_duration, report_console
 from bursar.providers.client import (
     DEFAULT_TARGET,
     AlreadyExists,
     AsyncAdminClient,
     AsyncBrokerClient,
     BursarClientError,
-    FailedPrecondition,
     InvalidArgument,
     InvalidToken,
     NotFound,
@@ -45,17 +55,21 @@ from bursar.providers.client import (
 __all__ = [
     "CONTEXT",
     "EXIT_CALL_FAILED",
+    "WOULD_SHORTEN",
     "Options",
     "TokenProblem",
     "admin_client",
     "broker_client",
     "campaign_option",
     "connection_options",
+    "fail",
     "options",
     "print_json",
     "print_json_line",
+    "print_tables",
     "run_call",
     "stdout_console",
+    "tsv_lines",
 ]
 
 T = TypeVar("T")
@@ -65,6 +79,10 @@ EXIT_CALL_FAILED = 1
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 """The context settings of every client command: -h, and help text up to 100 columns."""
+
+WOULD_SHORTEN = "WOULD_SHORTEN"
+"""The reason of a renewal the CLI did not send because it could only have shortened the
+lease (the broker never shortens one: it keeps the later end)."""
 
 _CALL_RETRY_S = 3.0
 """How long a command retries an unreachable broker before it gives up."""
@@ -85,6 +103,12 @@ class Options:
     tls_ca: Path | None = None
     retry_timeout_s: float | None = None
     json: bool = False
+    tsv: bool = False
+    from_env: dict[str, str] = field(default_factory=dict)
+    """Option name -> the environment variable its value came from."""
+    explicit: set[str] = field(default_factory=set)
+    """Options given on the command line (of the group or of the command)."""
+    announced: bool = False
 
     @property
     def address(self) -> str:
@@ -95,9 +119,20 @@ class Options:
 
 
 def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
-    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
-        if value is not None and value is not False:
-            setattr(ctx.ensure_object(Options), name, value)
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is None or value is False:
+            return
+        o = ctx.ensure_object(Options)
+        assert param.name is not None
+        from_env = ctx.get_parameter_source(param.name) is ParameterSource.ENVIRONMENT
+        if from_env and name in o.explicit:
+            return  # the group's flag stands against the command's environment variable
+        setattr(o, name, value)
+        if from_env:
+            o.from_env[name] = str(param.envvar)
+        else:
+            o.explicit.add(name)
+            o.from_env.pop(name, None)
 
     return callback
 
@@ -179,6 +214,16 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "json",
             {"is_flag": True, "default": None, "help": "Print JSON instead of tables."},
         ),
+        (
+            "--tsv",
+            "tsv",
+            {
+                "is_flag": True,
+                "default": None,
+                "help": "Print tables as tab-separated values (a header line, then one line "
+                "per row), for cut, awk and spreadsheets.",
+            },
+        ),
     ]
     for flag, name, kw in reversed(specs):  # decorators apply bottom-up
         f = click.option(flag, name, expose_value=False, callback=_store(name), **kw)(f)
@@ -199,7 +244,61 @@ def campaign_option(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def options() -> Options:
-    return click.get_current_context().ensure_object(Options)
+    o = click.get_current_context().ensure_object(Options)
+    if o.json and o.tsv:
+        raise click.UsageError("--json and --tsv are two ways to print the same thing: pick one")
+    return o
+
+
+_TOKENS = ("token", "token_file", "admin_token_file")
+
+
+def _is_table(path: Path) -> bool:
+    try:
+        return path.read_text(encoding="utf-8").lstrip().startswith("{")
+    except OSError:
+        return False
+
+
+def effective(o: Options) -> Options:
+    """``o`` with the environment's values that an explicit flag sets aside removed: a
+    token given on the command line (of any kind) sets aside the tokens from the
+    environment, and one that names its own campaign (anything but a table of campaigns'
+    tokens) sets aside ``BURSAR_CAMPAIGN``, which would otherwise filter the admin's view
+    or contradict the token."""
+    drop: dict[str, None] = {}
+    if any(k in o.explicit for k in _TOKENS):
+        drop.update({k: None for k in _TOKENS if k in o.from_env})
+    kept = replace(o, **drop, from_env={k: v for k, v in o.from_env.items() if k not in drop})
+    if "campaign" in kept.from_env and any(k in o.explicit for k in _TOKENS):
+        table = kept.token is None and kept.token_file is not None and _is_table(kept.token_file)
+        if not table:
+            kept.campaign = None
+            del kept.from_env["campaign"]
+    return kept
+
+
+_SHOWN = {
+    "target": "target",
+    "campaign": "campaign",
+    "token": "token",
+    "token_file": "token file",
+    "admin_token_file": "admin token file",
+}
+"""The options whose value from the environment shapes a result, as the header names them."""
+
+
+def _announce(o: Options, used: Options) -> None:
+    """Name on stderr, once, what the environment decided (for people: never with
+    --json or --tsv, whose readers parse stdout and may not look at stderr)."""
+    if o.announced or o.json or o.tsv:
+        return
+    o.announced = True
+    for key, var in used.from_env.items():
+        label, value = _SHOWN.get(key), getattr(used, key, None)
+        if label is not None and value is not None:
+            text = "(set)" if key == "token" else value  # a token is a secret: not echoed
+            click.echo(f"{label}: {text} (from {var})", err=True)
 
 
 class TokenProblem(click.ClickException):
@@ -262,7 +361,10 @@ def _retry_s(o: Options) -> float:
 
 
 def broker_client(o: Options, *, forever: bool = False) -> AsyncBrokerClient:
-    token = _campaign_token(o)
+    used = effective(o)
+    token = _campaign_token(used)
+    _announce(o, used)
+    o = used
     # --campaign is always sent: the admin token then acts for that campaign only, and a
     # campaign token given with another campaign's name is refused by the broker with a
     # message naming both, rather than silently acting for its own campaign.
@@ -276,9 +378,10 @@ def broker_client(o: Options, *, forever: bool = False) -> AsyncBrokerClient:
 
 
 def admin_client(o: Options) -> AsyncAdminClient:
-    return AsyncAdminClient(
-        o.address, _admin_token(o), tls=o.tls_arg(), retry_timeout_s=_retry_s(o)
-    )
+    used = effective(o)
+    token = _admin_token(used)
+    _announce(o, used)
+    return AsyncAdminClient(used.address, token, tls=used.tls_arg(), retry_timeout_s=_retry_s(used))
 
 
 # ---------------------------------------------------------------------------------------
@@ -308,15 +411,17 @@ def _hint(exc: BursarClientError, o: Options) -> str:
         if math.isfinite(exc.retry_after):
             return f"the broker suggests retrying in {human_duration(exc.retry_after)}"
         return "retrying as is will not help"
+    if exc.reason == WOULD_SHORTEN:
+        return f"to end it sooner, release it when done: bursar release {exc.metadata['lease_id']}"
     if isinstance(exc, InvalidArgument) and exc.field_violations:
         return "; ".join(f"{v.field}: {v.description}" for v in exc.field_violations)
-    if isinstance(exc, FailedPrecondition):
-        return "the request does not fit the broker's current state"
     return ""
 
 
 def _fail(exc: BursarClientError, o: Options) -> NoReturn:
     hint = _hint(exc, o)
+    if hint in exc.message:  # a hint that only says the error again is left out
+        hint = ""
     if o.json:
         err = {
             "error": {
@@ -331,7 +436,9 @@ def _fail(exc: BursarClientError, o: Options) -> NoReturn:
         }
         click.echo(json.dumps(err, sort_keys=True), err=True)
     else:
-        console = Console(stderr=True, highlight=False)
+        # soft_wrap: a message is one line however narrow the terminal (or 80 columns
+        # off one); the terminal wraps it, and a log or grep sees it whole.
+        console = Console(stderr=True, highlight=False, soft_wrap=True)
         reason = f" [dim]({exc.reason})[/dim]" if exc.reason else ""
         console.print(f"[red]error[/red]: {_escape(exc.message)}{reason}")
         if hint:
@@ -341,6 +448,11 @@ def _fail(exc: BursarClientError, o: Options) -> NoReturn:
 
 def _escape(text: str) -> str:
     return text.replace("[", r"\[")
+
+
+def fail(exc: BursarClientError) -> NoReturn:
+    """End the command as a failed call does: the message (and a hint), exit status 1."""
+    _fail(exc, options())
 
 
 def run_call(make: Callable[[], Awaitable[T]]) -> T:
@@ -366,4 +478,34 @@ def print_json_line(obj: Any) -> None:
 
 
 def stdout_console() -> Console:
-    return Console(highlight=False)
+    """The console the commands print to stdout with: full width off a terminal (a pipe,
+    a file), where rich would otherwise cut cells at 80 columns (``expir…``)."""
+    return report_console(highlight=False)
+
+
+def _plain(cell: object) -> str:
+    text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+    return " ".join(text.split())  # no tab or newline inside a field
+
+
+def tsv_lines(table: Table) -> list[str]:
+    """A rich table as tab-separated lines: the header, then one line per row."""
+    columns = table.columns
+    rows = zip(*(list(c.cells) for c in columns), strict=True)
+    return ["\t".join(_plain(c.header) for c in columns)] + [
+        "\t".join(_plain(cell) for cell in row) for row in rows
+    ]
+
+
+def print_tables(*items: object) -> None:
+    """Print ``items`` (tables and lines of text) for people, or, with --tsv, the tables
+    alone as tab-separated values, a blank line between two tables."""
+    if not options().tsv:
+        console = stdout_console()
+        for item in items:
+            # Off a terminal, as wide as the item needs: no cell cut short, however wide.
+            wide = console.measure(item).maximum if not console.is_terminal else 0  # type: ignore[arg-type]
+            console.print(item, width=max(console.width, wide))
+        return
+    blocks = ["\n".join(tsv_lines(t)) for t in items if isinstance(t, Table)]
+    click.echo("\n\n".join(blocks))

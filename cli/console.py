@@ -24,11 +24,11 @@ OFF_TERMINAL_WIDTH = 200
 """Columns when stdout is not a terminal and COLUMNS is unset: wider than any report table."""
 
 
-def report_console(file: TextIO | None = None) -> Console:
+def report_console(file: TextIO | None = None, *, highlight: bool = True) -> Console:
     out = file if file is not None else sys.stdout
     if out.isatty() or os.environ.get("COLUMNS"):
-        return Console(file=file)
-    return Console(file=file, width=OFF_TERMINAL_WIDTH)
+        return Console(file=file, highlight=highlight)
+    return Console(file=file, width=OFF_TERMINAL_WIDTH, highlight=highlight)
 
 
 def iso_time(t: float) -> str:

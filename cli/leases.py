@@ -16,10 +16,9 @@ from bursar.cli.client import (
     options,
     print_json,
     print_json_line,
+    print_tables,
     run_call,
-    stdout_console,
 )
-from bursar.cli.console import report_console
 from bursar.providers.client import Lease, PendingRequest, WhatIfResult
 from bursar.providers.client_view import event_line, leases_table, pending_table, whatif_tables
 
@@ -72,8 +71,7 @@ def leases_list(pending: bool) -> None:
         if o.json:
             print_json([x.to_json() for x in waiting])
         else:
-            # Off a terminal (a log, a pipe) the table is not cut to 80 columns.
-            report_console().print(pending_table(waiting, now))
+            print_tables(pending_table(waiting, now))
         return
 
     async def go() -> tuple[list[Lease], float]:
@@ -85,7 +83,7 @@ def leases_list(pending: bool) -> None:
     if o.json:
         print_json([x.to_json() for x in items])
     else:
-        stdout_console().print(leases_table(items, now))
+        print_tables(leases_table(items, now))
 
 
 @leases.command("watch", context_settings=CONTEXT)
@@ -164,7 +162,7 @@ def leases_revoke(lease_id: str, reason: str) -> None:
     if o.json:
         print_json(ended.to_json())
     else:
-        stdout_console().print(leases_table([ended], now))
+        print_tables(leases_table([ended], now))
 
 
 def parse_units(text: str, param: str) -> dict[str, float]:
@@ -287,6 +285,4 @@ def leases_whatif(
     if o.json:
         print_json(result.to_json())
         return
-    console = stdout_console()
-    for item in whatif_tables(result):
-        console.print(item)
+    print_tables(*whatif_tables(result))

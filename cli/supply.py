@@ -12,6 +12,7 @@ from bursar.cli.client import (
     options,
     print_json,
     print_json_line,
+    print_tables,
     run_call,
     stdout_console,
 )
@@ -64,11 +65,9 @@ def supply(
         if o.json:
             (print_json_line if watch else print_json)(s.to_json())
             return
-        console = stdout_console()
-        if watch:
-            console.rule(clock(s.at))
-        for item in supply_tables(s):
-            console.print(item)
+        if watch and not o.tsv:
+            stdout_console().rule(clock(s.at))
+        print_tables(*supply_tables(s))
 
     async def go() -> None:
         if not watch:

@@ -13,19 +13,21 @@ import click
 
 from bursar.cli.client import (
     CONTEXT,
+    WOULD_SHORTEN,
     broker_client,
     campaign_option,
     connection_options,
+    fail,
     options,
     print_json,
+    print_tables,
     run_call,
-    stdout_console,
 )
 from bursar.cli.console import human_duration, iso_time
-from bursar.providers.client import BrokerStatus, Lease
+from bursar.providers.client import BrokerStatus, FailedPrecondition, Lease
 from bursar.providers.client_view import leases_table
 
-__all__ = ["at", "lease_summary", "release_command", "renew_command", "status_command"]
+__all__ = ["at", "ended_how", "lease_summary", "release_command", "renew_command", "status_command"]
 
 
 def at(t: float | None, now: float | None = None) -> str:
@@ -47,11 +49,19 @@ def _size(size: Any) -> str:
     return ",".join(f"{k}={v:g}" for k, v in sorted(size.items())) or "-"
 
 
+def ended_how(lease: Lease) -> str:
+    """How an ended lease ended: its state, and its cause where that says more
+    ("revoked: reclaimed", "expired", not "released: released")."""
+    state = lease.state.value.lower()
+    cause = lease.end_cause
+    return f"{state}: {cause}" if cause and cause != state else state
+
+
 def lease_summary(lease: Lease, now: float) -> str:
     """One line: the lease, its size, state, nodes and when it expires."""
     state = lease.state.value.lower()
     if lease.ended_at is not None:
-        cause = f": {lease.end_cause}" if lease.end_cause else ""
+        cause = ended_how(lease).removeprefix(state)
         return (
             f"lease {lease.id} ({lease.campaign}): {_size(lease.size)}, {state}; "
             f"ended {at(lease.ended_at, now)}{cause}"
@@ -103,18 +113,36 @@ def renew_command(lease_id: str, duration: float) -> None:
     """Extend LEASE_ID to expire DURATION seconds from now (like scontrol update
     TimeLimit). Refused past the campaign's envelope, with the reason and when to retry.
 
+    A renewal never shortens a lease: if it already runs past DURATION from now, nothing
+    is sent and the command says until when it runs and exits 1, as scontrol does when
+    it cannot set the limit asked for (a script that asked for less learns it got more).
+
     \b
     Example:
       bursar renew L42 --duration 3600 --token-file state/tokens.json --campaign storm
     """
     o = options()
 
-    async def go() -> tuple[Lease, float]:
+    async def go() -> tuple[Lease, float, bool]:
         async with broker_client(o) as client:
+            current = await client.get_lease(lease_id)
+            now = (await client.status()).now
+            # Within a second the renewal still moves the end (a little) and is sent.
+            if current.live and current.expires_at > now + duration + 1.0:
+                return current, now, False
             lease = await client.renew(lease_id, duration)
-            return lease, (await client.status()).now
+            return lease, (await client.status()).now, True
 
-    lease, now = run_call(go)
+    lease, now, renewed = run_call(go)
+    if not renewed:
+        fail(
+            FailedPrecondition(
+                f"lease {lease.id} already runs to {at(lease.expires_at, now)}, past the "
+                f"{human_duration(duration)} asked for; a renewal never shortens a lease",
+                reason=WOULD_SHORTEN,
+                metadata={"lease_id": lease.id},
+            )
+        )
     if o.json:
         print_json(lease.to_json())
     else:
@@ -171,8 +199,13 @@ def status_command() -> None:
     ]
     if mine is not None:
         rows.append(("your leases", f"{len(mine)}, holding {_size(held)}"))
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        click.echo(f"{k:<{width}}  {v}")
+    if o.tsv:
+        click.echo("\n".join(["field\tvalue", *(f"{k}\t{v}" for k, v in rows)]))
+        if mine:
+            click.echo()
+    else:
+        width = max(len(k) for k, _ in rows)
+        for k, v in rows:
+            click.echo(f"{k:<{width}}  {v}")
     if mine:
-        stdout_console().print(leases_table(mine, st.now))
+        print_tables(leases_table(mine, st.now))

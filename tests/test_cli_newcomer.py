@@ -270,7 +270,7 @@ def test_acquire_runs_the_command_in_the_lease_and_exits_with_its_status(
     lease_id, nodes, size = seen.read_text().split()
     assert nodes.startswith("w") and size == "gpu=8"
     assert "waiting for a lease of gpu=8" in res.stderr
-    assert f"releasing {lease_id}" in res.stderr
+    assert f"command exited with status 3; released {lease_id}" in res.stderr
     with BrokerClient(server.address, server.tokens["sci"]) as sci:
         ended = sci.get_lease(lease_id)
         assert ended.state.value == "RELEASED" and dict(ended.labels) == {"job": "train"}

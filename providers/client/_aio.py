@@ -397,8 +397,12 @@ class AsyncBrokerClient:
         """End the lease early (unused prepaid tokens and credits are refunded) and
         return it in its final state. Idempotent: releasing an ended lease returns its
         final state (RELEASED, EXPIRED or REVOKED) and changes nothing."""
+        return (await self._release(lease_id))[0]
+
+    async def _release(self, lease_id: str) -> tuple[Lease, bool]:
+        """The lease in its final state, and whether it had ended before this call."""
         resp = await self._call("Release", pb.ReleaseRequest(lease_id=lease_id))
-        return Lease.from_proto(resp.lease)
+        return Lease.from_proto(resp.lease), resp.already_ended
 
     async def get_lease(self, lease_id: str) -> Lease:
         """One lease, live or ended; :class:`NotFound` if the broker never granted it."""

@@ -140,7 +140,9 @@ class LeaseHandle:
       lease shrinks to ``resize_to``) and ``resize_event`` the latest RESIZED; ``lease``
       follows both (its ``size`` and ``nodes`` are the whole lease's);
     * ``renewals``: successful renewals so far; ``error``: an unexpected failure of the
-      background work (raised again when the block exits).
+      background work (raised again when the block exits);
+    * ``released_here``: whether this handle's release ended the lease (False when it
+      had ended before: released by someone else, expired, revoked).
 
     Events come from the client's one shared Watch stream (opened before the Acquire is
     sent, so none is missed), however many leases the client holds: the broker limits
@@ -198,6 +200,7 @@ class LeaseHandle:
         self.warnings = 0
         self.resizes = 0
         self.renewals = 0
+        self.released_here = False
         self.error: BaseException | None = None
         self._lease: Lease | None = None
         self._expires_local = 0.0
@@ -401,7 +404,9 @@ class LeaseHandle:
             if self.ended.is_set():
                 final = self.lease
             else:
-                self._update(await self._client.release(self.lease.id))
+                lease, already_ended = await self._client._release(self.lease.id)
+                self.released_here = not already_ended
+                self._update(lease)
                 final = self.lease
         finally:
             if self._watcher is not None:
