@@ -34,14 +34,18 @@ from bursar.broker.errors import ConfigError
 from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
 
 __all__ = [
+    "BACKENDS",
     "FORMATS",
+    "Backend",
     "Config",
+    "Discover",
     "DiscoveryError",
     "SlurmSettings",
     "WarnSignal",
     "config_from_mapping",
     "default_config",
     "default_config_text",
+    "file_backend",
     "load_config",
     "load_policy",
     "parse_config",
@@ -53,9 +57,37 @@ Format = Literal["toml", "yaml"]
 FORMATS: Mapping[str, Format] = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}
 DEFAULT_RESOURCE = "demo.toml"
 
+Backend = Literal["simulated", "local", "slurm"]
+BACKENDS: tuple[Backend, ...] = ("simulated", "local", "slurm")
+"""The pool backends a file can be meant for (``bursar serve --backend``, or the file's
+top-level ``backend`` key). The simulated backend reads the nodes from ``[pool.groups]``;
+the others discover them, so a file for them has none."""
+
+# Where a discovering backend finds its nodes, for the messages that say why a key is refused.
+_DISCOVERED_FROM = {
+    "local": "the local backend discovers the nodes on this machine",
+    "slurm": "the Slurm backend discovers the nodes from Slurm ([slurm] partition)",
+}
+_NODES_FROM = {
+    "simulated": "the node groups",
+    "local": "this machine",
+    "slurm": "the Slurm partition",
+}
+_POWERS_ITS_OWN = {
+    "local": "the local backend's machine is always on",
+    "slurm": "Slurm powers its own nodes",
+}
+
 # Keys used for problems that are not about one key of the document.
 _FILE_KEY = "(file)"
 _TOP_KEY = "(top level)"
+
+
+class _BackendName(enum.Enum):
+    # An enum rather than a Literal so that a wrong value's message lists the allowed ones.
+    SIMULATED = "simulated"
+    LOCAL = "local"
+    SLURM = "slurm"
 
 
 class WarnSignal(enum.Enum):
@@ -112,6 +144,8 @@ class Config:
     campaigns: tuple[CampaignSpec, ...] = ()
     slurm: SlurmSettings | None = None
     """The ``[slurm]`` table, if the file has one (only the Slurm backend reads it)."""
+    backend: Backend | None = None
+    """The file's top-level ``backend`` key: the backend it is meant for (None: not said)."""
 
 
 def pool_capacity(pool: PoolSpec) -> dict[str, float]:
@@ -269,6 +303,7 @@ class _File(_Table):
     policy: _Policy = Field(default_factory=_Policy)
     campaigns: dict[str, _Campaign] = Field(default_factory=dict)  # type: ignore[valid-type]
     slurm: _Slurm | None = None
+    backend: _BackendName | None = Field(default=None, strict=False)
 
 
 class _SlurmFile(_File):
@@ -283,11 +318,40 @@ Discover = typing.Callable[[SlurmSettings], PoolSpec]
 # Public entry points
 
 
-def load_config(path: str | os.PathLike[str], *, discover: Discover | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str],
+    *,
+    discover: Discover | None = None,
+    backend: Backend | None = None,
+) -> Config:
     """Read and validate a config file; the extension (.toml, .yaml, .yml) picks the format.
 
-    With ``discover`` (the Slurm backend), the nodes are not read from ``[pool.groups]``
-    but asked of ``discover`` with the file's ``[slurm]`` settings."""
+    ``backend`` is the backend the file is checked for (None: ``slurm`` with ``discover``,
+    else ``simulated``). For ``local`` and ``slurm`` the nodes are not read from
+    ``[pool.groups]`` but asked of ``discover`` with the file's ``[slurm]`` settings;
+    without ``discover`` (checking a file away from the machine or cluster it is for) the
+    pool is left empty and the rules that need its capacity are skipped."""
+    source, fmt, text = _read(path)
+    return parse_config(text, fmt, source=source, discover=discover, backend=backend)
+
+
+def file_backend(path: str | os.PathLike[str]) -> Backend | None:
+    """The backend a config file says it is for (its top-level ``backend`` key), or None.
+    Raises ConfigError for an unreadable file or a value that is not a backend."""
+    source, fmt, text = _read(path)
+    data = _document(text, fmt, source)
+    value = data.get("backend") if isinstance(data, dict) else None
+    if value is None:
+        return None
+    for b in BACKENDS:
+        if value == b:
+            return b
+    raise ConfigError(
+        source, "backend", f"unknown value {_show(value)}; allowed: {', '.join(BACKENDS)}"
+    )
+
+
+def _read(path: str | os.PathLike[str]) -> tuple[str, Format, str]:
     p = Path(path)
     source = str(p)
     fmt = FORMATS.get(p.suffix.lower())
@@ -305,13 +369,23 @@ def load_config(path: str | os.PathLike[str], *, discover: Discover | None = Non
         raise ConfigError(source, _FILE_KEY, f"not UTF-8 text ({e.reason})") from None
     except OSError as e:
         raise ConfigError(source, _FILE_KEY, f"cannot read: {e.strerror or e}") from None
-    return parse_config(text, fmt, source=source, discover=discover)
+    return source, fmt, text
 
 
 def parse_config(
-    text: str, fmt: Format, *, source: str = "<string>", discover: Discover | None = None
+    text: str,
+    fmt: Format,
+    *,
+    source: str = "<string>",
+    discover: Discover | None = None,
+    backend: Backend | None = None,
 ) -> Config:
     """Validate config ``text`` in format ``fmt``; ``source`` names it in errors."""
+    data = _document(text, fmt, source)
+    return config_from_mapping(data, source=source, discover=discover, backend=backend)
+
+
+def _document(text: str, fmt: Format, source: str) -> Any:
     if fmt == "toml":
         try:
             data: Any = tomllib.loads(text)
@@ -324,17 +398,28 @@ def parse_config(
             raise ConfigError(source, *_yaml_syntax(e)) from None
     else:
         raise ValueError(f"unknown config format {fmt!r}; allowed: toml, yaml")
-    return config_from_mapping(data, source=source, discover=discover)
+    return data
 
 
 def config_from_mapping(
-    data: Any, *, source: str = "<mapping>", discover: Discover | None = None
+    data: Any,
+    *,
+    source: str = "<mapping>",
+    discover: Discover | None = None,
+    backend: Backend | None = None,
 ) -> Config:
-    """Validate an already parsed document (nested dicts/lists/scalars)."""
+    """Validate an already parsed document (nested dicts/lists/scalars) for ``backend``
+    (see :func:`load_config`)."""
     if data is None:
         data = {}
+    if backend is None:
+        backend = "slurm" if discover is not None else "simulated"
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if backend != "simulated":
+        return _from_discovered(data, source, discover, backend)
     if discover is not None:
-        return _from_slurm(data, source, discover)
+        raise ValueError("the simulated backend reads its nodes from the file: no discover")
     try:
         model = _File.model_validate(data)
     except ValidationError as e:
@@ -445,32 +530,47 @@ def _slurm_settings(s: _Slurm) -> SlurmSettings:
     )
 
 
-def _from_slurm(data: Any, source: str, discover: Discover) -> Config:
-    pool_table = data.get("pool") if isinstance(data, dict) else None
+def _from_discovered(data: Any, source: str, discover: Discover | None, backend: Backend) -> Config:
+    """A file for a backend that discovers its nodes (local, slurm)."""
+    # The keys a file for the simulated backend has and these backends refuse, all in one
+    # message: a file started from `bursar config show-default` has several.
+    problems: list[tuple[str, str]] = []
+    table = data if isinstance(data, dict) else {}
+    pool_table, policy_table = table.get("pool"), table.get("policy")
     if isinstance(pool_table, dict) and "groups" in pool_table:
-        raise ConfigError(
-            source,
-            "pool.groups",
-            "the Slurm backend discovers the nodes from Slurm ([slurm] partition); "
-            "allowed: no [pool.groups] (keep it for the simulated backend in another file)",
+        problems.append(
+            (
+                "pool.groups",
+                f"{_DISCOVERED_FROM[backend]}; allowed: no [pool.groups] "
+                "(keep it for the simulated backend in another file)",
+            )
         )
-    policy_table = data.get("policy") if isinstance(data, dict) else None
     if isinstance(policy_table, dict) and policy_table.get("power_down_idle_s") is not None:
-        raise ConfigError(
-            source,
-            "policy.power_down_idle_s",
-            "Slurm powers its own nodes, so the broker never powers them down; "
-            "allowed: leave it out (or null)",
+        problems.append(
+            (
+                "policy.power_down_idle_s",
+                f"{_POWERS_ITS_OWN[backend]}, so the broker never powers nodes down; "
+                "allowed: leave it out (or null)",
+            )
         )
+    if backend == "local" and "slurm" in table:
+        problems.append(
+            ("slurm", "only the Slurm backend reads the [slurm] table; allowed: leave it out")
+        )
+    if problems:
+        raise _error(source, problems)
     try:
         model = _SlurmFile.model_validate(data)
     except ValidationError as e:
         raise _error(source, [(_key(err["loc"]), _message(err)) for err in e.errors()]) from None
     settings = _slurm_settings(model.slurm)
-    try:
-        found = discover(settings)
-    except DiscoveryError as e:
-        raise ConfigError(source, e.key, e.message) from None
+    if discover is None:
+        found = PoolSpec(groups=())
+    else:
+        try:
+            found = discover(settings)
+        except DiscoveryError as e:
+            raise ConfigError(source, e.key, e.message) from None
     pool = PoolSpec(
         groups=found.groups,
         boot_latency_s=model.pool.boot_latency_s,
@@ -478,7 +578,15 @@ def _from_slurm(data: Any, source: str, discover: Discover) -> Config:
             d: float(v) for d, v in model.pool.rate_capacity.model_dump(exclude_unset=True).items()
         },
     )
-    return _build(model, source, pool=pool, slurm=settings, keep_nodes_on=True)
+    return _build(
+        model,
+        source,
+        pool=pool,
+        slurm=settings if backend == "slurm" else None,
+        keep_nodes_on=True,
+        nodes_known=discover is not None,
+        nodes_from=_NODES_FROM[backend],
+    )
 
 
 def default_config_text() -> str:
@@ -506,14 +614,20 @@ def _build(
     pool: PoolSpec | None = None,
     slurm: SlurmSettings | None = None,
     keep_nodes_on: bool = False,
+    nodes_known: bool = True,
+    nodes_from: str = _NODES_FROM["simulated"],
 ) -> Config:
     problems: list[tuple[str, str]] = []
     if pool is None:
         pool = _file_pool(model, problems)
-    if slurm is None and model.slurm is not None:
-        slurm = _slurm_settings(model.slurm)
+        if model.slurm is not None:
+            slurm = _slurm_settings(model.slurm)
     policy = _policy_spec(model.policy, keep_nodes_on=keep_nodes_on)
-    return _check(model, source, pool, policy, slurm, problems)
+    config = _check(
+        model, source, pool, policy, slurm, problems, nodes_known=nodes_known, nodes_from=nodes_from
+    )
+    backend = model.backend.value if model.backend is not None else None
+    return dataclasses.replace(config, backend=backend)
 
 
 def _file_pool(model: _File, problems: list[tuple[str, str]]) -> PoolSpec:
@@ -570,6 +684,9 @@ def _check(
     policy: PolicySpec,
     slurm: SlurmSettings | None,
     problems: list[tuple[str, str]],
+    *,
+    nodes_known: bool = True,
+    nodes_from: str = _NODES_FROM["simulated"],
 ) -> Config:
     campaigns = []
     for cname, c in model.campaigns.items():
@@ -587,7 +704,9 @@ def _check(
         campaigns.append(spec)
 
     cap = pool_capacity(pool)
-    for d in dims.ALL:
+    # Without the nodes, only the rate dimensions' capacity (from the file) is known.
+    checked = dims.ALL if nodes_known else dims.RATE
+    for d in checked:
         holders = [
             (s.name, s.envelopes[d].guarantee)
             for s in campaigns
@@ -595,7 +714,7 @@ def _check(
         ]
         total = sum(g for _, g in holders)
         if total > cap[d] + 1e-9:
-            where = "pool.rate_capacity." + d if d in dims.RATE else "the node groups"
+            where = "pool.rate_capacity." + d if d in dims.RATE else nodes_from
             problems.append(
                 (
                     f"campaigns.*.{d}.guarantee",
@@ -606,7 +725,7 @@ def _check(
                 )
             )
     for d, h in policy.warm_headroom.items():
-        if h > cap[d] + 1e-9:
+        if d in checked and h > cap[d] + 1e-9:
             problems.append(
                 (
                     f"policy.warm_headroom.{d}",

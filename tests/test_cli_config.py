@@ -95,3 +95,58 @@ def test_show_default_round_trips(runner: CliRunner, tmp_path: Path) -> None:
     copy = tmp_path / "mine.toml"
     copy.write_text(out.output, encoding="utf-8")
     assert load_config(copy) == default_config()
+
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+@pytest.mark.parametrize(
+    ("name", "backend", "shown"),
+    [("local.toml", "local", "local000"),  # this machine's first node
+     ("slurm.toml", "slurm", "discovered from Slurm partition gpu when served")],
+)  # fmt: skip
+def test_check_accepts_each_example_config_for_its_backend(
+    runner: CliRunner, name: str, backend: str, shown: str
+) -> None:
+    out = runner.invoke(main, ["config", "check", str(EXAMPLES / name)])
+    assert out.exit_code == 0, out.output
+    assert shown in out.output and "adaptive-sci" in out.output
+    assert f"valid Bursar config for the {backend} backend" in out.output
+    assert "from the file's backend key" in out.output
+
+
+def test_check_without_a_backend_key_is_for_the_simulated_backend(runner: CliRunner) -> None:
+    path = Path(__file__).parents[1] / "broker" / "demo.toml"
+    out = runner.invoke(main, ["config", "check", str(path)])
+    assert "valid Bursar config for the simulated backend (the default" in out.output
+
+
+def test_check_for_local_refuses_a_demo_derived_file_in_local_terms(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text(default_config_text(), encoding="utf-8")
+    out = runner.invoke(main, ["config", "check", "--backend", "local", str(mine)])
+    assert out.exit_code == 2
+    assert f"{mine}: pool.groups: the local backend discovers the nodes" in out.output
+    assert "also policy.power_down_idle_s" in out.output and "Slurm" not in out.output
+    assert "(checked for the local backend, from --backend)" in out.output
+
+
+def test_check_backend_flag_wins_over_the_files_key(runner: CliRunner) -> None:
+    out = runner.invoke(
+        main, ["config", "check", "--backend", "simulated", str(EXAMPLES / "local.toml")]
+    )
+    assert out.exit_code == 2
+    assert "local.toml: pool: required key is missing" in out.output
+    assert "(checked for the simulated backend, from --backend)" in out.output
+
+
+def test_check_names_the_allowed_backends(runner: CliRunner, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('backend = "k8s"\n', encoding="utf-8")
+    out = runner.invoke(main, ["config", "check", str(bad)])
+    assert out.exit_code == 2
+    assert f"{bad}: backend: unknown value 'k8s'; allowed: simulated, local, slurm" in out.output
+    flag = runner.invoke(main, ["config", "check", "--backend", "k8s", str(bad)])
+    assert flag.exit_code == 2 and "'simulated', 'local', 'slurm'" in flag.output

@@ -14,13 +14,14 @@ from bursar.broker.config import (
     Config,
     default_config,
     default_config_text,
+    file_backend,
     load_config,
     parse_config,
     pool_capacity,
 )
 from bursar.broker.envelope import DimEnvelope, LeaseClass
 from bursar.broker.errors import ConfigError
-from bursar.broker.policy import Enforcement, PolicySpec
+from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
 
 BASE_TOML = """\
 [pool]
@@ -383,3 +384,98 @@ def test_config_error_is_raised_before_semantic_checks_on_shape_errors(tmp_path:
     with pytest.raises(ConfigError) as info:
         load_config(_write(tmp_path, "c.toml", text))
     assert info.value.key == "pool.groups.node.count"
+
+
+# ---------------------------------------------------------------------------------------
+# The backend a file is for: its `backend` key, and validation that names that backend.
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+CAMPAIGNS_ONLY = """\
+[campaigns.sci]
+gpu = { guarantee = 8, sustained = 16, burst = 32, bucket = 200000 }
+inference = { guarantee = 50, sustained = 100, burst = 100 }
+"""
+
+
+def _pool(gpus: int) -> PoolSpec:
+    return PoolSpec(groups=(NodeGroup(count=1, resources={"gpu": gpus, "cpu": 8}, warm=1),))
+
+
+@pytest.mark.parametrize(("name", "backend"), [("local.toml", "local"), ("slurm.toml", "slurm")])
+def test_the_example_configs_say_their_backend_and_are_valid_for_it(
+    name: str, backend: str
+) -> None:
+    path = EXAMPLES / name
+    assert file_backend(path) == backend
+    cfg = load_config(path, backend=backend)  # type: ignore[arg-type]
+    assert cfg.backend == backend
+    assert {c.name for c in cfg.campaigns} >= {"adaptive-sci", "backfill"}
+    assert cfg.policy.power_down_idle_s is None
+    assert (cfg.slurm is not None) == (backend == "slurm")
+
+
+def test_a_file_without_the_key_is_for_no_backend_in_particular(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(BASE_TOML, encoding="utf-8")
+    assert file_backend(path) is None
+    assert load_config(path).backend is None
+
+
+def test_an_unknown_backend_value_names_the_allowed_ones(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('backend = "k8s"\n' + BASE_TOML, encoding="utf-8")
+    for read in (file_backend, load_config):
+        with pytest.raises(ConfigError) as info:
+            read(path)
+        assert info.value.key == "backend"
+        assert "unknown value 'k8s'; allowed: simulated, local, slurm" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("backend", "why"),
+    [("local", "the local backend discovers the nodes on this machine"),
+     ("slurm", "the Slurm backend discovers the nodes from Slurm")],
+)  # fmt: skip
+def test_a_demo_derived_file_is_refused_in_the_words_of_the_backend_in_force(
+    backend: str, why: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(default_config_text(), "toml", backend=backend)  # type: ignore[arg-type]
+    err = info.value
+    assert err.key == "pool.groups" and err.message.startswith(why)
+    # Both keys such a file must lose, in one message.
+    assert "also policy.power_down_idle_s: " in err.message
+    assert ("Slurm" in err.message) == (backend == "slurm")
+
+
+def test_the_local_backend_refuses_a_slurm_table() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config('[slurm]\npartition = "gpu"\n' + CAMPAIGNS_ONLY, "toml", backend="local")
+    assert info.value.key == "slurm"
+    assert "only the Slurm backend reads the [slurm] table" in info.value.message
+
+
+def test_guarantees_are_checked_against_the_discovered_nodes() -> None:
+    text = "[pool.rate_capacity]\ninference = 100\n" + CAMPAIGNS_ONLY
+    cfg = parse_config(text, "toml", backend="local", discover=lambda _s: _pool(8))
+    assert cfg.pool.groups[0].resources["gpu"] == 8 and cfg.slurm is None
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "toml", backend="local", discover=lambda _s: _pool(4))
+    assert info.value.key == "campaigns.*.gpu.guarantee"
+    assert "but the pool has 4 GPUs (from this machine)" in info.value.message
+
+
+def test_without_discovery_only_the_rate_guarantees_are_checked() -> None:
+    # Away from the cluster the placed capacity is unknown; the rate capacity is the file's.
+    text = "[pool.rate_capacity]\ninference = 100\n" + CAMPAIGNS_ONLY
+    cfg = parse_config(text, "toml", backend="slurm")
+    assert cfg.pool.groups == () and cfg.slurm is not None
+    with pytest.raises(ConfigError) as info:
+        parse_config(text.replace("inference = 100", "inference = 10"), "toml", backend="slurm")
+    assert info.value.key == "campaigns.*.inference.guarantee"
+
+
+def test_the_simulated_backend_takes_no_discovery() -> None:
+    with pytest.raises(ValueError, match="no discover"):
+        parse_config(BASE_TOML, "toml", backend="simulated", discover=lambda _s: _pool(8))
