@@ -1,9 +1,19 @@
 """A Parsl workflow moved onto Bursar leases by swapping one block of its config.
 
-    .venv/bin/python examples/parsl_config_swap.py                 # both, with a broker in-process
-    .venv/bin/python examples/parsl_config_swap.py --local         # LocalProvider only
-    .venv/bin/python examples/parsl_config_swap.py --broker 127.0.0.1:50051 \\
-        --campaign adaptive-sci --token-file state/tokens.json    # a running `bursar serve`
+Needs the parsl extra: pip install 'bursar-broker[parsl]'. In one terminal, start the
+broker on the packaged demo pool (it writes the campaigns' tokens to state/tokens.json):
+
+    bursar serve
+
+and in another, in the same directory:
+
+    python examples/parsl_config_swap.py
+
+It runs 40 tasks on a LocalProvider, then the same 40 on a BursarProvider whose blocks are
+leases of the demo's ``adaptive-sci`` campaign. Options: ``--target HOST:PORT`` (default
+$BURSAR_TARGET, else 127.0.0.1:50051, where ``bursar serve`` listens), ``--campaign``,
+``--token-file`` (default state/tokens.json), ``--local`` (LocalProvider only),
+``--in-process`` (a broker on the demo pool in this process, no ``bursar serve``).
 
 ``local_config()`` and ``bursar_config()`` are the same HighThroughputExecutor config;
 only the ``provider=`` block differs. The recommended executor settings for leased
@@ -20,13 +30,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from bursar.broker.errors import MissingExtra, require
+
+# Before Parsl is imported: without the extra, one line saying how to install it.
+try:
+    require("parsl", "psutil", extra="parsl", feature="this example")
+except MissingExtra as exc:
+    sys.exit(f"error: {exc}")
+
 import parsl
 from parsl.app.app import python_app
 from parsl.config import Config
 from parsl.executors import HighThroughputExecutor
 from parsl.providers import LocalProvider
 
-from bursar.providers.client import read_token_file
+from bursar.providers.client import DEFAULT_TARGET, InvalidToken, read_token_file
 from bursar.providers.parsl import (
     HEARTBEAT_PERIOD,
     HEARTBEAT_THRESHOLD,
@@ -35,6 +53,9 @@ from bursar.providers.parsl import (
     lease_error_handler,
     lease_retry_handler,
 )
+
+CAMPAIGN = "adaptive-sci"
+"""A campaign of the packaged demo pool (``bursar config show-default``)."""
 
 
 def local_config(run_dir: str) -> Config:
@@ -125,39 +146,60 @@ def run(config: Config) -> dict[str, int]:
             provider.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--local", action="store_true", help="run on LocalProvider only")
-    ap.add_argument("--broker", help="host:port of a running `bursar serve`")
-    ap.add_argument("--campaign", default="sci")
+    ap.add_argument(
+        "--target",
+        default=os.environ.get("BURSAR_TARGET") or DEFAULT_TARGET,
+        help="host:port of a running `bursar serve` (default: $BURSAR_TARGET, else %(default)s)",
+    )
+    ap.add_argument("--campaign", default=CAMPAIGN, help="the campaign to lease for (%(default)s)")
     ap.add_argument(
         "--token-file",
         type=Path,
-        help="the campaign's token, or serve's STATE/tokens.json (else $BURSAR_TOKEN)",
+        default=Path("state/tokens.json"),
+        help="the campaign's token, or serve's STATE/tokens.json (default: %(default)s)",
     )
-    args = ap.parse_args()
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="serve the demo pool in this process instead of using `bursar serve`",
+    )
+    args = ap.parse_args(argv)
+    token = None
+    if not (args.local or args.in_process):
+        # Before anything runs: a missing token is the likeliest first mistake.
+        try:
+            token = read_token_file(args.token_file, args.campaign)
+        except InvalidToken as exc:
+            print(
+                f"error: {exc}; start `bursar serve` in this directory first (it writes "
+                "state/tokens.json), or pass --token-file",
+                file=sys.stderr,
+            )
+            return 2
     # HTEX starts interchange.py and process_worker_pool.py from PATH.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
     with tempfile.TemporaryDirectory(prefix="parsl-swap-") as tmp:
         print("LocalProvider:")
         run(local_config(f"{tmp}/local"))
         if args.local:
-            return
+            return 0
         print("BursarProvider:")
-        if args.broker:
-            token = (
-                read_token_file(args.token_file, args.campaign)
-                if args.token_file
-                else os.environ["BURSAR_TOKEN"]
-            )
-            run(bursar_config(f"{tmp}/bursar", args.broker, args.campaign, token))
-            return
-        from bursar.broker.service.local import local_broker
+        if token is None:
+            from bursar.broker.config import default_config
+            from bursar.broker.service.local import local_broker
 
-        with local_broker() as b:
-            print(f"  (a broker in-process on {b.address})")
-            run(bursar_config(f"{tmp}/bursar", b.address, "sci", b.tokens["sci"]))
+            with local_broker(config=default_config()) as b:
+                print(f"  (a broker on the demo pool in this process, on {b.address})")
+                token = b.tokens[args.campaign]
+                run(bursar_config(f"{tmp}/bursar", b.address, args.campaign, token))
+            return 0
+        print(f"  (the broker at {args.target}, campaign {args.campaign})")
+        run(bursar_config(f"{tmp}/bursar", args.target, args.campaign, token))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -139,7 +139,7 @@ def test_missing_cores_says_so_in_dask_jobqueues_words_and_echoes_what_was_given
     assert first == (
         "You must specify how much cores and memory per job you want to use, for example:"
     )
-    assert example == "cluster = BursarCluster(cores=4, memory='4GB')"  # what was given kept
+    assert example == "cluster = BursarCluster(cores=8, memory='4GB')"  # what was given kept
     assert given.startswith("given: cores=None, memory='4GB' ")
     assert given.endswith("set jobqueue.bursar.cores in a dask config file")
     with pytest.raises(ConfigError, match=r"(?s)given: cores=2, memory=None .*bursar\.memory in"):

@@ -256,8 +256,8 @@ class BursarJob(Job):
             # dask-jobqueue's own wording (what its users search for), with what was given.
             raise ConfigError(
                 "You must specify how much cores and memory per job you want to use, for "
-                f"example:\ncluster = BursarCluster(cores={cores or 4}, "
-                f"memory={memory or '16GiB'!r})\n"
+                f"example:\ncluster = BursarCluster(cores={cores or 8}, "
+                f"memory={memory or '24GB'!r})\n"
                 f"given: cores={cores!r}, memory={memory!r} (one job is one lease of that "
                 "size); or set "
                 + " and ".join(f"jobqueue.{CONFIG_NAME}.{k}" for k in missing)
