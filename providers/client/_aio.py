@@ -37,6 +37,8 @@ from bursar.providers.client._types import (
     Campaign,
     CampaignSpec,
     CreatedCampaign,
+    DecisionKind,
+    DecisionRecord,
     Lease,
     LeaseClass,
     LeaseEvent,
@@ -637,6 +639,37 @@ class AsyncBrokerClient:
     async def status(self) -> BrokerStatus:
         """The broker's state in a few numbers, and who it thinks the caller is."""
         return BrokerStatus.from_proto(await self._call("GetStatus", pb.GetStatusRequest()))
+
+    async def list_decisions(
+        self,
+        *,
+        lease_id: str = "",
+        kinds: Sequence[DecisionKind] = (),
+        campaign: str | None = None,
+        limit: int = 1000,
+    ) -> list[DecisionRecord]:
+        """Journaled decisions, oldest first: about ``lease_id`` (a lease or a request),
+        of these ``kinds``, of ``campaign`` (a campaign token sees its own campaign's
+        only); at most ``limit`` (the broker reads a bounded number of journal entries
+        per call: this pages on until it has them or the journal ends)."""
+        out: list[DecisionRecord] = []
+        start = 0
+        while len(out) < limit:
+            resp = await self._call(
+                "ListDecisions",
+                pb.ListDecisionsRequest(
+                    start_seq=start,
+                    campaign=campaign or self.campaign or "",
+                    kinds=[k.to_proto() for k in kinds],
+                    lease_id=lease_id,
+                    limit=min(1000, limit - len(out)),
+                ),
+            )
+            out.extend(DecisionRecord.from_proto(m) for m in resp.decisions)
+            if not resp.next_seq:
+                break
+            start = resp.next_seq
+        return out
 
 
 class AsyncAdminClient:
