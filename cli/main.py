@@ -16,6 +16,7 @@ from bursar.cli.acquire import acquire_command
 from bursar.cli.campaigns import campaigns
 from bursar.cli.config import config_group
 from bursar.cli.demo import demo
+from bursar.cli.explain import explain_command
 from bursar.cli.journal import journal
 from bursar.cli.leases import leases
 from bursar.cli.policy import policy
@@ -105,6 +106,7 @@ for command in (
     campaigns,
     config_group,
     demo,
+    explain_command,
     fidelity_command,
     journal,
     leases,
