@@ -13,6 +13,8 @@
 #                   under examples/replay-easy-check.toml into docs/easy-check/
 #   make whatif     replay CTC-SP2 under docs/whatif/baseline.toml and the candidates there
 #                   into docs/whatif/whatif.{md,html,json,png} (TRACES=dir overrides the traces)
+#   make docs       build the documentation site (mkdocs.yml, docs/) into out/site, strict:
+#                   a broken link or a page left out of the nav fails (installs the docs extra)
 #   make accel      build the optional mypyc-compiled replay modules (sim/accel.py; needs a C
 #                   compiler and Python headers; without them everything runs as pure Python)
 #   make accel-clean  remove that build
@@ -33,7 +35,7 @@ TEST_STAMP := $(VENV)/.installed-test
 TEST_EXTRAS := dev,plots
 
 .DEFAULT_GOAL := test
-.PHONY: demo test lint format clean distclean system-deps matrix easy-check whatif accel accel-clean
+.PHONY: demo test lint format clean distclean system-deps matrix easy-check whatif accel accel-clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -93,6 +95,16 @@ whatif: $(DEMO_STAMP)
 	    --config docs/whatif/baseline.toml --candidate docs/whatif/tight-burst.toml \
 	    --candidate docs/whatif/small-jobs-guarantee.toml --candidate capacity=400 \
 	    --out docs/whatif
+
+# The documentation site: the reference pages are generated from the source at build time
+# (docs/gen_ref.py, a MkDocs hook), so the build imports the package.
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): pyproject.toml | $(BIN)/python
+	$(call install,docs)
+	touch $@
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict --site-dir out/site
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -1,4 +1,4 @@
-"""The restart benchmark runs as the README shows it (at a small size): the restart from a
+"""The restart benchmark runs as docs/results/benchmarks.md shows it (at a small size): the restart from a
 snapshot replays less than one snapshot interval, and the server comes up SERVING."""
 
 from __future__ import annotations

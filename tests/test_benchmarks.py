@@ -1,5 +1,5 @@
-"""The README's benchmark commands run as written (at small sizes: the figures the README
-quotes come from the full runs)."""
+"""The documented benchmark commands run as written (at small sizes: the figures
+docs/results/benchmarks.md quotes come from the full runs)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README's main job: the scripted demo session, its journal and its report."""
+"""The main job (`make demo`): the scripted demo session, its journal and its report."""
 
 from __future__ import annotations
 

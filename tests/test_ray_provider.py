@@ -619,7 +619,8 @@ def test_ray_up_is_refused_at_once_with_the_documented_command(tmp_path: Path) -
     (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("Error:")]
     assert f"`{command}`" in line, out.stderr
     assert "Traceback" not in out.stderr and "bad node type" not in out.stderr
-    assert command in (EXAMPLE.parents[1] / "README.md").read_text()  # what users are told
+    guide = EXAMPLE.parents[1] / "docs" / "guides" / "ray.md"
+    assert command in guide.read_text()  # what users are told
 
 
 def test_the_head_is_never_launched_as_a_lease(server: ServerThread, tmp_path: Path) -> None:
