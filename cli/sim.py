@@ -16,12 +16,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bursar.cli.console import report_console
 from bursar.cli.params import Finite
-from bursar.sim.elastic.report import QUICK_JOBS, TraceInput, compare, markdown, write_outputs
+from bursar.sim.elastic.report import QUICK_JOBS, Outputs, TraceInput, compare, markdown
 from bursar.sim.elastic.runner import (
     DEFAULT_LEASE_TERM_S,
     VARIANTS,
+    Cluster,
     InvariantViolation,
     RunResult,
+    UnknownCluster,
+    parse_cluster,
     with_cluster,
 )
 from bursar.sim.elastic.trace import TraceError, load_curves, load_jobs
@@ -229,6 +232,25 @@ def _elastic_trace(value: str) -> tuple[str, Path]:
     return value, default_traces_dir() / ELASTIC_DIR / f"{value}.csv.gz"
 
 
+def _given_clusters(items: tuple[str, ...], names: list[str]) -> dict[str, Cluster]:
+    """``--cluster TRACE=NODESxGPUS`` options, checked: a known form, a trace of this run."""
+    out: dict[str, Cluster] = {}
+    for item in items:
+        name, eq, size = item.partition("=")
+        try:
+            if not eq or not name:
+                raise ValueError(f"{item!r} is not TRACE=NODESxGPUS (e.g. cluster01=64x8)")
+            out[name] = parse_cluster(size)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--cluster") from None
+        if name not in names:
+            raise click.BadParameter(
+                f"{name!r} is not a trace of this run ({', '.join(names)})",
+                param_hint="--cluster",
+            )
+    return out
+
+
 @sim.command("elastic")
 @click.option(
     "--trace",
@@ -247,11 +269,20 @@ def _elastic_trace(value: str) -> tuple[str, Path]:
     help="Run only this policy (repeatable). Default: all of them.",
 )
 @click.option(
+    "--cluster",
+    "clusters",
+    multiple=True,
+    metavar="TRACE=NODESxGPUS",
+    help="One trace's cluster, e.g. cluster01=64x8 (64 nodes of 8 GPUs); repeatable. Beats "
+    "--nodes and --gpus-per-node for that trace. Needed for a trace ElasticFlow gives no "
+    "size for (any but 195job and cluster01-05), unless --nodes is given.",
+)
+@click.option(
     "--nodes",
     type=click.IntRange(min=1),
     default=None,
-    help="Nodes in the cluster. Default: ElasticFlow's for the trace (16 for 195job, 64 for "
-    "cluster01-03 and 05, 128 for cluster04; 64 otherwise).",
+    help="Nodes in every trace's cluster. Default: ElasticFlow's for the trace (16 for "
+    "195job, 64 for cluster01-03 and 05, 128 for cluster04).",
 )
 @click.option(
     "--gpus-per-node",
@@ -295,6 +326,7 @@ def _elastic_trace(value: str) -> tuple[str, Path]:
 def elastic_cmd(
     traces: tuple[str, ...],
     policies: tuple[str, ...],
+    clusters: tuple[str, ...],
     nodes: int | None,
     gpus_per_node: int | None,
     gpu_type: str,
@@ -326,9 +358,15 @@ def elastic_cmd(
     Reported per trace and policy: deadlines met (share), refused, value share, GPU
     utilisation, the engine's invariants checked at every event and every lease within
     [min, max], and the SHA-256 of every event with its decisions (same inputs, same hash).
+
+    Each run's row is written as soon as it finishes (a line of OUT/elastic.jsonl, and
+    elastic.json and elastic.md rewritten with the runs so far: "complete" turns true with
+    the last run), so a run stopped part-way keeps what it finished; a progress bar on
+    stderr counts the jobs submitted and names the run under way.
     """
     console = Console(stderr=True)
     names = traces or ELASTIC_DEFAULT_TRACES
+    given = _given_clusters(clusters, [_elastic_trace(t)[0] for t in names])
     resolved = [_elastic_trace(t) for t in names]
     missing = [p for _, p in resolved if not p.is_file()]
     if missing:
@@ -344,35 +382,19 @@ def elastic_cmd(
             jobs = load_jobs(path)
             if keep is not None:
                 jobs = jobs[:keep]
-            inputs.append(TraceInput(name, path, jobs, with_cluster(name, nodes, gpus_per_node)))
+            try:
+                cluster = with_cluster(name, nodes, gpus_per_node, given)
+            except UnknownCluster as e:
+                raise click.UsageError(
+                    f"{e}: give its size with --cluster {name}=NODESxGPUS (e.g. "
+                    f"--cluster {name}=64x8 for 64 nodes of 8 GPUs), or --nodes N for every "
+                    "trace"
+                ) from None
+            inputs.append(TraceInput(name, path, jobs, cluster))
     except TraceError as e:
         raise click.ClickException(str(e)) from None
     variants = [v for v in VARIANTS if not policies or v.name in policies]
     total = sum(len(t.jobs) for t in inputs) * len(variants)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-    ) as bar:
-        task = bar.add_task("elastic: jobs submitted", total=total)
-
-        def done(r: RunResult) -> None:
-            bar.update(task, description=f"done {r.trace} · {r.variant}")
-
-        try:
-            results = compare(
-                inputs,
-                curves,
-                variants,
-                lease_term_s=lease_term,
-                progress=lambda k: bar.advance(task, k),
-                done=done,
-                journals=journals,
-            )
-        except (TraceError, ValueError, InvariantViolation) as e:
-            raise click.ClickException(str(e)) from None
     conditions = {
         "command": "bursar sim elastic " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
         "traces": {
@@ -388,7 +410,37 @@ def elastic_cmd(
         "lease_term_s": lease_term,
         "limit": keep,
     }
-    paths = write_outputs(results, out, conditions)
+    outputs = Outputs(out, conditions)
+    runs = len(inputs) * len(variants)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task(f"run 1/{runs}", total=total)
+
+        def done(r: RunResult) -> None:
+            outputs.add(r)
+            n = len(outputs.results)
+            bar.update(
+                task, description=f"run {min(n + 1, runs)}/{runs} (done {r.trace} · {r.variant})"
+            )
+
+        try:
+            results = compare(
+                inputs,
+                curves,
+                variants,
+                lease_term_s=lease_term,
+                progress=lambda k: bar.advance(task, k),
+                done=done,
+                journals=journals,
+            )
+        except (TraceError, ValueError, InvariantViolation) as e:
+            raise click.ClickException(str(e)) from None
+    paths = outputs.finish()
     click.echo(markdown(results), nl=False)
     for p in paths:
         click.echo(f"wrote {p}")

@@ -9,6 +9,10 @@ import itertools
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -267,3 +271,72 @@ def test_cli_options_choose_the_policies_and_the_cluster(itp: Path, tmp_path: Pa
     }  # fmt: skip
     # A job asking for more than the cluster is held at the cluster's size.
     assert all(x["max_gpus_held_by_a_lease"] <= 8 for x in body["runs"])
+
+
+# ------------------------------------------------------------------ sizes and streaming
+
+
+def _own_trace(tmp: Path) -> Path:
+    """A trace of two jobs under a name ElasticFlow gives no cluster for, with its
+    linear throughput folder beside it (where the CLI looks: throughputs_A100/)."""
+    d = tmp / "traces"
+    d.mkdir()
+    _linear(d).rename(d / "throughputs_A100")
+    return _jobs(d, ["a,0,1000,lin,3000,64,1,10", "b,0,1000,lin,300,64,1,10"])
+
+
+def test_a_trace_of_unknown_size_needs_one_given(tmp_path: Path) -> None:
+    trace = _own_trace(tmp_path)
+    out = tmp_path / "o"
+    base = ["sim", "elastic", "--trace", str(trace), "--policy", "dmug", "--out", str(out)]
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 2 and not out.exists()
+    assert "no cluster size for trace 'jobs'" in r.output
+    assert "--cluster jobs=NODESxGPUS" in r.output and "--nodes N" in r.output
+
+    r = CliRunner().invoke(main, [*base, "--cluster", "jobs=1x8"])
+    assert r.exit_code == 0, r.output
+    body = json.loads((out / "elastic.json").read_text())
+    assert body["complete"] and body["conditions"]["traces"]["jobs"]["cluster"] == "1x8"
+    assert [x["cluster"] for x in body["runs"]] == ["1x8"]
+
+    # --cluster beats --nodes for its trace; bad forms and traces not run are refused.
+    r = CliRunner().invoke(main, [*base, "--cluster", "jobs=2x4", "--nodes", "9"])
+    assert json.loads((out / "elastic.json").read_text())["runs"][0]["cluster"] == "2x4"
+    for bad, said in (
+        ("jobs=8", "not NODESxGPUS"),
+        ("jobs=0x8", "at least 1"),
+        ("195job=16x8", "not a trace of this run"),
+        ("64x8", "not TRACE=NODESxGPUS"),
+    ):
+        r = CliRunner().invoke(main, [*base, "--cluster", bad])
+        assert r.exit_code == 2 and said in r.output, (bad, r.output)
+
+
+def test_each_run_is_written_as_it_finishes(itp: Path, tmp_path: Path) -> None:
+    """Stop the comparison after its first run (as a time limit would): that run's row is
+    in elastic.jsonl, elastic.json (marked incomplete) and elastic.md already."""
+    out = tmp_path / "o"
+    lines = out / "elastic.jsonl"
+    cmd = [sys.executable, "-m", "bursar.cli.main", "sim", "elastic", "--trace", "195job",
+           "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "BURSAR_TRACES_DIR": str(TRACES)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (lines.is_file() and lines.read_text().count("\n") >= 1):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no run finished in 2 minutes"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.communicate()
+    first = json.loads(lines.read_text().splitlines()[0])
+    assert first["trace"] == "195job" and first["policy"] == VARIANTS[0].name
+    assert first["jobs"] == 195 and len(first["sha256"]) == 64
+    body = json.loads((out / "elastic.json").read_text())
+    assert body["complete"] is False and 1 <= len(body["runs"]) < len(VARIANTS)
+    assert body["runs"][0] == first
+    assert "| 195job | 16x8 | dmug |" in (out / "elastic.md").read_text()
+    assert not (out / "elastic.png").exists()  # drawn once every run is in

@@ -21,7 +21,7 @@ from bursar.sim.elastic.runner import (
 )
 from bursar.sim.elastic.trace import Curves, Job
 
-__all__ = ["TraceInput", "compare", "markdown", "write_outputs"]
+__all__ = ["Outputs", "TraceInput", "compare", "markdown"]
 
 QUICK_JOBS = 30
 """The prefix ``--quick`` keeps of each trace."""
@@ -166,23 +166,55 @@ def figure(results: Sequence[RunResult], path: Path) -> Path:
     return path
 
 
-def write_outputs(
-    results: Sequence[RunResult],
-    out: Path,
-    conditions: dict[str, Any],
-) -> list[Path]:
-    """``elastic.json`` (every run's metrics and hash, the conditions, the notes),
-    ``elastic.md`` (the table) and ``elastic.png`` (the figure)."""
-    out.mkdir(parents=True, exist_ok=True)
-    elastic_engine = engine_resizes()
-    body = {
-        "conditions": {**conditions, "engine_elastic_pass": elastic_engine},
-        "notes": notes(elastic_engine),
-        "runs": [_row(r) for r in results],
-    }
-    j = out / "elastic.json"
-    j.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
-    md = out / "elastic.md"
-    md.write_text(markdown(results) + "\n" + "\n".join(f"- {n}" for n in body["notes"]) + "\n")
-    png = figure(results, out / "elastic.png")
-    return [j, md, png]
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a run killed while writing leaves
+    the previous version, never half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class Outputs:
+    """The comparison's files, kept up to date run by run, so that an invocation stopped
+    part-way (a time limit, Ctrl-C) leaves every run that finished:
+
+    * ``elastic.jsonl``: one JSON line per run, appended as it finishes (emptied when
+      the invocation starts);
+    * ``elastic.json`` (the conditions, the notes and the runs so far; ``complete`` is
+      false until the last run) and ``elastic.md`` (the table so far), rewritten after
+      every run;
+    * ``elastic.png``, the figure, once every run has finished."""
+
+    def __init__(self, out: Path, conditions: dict[str, Any]) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.out = out
+        elastic_engine = engine_resizes()
+        self.conditions = {**conditions, "engine_elastic_pass": elastic_engine}
+        self.notes = notes(elastic_engine)
+        self.results: list[RunResult] = []
+        self.lines = out / "elastic.jsonl"
+        self.lines.write_text("")
+        self._write(complete=False)
+
+    def add(self, r: RunResult) -> None:
+        self.results.append(r)
+        with self.lines.open("a") as f:
+            f.write(json.dumps(_row(r), sort_keys=True) + "\n")
+        self._write(complete=False)
+
+    def finish(self) -> list[Path]:
+        paths = self._write(complete=True)
+        return [*paths, figure(self.results, self.out / "elastic.png")]
+
+    def _write(self, *, complete: bool) -> list[Path]:
+        body = {
+            "complete": complete,
+            "conditions": self.conditions,
+            "notes": self.notes,
+            "runs": [_row(r) for r in self.results],
+        }
+        j, md = self.out / "elastic.json", self.out / "elastic.md"
+        _replace(j, json.dumps(body, indent=2, sort_keys=True) + "\n")
+        table = markdown(self.results) + "\n" + "\n".join(f"- {n}" for n in self.notes) + "\n"
+        _replace(md, table)
+        return [j, md, self.lines]

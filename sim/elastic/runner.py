@@ -50,7 +50,7 @@ import hashlib
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -84,10 +84,13 @@ __all__ = [
     "Cluster",
     "InvariantViolation",
     "RunResult",
+    "UnknownCluster",
     "Variant",
     "engine_resizes",
     "intent_for",
+    "parse_cluster",
     "run",
+    "with_cluster",
 ]
 
 CAMPAIGN = "itp"
@@ -677,10 +680,45 @@ def engine_resizes() -> bool:
     return seen
 
 
-def with_cluster(name: str, nodes: int | None, gpus_per_node: int | None) -> Cluster:
-    """The cluster for a trace: ElasticFlow's for it (``CLUSTERS``), overridden by the
-    options given; 64 nodes of 8 for a trace it does not name."""
-    base = CLUSTERS.get(name, Cluster(64, 8))
+class UnknownCluster(ValueError):
+    """A trace whose cluster size is neither ElasticFlow's (``CLUSTERS``) nor given."""
+
+
+def parse_cluster(text: str) -> Cluster:
+    """``64x8``: 64 nodes of 8 GPUs."""
+    nodes, x, gpus = text.strip().lower().partition("x")
+    try:
+        if not x:
+            raise ValueError
+        cluster = Cluster(int(nodes), int(gpus))
+    except ValueError:
+        raise ValueError(f"{text!r} is not NODESxGPUS (e.g. 64x8: 64 nodes of 8 GPUs)") from None
+    if cluster.nodes < 1 or cluster.gpus_per_node < 1:
+        raise ValueError(f"{text!r}: nodes and GPUs per node must be at least 1")
+    return cluster
+
+
+def with_cluster(
+    name: str,
+    nodes: int | None,
+    gpus_per_node: int | None,
+    given: Mapping[str, Cluster] | None = None,
+) -> Cluster:
+    """The cluster for a trace: ``given[name]`` if there, else ElasticFlow's for it
+    (``CLUSTERS``) with ``nodes`` and ``gpus_per_node`` overriding its figures (8 GPUs a
+    node when only ``nodes`` is known). A trace with none of these has no size to
+    guess: :class:`UnknownCluster` (a silent default would make its numbers mean
+    nothing)."""
+    if given and name in given:
+        return given[name]
+    base = CLUSTERS.get(name)
+    if base is None:
+        if nodes is None:
+            raise UnknownCluster(
+                f"no cluster size for trace {name!r}: ElasticFlow's are known for "
+                f"{', '.join(CLUSTERS)} only"
+            )
+        base = Cluster(nodes, 8)
     if nodes is not None:
         base = replace(base, nodes=nodes)
     if gpus_per_node is not None:
