@@ -116,7 +116,8 @@ def whatif_command(
         cands = [parse_candidate(c) for c in candidates]
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--candidate") from None
-    console = Console(stderr=True)
+    # No source location (whatif.py:NNN) in the progress lines: they are for users.
+    console = Console(stderr=True, log_path=False)
     command = "bursar whatif " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     try:
         with console.status(f"replaying {trace.name}: baseline"):
