@@ -226,3 +226,20 @@ def test_an_error_is_one_line_and_a_hint_never_repeats_it(broker: Server) -> Non
     assert res.exit_code == 1
     error, hint = res.stderr.splitlines()
     assert "no lease 'L999'" in error and hint.startswith("hint: list what exists")
+
+
+def test_progress_lines_carry_no_source_location(tmp_path: Path) -> None:
+    """`bursar whatif` says each arm is done on stderr: in words, without `whatif.py:131`."""
+    trace = tmp_path / "tiny.swf"
+    rows = [(0, 100, 4, 100, 1), (10, 50, 8, 60, 2), (20, 30, 2, 60, 3)]
+    lines = ["; MaxProcs: 10", "; UnixStartTime: 0"]
+    for i, (submit, run, procs, req, user) in enumerate(rows, 1):
+        lines.append(f"{i} {submit} 0 {run} {procs} -1 -1 {procs} {req} -1 1 {user} 1 -1 1 1 -1 -1")
+    trace.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    args = ["whatif", "--trace", str(trace), "--policy", "fifo", "--candidate", "policy=easy"]
+    res = CliRunner().invoke(main, [*args, "--out", str(out)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    done = [ln for ln in res.stderr.splitlines() if "done " in ln]
+    assert done, res.stderr
+    assert not any(".py:" in ln for ln in done), done
