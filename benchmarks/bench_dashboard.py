@@ -126,7 +126,9 @@ def main() -> None:
         )  # fmt: skip
         try:
             address = _lines_until(server, "listening on").split("listening on ", 1)[1].split()[0]
-            url = _lines_until(server, "dashboard on").split("dashboard on ", 1)[1].split()[0]
+            # "dashboard: http://HOST:PORT/?login=CODE": the streams use the admin token.
+            link = _lines_until(server, "dashboard: ").split("dashboard: ", 1)[1].split()[0]
+            url = link.split("?", 1)[0]
             token = json.loads((state / "tokens.json").read_text())["bench"]
             admin = (state / "admin.token").read_text().strip()
 

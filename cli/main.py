@@ -15,6 +15,7 @@ from bursar.broker.errors import DISTRIBUTION, MissingExtra
 from bursar.cli.acquire import acquire_command
 from bursar.cli.campaigns import campaigns
 from bursar.cli.config import config_group
+from bursar.cli.dashboard import dashboard_command
 from bursar.cli.demo import demo
 from bursar.cli.explain import explain_command
 from bursar.cli.journal import journal
@@ -105,6 +106,7 @@ for command in (
     acquire_command,
     campaigns,
     config_group,
+    dashboard_command,
     demo,
     explain_command,
     fidelity_command,

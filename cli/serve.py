@@ -292,7 +292,10 @@ def serve_command(
         if r.metrics_port is not None:
             click.echo(f"bursar serve: metrics on http://{host}:{r.metrics_port}/metrics")
         if r.dashboard_url:
-            click.echo(f"bursar serve: dashboard on {r.dashboard_url} (paste a token to sign in)")
+            from bursar.broker.dashboard.login import login_link
+
+            # A one-time link, as Jupyter prints: it signs in as the admin, once.
+            click.echo(f"bursar serve: dashboard: {login_link(core, r.dashboard_url)}")
         j = core.runtime.journal
         snap = core.runtime.snapshots.last if core.runtime.snapshots else 0
         resumed = f", resumed from the snapshot at entry {snap}" if snap else ""

@@ -1,9 +1,9 @@
 """Regenerate docs/dashboard.png: the dashboard photographed during the demo's service part.
 
 Runs part two of ``bursar demo`` (agents against the real broker service) with the broker
-serving its dashboard, signs in as the admin in Debian's headless Chromium (Playwright,
-never ``playwright install``), and keeps the view with the most leases and queued
-requests on screen (the busiest moment of the session).
+serving its dashboard, signs in as the admin through a one-time login link in Debian's
+headless Chromium (Playwright, never ``playwright install``), and keeps the view with the
+most leases and queued requests on screen (the busiest moment of the session).
 
     python scripts/dashboard_screenshot.py [--out docs/dashboard.png] [--state-dir DIR]
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from bursar.broker.dashboard.login import login_link
 from bursar.broker.service.server import Running
 from bursar.sim.demo_service import session
 
@@ -37,9 +38,8 @@ async def photograph(out: Path, state_dir: Path) -> int:
             async def watch(server: Running) -> None:
                 nonlocal best
                 page = await browser.new_page(viewport={"width": 1400, "height": 1000})
-                await page.goto(server.dashboard_url)
-                await page.fill("#token", server.core.admin_token_path.read_text().strip())
-                await page.click("#signin button")
+                # Signed in as an operator is: the one-time login link `bursar serve` prints.
+                await page.goto(login_link(server.core, server.dashboard_url))
                 await page.wait_for_selector("#live.on")
                 while True:
                     rows = await page.locator("#leases tbody tr, #queue tbody tr").count()

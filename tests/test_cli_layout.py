@@ -41,6 +41,7 @@ def test_every_command_group_is_registered() -> None:
         "acquire",
         "campaigns",
         "config",
+        "dashboard",
         "demo",
         "fidelity",
         "journal",

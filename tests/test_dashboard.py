@@ -6,6 +6,8 @@ import asyncio
 import json
 import shutil
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,14 @@ import pytest
 from common import self_signed_cert
 from hypothesis import given
 from hypothesis import strategies as st
-from service_support import run, serve
+from server import Server
+from service_support import LIFECYCLE, START, run, serve, until
 
+from bursar.broker.clock import ManualClock
 from bursar.broker.colours import campaign_colour
+from bursar.broker.dashboard import series
+from bursar.broker.dashboard.login import cookie_name, login_link
+from bursar.broker.dashboard.series import CHANGES
 from bursar.broker.dashboard.server import parse_event_id
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
@@ -88,7 +95,8 @@ def test_a_campaign_token_sees_its_own_campaign_and_the_public_supply(tmp_path: 
                 assert {r["campaign"] for r in sci["journal"]} <= {"sci"}
                 assert set(sci["supply"]["campaigns"]) == {"sci"}
                 assert sci["supply"]["dims"]["gpu"]["capacity"] == 24
-                assert all(set(s["held"]) <= {"sci"} for s in sci["history"])
+                assert set(sci["series"]["base"]) <= {"sci"}
+                assert {p["campaign"] for p in sci["series"]["points"]} == {"sci"}
                 # Another campaign's lease: refused, not merely empty.
                 status, body = await _get(
                     http, base + f"api/lease/{lease.lease_id}", c.tokens["sci"]
@@ -286,6 +294,15 @@ def test_the_queue_and_the_elastic_table_are_shown(tmp_path: Path) -> None:
                 assert q["estimated_wait_s"] is None or q["estimated_wait_s"] >= 0
                 [el] = [x for x in state["leases"] if x["lease_id"] == elastic.lease.lease_id]
                 table = el["elastic"]
+                # The chart ends where the engine's holdings are, elastic steps included.
+                level = dict(state["series"]["base"])
+                for p in state["series"]["points"]:
+                    level[p["campaign"]] = p["held"]
+                nonzero = lambda h: {d: v for d, v in h.items() if v}  # noqa: E731
+                assert {x["name"]: nonzero(x["held"]) for x in state["campaigns"]} == {
+                    n: nonzero(h) for n, h in level.items()
+                }
+                assert any(p["kind"] == "resize" for p in state["series"]["points"])
                 assert table["units"] >= 2 and table["mode"]
                 assert {"slack_s", "risk", "marginal_utility"} <= set(table)
                 # Another campaign's token sees neither.
@@ -295,3 +312,198 @@ def test_the_queue_and_the_elastic_table_are_shown(tmp_path: Path) -> None:
             await asyncio.gather(waiting, return_exceptions=True)
 
     run(main())
+
+
+def _journal_changes(core: Any) -> list[tuple[float, str, str, str]]:
+    """(time, kind, campaign, lease) of every holdings-changing decision, from the journal."""
+    rows, _ = core.runtime.journal.find_decisions(kinds=CHANGES, limit=10_000)
+    return [(d["at"], d["kind"], d["campaign"], d["lease_id"]) for _s, _i, d in rows]
+
+
+def _points(state: dict[str, Any]) -> list[tuple[float, str, str, str, float]]:
+    return [
+        (p["at"], p["kind"], p["campaign"], p["lease_id"], p["held"].get("gpu", 0.0))
+        for p in state["series"]["points"]
+    ]
+
+
+def test_the_chart_is_every_change_from_the_journal_at_its_time_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock(START)
+
+    async def first_run() -> list[tuple[float, str, str, str, float]]:
+        async with serve(tmp_path / "s", dashboard_port=0, clock=clock) as c:
+            url = c.running.dashboard_url + "api/state"
+            clock.advance(10)
+            sci = (await c.acquire("sci", 2, duration_s=600)).lease
+            clock.advance(5)
+            other = (await c.acquire("other", 1, duration_s=30)).lease
+            clock.advance(5)
+            await c.broker.Release(pb.ReleaseRequest(lease_id=sci.lease_id), metadata=c.as_("sci"))
+            clock.set(START + 45)  # other's lease expires
+            await until(lambda: other.lease_id in c.core.engine.ended)
+            async with aiohttp.ClientSession() as http:
+                _, state = await _get(http, url, c.admin_token)
+            points = _points(state)
+            assert points == [
+                (START + 10, "grant", "sci", sci.lease_id, 2.0),
+                (START + 15, "grant", "other", other.lease_id, 1.0),
+                (START + 20, "release", "sci", sci.lease_id, 0.0),
+                (START + 45, "expire", "other", other.lease_id, 0.0),
+            ]
+            # Every change the journal holds, at the journal's time, and nothing else.
+            assert [p[:4] for p in points] == _journal_changes(c.core)
+            assert state["series"]["base"] == {"backfill": {}, "other": {}, "sci": {}}
+            assert state["series"]["start"] == START and state["series"]["now"] == START + 45
+            return points
+
+    points = run(first_run())
+
+    async def after_restart() -> None:
+        clock.advance(15)
+        async with serve(tmp_path / "s", dashboard_port=0, clock=clock) as c:
+            async with aiohttp.ClientSession() as http:
+                _, state = await _get(http, c.running.dashboard_url + "api/state", c.admin_token)
+            assert _points(state) == points
+            assert state["series"]["now"] == START + 60
+
+    run(after_restart())
+
+
+def test_a_lease_granted_before_the_window_is_held_from_its_start(tmp_path: Path) -> None:
+    clock = ManualClock(START)
+
+    async def main() -> None:
+        async with serve(tmp_path / "s", dashboard_port=0, clock=clock) as c:
+            clock.advance(10)
+            old = (await c.acquire("sci", 3, duration_s=600)).lease
+            await c.acquire("other", 1, duration_s=600)
+            clock.advance(90)
+            await c.broker.Release(pb.ReleaseRequest(lease_id=old.lease_id), metadata=c.as_("sci"))
+            await c.core.settled()
+            # The window starts after both grants: they are the level at its start, and the
+            # release (its size found from the lease's own grant) takes sci's 3 away.
+            s = series.build(c.core, window_s=50)
+            assert s.start == START + 50
+            assert s.base["sci"] == {"gpu": 3.0} and s.base["other"] == {"gpu": 1.0}
+            assert [(p.at, p.campaign, p.held) for p in s.points] == [
+                (START + 100, "sci", {"gpu": 0.0})
+            ]
+            # Fewer points kept: the older ones become the level at the start.
+            s = series.build(c.core, max_points=2)
+            assert s.start == START + 10 and s.base["sci"] == {"gpu": 3.0}
+            assert [p.kind for p in s.points] == ["grant", "release"]
+
+    run(main())
+
+
+def _cookie(resp: aiohttp.ClientResponse) -> str:
+    return resp.headers.get("Set-Cookie", "")
+
+
+def test_a_login_link_signs_in_once_and_a_cookie_works_only_where_it_was_set(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with (
+            serve(tmp_path / "a", dashboard_port=0) as a,
+            serve(tmp_path / "b", dashboard_port=0) as b,
+        ):
+            base = a.running.dashboard_url
+            link = login_link(a.core, base)
+            code = link.split("login=", 1)[1]
+            name = cookie_name(a.running.dashboard_port or 0)
+            # Cookies are kept by hand: a jar would mix the two brokers' (one host).
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http:
+                async with http.get(link, allow_redirects=False) as r:
+                    assert r.status == 303 and r.headers["Location"] == "/"
+                    set_cookie = _cookie(r)
+                    sid = r.cookies[name].value
+                assert "HttpOnly" in set_cookie and "SameSite=Strict" in set_cookie
+                async with http.get(base + "api/state", cookies={name: sid}) as r:
+                    assert r.status == 200 and (await r.json())["caller"] == "admin"
+                # Used: refused, and no cookie.
+                async with http.get(link, allow_redirects=False) as r:
+                    assert r.status == 403 and _cookie(r) == ""
+                    assert "bursar dashboard" in await r.text()
+                async with http.get(base + "?login=" + code[:-1] + "x") as r:
+                    assert r.status == 403 and _cookie(r) == ""
+                # The session is this broker's only: the other refuses it by either name.
+                other = b.running.dashboard_url + "api/state"
+                for cookie in (name, cookie_name(b.running.dashboard_port or 0)):
+                    async with http.get(other, cookies={cookie: sid}) as r:
+                        assert r.status == 401, cookie
+                # Acting with the cookie from another origin: refused.
+                async with http.post(
+                    base + "api/pause",
+                    cookies={name: sid},
+                    headers={"Origin": "http://evil.example"},
+                    json={"campaign": "sci", "paused": True},
+                ) as r:
+                    assert r.status == 403
+                assert a.core.engine.campaigns["sci"].spec.envelopes["gpu"].burst == 24
+                # A campaign token asks for a link: it signs in as that campaign.
+                status, out = await _post(http, base + "api/login", a.tokens["sci"], {})
+                assert status == 200 and out["as"] == "campaign:sci"
+                async with http.get(out["url"], allow_redirects=False) as r:
+                    sci_sid = r.cookies[name].value
+                async with http.get(base + "api/state", cookies={name: sci_sid}) as r:
+                    assert (await r.json())["caller"] == "campaign:sci"
+                async with http.post(base + "api/login", json={}) as r:
+                    assert r.status == 401
+                # Signed out: the cookie stops working.
+                async with http.post(base + "api/logout", cookies={name: sid}) as r:
+                    assert r.status == 200
+                async with http.get(base + "api/state", cookies={name: sid}) as r:
+                    assert r.status == 401
+            # Neither code nor session id was written anywhere in the state directory.
+            secrets_ = [code.encode(), sid.encode(), sci_sid.encode()]
+            for f in (tmp_path / "a").rglob("*"):
+                if f.is_file():
+                    data = f.read_bytes()
+                    assert not any(s in data for s in secrets_), f
+
+    run(main())
+
+
+def test_bursar_serve_prints_a_login_link_and_bursar_dashboard_makes_fresh_ones(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "pool.toml"
+    cfg.write_text(LIFECYCLE)
+    state = tmp_path / "state"
+    with Server(state, "--config", str(cfg), "--dashboard-port", "0") as server:
+        printed = server.wait_for("dashboard: ").split("dashboard: ", 1)[1].strip()
+        url = printed.split("?", 1)[0]
+        assert printed.startswith(url + "?login=")
+        made = subprocess.run(
+            [sys.executable, "-m", "bursar.cli.main", "dashboard", "--url", url,
+             "--state-dir", str(state)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        fresh = made.stdout.strip()
+        assert fresh.startswith(url + "?login=") and fresh != printed
+
+        async def open_links() -> None:
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http:
+                for link in (printed, fresh):
+                    async with http.get(link, allow_redirects=False) as r:
+                        assert r.status == 303 and "HttpOnly" in _cookie(r)
+                    async with http.get(link, allow_redirects=False) as r:
+                        assert r.status == 403
+
+        run(open_links())
+        # Without the admin token: a clear error, exit 1.
+        bad = subprocess.run(
+            [sys.executable, "-m", "bursar.cli.main", "dashboard", "--url", url,
+             "--state-dir", str(tmp_path / "nowhere")],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert bad.returncode == 1 and "admin.token" in bad.stderr
+        assert "Traceback" not in bad.stderr
+    # Killed, not stopped: the journal's write-ahead log is read too.
+    for f in state.rglob("*"):
+        for link in (printed, fresh):
+            assert not f.is_file() or link.split("login=")[1].encode() not in f.read_bytes()

@@ -5,12 +5,18 @@ It reads the broker only through the service core's read paths (the ones the RPC
 ``what_if_acquire``) and acts only through its admin paths (``revoke``,
 ``update_campaign``), so it never sees state an RPC could not.
 
-Routes (every ``/api`` route wants ``Authorization: Bearer <token>``; no cookies, no
-CORS headers, so another origin can neither call it with the operator's credentials nor
-read its answers):
+Routes (every ``/api`` route wants ``Authorization: Bearer <token>`` or the session
+cookie a one-time login link sets (``login``); the cookie is HttpOnly and SameSite=Strict,
+a POST with it must come from this origin, and no route sends CORS headers, so another
+origin can neither call it with the operator's credentials nor read its answers):
 
 * ``GET /`` and ``/static/...``: the page and its assets (self-contained, no CDN).
-* ``GET /api/state``: every view at once (``views.state_view``).
+  ``GET /?login=CODE`` trades a one-time code for the session cookie and redirects to
+  ``/``; a wrong or used code gets 403 and no cookie.
+* ``POST /api/login``: a fresh one-time login link for the caller (``bursar dashboard``
+  asks with the admin token). ``POST /api/logout``: ends the cookie's session.
+* ``GET /api/state``: every view at once (``views.state_view``), the pool-over-time
+  series from the journal (``series``) among them.
 * ``GET /api/lease/{id}``: one lease and its journal history.
 * ``GET /api/events``: server-sent events. ``lease`` events are the Watch stream's lease
   events, each with id ``SEQ.INDEX`` (its journal position); ``state`` events carry the
@@ -35,7 +41,6 @@ import logging
 import math
 import ssl
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -43,7 +48,8 @@ from typing import Any
 
 from aiohttp import web
 
-from bursar.broker.dashboard import views
+from bursar.broker.dashboard import series, views
+from bursar.broker.dashboard.login import cookie_name, logins_of
 from bursar.broker.decisions import Granted, Queued, Rejected
 from bursar.broker.envelope import CampaignSpec, DimEnvelope
 from bursar.broker.errors import ErrorCode, RequestError
@@ -63,9 +69,6 @@ STATE_INTERVAL_S = 0.25
 """Shortest time between two ``state`` events on one stream: a burst of decisions is
 sent as one state, not one per decision. Lease events are not held back."""
 
-HISTORY = 1200
-"""Samples of the pool-over-time chart kept (one per state built after a change)."""
-
 FLUSH_S = 0.02
 """How long a stream holds a lease event for the ones that follow it, to send them in
 one write (a page shows a grant this much later)."""
@@ -79,6 +82,14 @@ _BATCH = 256
 
 _EVENT_CACHE = 512
 """Lease events kept encoded: every stream sends the same bytes for one event."""
+
+_NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+
+_BAD_LINK = """<!doctype html><meta charset="utf-8"><title>Bursar: login link refused</title>
+<p>This login link is not valid: it was used already, or it belongs to another broker or to
+a run of this one that has stopped since. Get a fresh one with <code>bursar dashboard</code>
+(it needs the admin token), or <a href="/">sign in</a> by pasting a token.</p>
+"""
 
 _HTTP_STATUS = {
     ErrorCode.NOT_FOUND: 404,
@@ -135,9 +146,9 @@ class Dashboard:
 
     def __init__(self, core: ServiceCore) -> None:
         self.core = core
-        self.samples: deque[dict[str, Any]] = deque(maxlen=HISTORY)
-        self._sampled_seq = -1
-        self._cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.series: series.Series | None = None
+        self.logins = logins_of(core)
+        self._cache: dict[str, tuple[float, dict[str, Any], bytes]] = {}
         self._encoded: dict[tuple[int, int], bytes] = {}
         self._usable: dict[str, tuple[float, dict[str, list[float]]]] = {}
         self._paused: dict[str, CampaignSpec] = {}
@@ -146,7 +157,10 @@ class Dashboard:
         self.port: int | None = None
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_get("/", self._index)
+        app.router.add_get("/favicon.ico", self._favicon)
         app.router.add_static("/static/", STATIC, show_index=False)
+        app.router.add_post("/api/login", self._api(self._login))
+        app.router.add_post("/api/logout", self._logout)
         app.router.add_get("/api/state", self._api(self._state))
         app.router.add_get("/api/lease/{lease_id}", self._api(self._lease))
         app.router.add_get("/api/events", self._events)
@@ -171,7 +185,8 @@ class Dashboard:
         server = site._server  # aiohttp keeps the asyncio server here; it knows the port
         assert server is not None
         self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        self._sample()
+        # Before any call is served: the engine and the journal say the same.
+        self.series = series.build(self.core)
         return self.port
 
     async def stop(self) -> None:
@@ -184,10 +199,39 @@ class Dashboard:
 
     # ------------------------------------------------------------------ helpers
 
+    @property
+    def cookie(self) -> str:
+        return cookie_name(self.port or 0)
+
     def _who(self, request: web.Request) -> Principal:
         header = request.headers.get("Authorization")
+        if header is None and self.cookie in request.cookies:
+            return self._session_who(request)
         token = bearer_token([("authorization", header)] if header is not None else [])
         return self.core.tokens.authenticate(token)
+
+    def _session_who(self, request: web.Request) -> Principal:
+        session = self.logins.session(request.cookies[self.cookie])
+        if session is None:
+            raise Unauthenticated(
+                "UNKNOWN_SESSION",
+                "this sign-in is not known to this broker (it restarted, or the cookie is "
+                "another's): open a fresh login link (`bursar dashboard`) or paste a token",
+            )
+        self.core.check_token_generation(session.who.campaign, session.generation)
+        # A cookie rides along with any request the browser sends: only this page's own
+        # scripts may act with it (SameSite=Strict already keeps other sites' out).
+        origin = request.headers.get("Origin")
+        if request.method != "GET" and origin is not None and origin != self._origin(request):
+            raise PermissionDenied(
+                "CROSS_ORIGIN",
+                f"a request from {origin} may not use this session",
+                str(session.who),
+            )
+        return session.who
+
+    def _origin(self, request: web.Request) -> str:
+        return f"{request.scheme}://{request.host}"
 
     def _api(
         self,
@@ -219,12 +263,6 @@ class Dashboard:
             raise RequestError(ErrorCode.INVALID_ARGUMENT, "(body)", "a JSON object is required")
         return body
 
-    def _sample(self) -> None:
-        seq = self.core.runtime.journal.last_seq
-        if seq != self._sampled_seq:
-            self._sampled_seq = seq
-            self.samples.append(views.sample(self.core))
-
     def state_for(self, who: Principal, *, fresh: bool = False) -> dict[str, Any]:
         """The state view for ``who``. A stream's periodic state is shared by that caller's
         streams for ``STATE_INTERVAL_S`` (ten open pages cost one build, not ten); it may
@@ -235,14 +273,23 @@ class Dashboard:
         hit = self._cache.get(key)
         if not fresh and hit is not None and now - hit[0] < STATE_INTERVAL_S:
             return hit[1]
-        self._sample()
+        if self.series is None:
+            self.series = series.build(self.core)
+        else:
+            self.series.extend(self.core)
         usable = self._usable.get(key)
         if usable is None or now - usable[0] >= USABLE_INTERVAL_S:
             usable = (now, views.time_to_usable(self.core, who))
             self._usable[key] = usable
-        view = views.state_view(self.core, who, self.samples, usable[1])
-        self._cache[key] = (now, view)
+        view = views.state_view(self.core, who, self.series, usable[1])
+        self._cache[key] = (now, view, _sse("state", view))
         return view
+
+    def state_frame(self, who: Principal) -> bytes:
+        """``state_for``'s view as an SSE frame, encoded once for the streams sharing it."""
+        view = self.state_for(who)
+        hit = self._cache[str(who)]
+        return hit[2] if hit[1] is view else _sse("state", view)
 
     def _lease_event(self, ev: pb.LeaseEvent) -> bytes:
         """The SSE frame of a lease event, encoded once for every stream that sends it."""
@@ -257,8 +304,41 @@ class Dashboard:
 
     # ------------------------------------------------------------------ routes
 
-    async def _index(self, _request: web.Request) -> web.FileResponse:
-        return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        code = request.query.get("login")
+        if code is None:
+            return web.FileResponse(STATIC / "index.html", headers=_NO_STORE)
+        who = self.logins.take(code)
+        if who is None:
+            return web.Response(
+                status=403, text=_BAD_LINK, content_type="text/html", headers=_NO_STORE
+            )
+        sid = self.logins.open(who, self.core.token_generation(who.campaign))
+        resp = web.Response(status=303, headers={"Location": "/", **_NO_STORE})
+        resp.set_cookie(
+            self.cookie,
+            sid,
+            path="/",
+            httponly=True,
+            samesite="Strict",
+            secure=request.scheme == "https",
+        )
+        return resp
+
+    async def _favicon(self, _request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "favicon.svg", headers={"Content-Type": "image/svg+xml"})
+
+    async def _login(self, request: web.Request, who: Principal) -> dict[str, Any]:
+        base = f"{self._origin(request)}/"
+        return {"url": f"{base}?login={self.logins.code(who)}", "as": str(who)}
+
+    async def _logout(self, request: web.Request) -> web.Response:
+        sid = request.cookies.get(self.cookie)
+        if sid is not None:
+            self.logins.end(sid)
+        resp = _json({"signed_out": sid is not None})
+        resp.del_cookie(self.cookie, path="/")
+        return resp
 
     async def _state(self, _request: web.Request, who: Principal) -> dict[str, Any]:
         return self.state_for(who, fresh=True)
@@ -399,7 +479,7 @@ class Dashboard:
                     dirty = True
                 if dirty and time.monotonic() - sent >= STATE_INTERVAL_S:
                     await self.core.settled()
-                    await resp.write(_sse("state", self.state_for(who)))
+                    await resp.write(self.state_frame(who))
                     sent = time.monotonic()
                     dirty = False
         finally:

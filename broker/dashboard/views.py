@@ -18,6 +18,7 @@ from google.protobuf.json_format import MessageToDict
 
 from bursar.broker import dims
 from bursar.broker.colours import campaign_colour
+from bursar.broker.dashboard.series import Series, build
 from bursar.broker.service import convert
 from bursar.broker.service.auth import Principal
 from bursar.broker.service.core import ServiceCore
@@ -29,7 +30,6 @@ __all__ = [
     "lease_history",
     "message",
     "queue_view",
-    "sample",
     "state_view",
     "time_to_usable",
 ]
@@ -253,31 +253,14 @@ def time_to_usable(core: ServiceCore, who: Principal) -> dict[str, list[float]]:
     return dict(sorted(out.items()))
 
 
-def sample(core: ServiceCore) -> dict[str, Any]:
-    """One point of the pool-over-time chart (every campaign's; cut per caller on send):
-    the time, and per campaign what it holds of each dimension."""
-    eng = core.engine
-    return {
-        "at": core.now(),
-        "held": {n: dims.as_dict(c.held) for n, c in sorted(eng.campaigns.items())},
-    }
-
-
-def history_view(samples: Iterable[Mapping[str, Any]], who: Principal) -> list[dict[str, Any]]:
-    """The pool-over-time samples with only the campaigns this caller may see."""
-    return [
-        {"at": s["at"], "held": {n: h for n, h in s["held"].items() if who.may_see(n)}}
-        for s in samples
-    ]
-
-
 def state_view(
     core: ServiceCore,
     who: Principal,
-    samples: Iterable[Mapping[str, Any]] = (),
+    series: Series | None = None,
     usable: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
-    """Everything the page shows at once, for this caller. ``usable``: its
+    """Everything the page shows at once, for this caller. ``series``: the pool-over-time
+    chart's (``series.build``; none: built here from the journal). ``usable``: its
     ``time_to_usable`` if already known (it reads thousands of journal decisions)."""
     leases = leases_view(core, who)
     return {
@@ -293,5 +276,5 @@ def state_view(
         "queue": queue_view(core, who),
         "journal": journal_tail(core, who),
         "time_to_usable": time_to_usable(core, who) if usable is None else usable,
-        "history": history_view(samples, who),
+        "series": (series if series is not None else build(core)).view(who, core.now()),
     }

@@ -1,6 +1,8 @@
-// The Bursar dashboard: one page, no dependencies. The token lives in sessionStorage and
-// travels as a bearer header; live updates come from /api/events (server-sent events read
-// through fetch, since EventSource cannot send a header), resuming with Last-Event-ID.
+// The Bursar dashboard: one page, no dependencies. Signed in by a one-time login link (the
+// server sets an HttpOnly session cookie the page never sees) or by a pasted token, kept in
+// sessionStorage and sent as a bearer header; live updates come from /api/events
+// (server-sent events read through fetch, since EventSource cannot send a header),
+// resuming with Last-Event-ID.
 "use strict";
 
 const KEY = "bursar.token";
@@ -11,6 +13,7 @@ let lastId = "";
 let stream = null;
 let revoking = "";
 let recent = [];  // lease events lately applied: a state older than some is brought up to date
+let offset = 0;  // the broker's clock less this page's (s): times since are counted here
 
 const $ = (sel) => document.querySelector(sel);
 const token = () => sessionStorage.getItem(KEY) || "";
@@ -18,6 +21,7 @@ const fmt = (x, d = 2) => (x === null || x === undefined) ? "—" :
   (typeof x === "number" ? (Number.isInteger(x) ? String(x) : x.toFixed(d)) : String(x));
 const size = (m) => Object.entries(m || {}).map(([k, v]) => `${k}=${fmt(v)}`).join(" ");
 const iso = (t) => (t ? new Date(t * 1000).toISOString().replace(".000Z", "Z") : "");
+const serverNow = () => Date.now() / 1000 + offset;
 const short = (e) => String(e || "").replace(/^LEASE_(STATE|PATH|EVENT_KIND)_/, "").toLowerCase();
 
 function el(tag, attrs = {}, ...kids) {
@@ -32,7 +36,7 @@ function el(tag, attrs = {}, ...kids) {
 }
 
 async function api(path, body) {
-  const init = { headers: { Authorization: "Bearer " + token() } };
+  const init = { headers: auth() };
   if (body !== undefined) {
     init.method = "POST";
     init.headers["Content-Type"] = "application/json";
@@ -44,6 +48,10 @@ async function api(path, body) {
   return data;
 }
 
+// A pasted token travels as a bearer header; without one the session cookie (same origin,
+// sent by the browser) signs the request.
+const auth = () => (token() ? { Authorization: "Bearer " + token() } : {});
+
 const selected = () => $("#campaign").value;
 const shown = (campaign) => !selected() || campaign === selected();
 
@@ -52,7 +60,6 @@ const shown = (campaign) => !selected() || campaign === selected();
 function render() {
   if (!state) return;
   $("#caller").textContent = state.caller;
-  $("#clock").textContent = state.now_iso;
   $("#seq").textContent = "journal " + state.journal_seq;
   const sel = $("#campaign");
   const names = state.campaigns.map((c) => c.name);
@@ -70,7 +77,7 @@ function render() {
   renderQueue();
   renderJournal();
   renderUsable();
-  renderChart();
+  tick();  // the clock, the waits and the chart
 }
 
 function primaryDim() {
@@ -103,19 +110,50 @@ function renderCampaigns() {
   $("#campaigns tbody").replaceChildren(...rows);
 }
 
+// What each supply figure means, in words (the wire's field name is the tooltip).
+const SUPPLY = [
+  ["capacity", "capacity", "every unit in the pool"],
+  ["warm_free", "warm free", "idle powered nodes, ready now (the reserve included)"],
+  ["available_warm", "available now", "warm free beyond the reserve: what a request above " +
+    "its guarantee gets at once"],
+  ["reserve", "reserved", "kept warm for unmet guarantees: only their owners may use it"],
+  ["reclaimable", "reclaimable", "held by preemptible leases: free after the grace period"],
+  ["cold", "cold", "on powered-off or booting nodes: free after a boot"],
+];
+
+function unitName(dim) {
+  return dim === "gpu" ? "GPUs" : dim;
+}
+
 function renderSupply() {
   const s = state.supply;
   const dim = primaryDim();
   const d = (s.dims || {})[dim] || {};
-  const items = [["at", s.at_iso], ["price", fmt(s.price, 4)], ["pressure", fmt(s.pressure, 3)],
-    [`${dim} capacity`, fmt(d.capacity)], [`${dim} warm free`, fmt(d.warm_free)],
-    [`${dim} available warm`, fmt(d.available_warm)], [`${dim} reclaimable`, fmt(d.reclaimable)],
-    [`${dim} cold`, fmt(d.cold)], ["grace s", fmt(s.grace_s)],
-    ["boot latency s", fmt(s.boot_latency_s)]];
-  $("#supply").replaceChildren(...items.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  const unit = unitName(dim);
+  const items = [
+    ["at", "as of", s.at_iso, "the broker's time of these figures (UTC)"],
+    ["price", "price", fmt(s.price, 4), `credits per ${dim}-hour now: rises with pressure`],
+    ["pressure", "pressure", fmt(s.pressure, 3), "(firm units held + units queued) / " +
+      "capacity: above 1, demand exceeds the pool"],
+    ...SUPPLY.map(([k, label, why]) => [k, `${label}`, `${fmt(d[k])} ${unit}`, why]),
+    ["grace_s", "grace period", `${fmt(s.grace_s)} s`, "a preemption warning to the revocation: " +
+      "how long reclaimable takes"],
+    ["boot_latency_s", "boot time", `${fmt(s.boot_latency_s)} s`, "how long a cold node takes " +
+      "to become usable"],
+  ];
+  $("#supply").replaceChildren(...items.flatMap(([k, label, v, why]) => [
+    el("dt", { title: `${k}: ${why}`, "data-field": k }, label),
+    el("dd", {}, el("b", {}, v), " ", el("span", { class: "why" }, why))]));
   $("#paths").replaceChildren(...Object.entries(state.paths).flatMap(([k, v]) =>
-    [el("dt", {}, k), el("dd", {}, v)]));
+    [el("dt", { title: PATHS[k] || k }, k),
+      el("dd", {}, el("b", {}, v), " ", el("span", { class: "why" }, PATHS[k] || ""))]));
 }
+
+const PATHS = {
+  warm: "granted on idle powered nodes: usable at once",
+  reclaim: "granted by preempting a preemptible lease: usable after the grace period",
+  cold: "granted on a node being booted: usable after the boot",
+};
 
 function renderLeases() {
   const leases = state.leases.filter((l) => shown(l.campaign));
@@ -148,9 +186,21 @@ function renderQueue() {
   $("#queue tbody").replaceChildren(...state.queue.filter((q) => shown(q.campaign)).map((q) =>
     el("tr", { "data-request-id": q.request_id }, el("td", {}, q.request_id),
       el("td", {}, q.campaign), el("td", {}, size(q.size)), el("td", {}, q.reason),
-      el("td", { class: "num" }, fmt(q.waited_s, 1)),
+      el("td", { class: "num waited", "data-queued-at": q.queued_at, title: `since ${q.queued_at_iso}` },
+        fmt(Math.max(0, serverNow() - q.queued_at), 1)),
       el("td", { class: "num" }, fmt(q.estimated_wait_s, 1)),
       el("td", {}, q.reservation_at_iso || "—"))));
+}
+
+// Once a second: the clock, the queue's waits and the chart's right edge move on with the
+// broker's time (this page's clock plus the offset measured on the last state).
+function tick() {
+  if (!state) return;
+  $("#clock").textContent = iso(Math.floor(serverNow())) + " UTC";
+  for (const td of document.querySelectorAll("#queue td.waited")) {
+    td.textContent = fmt(Math.max(0, serverNow() - Number(td.dataset.queuedAt)), 1);
+  }
+  renderChart();
 }
 
 function journalRow(r, campaign = true) {
@@ -195,55 +245,109 @@ function renderUsable() {
   if (!box.childNodes.length) box.append("no grants in the journal's recent entries");
 }
 
+const SVG = "http://www.w3.org/2000/svg";
+
+function svgEl(tag, attrs = {}, text = "") {
+  const n = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v);
+  if (text) n.textContent = text;
+  return n;
+}
+
+// Round tick steps: 1, 2 or 5 times a power of ten (units), and clock-friendly seconds.
+function niceStep(span, count) {
+  const raw = span / Math.max(1, count);
+  const p = 10 ** Math.floor(Math.log10(raw));
+  return [1, 2, 5, 10].map((m) => m * p).find((s) => s >= raw) || raw;
+}
+
+const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600];
+
+function timeLabel(t, step) {
+  const s = new Date(t * 1000).toISOString();
+  return step < 60 ? s.slice(11, 19) : s.slice(11, 16);
+}
+
+// The steps of one campaign: [time, units held from then on], from the series the server
+// builds from the journal (a point per grant, resize and end, at the decision's time).
+function stepsOf(series, name, dim) {
+  const steps = [[series.start, ((series.base[name] || {})[dim]) || 0]];
+  for (const p of series.points) {
+    if (p.campaign === name) steps.push([p.at, (p.held || {})[dim] || 0]);
+  }
+  return steps;
+}
+
 function renderChart() {
-  // Held units of the primary dimension per campaign over time; for a selected campaign,
-  // its guarantee and burst as dashed lines.
+  // Held units of the primary dimension per campaign over time, as steps; for a selected
+  // campaign, its guarantee and burst as dashed lines.
   const svg = $("#pool-chart");
-  const ns = svg.namespaceURI;
   const dim = primaryDim();
-  $("#chart-dim").textContent = `(${dim})`;
-  const hist = state.history;
+  const unit = unitName(dim);
+  $("#chart-dim").textContent = `(${unit} held, from the journal)`;
+  const series = state.series;
   svg.replaceChildren();
-  if (!hist.length) return;
+  if (!series) return;
+  const W = Math.max(300, svg.clientWidth || 900), H = 260;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const L = 56, R = 12, T = 10, B = 42;
   const names = state.campaigns.map((c) => c.name).filter(shown);
-  const t0 = hist[0].at, t1 = Math.max(hist[hist.length - 1].at, state.now, t0 + 1);
+  const t0 = series.start;
+  const last = series.points.length ? series.points[series.points.length - 1].at : t0;
+  const t1 = Math.max(serverNow(), series.now, last, t0 + 1);
+  const steps = Object.fromEntries(names.map((n) => [n, stepsOf(series, n, dim)]));
   let top = 1;
-  for (const s of hist) for (const n of names) top = Math.max(top, (s.held[n] || {})[dim] || 0);
+  for (const n of names) for (const [, v] of steps[n]) top = Math.max(top, v);
   const one = state.campaigns.find((c) => c.name === selected());
   const env = one ? one.envelopes[dim] || {} : {};
   if (one) top = Math.max(top, env.burst || 0);
-  const X = (t) => ((t - t0) / (t1 - t0)) * 890 + 5;
-  const Y = (v) => 215 - (v / top) * 205;
+  const ystep = niceStep(top, 5);
+  top = Math.ceil(top / ystep) * ystep;
+  const X = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - R);
+  const Y = (v) => H - B - (v / top) * (H - B - T);
+  // Axes: ticks and grid lines, then the labels.
+  const axes = svgEl("g", { class: "axes" });
+  for (let v = 0; v <= top + 1e-9; v += ystep) {
+    axes.append(svgEl("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), class: "grid" }),
+      svgEl("text", { x: L - 6, y: Y(v) + 4, "text-anchor": "end", class: "ytick" }, fmt(v)));
+  }
+  const tstep = TIME_STEPS.find((s) => (t1 - t0) / s <= 8) || 86400;
+  for (let t = Math.ceil(t0 / tstep) * tstep; t <= t1; t += tstep) {
+    axes.append(svgEl("line", { x1: X(t), x2: X(t), y1: H - B, y2: H - B + 5, class: "tick" }),
+      svgEl("text", { x: X(t), y: H - B + 17, "text-anchor": "middle", class: "xtick" },
+        timeLabel(t, tstep)));
+  }
+  axes.append(svgEl("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }),
+    svgEl("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }),
+    svgEl("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", class: "label" },
+      "time (UTC)"),
+    svgEl("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle", class: "label",
+      transform: `rotate(-90 12 ${(T + H - B) / 2})` }, `${unit} held`));
+  svg.append(axes);
   const legend = [];
   names.forEach((n, i) => {
     // The campaign's colour is the reports' (bursar.broker.colours), sent with the state.
     const c = state.campaigns.find((x) => x.name === n);
     const color = (c && c.colour) || COLORS[i % COLORS.length];
-    let d = "";
-    let prev = null;
-    for (const s of hist) {
-      const v = (s.held[n] || {})[dim] || 0;
-      d += prev === null ? `M${X(s.at)},${Y(v)}` : `H${X(s.at)}V${Y(v)}`;
-      prev = v;
-    }
+    const st = steps[n];
+    let d = `M${X(st[0][0])},${Y(st[0][1])}`;
+    for (const [t, v] of st.slice(1)) d += `H${X(t)}V${Y(v)}`;
     d += `H${X(t1)}`;
-    const p = document.createElementNS(ns, "path");
-    p.setAttribute("d", d); p.setAttribute("fill", "none"); p.setAttribute("stroke", color);
-    p.setAttribute("stroke-width", "2"); p.setAttribute("data-campaign", n);
+    const p = svgEl("path", { d, fill: "none", stroke: color, "stroke-width": 2,
+      "data-campaign": n, "data-steps": JSON.stringify(st) });
+    p.append(svgEl("title", {}, `${n}: ${fmt(st[st.length - 1][1])} ${unit} held now`));
     svg.append(p);
     legend.push(el("span", {}, el("i", { style: `background:${color}` }), `${n} held`));
   });
   for (const [what, v, color] of [["guarantee", env.guarantee, "#16a34a"],
     ["burst", env.burst, "#dc2626"]]) {
     if (!one || v === undefined) continue;
-    const l = document.createElementNS(ns, "line");
-    l.setAttribute("x1", 5); l.setAttribute("x2", 895); l.setAttribute("y1", Y(v));
-    l.setAttribute("y2", Y(v)); l.setAttribute("stroke", color);
-    l.setAttribute("stroke-dasharray", "6 4"); l.setAttribute("class", what);
-    svg.append(l);
+    svg.append(svgEl("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), stroke: color,
+      "stroke-dasharray": "6 4", class: what }));
     legend.push(el("span", {}, el("i", { style: `background:${color}` }), `${what} ${fmt(v)}`));
   }
-  legend.push(el("span", {}, `0–${fmt(top)} ${dim}, ${iso(t0)} – ${iso(t1)}`));
+  legend.push(el("span", { class: "why" }, `from ${iso(t0)} (every grant, resize and end ` +
+    "in the journal, at its time)"));
   $("#chart-legend").replaceChildren(...legend);
 }
 
@@ -332,6 +436,7 @@ function dispatch(chunk) {
   const msg = JSON.parse(data);
   if (event === "state") {
     state = msg;
+    offset = state.now - Date.now() / 1000;
     // A state shared between streams may predate lease events this page already has.
     recent = recent.filter((ev) => Number(ev.seq) > state.journal_seq);
     for (const ev of recent) onLease(ev, false);
@@ -344,12 +449,19 @@ async function follow() {
   const mine = stream = new AbortController();
   while (stream === mine) {
     try {
-      const headers = { Authorization: "Bearer " + token() };
+      const headers = auth();
       if (lastId) headers["Last-Event-ID"] = lastId;
       const r = await fetch("/api/events", { headers, signal: mine.signal });
-      if (r.status === 401 || r.status === 403) { signOut((await r.json()).error); return; }
+      if (r.status === 401 || r.status === 403) {
+        // Not signed in yet (no cookie, no token): the sign-in panel, without a complaint.
+        const why = (await r.json()).error;
+        if (stream !== mine) return;  // signed in another way meanwhile
+        signOut(token() || signedIn ? why : "");
+        return;
+      }
       if (r.status === 416) lastId = "";  // too far behind: start afresh from a new state
       if (!r.ok) throw new Error(r.statusText);
+      showBoard();
       $("#live").className = "on"; $("#live").textContent = "live";
       const reader = r.body.getReader();
       const dec = new TextDecoder();
@@ -369,18 +481,32 @@ async function follow() {
   }
 }
 
-function signIn(t) {
-  sessionStorage.setItem(KEY, t);
+let signedIn = false;  // the board has been shown in this page's life
+
+function showBoard() {
+  signedIn = true;
   $("#signin-panel").hidden = true;
   $("#board").hidden = false;
   $("#signout").hidden = false;
+}
+
+function connect() {
+  if (stream) stream.abort();
+  stream = null;
   follow();
 }
 
-function signOut(why = "") {
+function signIn(t) {
+  sessionStorage.setItem(KEY, t);
+  connect();
+}
+
+function signOut(why = "", server = false) {
   sessionStorage.removeItem(KEY);
   if (stream) stream.abort();
   stream = null; state = null; lastId = "";
+  // The session cookie is HttpOnly: only the server can end it.
+  if (server) fetch("/api/logout", { method: "POST" }).catch(() => {});
   $("#signin-panel").hidden = false;
   $("#board").hidden = true;
   $("#signout").hidden = true;
@@ -392,9 +518,13 @@ $("#signin").addEventListener("submit", (ev) => {
   const t = $("#token").value.trim();
   if (t) signIn(t);
 });
-$("#signout").addEventListener("click", () => signOut());
+$("#signout").addEventListener("click", () => signOut("", true));
 $("#campaign").addEventListener("change", render);
 $("#whatif").addEventListener("submit", whatIf);
 $("#revoke-confirm").addEventListener("click", revoke);
 $("#revoke-cancel").addEventListener("click", () => $("#revoke-dialog").close());
-if (token()) signIn(token());
+window.addEventListener("resize", () => state && renderChart());
+setInterval(tick, 1000);
+// Signed in already (a session cookie from a login link, or a token in this tab)? The
+// stream says; if not, the sign-in panel stays.
+connect();
