@@ -112,10 +112,17 @@ def demo_comments(text: str) -> dict[str, str]:
             if comment:
                 out.setdefault(table, " ".join(comment))
         elif k and comment:
-            out.setdefault(f"{table}.{k.group(1)}" if table else k.group(1), " ".join(comment))
+            out.setdefault(f"{table}.{k.group(1)}" if table else k.group(1), _general(comment))
         if line:
             comment = []
     return out
+
+
+def _general(comment: list[str]) -> str:
+    """A demo comment without the sentences that work out the demo's own numbers
+    ("26 nodes = 208 GPUs: ..."), which describe the demo, not the key."""
+    sentences = re.split(r"(?<=\.) ", " ".join(comment))
+    return " ".join(s for s in sentences if " = " not in s)
 
 
 def _generic_table(name: str) -> str:
@@ -279,8 +286,12 @@ def _describe(path: str, docs: dict[str, dict[str, str]], toml: dict[str, str], 
     from bursar.broker import dims
 
     if key in dims.ALL:
-        # A dimension's entry in a per-dimension table: the table's own description.
-        return f"`{table}` in {key}."
+        # A dimension's entry in a per-dimension table: the table's documentation, else
+        # what the demo says of a sibling dimension (it comments the table's first key).
+        parent, _, name = table.rpartition(".")
+        sibling = next((toml[f"{table}.{d}"] for d in dims.ALL if f"{table}.{d}" in toml), None)
+        shared = docs.get(parent, {}).get(name) or sibling or toml.get(table, "")
+        return f"In `{key}`. {shared}".strip()
     return toml.get(path, "")
 
 

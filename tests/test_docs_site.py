@@ -105,6 +105,13 @@ def test_the_readme_is_a_front_page() -> None:
     text = "\n".join(lines)
     assert text.index("make demo") < text.index("make test")
     assert "docs/dashboard.png" in text
+    # Its links into the docs are files that exist (the site's strict build checks the
+    # pages' own links; the README is not one of them).
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if "://" not in t]
+    assert local, "the README links into the docs"
+    broken = [t for t in local if not (ROOT / t).exists()]
+    assert not broken, f"README.md links to missing files: {broken}"
 
 
 def test_every_results_page_gives_its_command_and_date() -> None:
