@@ -25,6 +25,7 @@ from bursar.cli.replay import fidelity_command, matrix_command, replay_command
 from bursar.cli.serve import serve_command
 from bursar.cli.sim import sim
 from bursar.cli.supply import supply
+from bursar.cli.traces import traces
 from bursar.cli.verbs import release_command, renew_command, status_command
 from bursar.cli.whatif import whatif_command
 
@@ -121,6 +122,7 @@ for command in (
     sim,
     status_command,
     supply,
+    traces,
     whatif_command,
 ):
     main.add_command(command)

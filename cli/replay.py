@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -14,6 +13,12 @@ from rich.table import Table
 
 from bursar.broker.errors import ConfigError
 from bursar.cli.policies import PolicyChoice, policies_help, warn_refused_plugins
+from bursar.cli.traces import (
+    default_traces_dir,
+    resolve_trace,
+    trace_option,
+    traces_dir_option,
+)
 from bursar.sim.replay.fidelity import Fidelity, fidelity, gate_rows
 from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
@@ -24,22 +29,10 @@ from bursar.sim.replay.policies import POLICIES, plugin
 from bursar.sim.replay.run import replay_trace, write_run
 from bursar.sim.replay.table import QualityReport, TraceError
 
-__all__ = ["fidelity_command", "matrix_command", "replay_command"]
+__all__ = ["default_traces_dir", "fidelity_command", "matrix_command", "replay_command"]
 
-LARGE_TRACES = (
-    "pwa-ctc-sp2/CTC-SP2-1996-3.1-cln.swf.gz",
-    "pwa-sdsc-sp2/SDSC-SP2-1998-4.2-cln.swf.gz",
-    "pwa-hpc2n/HPC2N-2002-2.2-cln.swf.gz",
-)
-
-
-def default_traces_dir() -> Path:
-    """BURSAR_TRACES_DIR, else ``shared/traces`` beside the repository."""
-    env = os.environ.get("BURSAR_TRACES_DIR")
-    if env:
-        return Path(env)
-    # cli/replay.py: parents[1] is the repository, parents[2] the folder beside it.
-    return Path(__file__).resolve().parents[2] / "shared" / "traces"
+# Catalogue names (bursar traces list): the matrix's default traces.
+LARGE_TRACES = ("ctc-sp2", "sdsc-sp2", "hpc2n")
 
 
 def _config(path: Path | None) -> ReplayConfig:
@@ -92,7 +85,7 @@ def quality_table(q: QualityReport, title: str = "trace quality") -> Table:
         + policies_help()
     ),
 )
-@click.option("--trace", "trace", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@trace_option
 @click.option("--policy", required=True, type=_policy_choice, help="Admission policy.")
 @click.option(
     "--capacity",
@@ -136,7 +129,9 @@ def replay_command(
     config_path: Path | None,
     limit: int | None,
     fmt: str | None,
+    traces_dir: Path | None,
 ) -> None:
+    trace = resolve_trace(trace, traces_dir)
     console = Console(stderr=True)
     warn_refused_plugins()
     config = _config(config_path)
@@ -193,7 +188,7 @@ def replay_command(
         "conservative. Needs recorded waits (not the synthetic Lublin traces)."
     ),
 )
-@click.option("--trace", "trace", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@trace_option
 @click.option(
     "--policy",
     type=_policy_choice,
@@ -214,7 +209,9 @@ def fidelity_command(
     limit: int | None,
     fmt: str | None,
     as_json: bool,
+    traces_dir: Path | None,
 ) -> None:
+    trace = resolve_trace(trace, traces_dir)
     console = Console(stderr=True)
     warn_refused_plugins()
     what = policy or "fifo, easy and conservative"
@@ -264,7 +261,7 @@ def _print_fidelity(f: Fidelity) -> None:
     help=(
         "Run policies x traces and write a Markdown and HTML table, a JSON file with every "
         "run's metrics and manifest, and a figure. Default: every policy on CTC-SP2, "
-        "SDSC-SP2 and HPC2N from BURSAR_TRACES_DIR (or shared/traces beside the repo)."
+        "SDSC-SP2 and HPC2N (bursar traces fetch ctc-sp2 sdsc-sp2 hpc2n)."
     ),
 )
 @click.option(
@@ -272,8 +269,10 @@ def _print_fidelity(f: Fidelity) -> None:
     "traces",
     multiple=True,
     type=click.Path(dir_okay=False, path_type=Path),
-    help="A trace (repeat); default: the three large PWA traces.",
+    metavar="NAME|FILE",
+    help="A trace file or catalogue name (repeat); default: the three large PWA traces.",
 )
+@traces_dir_option
 @click.option(
     "--policy",
     "policies",
@@ -307,15 +306,14 @@ def matrix_command(
     bsld_tau: float,
     config_path: Path | None,
     bursar_limit: int | None,
+    traces_dir: Path | None,
 ) -> None:
     warn_refused_plugins()
     config = _config(config_path)
-    paths = list(traces) or [default_traces_dir() / t for t in LARGE_TRACES]
+    paths = [resolve_trace(t, traces_dir) for t in traces or map(Path, LARGE_TRACES)]
     missing = [p for p in paths if not p.is_file()]
     if missing:
-        raise click.ClickException(
-            f"no trace at {missing[0]}; set BURSAR_TRACES_DIR or pass --trace FILE"
-        )
+        raise click.ClickException(f"no trace at {missing[0]}; pass --trace NAME or FILE")
     pols = list(policies) or list(POLICIES)
     limits = {p: bursar_limit for p in POLICIES if p.startswith("bursar")} if bursar_limit else {}
     command = "bursar matrix " + " ".join(shlex.quote(a) for a in sys.argv[2:])

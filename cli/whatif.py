@@ -15,6 +15,7 @@ from rich.console import Console
 
 from bursar.broker.errors import ConfigError
 from bursar.cli.policies import PolicyChoice, warn_refused_plugins
+from bursar.cli.traces import resolve_trace, trace_option
 from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
@@ -46,7 +47,7 @@ __all__ = ["whatif_command"]
         "joined by commas (policy=easy,capacity=512)."
     ),
 )
-@click.option("--trace", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@trace_option
 @click.option(
     "--config",
     "config_path",
@@ -110,7 +111,9 @@ def whatif_command(
     util_tolerance: float,
     isolation_bound: float,
     fmt: str | None,
+    traces_dir: Path | None,
 ) -> None:
+    trace = resolve_trace(trace, traces_dir)
     warn_refused_plugins()
     try:
         cands = [parse_candidate(c) for c in candidates]

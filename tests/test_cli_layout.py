@@ -55,6 +55,7 @@ def test_every_command_group_is_registered() -> None:
         "sim",
         "status",
         "supply",
+        "traces",
         "whatif",
     }
     assert {
