@@ -143,9 +143,10 @@ def discover_config(
     show_default=True,
     type=click.IntRange(0, 65535),
     help="The live dashboard (a web page) at http://HOST:PORT/ (https with --tls-cert), on "
-    "--host like the gRPC port: loopback unless --allow-remote. It asks for a token: the "
-    "admin token sees everything, a campaign token its own campaign and the public supply. "
-    "0 picks a free port; the URL is printed on start.",
+    "--host like the gRPC port: loopback unless --allow-remote. Sign in with the one-time "
+    "login link printed on start (`bursar dashboard` prints a fresh one), or paste a token: "
+    "the admin token sees everything, a campaign token its own campaign and the public "
+    "supply. 0 picks a free port.",
 )
 @click.option("--no-dashboard", is_flag=True, help="Do not serve the dashboard.")
 @click.option(
