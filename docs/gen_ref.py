@@ -297,7 +297,8 @@ def _describe(path: str, docs: dict[str, dict[str, str]], toml: dict[str, str], 
 
 def config_reference() -> str:
     """The configuration reference page."""
-    keys = config_keys()
+    # The top-level keys first (a file's first lines), then each table in schema order.
+    keys = sorted(config_keys(), key=lambda k: "." in k.path or k.type.startswith("table"))
     lines = [
         "# Configuration reference",
         "",
