@@ -50,7 +50,11 @@ KILL_AFTER_S = 10.0
 """How long the command has to exit after SIGTERM, once its lease has ended."""
 
 WAIT_NOTICE_S = 15.0
-"""How often a waiting acquire says it is still waiting."""
+"""When a waiting acquire first says it is still waiting; the notices then come twice as
+far apart each time, up to ``WAIT_NOTICE_MAX_S`` (an hour's wait is a dozen lines, not
+240)."""
+
+WAIT_NOTICE_MAX_S = 600.0
 
 QUEUED_POLL_S = 1.0
 """How often a waiting acquire reads why its request waits (a line whenever that changes)."""
@@ -201,9 +205,11 @@ def _queued(p: PendingRequest) -> None:
 
 async def _still_waiting(t0: float) -> None:
     """A line now and then while the grant is awaited (a blocking Acquire is one call)."""
+    gap = WAIT_NOTICE_S
     while True:
-        await asyncio.sleep(WAIT_NOTICE_S)
+        await asyncio.sleep(gap)
         _say(f"still waiting for the grant ({human_duration(time.monotonic() - t0)})...")
+        gap = min(gap * 2.0, WAIT_NOTICE_MAX_S)
 
 
 async def _until(*events: asyncio.Event) -> None:

@@ -32,9 +32,8 @@ import click
 from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from bursar.cli.console import human_duration, report_console
+from bursar.cli.console import human_duration, report_console, tsv_lines
 from bursar.providers.client import (
     DEFAULT_TARGET,
     AlreadyExists,
@@ -69,7 +68,6 @@ __all__ = [
     "print_tables",
     "run_call",
     "stdout_console",
-    "tsv_lines",
 ]
 
 T = TypeVar("T")
@@ -481,20 +479,6 @@ def stdout_console() -> Console:
     """The console the commands print to stdout with: full width off a terminal (a pipe,
     a file), where rich would otherwise cut cells at 80 columns (``expir…``)."""
     return report_console(highlight=False)
-
-
-def _plain(cell: object) -> str:
-    text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
-    return " ".join(text.split())  # no tab or newline inside a field
-
-
-def tsv_lines(table: Table) -> list[str]:
-    """A rich table as tab-separated lines: the header, then one line per row."""
-    columns = table.columns
-    rows = zip(*(list(c.cells) for c in columns), strict=True)
-    return ["\t".join(_plain(c.header) for c in columns)] + [
-        "\t".join(_plain(cell) for cell in row) for row in rows
-    ]
 
 
 def print_tables(*items: object) -> None:

@@ -17,8 +17,10 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-__all__ = ["OFF_TERMINAL_WIDTH", "human_duration", "iso_time", "report_console"]
+__all__ = ["OFF_TERMINAL_WIDTH", "human_duration", "iso_time", "report_console", "tsv_lines"]
 
 OFF_TERMINAL_WIDTH = 200
 """Columns when stdout is not a terminal and COLUMNS is unset: wider than any report table."""
@@ -29,6 +31,20 @@ def report_console(file: TextIO | None = None, *, highlight: bool = True) -> Con
     if out.isatty() or os.environ.get("COLUMNS"):
         return Console(file=file, highlight=highlight)
     return Console(file=file, width=OFF_TERMINAL_WIDTH, highlight=highlight)
+
+
+def _plain(cell: object) -> str:
+    text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+    return " ".join(text.split())  # no tab or newline inside a field
+
+
+def tsv_lines(table: Table) -> list[str]:
+    """A rich table as tab-separated lines: the header, then one line per row."""
+    columns = table.columns
+    rows = zip(*(list(c.cells) for c in columns), strict=True)
+    return ["\t".join(_plain(c.header) for c in columns)] + [
+        "\t".join(_plain(cell) for cell in row) for row in rows
+    ]
 
 
 def iso_time(t: float) -> str:

@@ -16,7 +16,7 @@ from bursar.broker.audit import audit
 from bursar.broker.errors import JournalError
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
 from bursar.broker.journal_view import first_difference, tail_json_lines, tail_table
-from bursar.cli.console import human_duration, iso_time, report_console
+from bursar.cli.console import human_duration, iso_time, report_console, tsv_lines
 
 __all__ = ["journal"]
 
@@ -256,13 +256,21 @@ def rebase_cmd(state_dir: Path, archives: tuple[Path, ...]) -> None:
     is_flag=True,
     help="Print one canonical JSON object per line (the decision plus its entry's seq).",
 )
-def tail_cmd(state_dir: Path, count: int, as_json: bool) -> None:
+@click.option(
+    "--tsv",
+    "as_tsv",
+    is_flag=True,
+    help="Print the table as tab-separated values (a header line, then a line per decision).",
+)
+def tail_cmd(state_dir: Path, count: int, as_json: bool, as_tsv: bool) -> None:
     """Show the latest decisions, oldest first: times in ISO 8601 (UTC), durations as
     people read them (1m56s); --json keeps the numbers.
 
     Each decision is shown with the seq of the journal entry (the event) that produced
     it. With --json the output is JSON lines, for jq or a script.
     """
+    if as_json and as_tsv:
+        raise click.UsageError("--json and --tsv are two ways to print the same thing: pick one")
     with _open_journal(state_dir) as j:
         try:
             rows = j.tail(count)
@@ -274,5 +282,8 @@ def tail_cmd(state_dir: Path, count: int, as_json: bool) -> None:
         return
     title = f"last {len(rows)} decisions in {state_dir / JOURNAL_FILENAME}"
     table = tail_table(rows, title, time_text=iso_time, duration_text=human_duration)
+    if as_tsv:
+        click.echo("\n".join(tsv_lines(table)))
+        return
     # Off a terminal the times and details are not cut to 80 columns.
     report_console().print(table, soft_wrap=False)

@@ -164,6 +164,13 @@ def test_piped_tables_are_whole_and_tsv_is_one_line_per_row(
     res = bursar("leases", *admin, "list", "--tsv", "--json")
     assert res.exit_code == 2 and "pick one" in res.stderr
 
+    # The journal's table too, read from the running broker's state directory.
+    res = bursar("journal", "tail", "--state-dir", str(broker.state_dir), "-n", "5", "--tsv")
+    assert res.exit_code == 0, res.output
+    header, *rows = res.stdout.splitlines()
+    assert len(rows) == 5 and header.startswith("seq\t")
+    assert all(len(r.split("\t")) == len(header.split("\t")) for r in rows)
+
 
 def test_a_renewal_that_could_only_shorten_says_so_and_exits_1(broker: Server) -> None:
     tokens = broker.tokens()

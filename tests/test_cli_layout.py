@@ -43,6 +43,7 @@ def test_every_command_group_is_registered() -> None:
         "config",
         "dashboard",
         "demo",
+        "explain",
         "fidelity",
         "journal",
         "leases",

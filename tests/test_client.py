@@ -478,8 +478,15 @@ def test_a_held_lease_and_a_watch_survive_a_broker_restart(
             assert granted.lease.id == short.id
             # Read the next event in the background: it arrives after the restart.
             after = asyncio.ensure_future(anext(watch))
-        # Down past `short`'s expiry: the renewal and the watch retry meanwhile.
-        await _follow(client_clock, lambda: client_clock.now() >= START + 1.0, clock)
+
+        # Down past `short`'s expiry, and until the renewal has been refused for it: the
+        # renewal and the watch retry meanwhile.
+        def renewal_retried() -> bool:
+            return any(r.getMessage().startswith("Renew to") for r in caplog.records)
+
+        await _follow(
+            client_clock, lambda: client_clock.now() >= START + 1.0 and renewal_retried(), clock
+        )
         assert handle.renewals == 0 and not after.done()
         async with serve(tmp_path, port=port, clock=clock) as c2:
             assert c2.tokens == tokens  # tokens live on in the state dir

@@ -175,7 +175,9 @@ class Connection:
         ``give_up_at``."""
         delay = next(delays)
         if exc.retry_after is not None and math.isfinite(exc.retry_after):
-            delay = max(delay, min(exc.retry_after, self.backoff.max_s))
+            # Never sooner than the broker asked: a retry before its retry_after would be
+            # refused again (RATE_LIMITED) and spend its rate limit for nothing.
+            delay = max(delay, exc.retry_after)
         now = self.clock.now()
         if now + delay > give_up_at:
             raise exc
