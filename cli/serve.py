@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -79,9 +80,10 @@ def discover_config(
 @click.option(
     "--backend",
     type=click.Choice(["simulated", "slurm", "local"]),
-    default="simulated",
-    show_default=True,
-    help="Pool backend. 'simulated': the config's node groups, in wall-clock time. 'slurm': "
+    default=None,
+    help="Pool backend (default: the config's top-level `backend` key, else simulated; this "
+    "flag wins over the key). 'simulated': the config's node groups, in wall-clock time. "
+    "'slurm': "
     "the nodes of a Slurm partition (SLURM_CONF names the cluster); each placed lease is a "
     "Slurm allocation (salloc), released, expired and revoked leases are cancelled, and "
     "allocations cancelled outside the broker end their leases. Needs --config with the "
@@ -200,7 +202,7 @@ def serve_command(
     port: int,
     state_dir: Path,
     config_path: Path | None,
-    backend: str,
+    backend: str | None,
     local_kill_grace: float,
     local_cgroup: Path | None,
     admin_token_file: Path | None,
@@ -238,16 +240,29 @@ def serve_command(
     closes the journal, and a restart (even after SIGKILL) resumes with every lease
     intact. Audit with: bursar journal audit --state-dir STATE
     """
-    from bursar.broker.config import load_config
+    from bursar.broker.config import file_backend, load_config
     from bursar.broker.errors import ConfigError, JournalError
     from bursar.broker.journal import JOURNAL_FILENAME, PolicyMismatch
     from bursar.broker.service.limits import LimitSettings
     from bursar.broker.service.server import Running, Settings, serve
+    from bursar.cli.config import backend_in_force
 
+    # A start that fails leaves the directories as it found them: what it made is removed.
+    made = [p for p in (state_dir, state_dir / "local") if not p.exists()]
     pool_backend = None
+    in_force: str | None = None
+    why = ""
     try:
         config_path, _source = discover_config(config_path, os.environ)
-        if config_path is None and not (state_dir / JOURNAL_FILENAME).exists():
+        in_force, why = backend_in_force(
+            backend, file_backend(config_path) if config_path else None
+        )
+        backend = in_force
+        if (
+            backend == "simulated"
+            and config_path is None
+            and not (state_dir / JOURNAL_FILENAME).exists()
+        ):
             # A newcomer's first start: say loudly that this is a demo, and how to leave it.
             click.echo(
                 "bursar serve: NOTICE: serving the packaged 512-GPU demo pool (no --config, "
@@ -264,9 +279,12 @@ def serve_command(
             # Which enforcement is in force, once, before anything is placed.
             click.echo(f"bursar serve: {pool_backend.describe_mode()}")
         else:
-            config = load_config(config_path) if config_path else None
+            config = load_config(config_path, backend="simulated") if config_path else None
     except (ConfigError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
+        if isinstance(exc, ConfigError) and in_force is not None:
+            click.echo(f"  (checked for the {in_force} backend, {why})", err=True)
+        _remove(made)
         sys.exit(EXIT_BAD_INPUT)
     settings = Settings(
         state_dir=state_dir,
@@ -286,7 +304,11 @@ def serve_command(
         backend=pool_backend,
     )
 
+    started = False
+
     def announce(r: Running) -> None:
+        nonlocal started
+        started = True
         core = r.core
         tls = "TLS" if tls_cert else "plaintext"
         click.echo(f"bursar serve: listening on {r.address} (gRPC, {tls})")
@@ -317,8 +339,16 @@ def serve_command(
         sys.exit(EXIT_BAD_INPUT)
     except (ValueError, JournalError, OSError, RuntimeError) as exc:
         click.echo(f"error: {exc}", err=True)
+        if not started:
+            _remove(made)
         sys.exit(EXIT_BAD_INPUT)
     click.echo("bursar serve: stopped; journal closed")
+
+
+def _remove(made: list[Path]) -> None:
+    """Remove the directories a failed start made (each was absent before it began)."""
+    for path in made:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _slurm_backend(config_path: Path | None) -> tuple[Any, Any]:
@@ -331,7 +361,7 @@ def _slurm_backend(config_path: Path | None) -> tuple[Any, Any]:
             "--backend slurm needs --config FILE: the campaigns and a [slurm] table "
             '(e.g. partition = "gpu"); the nodes are discovered from Slurm'
         )
-    config = load_config(config_path, discover=discover_pool)
+    config = load_config(config_path, discover=discover_pool, backend="slurm")
     assert config.slurm is not None
     return config, SlurmPool(config.slurm)
 
@@ -340,15 +370,23 @@ def _local_backend(
     config_path: Path | None, state_dir: Path, kill_grace_s: float, cgroup: Path | None
 ) -> tuple[Any, Any]:
     """The config (its nodes discovered on this machine) and the local pool backend."""
-    from bursar.broker.backends.local import LocalSettings, local_pool_from_machine
+    from bursar.broker.backends.local import LocalPool, LocalSettings
+    from bursar.broker.backends.local_discovery import (
+        layout_nodes,
+        pool_spec,
+        probe_cgroup,
+        read_machine,
+    )
     from bursar.broker.config import load_config
 
     if config_path is None:
         raise ValueError(
             "--backend local needs --config FILE: the campaigns (no [pool.groups]); the "
-            "nodes are discovered on this machine"
+            "nodes are discovered on this machine (see examples/local.toml in Bursar's repository)"
         )
+    nodes = layout_nodes(read_machine())
+    spec = pool_spec(nodes)
+    # The config is checked before the pool exists: the pool makes its run directory.
+    config = load_config(config_path, discover=lambda _slurm: spec, backend="local")
     settings = LocalSettings(run_dir=state_dir / "local", kill_grace_s=kill_grace_s)
-    spec, pool = local_pool_from_machine(settings, cgroup_base=cgroup)
-    config = load_config(config_path, discover=lambda _slurm: spec)
-    return config, pool
+    return config, LocalPool(nodes, settings, cgroup=probe_cgroup(cgroup))
