@@ -434,6 +434,9 @@ def test_a_login_link_signs_in_once_and_a_cookie_works_only_where_it_was_set(
                 for cookie in (name, cookie_name(b.running.dashboard_port or 0)):
                     async with http.get(other, cookies={cookie: sid}) as r:
                         assert r.status == 401, cookie
+                        why = await r.json()
+                # Under its own name, the page is told why (a restart ends sessions too).
+                assert why["reason"] == "UNKNOWN_SESSION"
                 # Acting with the cookie from another origin: refused.
                 async with http.post(
                     base + "api/pause",

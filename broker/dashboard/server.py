@@ -106,7 +106,7 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 def _error(exc: Exception) -> web.Response:
     if isinstance(exc, Unauthenticated):
-        return _json({"error": str(exc)}, 401)
+        return _json({"error": str(exc), "reason": exc.reason}, 401)
     if isinstance(exc, PermissionDenied):
         return _json({"error": str(exc)}, 403)
     if isinstance(exc, RequestError):

@@ -453,10 +453,11 @@ async function follow() {
       if (lastId) headers["Last-Event-ID"] = lastId;
       const r = await fetch("/api/events", { headers, signal: mine.signal });
       if (r.status === 401 || r.status === 403) {
-        // Not signed in yet (no cookie, no token): the sign-in panel, without a complaint.
-        const why = (await r.json()).error;
+        // Not signed in yet (no cookie, no token): the sign-in panel, without a complaint;
+        // a token refused, a session ended or a cookie this broker does not know: why.
+        const { error, reason } = await r.json();
         if (stream !== mine) return;  // signed in another way meanwhile
-        signOut(token() || signedIn ? why : "");
+        signOut(token() || signedIn || reason === "UNKNOWN_SESSION" ? error : "");
         return;
       }
       if (r.status === 416) lastId = "";  // too far behind: start afresh from a new state
