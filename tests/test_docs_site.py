@@ -28,8 +28,6 @@ from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest.importorskip("mkdocs", reason="the docs extra: pip install -e '.[docs]'")
-
 
 def _build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
