@@ -49,7 +49,9 @@ FORMERLY_RUN = (
     "bursar serve --state-dir state",
     "bursar policy --admin-token-file state/admin.token show",
     "bursar policy --admin-token-file state/admin.token apply --config policy-45.toml --dry-run",
+    "bursar config show-default | sed 's/^grace_s = 30$/grace_s = 45/' > policy-45.toml",
     "bursar acquire --size gpu=8 --duration 600 --",
+    "bursar acquire --size gpu=8,cpu=64 -- sh -c 'bursar renew \"$BURSAR_LEASE_ID\" --duration 1200'",
     "bursar acquire --size gpu=8 -- sh -c 'bursar release \"$BURSAR_LEASE_ID\"'",
     "bursar status --json",
     "whatif --size gpu=16 --duration 3600",
@@ -132,7 +134,9 @@ def test_the_blocks_are_found_and_each_is_run_or_marked() -> None:
     hour = "\n".join(b.text for b in first_hour_blocks() if b.skip is None)
     for command in (
         "bursar serve",
+        "bursar config show-default | sed 's/^grace_s = 30$/grace_s = 45/' > policy-45.toml",
         "bursar acquire --size gpu=8 --duration 600 --",
+        "bursar acquire --size gpu=8,cpu=64 -- sh -c 'bursar renew \"$BURSAR_LEASE_ID\" --duration 1200'",
         "bursar leases list --pending",
         "export BURSAR_TOKEN_FILE=state/tokens.json",
     ):
