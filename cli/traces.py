@@ -257,7 +257,9 @@ def fetch_command(
         try:
             got = fetch(wanted, dest, base_url=base_url, progress=progress)
         except FetchError as e:
-            raise click.ClickException(str(e)) from None
+            # Offline, or behind a firewall: a site's copy of a traces folder serves as well.
+            hint = "" if base_url else " (from a site mirror instead: --from URL_BASE)"
+            raise click.ClickException(f"{e}{hint}") from None
     what = {"fetched": "fetched", "present": "already there", "shipped": "shipped with bursar"}
     for g in got:
         path = g.path.parent if entry(g.name).kind == "curves" else g.path  # a folder of files

@@ -186,6 +186,7 @@ def test_a_network_error_is_a_clear_error_and_writes_nothing(tmp_path: Path, ser
     assert r.exit_code == 1
     assert f"cannot download http://127.0.0.1:{port}/{KTH.path}: " in r.output
     assert "refused" in r.output.lower()
+    assert "--from URL_BASE" not in r.output  # the hint is for the published address only
     # A mirror that lacks the file: the server's answer, named.
     r = bursar("traces", "fetch", "kth-sp2", "--to", str(dest), "--from", serve(tmp_path))
     assert r.exit_code == 1 and "HTTP 404" in r.output
