@@ -378,7 +378,7 @@ def test_a_lease_granted_before_the_window_is_held_from_its_start(tmp_path: Path
         async with serve(tmp_path / "s", dashboard_port=0, clock=clock) as c:
             clock.advance(10)
             old = (await c.acquire("sci", 3, duration_s=600)).lease
-            await c.acquire("other", 1, duration_s=600)
+            older = (await c.acquire("other", 1, duration_s=600)).lease
             clock.advance(90)
             await c.broker.Release(pb.ReleaseRequest(lease_id=old.lease_id), metadata=c.as_("sci"))
             await c.core.settled()
@@ -390,10 +390,29 @@ def test_a_lease_granted_before_the_window_is_held_from_its_start(tmp_path: Path
             assert [(p.at, p.campaign, p.held) for p in s.points] == [
                 (START + 100, "sci", {"gpu": 0.0})
             ]
+            # Extended live: a lease from before the window ends later, its size found too.
+            clock.advance(5)
+            await c.broker.Release(
+                pb.ReleaseRequest(lease_id=older.lease_id), metadata=c.as_("other")
+            )
+            await c.core.settled()
+            s.extend(c.core)
+            assert (s.points[-1].at, s.points[-1].campaign, s.points[-1].held) == (
+                START + 105,
+                "other",
+                {"gpu": 0.0},
+            )
             # Fewer points kept: the older ones become the level at the start.
             s = series.build(c.core, max_points=2)
-            assert s.start == START + 10 and s.base["sci"] == {"gpu": 3.0}
-            assert [p.kind for p in s.points] == ["grant", "release"]
+            assert s.start == START + 10 and s.base == {
+                "backfill": {},
+                "other": {"gpu": 1.0},
+                "sci": {"gpu": 3.0},
+            }
+            assert [(p.kind, p.campaign) for p in s.points] == [
+                ("release", "sci"),
+                ("release", "other"),
+            ]
 
     run(main())
 
