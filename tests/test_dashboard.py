@@ -387,9 +387,7 @@ def test_a_lease_granted_before_the_window_is_held_from_its_start(tmp_path: Path
             s = series.build(c.core, window_s=50)
             assert s.start == START + 50
             assert s.base["sci"] == {"gpu": 3.0} and s.base["other"] == {"gpu": 1.0}
-            assert [(p.at, p.campaign, p.held) for p in s.points] == [
-                (START + 100, "sci", {"gpu": 0.0})
-            ]
+            assert [(p.at, p.campaign, p.held) for p in s.points] == [(START + 100, "sci", {})]
             # Extended live: a lease from before the window ends later, its size found too.
             clock.advance(5)
             await c.broker.Release(
@@ -400,7 +398,18 @@ def test_a_lease_granted_before_the_window_is_held_from_its_start(tmp_path: Path
             assert (s.points[-1].at, s.points[-1].campaign, s.points[-1].held) == (
                 START + 105,
                 "other",
-                {"gpu": 0.0},
+                {},
+            )
+            # The window moves on: what is older is the level at its start, as a series
+            # built afresh says.
+            clock.advance(95)
+            s.extend(c.core)
+            fresh = series.build(c.core, window_s=50)
+            assert (s.start, s.base, list(s.points)) == (START + 150, fresh.base, [])
+            assert (fresh.start, fresh.base["sci"], fresh.base["other"]) == (
+                START + 150,
+                {},
+                {},
             )
             # Fewer points kept: the older ones become the level at the start.
             s = series.build(c.core, max_points=2)

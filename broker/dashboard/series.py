@@ -77,8 +77,9 @@ def _plus(a: Mapping[str, float], b: Mapping[str, float], sign: float = 1.0) -> 
     out = dict(a)
     for d, v in b.items():
         out[d] = out.get(d, 0.0) + sign * float(v)
-    # Rounding of repeated sums must not show as a sliver of a GPU held.
-    return {d: (0.0 if abs(v) < 1e-9 else v) for d, v in out.items()}
+    # Nothing held is no entry (as ``dims.as_dict`` says it), and rounding of repeated sums
+    # must not show as a sliver of a GPU held.
+    return {d: v for d, v in out.items() if abs(v) >= 1e-9}
 
 
 def fold_change(d: Mapping[str, Any], sizes: dict[str, Held], seq: int, size_of: SizeOf) -> Held:
@@ -109,6 +110,7 @@ class Series:
     sizes: dict[str, Held] = field(default_factory=dict)
     level: dict[str, Held] = field(default_factory=dict)
     """Each campaign's holdings after the last point."""
+    window_s: float = WINDOW_S
 
     def add(self, seq: int, d: Mapping[str, Any], delta: Held) -> None:
         """Decision ``d`` of entry ``seq`` changed its campaign's holdings by ``delta``."""
@@ -118,11 +120,22 @@ class Series:
 
     def push(self, p: Point) -> None:
         if len(self.points) == self.points.maxlen:
-            old = self.points[0]
-            self.base[old.campaign] = old.held
-            self.start = old.at
+            self._drop()
         self.points.append(p)
         self.level[p.campaign] = p.held
+
+    def _drop(self) -> None:
+        """The oldest point becomes the level at the start."""
+        old = self.points.popleft()
+        self.base[old.campaign] = old.held
+        self.start = old.at
+
+    def trim(self, t: float) -> None:
+        """Start at ``t`` at the latest: what changed before it is the level at the start (as
+        a series built afresh then would say)."""
+        while self.points and self.points[0].at < t:
+            self._drop()
+        self.start = max(self.start, t)
 
     def extend(self, core: ServiceCore) -> None:
         """Fold in the decisions committed since ``seq`` (only committed ones are indexed)."""
@@ -133,6 +146,7 @@ class Series:
         for seq, d in rows:
             self.add(seq, d, fold_change(d, self.sizes, seq, size_of))
         self.seq = max(self.seq, settled_end, rows[-1][0] if rows else 0)
+        self.trim(core.now() - self.window_s)
 
     def view(self, who: Principal, now: float) -> dict[str, Any]:
         """The series as the page reads it, with only the campaigns ``who`` may see."""
@@ -213,7 +227,7 @@ def build(core: ServiceCore, *, window_s: float = WINDOW_S, max_points: int = MA
     for _seq, d, delta in deltas:
         base[d["campaign"]] = _plus(base.get(d["campaign"], {}), delta, -1.0)
     start = _start(core, first_seq, since, now)
-    series = Series(start, base, deque(maxlen=max_points), last, sizes, level=dict(base))
+    series = Series(start, base, deque(maxlen=max_points), last, sizes, dict(base), window_s)
     for seq, d, delta in deltas:
         series.add(seq, d, delta)
     return series
