@@ -4,7 +4,7 @@ Two sequences, each against a real ``bursar serve`` on the packaged config, so t
 docs cannot drift from what works:
 
 * every ``sh`` block of the guide pages in ``PAGES`` (the service, live policy changes, the
-  command line), in that order, in a clean directory;
+  command line, the shipped trace), in that order, in a clean directory;
 * the README's "first hour" (between its ``first-hour`` snippet markers, which the site's
   Getting started page includes), in a fresh copy of what a clone holds that it uses (the
   examples), with no ``../shared`` beside it.
@@ -42,7 +42,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-PAGES = ("docs/operators/service.md", "docs/operators/policy.md", "docs/guides/cli.md")
+PAGES = (
+    "docs/operators/service.md",
+    "docs/operators/policy.md",
+    "docs/guides/cli.md",
+    "docs/operators/traces.md",
+)
 # Commands the README's "Service" and "Client and command line" sections ran before the
 # docs site: each must still be in a block that runs.
 FORMERLY_RUN = (
