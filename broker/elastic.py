@@ -44,6 +44,20 @@ from bursar.broker import dims
 RULES = ("dmug", "edf", "value", "proportional")
 """The allocation rules ``PolicySpec.elastic_rule`` may name."""
 
+MEASURED = "measured"
+INTERPOLATED = "interpolated"
+SPEED_MODELS = (MEASURED, INTERPOLATED)
+"""How a measured curve gives the speed between its points (``Intent.speed_model``)."""
+
+POWERS_OF_TWO = "powers_of_two"
+DIVISORS_OF = "divisors_of:"
+"""The size rules an intent may name (``Intent.size_rule``): ``powers_of_two``, or
+``divisors_of:B`` (the counts that divide a global batch of B)."""
+
+_OMIT = {"omit_default": True}
+"""As ``codec.OMIT_DEFAULT`` (the codec imports this module): intents journaled before a
+field existed keep their bytes."""
+
 FULL = "full"
 """The name of the mode a lease runs in before any degrade mode is picked."""
 
@@ -108,6 +122,14 @@ class Intent:
     value: float = 1.0
     decay: Decay = field(default_factory=Decay)
     degrade: tuple[DegradeMode, ...] = ()
+    speed_model: str = field(default=MEASURED, metadata=_OMIT)
+    """``measured``: a curve is known at its points only (a lease runs at the speed of the
+    largest measured count at or below its size); ``interpolated``: linear between them."""
+    sizes: tuple[float, ...] | None = field(default=None, metadata=_OMIT)
+    """The units of the scale dimension the job can use (None: every step from min)."""
+    size_rule: str = field(default="", metadata=_OMIT)
+    """A rule for the sizes: ``powers_of_two`` or ``divisors_of:B`` (with ``sizes``, a
+    size must satisfy both)."""
 
 
 def intent_from_dict(d: Mapping[str, Any] | None) -> Intent | None:
@@ -129,6 +151,9 @@ def intent_from_dict(d: Mapping[str, Any] | None) -> Intent | None:
             DegradeMode(m["name"], float(m["work_factor"]), float(m["value_factor"]))
             for m in d.get("degrade", ())
         ),
+        speed_model=str(d.get("speed_model", MEASURED)),
+        sizes=None if d.get("sizes") is None else tuple(float(u) for u in d["sizes"]),
+        size_rule=str(d.get("size_rule", "")),
     )
 
 
@@ -158,19 +183,66 @@ def resolve_step(intent: Intent) -> dict[str, float]:
 
 
 def speed(intent: Intent, n: float) -> float:
-    """Work per second on ``n`` units of the scale dimension."""
+    """Work per second on ``n`` units of the scale dimension. A measured curve under the
+    measured model: the throughput of the largest measured count at or below ``n`` (none
+    below the first point: 0, nothing was measured there); interpolated: linear between
+    points, in proportion below the first, flat past the last."""
     if n <= 0:
         return 0.0
     if intent.amdahl is not None:
         s = intent.amdahl
         return 1.0 / (s + (1.0 - s) / n)
     pts = intent.curve
+    if intent.speed_model != INTERPOLATED:
+        at = 0.0
+        for u, t in pts:
+            if u > n + 1e-9:
+                break
+            at = t
+        return at
     if n <= pts[0][0]:
         return pts[0][1] * n / pts[0][0]
     for (u0, t0), (u1, t1) in itertools.pairwise(pts):
         if n <= u1:
             return t0 + (t1 - t0) * (n - u0) / (u1 - u0)
     return pts[-1][1]
+
+
+def size_ok(intent: Intent, units: float) -> bool:
+    """May the job run on ``units`` of its scale dimension (its sizes and size rule)?"""
+    if intent.sizes is not None and not any(abs(units - u) <= 1e-9 for u in intent.sizes):
+        return False
+    rule = intent.size_rule
+    if not rule:
+        return True
+    n = round(units)
+    if abs(units - n) > 1e-9 or n < 1:
+        return False
+    if rule == POWERS_OF_TWO:
+        return n & (n - 1) == 0
+    return int(rule[len(DIVISORS_OF) :]) % n == 0
+
+
+def allowed_units(intent: Intent) -> tuple[float, ...]:
+    """The sizes a lease of this intent may hold, ascending: min, then min plus whole
+    steps up to max, those its sizes and size rule allow."""
+    step = resolve_step(intent)
+    name = scale_dim(step or intent.min)
+    lo = float(intent.min.get(name, 0.0))
+    per = step.get(name, 0.0)
+    top = float(intent.max.get(name, lo))
+    out = []
+    k = 0
+    while True:
+        n = lo + k * per
+        if n > top + 1e-9:
+            break
+        if size_ok(intent, n):
+            out.append(n)
+        if per <= 0:
+            break
+        k += 1
+    return tuple(out)
 
 
 def modes(intent: Intent) -> tuple[DegradeMode, ...]:
@@ -203,6 +275,15 @@ class ElasticLease:
     """The lease's extra steps (each a lease of the engine's own), oldest first."""
     warned: dict[str, float] = field(default_factory=dict)
     """Extent id -> the deadline it ends at (announced by a ResizeWarned)."""
+    allowed: tuple[int, ...] = (0,)
+    """The step counts above min it may hold (its allowed sizes), ascending."""
+
+    def __post_init__(self) -> None:
+        per = self.step[self.dim]
+        if per > 0:
+            self.allowed = tuple(
+                round((u - self.base_units) / per) for u in allowed_units(self.intent)
+            ) or (0,)
 
     @property
     def steps(self) -> int:
@@ -210,9 +291,20 @@ class ElasticLease:
 
     @property
     def max_steps(self) -> int:
-        grow = self.intent.max.get(dims.PLACED[self.dim], 0.0) - self.base_units
-        per = self.step[self.dim]
-        return round(grow / per) if per > 0 else 0
+        """The most steps it may hold: its largest allowed size."""
+        return self.allowed[-1]
+
+    def ups(self, k: int) -> tuple[int, ...]:
+        """The allowed step counts above ``k``."""
+        return tuple(a for a in self.allowed if a > k)
+
+    def down(self, k: int) -> int:
+        """The largest allowed step count below ``k`` (0, min, when none)."""
+        return max((a for a in self.allowed if a < k), default=0)
+
+    def floor(self, k: int) -> int:
+        """The largest allowed step count at or below ``k``."""
+        return max((a for a in self.allowed if a <= k), default=0)
 
     def units(self, steps: int | None = None) -> float:
         k = self.steps if steps is None else steps
@@ -247,25 +339,58 @@ class ElasticLease:
             return 1.0
         return 1.0 / (1.0 + max(0.0, self.slack(now, k)) / tl)
 
-    def nmu(self, now: float, use_risk: bool = True, k: int | None = None) -> float:
-        """The normalised marginal utility of one more step above ``k`` steps (default:
-        those held); 0 at max, once the work is done, or when it buys no speed or value."""
-        if k is None:
-            k = self.steps
-        if k >= self.max_steps or k < 0 or self.work_left <= 0:
-            return 0.0
-        sp, sp1 = self.speed(k), self.speed(k + 1)
-        if sp <= 0 or sp1 <= sp:
+    def gain(self, now: float, use_risk: bool, k: int, to: int) -> float:
+        """The normalised marginal utility per step of the jump from ``k`` to ``to``
+        steps: 0 when it buys no speed or value."""
+        sp, sp1 = self.speed(k), self.speed(to)
+        if sp <= 0 or sp1 <= sp or to <= k:
             return 0.0
         v = self.value_at(now + self.work_left / sp1)
         if v <= 0:
-            # One step does not save the deadline: what the lease can still reach at its
+            # The jump does not save the deadline: what the lease can still reach at its
             # fastest allocation.
             v = self.value_at(now + self.time_left(self.fastest_steps()))
-        return v * self.risk(now, use_risk, k) * (sp1 - sp) / sp
+        return v * self.risk(now, use_risk, k) * (sp1 - sp) / sp / (to - k)
+
+    def jumps(self, now: float, use_risk: bool, k: int) -> list[tuple[float, int]]:
+        """Every allowed jump up from ``k`` that gains: (gain per step, target), best
+        first, ties to the smaller jump."""
+        if self.work_left <= 0:
+            return []
+        out = [(g, a) for a in self.ups(k) if (g := self.gain(now, use_risk, k, a)) > 0]
+        out.sort(key=lambda x: (-x[0], x[1]))
+        return out
+
+    def nmu(self, now: float, use_risk: bool = True, k: int | None = None) -> float:
+        """The normalised marginal utility per step of the best jump up from ``k`` steps
+        (default: those held): the slope of the curve's upper concave envelope there; 0
+        at max, once the work is done, or when no allowed size buys speed or value."""
+        if k is None:
+            k = self.steps
+        if k >= self.max_steps or k < 0:
+            return 0.0
+        best = self.jumps(now, use_risk, k)
+        return best[0][0] if best else 0.0
+
+    def worth(self, now: float, use_risk: bool, k: int) -> float:
+        """What the last jump to ``k`` steps is worth per step where it is: the gain per
+        step from the next allowed size below (what a shrink to it gives up)."""
+        return self.gain(now, use_risk, self.down(k), k)
+
+    def targets(self, rule: str, now: float, use_risk: bool = True) -> list[int]:
+        """The sizes (step counts) the lease would grow to, in the order to try them: under
+        dmug every gaining jump, best per step first; under the other rules the next
+        allowed size that adds speed."""
+        k = self.steps
+        if k >= self.max_steps or self.work_left <= 0:
+            return []
+        if rule == "dmug":
+            return [a for _, a in self.jumps(now, use_risk, k)]
+        sp = self.speed(k)
+        return next(([a] for a in self.ups(k) if self.speed(a) > sp), [])
 
     def priority(self, rule: str, now: float, use_risk: bool = True) -> tuple[float, ...]:
-        """Heap key of the next step under ``rule`` (smaller first), ties by deadline, then
+        """Heap key of the next jump under ``rule`` (smaller first), ties by deadline, then
         age. NaN never appears: every term is finite."""
         if rule == "dmug":
             head = -self.nmu(now, use_risk)
@@ -278,26 +403,23 @@ class ElasticLease:
         return (head, self.deadline, float(self.seq))
 
     def wants(self, rule: str, now: float, use_risk: bool = True) -> bool:
-        """Would another step help this lease at all? Under every rule a step must add
+        """Would a larger allowed size help this lease at all? Under every rule it must add
         speed to work not yet done; under dmug it must also add utility."""
-        k = self.steps
-        if k >= self.max_steps or self.work_left <= 0 or self.speed(k + 1) <= self.speed(k):
-            return False
-        return rule != "dmug" or self.nmu(now, use_risk) > 0
+        return bool(self.targets(rule, now, use_risk))
 
     def fastest_steps(self) -> int:
-        """The steps at which the work goes fastest (see :func:`fastest_units`)."""
+        """The allowed steps at which the work goes fastest (see :func:`fastest_units`)."""
         best, best_k = self.speed(0), 0
-        for k in range(1, self.max_steps + 1):
+        for k in self.allowed:
             sp = self.speed(k)
             if sp > best:
                 best, best_k = sp, k
         return best_k
 
     def needed(self, now: float) -> float | None:
-        """The fewest units (min, then whole steps up to max) at which the work left is done
-        by the deadline; None when even max is too few."""
-        for k in range(self.max_steps + 1):
+        """The fewest units (an allowed size up to max) at which the work left is done by
+        the deadline; None when even max is too few."""
+        for k in self.allowed:
             if now + self.time_left(k) <= self.deadline:
                 return self.units(k)
         return None
@@ -324,21 +446,23 @@ def best_finish(intent: Intent, mode: DegradeMode, now: float, units: float) -> 
 
 
 def fastest_units(intent: Intent) -> float:
-    """The units (min, then whole steps up to max) at which the work goes fastest: the
-    first at the peak, for a measured curve that slows down past a point (Amdahl's law
-    only rises, so there it is max)."""
-    step = resolve_step(intent)
-    name = scale_dim(step or intent.min)
-    n = lo = float(intent.min.get(name, 0.0))
-    per = step.get(name, 0.0)
-    top = float(intent.max.get(name, lo))
-    best, best_n = speed(intent, lo), lo
-    while per > 0 and n + per <= top + 1e-9:
-        n += per
+    """The allowed units (min, then whole steps up to max) at which the work goes fastest:
+    the first at the peak, for a measured curve that slows down past a point (Amdahl's law
+    only rises, so there it is the largest allowed size)."""
+    sizes = allowed_units(intent) or (fallback_units(intent),)
+    best, best_n = speed(intent, sizes[0]), sizes[0]
+    for n in sizes[1:]:
         sp = speed(intent, n)
         if sp > best:
             best, best_n = sp, n
     return best_n
+
+
+def fallback_units(intent: Intent) -> float:
+    """min in the scale dimension (what a lease holds when no size is allowed: validation
+    refuses such an intent, so only an unchecked one meets this)."""
+    step = resolve_step(intent)
+    return float(intent.min.get(scale_dim(step or intent.min), 0.0))
 
 
 def admit(intent: Intent, now: float, degrade: bool = True) -> int | None:
@@ -371,18 +495,11 @@ def needed_units(
     begin = asked_at if start is None else start
     step = resolve_step(intent)
     name = scale_dim(step or intent.min)
-    lo = float(intent.min.get(name, 0.0))
-    per = step.get(name, 0.0)
-    top = float(intent.max.get(name, lo))
     work = intent.remaining_work * modes(intent)[mode].work_factor
-    n = lo
-    while n <= top + 1e-9:
+    for n in allowed_units(intent):
         sp = speed(intent, n)
         if sp > 0 and begin + work / sp <= asked_at + intent.deadline_s:
             return name, n
-        if per <= 0:
-            break
-        n += per
     return name, None
 
 

@@ -98,6 +98,17 @@ def elastic_crowded(eng: Engine, intent: elastic.Intent, mode: int) -> dict[str,
     return {"needed": need, "committed": committed, "capacity": capacity}
 
 
+def deadline_promise(eng: Engine, lease_id: str) -> float | None:
+    """The deadline this lease was granted for (its renewals are part of the plan until
+    then: admission control counted its units to its deadline), or None: not an elastic
+    lease, or past it. With admission control off the lease was still granted for its
+    deadline, and the broker does not end it before then by a rule of its own either."""
+    el = eng.elastic.by_lease.get(lease_id) if eng.elastic.by_lease else None
+    if el is None or eng.now >= el.deadline:
+        return None
+    return el.deadline
+
+
 def elastic_open(eng: Engine, ls: Lease, p: Pending, intent: elastic.Intent, mode: int) -> None:
     step = elastic.resolve_step(intent)
     name = elastic.scale_dim(step or intent.min)
@@ -203,6 +214,16 @@ def shrink_now(eng: Engine, el: elastic.ElasticLease, extents: list[str], cause:
     el.advance(eng.now)
     state = LeaseState.REVOKED if cause.startswith("node ") else LeaseState.RELEASED
     held, tokens, credits = end_steps(eng, el, extents, state, cause)
+    to = el.floor(el.steps)
+    if to < el.steps:
+        # A lost step can leave a size the job cannot use: down to the next allowed one.
+        more = el.extents[to:]
+        more_held, more_tokens, more_credits = end_steps(
+            eng, el, more, LeaseState.RELEASED, f"{cause}: to an allowed size"
+        )
+        held = dims.add(held, more_held)
+        tokens += more_tokens
+        credits += more_credits
     return resized(eng, el, dims.sub(dims.ZERO, held), -tokens, -credits, {"cause": cause})
 
 
@@ -240,6 +261,10 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
         x.expires_at = end
         eng.timers.push(end, TimerKind.EXPIRE, xid)
     if short_steps:
+        keep = [x for x in el.extents if x not in el.warned and x not in short_steps]
+        to = el.floor(len(keep))
+        # The steps left must make an allowed size: the youngest others go with them.
+        short_steps.extend(keep[to:])
         eng.queue.rekey(c.spec.name)
         warn(eng, el, short_steps, eng.leases[short_steps[0]].expires_at, "", "bucket")
     return tokens, credits
@@ -341,7 +366,8 @@ def elastic_wanted(eng: Engine) -> tuple[str, dims.Vec] | None:
 
 def elastic_yield(eng: Engine, rid: str, need: dims.Vec) -> None:
     """Announce the shrink of the extra steps worth least where they are, until what
-    they return covers ``need`` (for request ``rid``)."""
+    they return covers ``need`` (for request ``rid``). A lease shrinks a jump at a time,
+    to its next allowed size below."""
     now, risk = eng.now, eng.policy.elastic_risk
     heap: list[tuple[float, float, float, str]] = []
     left: dict[str, int] = {}
@@ -349,28 +375,30 @@ def elastic_yield(eng: Engine, rid: str, need: dims.Vec) -> None:
         k = len(e.extents) - len(e.warned)
         if k > 0:
             left[e.lease_id] = k
-            heapq.heappush(heap, (e.nmu(now, risk, k - 1), -e.deadline, -e.seq, e.lease_id))
+            heapq.heappush(heap, (e.worth(now, risk, k), -e.deadline, -e.seq, e.lease_id))
     chosen: dict[str, list[str]] = {}
     got = dims.ZERO
     while heap and not dims.fits(need, got):
         _, _, _, lid = heapq.heappop(heap)
         e = eng.elastic.by_lease[lid]
-        free = [x for x in e.extents if x not in e.warned and x not in chosen.get(lid, [])]
-        xid = free[-1]  # the youngest step goes first
-        chosen.setdefault(lid, []).append(xid)
-        got = dims.add(got, eng.leases[xid].size)
-        left[lid] -= 1
-        if left[lid] > 0:
-            heapq.heappush(heap, (e.nmu(now, risk, left[lid] - 1), -e.deadline, -e.seq, lid))
+        mine = chosen.setdefault(lid, [])
+        free = [x for x in e.extents if x not in e.warned and x not in mine]
+        to = e.down(left[lid])
+        for xid in free[to - left[lid] :]:  # the youngest steps go first
+            mine.append(xid)
+            got = dims.add(got, eng.leases[xid].size)
+        left[lid] = to
+        if to > 0:
+            heapq.heappush(heap, (e.worth(now, risk, to), -e.deadline, -e.seq, lid))
     deadline = now + eng.policy.grace_s
     for lid, xs in chosen.items():
         warn(eng, eng.elastic.by_lease[lid], xs, deadline, rid, "request")
 
 
 def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
-    """Hand spare warm capacity out one step at a time, best first by the rule; then,
-    with nothing announced in flight, move steps from where they are worth least to the
-    best lease that could not grow."""
+    """Hand spare warm capacity out a jump at a time (to a larger allowed size), best
+    first by the rule; then, with nothing announced in flight, move steps from where
+    they are worth least to the best lease that could not grow."""
     now = eng.now
     rule, risk = eng.policy.elastic_rule, eng.policy.elastic_risk
     heap: list[tuple[tuple[float, ...], str]] = []
@@ -386,18 +414,46 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
     while heap:
         key, lid = heapq.heappop(heap)
         e = eng.elastic.by_lease[lid]
-        grant = grow_step(eng, e)
-        if grant is None:
+        k = e.steps
+        grants = None
+        for to in e.targets(rule, now, risk):
+            grants = grow_to(eng, e, to - k)
+            if grants is not None:
+                break
+        if grants is None:
             blocked.append((key, lid))
             continue
         acc = changed.setdefault(lid, [dims.ZERO, 0.0, 0.0])
-        acc[0] = dims.add(acc[0], e.step)
-        acc[1] += grant.tokens
-        acc[2] += grant.credits
+        for grant in grants:
+            acc[0] = dims.add(acc[0], e.step)
+            acc[1] += grant.tokens
+            acc[2] += grant.credits
         if e.wants(rule, now, risk):
             heapq.heappush(heap, (e.priority(rule, now, risk), lid))
     if blocked and not any(e.warned for e in eng.elastic.by_lease.values()):
         rebalance(eng, min(blocked)[1])
+
+
+def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[Granted] | None:
+    """``n`` more steps for ``e`` now, all or none: each on warm capacity, under its
+    campaign's envelope, the isolation rule and the reservations. None if any says no
+    (the steps granted before the one refused end at once, unannounced)."""
+    ls = eng.leases[e.lease_id]
+    c = eng.campaigns[e.campaign]
+    if n <= 0 or ls.expires_at <= eng.now:
+        return None
+    total = tuple(v * n for v in e.step)
+    limit, _ = eng._capacity_for(c)
+    if not dims.fits(total, limit) or admission.over_burst(c.held, total, c.burst_bound):
+        return None
+    grants: list[Granted] = []
+    for _ in range(n):
+        grant = grow_step(eng, e)
+        if grant is None:
+            end_steps(eng, e, e.extents[len(e.extents) - len(grants) :], LeaseState.RELEASED, "")
+            return None
+        grants.append(grant)
+    return grants
 
 
 def grow_step(eng: Engine, e: elastic.ElasticLease) -> Granted | None:
@@ -445,39 +501,67 @@ def grow_step(eng: Engine, e: elastic.ElasticLease) -> Granted | None:
 
 def rebalance(eng: Engine, lid: str) -> None:
     """Announce the shrink of steps held elsewhere that the rule says are worth more to
-    lease ``lid`` (which could not grow): under dmug, only where its marginal utility is
-    at least ``elastic_hysteresis`` times what the step is worth where it is."""
+    lease ``lid`` (which could not grow), a jump at a time: each of ``lid``'s jumps to
+    its next target takes whole shrinks of others (each to their next allowed size
+    below, least worth first) until they cover it with the spare units; a jump they
+    cannot cover takes nothing. Under dmug a shrink is taken only where the jump's gain
+    per step is at least ``elastic_hysteresis`` times what the shrink gives up per step."""
     now, policy = eng.now, eng.policy
     rule, risk = policy.elastic_rule, policy.elastic_risk
     b = eng.elastic.by_lease[lid]
+    per = b.step[b.dim]
+    limit, _ = eng._capacity_for(eng.campaigns[b.campaign])
+    spare = int(max(0.0, limit[b.dim]) // per + 1e-9) if per > 0 else 0
     k = b.steps
     chosen: dict[str, list[str]] = {}
     held = {x.lease_id: x.steps for x in eng.elastic.by_lease.values() if x is not b}
-    while k < b.max_steps:
-        gain = b.nmu(now, risk, k)
-        best: tuple[float, str] | None = None
-        for xl, xk in held.items():
-            if xk <= 0:
-                continue
-            x = eng.elastic.by_lease[xl]
-            if rule == "dmug":
-                worth = x.nmu(now, risk, xk - 1)
-                ok = gain > 0 and gain >= policy.elastic_hysteresis * worth
-            elif rule == "edf":
-                worth, ok = -x.deadline, b.deadline < x.deadline
-            elif rule == "value":
-                worth, ok = x.intent.value, b.intent.value > x.intent.value
-            else:
-                worth, ok = -float(xk), k + 1 < xk
-            if ok and (best is None or worth < best[0]):
-                best = (worth, xl)
-        if best is None:
+    while True:
+        if rule == "dmug":
+            jumps = b.jumps(now, risk, k)
+            if not jumps:
+                break
+            gain, to = jumps[0]
+        else:
+            sp = b.speed(k)
+            to = next((a for a in b.ups(k) if b.speed(a) > sp), -1)
+            if to < 0:
+                break
+            gain = 0.0
+        got = spare
+        taken: dict[str, int] = {}
+        while got < to - k:
+            best: tuple[float, str] | None = None
+            for xl, xk in held.items():
+                xk -= taken.get(xl, 0)
+                if xk <= 0:
+                    continue
+                x = eng.elastic.by_lease[xl]
+                if rule == "dmug":
+                    worth = x.worth(now, risk, xk)
+                    ok = gain >= policy.elastic_hysteresis * worth
+                elif rule == "edf":
+                    worth, ok = -x.deadline, b.deadline < x.deadline
+                elif rule == "value":
+                    worth, ok = x.intent.value, b.intent.value > x.intent.value
+                else:
+                    worth, ok = -float(xk), to <= x.down(xk)
+                if ok and (best is None or worth < best[0]):
+                    best = (worth, xl)
+            if best is None:
+                break
+            xl = best[1]
+            xk = held[xl] - taken.get(xl, 0)
+            d = eng.elastic.by_lease[xl].down(xk)
+            taken[xl] = taken.get(xl, 0) + xk - d
+            got += xk - d
+        if got < to - k:
             break
-        xl = best[1]
-        x = eng.elastic.by_lease[xl]
-        chosen.setdefault(xl, []).append(x.extents[held[xl] - 1])
-        held[xl] -= 1
-        k += 1
+        for xl, n in taken.items():
+            x = eng.elastic.by_lease[xl]
+            chosen.setdefault(xl, []).extend(x.extents[held[xl] - n : held[xl]][::-1])
+            held[xl] -= n
+        spare = got - (to - k)
+        k = to
     deadline = now + policy.grace_s
     for xl, xs in chosen.items():
         warn(eng, eng.elastic.by_lease[xl], xs, deadline, "", f"to {lid}")

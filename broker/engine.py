@@ -93,7 +93,7 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 7
+RULES_VERSION = 8
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -114,7 +114,13 @@ pool-blocked, ages and keeps its turn, instead of waiting on its own campaign's 
 (where a later request of its campaign could hold the reservation and start first). 7:
 an elastic lease renewed after some of its extra steps were announced to end keeps those
 steps until their announced end (before, they ended at the lease's old expiry,
-unannounced)."""
+unannounced). 8: an intent's measured curve is known at its points only (a lease runs at
+the speed of the largest measured count at or below its size; linear interpolation is the
+intent's ``speed_model: interpolated``); an intent may name the sizes it can use, and the
+allocator grows and shrinks a lease a jump at a time between them (the best gain per step
+of every larger allowed size, so a lease crosses a plateau of its curve); and a renewal of
+an elastic lease before its deadline is not refused for pushing a reservation (its
+``Renewed`` says ``deadline_promise``)."""
 
 ENDED_KEPT = 100_000
 """Ended leases the engine remembers (the newest): enough to answer "already ended" and to
@@ -565,12 +571,18 @@ class Engine:
                     inputs,
                 )
             )
-        if (
+        pushes = (
             ext > 0
             and not ls.preemptible
             and not self.policy.renewals_push_reservations
             and not dims.fits(c.held, c.guarantee)
-        ):
+        )
+        promise = fold.deadline_promise(self, ls.id) if pushes else None
+        if promise is not None:
+            # An admitted deadline lease before its deadline is renewed whatever it pushes:
+            # admission control counted its capacity to its deadline (the promise it gave).
+            inputs = {**inputs, "deadline_promise": promise}
+        elif pushes:
             # The extension is an admission decision too: it may not push a reservation
             # later (the lease's capacity was counted as returning at its old expiry).
             # Leases of a campaign within its guarantee hold their own share and are exempt,

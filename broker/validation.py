@@ -328,7 +328,8 @@ def _intent(eng: Engine, c: CampaignState, e: RequestLease) -> None:
             raise bad("intent.step", "must hold at least one dimension > 0")
         name = elastic.scale_dim(step)
         n = grows[name] / step[name]
-        if abs(n - round(n)) > 1e-9 or round(n) < 1:
+        # A tiny step makes the count overflow to inf (round() would raise): not whole.
+        if not math.isfinite(n) or abs(n - round(n)) > 1e-9 or round(n) < 1:
             raise bad(
                 "intent.max",
                 f"max - min of {name} ({grows[name]:g}) is not a whole number of steps "
@@ -342,7 +343,9 @@ def _intent(eng: Engine, c: CampaignState, e: RequestLease) -> None:
                     f"max in {d} ({g:g}); give a step that does",
                 )
         for d, v in step.items():
-            if abs(v - round(v)) > 1e-9:
+            # A step below one unit (1e-300) is within the slack of zero, which is no step:
+            # a lease of 1e300 such steps would be walked one step at a time.
+            if abs(v - round(v)) > 1e-9 or round(v) < 1:
                 raise bad(
                     "intent.step",
                     f"{d} step {v:g} is not a whole number of units; give intent.step",
@@ -370,6 +373,7 @@ def _intent(eng: Engine, c: CampaignState, e: RequestLease) -> None:
                 f"the points cover {it.curve[0][0]:g} to {it.curve[-1][0]:g} units of {name}; "
                 f"they must span intent.min to intent.max ({lo:g} to {hi:g})",
             )
+    _sizes(it, name)
     _number("intent.remaining_work", it.remaining_work, 0, _INF, True, True)
     _number("intent.deadline_s", it.deadline_s, 0, _INF, True, True)
     _number("intent.value", it.value, 0, _INF, True, True)
@@ -392,6 +396,29 @@ def _intent(eng: Engine, c: CampaignState, e: RequestLease) -> None:
         names.add(m.name)
         _number(f"{where}.work_factor", m.work_factor, 0, 1, True, False)
         _number(f"{where}.value_factor", m.value_factor, 0, 1, False, False)
+
+
+def _sizes(it: elastic.Intent, name: str) -> None:
+    """The speed model and the sizes the job can use: min must be one of them (the
+    lease starts there)."""
+    if it.speed_model not in elastic.SPEED_MODELS:
+        raise bad("intent.speed_model", f"allowed: {', '.join(elastic.SPEED_MODELS)}")
+    rule = it.size_rule
+    if rule and rule != elastic.POWERS_OF_TWO:
+        batch = rule.removeprefix(elastic.DIVISORS_OF)
+        if batch == rule or not batch.isdigit() or int(batch) < 1:
+            raise bad(
+                "intent.size_rule",
+                f"allowed: {elastic.POWERS_OF_TWO}, {elastic.DIVISORS_OF}B (B a whole number >= 1)",
+            )
+    if it.sizes is not None:
+        if not 1 <= len(it.sizes) <= elastic.MAX_CURVE_POINTS:
+            raise bad("intent.sizes", f"1 to {elastic.MAX_CURVE_POINTS} sizes")
+        for k, u in enumerate(it.sizes):
+            _number(f"intent.sizes[{k}]", u, 0, _INF, True, True)
+    lo = it.min.get(name, 0.0)
+    if not elastic.size_ok(it, lo):
+        raise bad("intent.min", f"{lo:g} {name} is not among the sizes the intent allows")
 
 
 def _key(eng: Engine, e: RequestLease) -> None:

@@ -18,7 +18,12 @@ from bursar.cli.console import report_console
 from bursar.cli.params import Finite
 from bursar.sim.elastic.report import QUICK_JOBS, Outputs, TraceInput, compare, markdown
 from bursar.sim.elastic.runner import (
+    CHECK_SAMPLE,
+    CHECKS,
+    DEFAULT_CHECK,
     DEFAULT_LEASE_TERM_S,
+    MEASURED,
+    SPEED_MODELS,
     VARIANTS,
     Cluster,
     InvariantViolation,
@@ -305,6 +310,25 @@ def _given_clusters(items: tuple[str, ...], names: list[str]) -> dict[str, Clust
     show_default=True,
     help="Seconds each lease is asked for; renewed for as long again while work is left.",
 )
+@click.option(
+    "--speed-model",
+    "speed_models",
+    multiple=True,
+    type=click.Choice(SPEED_MODELS),
+    help="How a job's measured curve gives its speed: measured (at the measured GPU counts "
+    "only, the jobs' sizes limited to them, as ElasticFlow's simulator) or interpolated "
+    "(linear between them, any whole GPU count). Repeatable: each model runs every trace "
+    "and policy. Default: measured.",
+)
+@click.option(
+    "--check",
+    type=click.Choice(CHECKS),
+    default=DEFAULT_CHECK,
+    show_default=True,
+    help="When the engine's full invariant check runs: after every event, after every "
+    f"{CHECK_SAMPLE}th (sampled), or at the end only; always once after the last event. The "
+    "runner's own checks (sizes, holdings) run after every event.",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="The first N jobs only.")
 @click.option("--quick", is_flag=True, help=f"The first {QUICK_JOBS} jobs of each trace (tests).")
 @click.option(
@@ -331,6 +355,8 @@ def elastic_cmd(
     gpus_per_node: int | None,
     gpu_type: str,
     lease_term: float,
+    speed_models: tuple[str, ...],
+    check: str,
     limit: int | None,
     quick: bool,
     out: Path,
@@ -394,7 +420,8 @@ def elastic_cmd(
     except TraceError as e:
         raise click.ClickException(str(e)) from None
     variants = [v for v in VARIANTS if not policies or v.name in policies]
-    total = sum(len(t.jobs) for t in inputs) * len(variants)
+    models = speed_models or (MEASURED,)
+    total = sum(len(t.jobs) for t in inputs) * len(variants) * len(models)
     conditions = {
         "command": "bursar sim elastic " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
         "traces": {
@@ -409,9 +436,11 @@ def elastic_cmd(
         "gpu_type": gpu_type,
         "lease_term_s": lease_term,
         "limit": keep,
+        "speed_models": list(models),
+        "check": check,
     }
     outputs = Outputs(out, conditions)
-    runs = len(inputs) * len(variants)
+    runs = len(inputs) * len(variants) * len(models)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -437,6 +466,8 @@ def elastic_cmd(
                 progress=lambda k: bar.advance(task, k),
                 done=done,
                 journals=journals,
+                speed_models=models,
+                check=check,
             )
         except (TraceError, ValueError, InvariantViolation) as e:
             raise click.ClickException(str(e)) from None

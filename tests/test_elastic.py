@@ -5,15 +5,17 @@ sequences are in ``test_engine_properties.py``."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from bursar.broker import elastic
+from bursar.broker import dims, elastic
 from bursar.broker.decisions import (
     Granted,
     Queued,
     Rejected,
     Released,
+    Renewed,
     Resized,
     ResizeWarned,
     Revoked,
@@ -87,8 +89,15 @@ def test_speedup_models():
     assert elastic.speed(it, 1) == pytest.approx(1.0)
     assert elastic.speed(it, 16) == pytest.approx(1 / (0.05 + 0.95 / 16))
     curve = intent(lo=1, hi=8, curve=((1, 10.0), (2, 18.0), (4, 30.0), (8, 40.0)))
-    assert elastic.speed(curve, 3) == pytest.approx(24.0)  # linear between points
+    # Measured (the default): known at the points only, the largest at or below.
+    assert elastic.speed(curve, 3) == pytest.approx(18.0)
+    assert elastic.speed(curve, 7.5) == pytest.approx(30.0)
     assert elastic.speed(curve, 8) == pytest.approx(40.0)
+    assert elastic.speed(replace(curve, curve=((2, 18.0), (4, 30.0))), 1) == 0.0
+    # Interpolated, when asked for: linear between points.
+    lin = replace(curve, speed_model=elastic.INTERPOLATED)
+    assert elastic.speed(lin, 3) == pytest.approx(24.0)
+    assert elastic.speed(lin, 8) == pytest.approx(40.0)
 
 
 def test_decay_kinds():
@@ -226,6 +235,83 @@ def test_a_step_moves_to_the_lease_it_is_worth_more_to():
     eng.check_invariants()
 
 
+# A step curve: measured at 1, 2, 4 and 8 GPUs; 3 GPUs run at 2-GPU speed.
+STEPS = ((1.0, 10.0), (2.0, 18.0), (4.0, 34.0), (8.0, 40.0))
+
+
+def test_a_lease_crosses_a_plateau_of_its_measured_curve():
+    eng = engine(nodes=1)
+    out = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=intent(lo=1, hi=8, curve=STEPS)))
+    # From 2, the step to 3 gains nothing: the jump to 4 pays, then the one to 8.
+    assert size(eng, out.own.lease_id) == 8.0
+    (r,) = of(out, Resized)
+    assert r.size == {"gpu": 8.0}
+    eng.check_invariants()
+
+
+def test_the_jump_is_the_best_gain_per_step_ties_to_the_smaller():
+    el = elastic.ElasticLease(
+        "L1", "a", 1, intent(lo=1, hi=8, curve=STEPS), dims.vec({"gpu": 1.0}), 0, 1e6, 1.0,
+        work_left=1000.0,
+    )  # fmt: skip
+    # From 1 GPU: to 2 gains 0.8 per step, to 4 also 0.8 (2.4 over 3 steps): the smaller.
+    (g2, a2), (g4, a4), *_ = el.jumps(0.0, False, 0)
+    assert (a2, a4) == (1, 3) and g2 == pytest.approx(0.8) and g4 == pytest.approx(0.8)
+    # From 2: the plateau at 3 is no candidate; 4 beats everything above it per step.
+    jumps = [a for _, a in el.jumps(0.0, False, 1)]
+    assert jumps[0] == 3 and 2 not in jumps
+    assert el.targets("edf", 0.0) == [1]
+    el.extents = ["x"]
+    assert el.targets("edf", 0.0) == [3]  # past the plateau, not 3 GPUs
+    # Every size allowed: a shrink from 4 to 3 gives up all that 4 adds over 3 (= over 2).
+    assert el.down(3) == 2 and el.worth(0.0, False, 3) == pytest.approx(16 / 18)
+
+
+def test_a_lease_holds_only_the_sizes_its_intent_allows():
+    eng = engine(nodes=2)
+    pow2 = amdahl(lo=1, hi=12, size_rule="powers_of_two", deadline=9_000.0)
+    lid = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=pow2)).own.lease_id
+    assert size(eng, lid) == 8.0  # 12 is no power of two: 8 is its largest size
+    # A 4-GPU request needs 4 of the 8 free: the lease is not asked to shrink.
+    eng.apply(RequestLease(2.0, "b", {"gpu": 4}, 600))
+    # 10 more GPUs wanted with 4 free: the lease is warned down a jump, to 4 (not to 2 or 6).
+    out = eng.apply(RequestLease(3.0, "c", {"gpu": 8}, 600))
+    (w,) = of(out, ResizeWarned)
+    assert w.to == {"gpu": 4.0}
+    for d in step_to(eng, 3.0 + GRACE):
+        if isinstance(d, Resized):
+            assert d.size["gpu"] in (1.0, 2.0, 4.0, 8.0)
+    assert size(eng, lid) == 4.0
+    eng.check_invariants()
+
+
+def test_sizes_as_a_list_and_as_divisors_of_the_batch():
+    listed = amdahl(lo=1, hi=16, sizes=(1.0, 3.0, 6.0, 12.0))
+    assert elastic.allowed_units(listed) == (1.0, 3.0, 6.0, 12.0)
+    divisors = amdahl(lo=1, hi=16, size_rule="divisors_of:24")
+    assert elastic.allowed_units(divisors) == (1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
+    eng = engine(nodes=2)
+    lid = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=divisors)).own.lease_id
+    assert size(eng, lid) == 12.0
+
+
+def test_an_admitted_deadline_lease_is_renewed_past_a_reservation():
+    eng = engine(nodes=1)
+    it = amdahl(lo=1, hi=4, sizes=(1.0, 4.0), work=10_000.0, deadline=20_000.0)
+    lid = eng.apply(RequestLease(1.0, "a", {}, 600, intent=it)).own.lease_id
+    # A request for the whole node waits: its reservation needs the lease's GPUs back.
+    eng.apply(RequestLease(2.0, "b", {"gpu": 8}, 600))
+    out = eng.apply(Renew(500.0, lid, 600))
+    (r,) = of(out, Renewed)
+    assert r.inputs["deadline_promise"] == 1.0 + 20_000.0
+    # A plain lease (no deadline promised) in the same place is refused.
+    eng2 = engine(nodes=1)
+    plain = eng2.apply(RequestLease(1.0, "a", {"gpu": 1}, 600)).own.lease_id
+    eng2.apply(RequestLease(2.0, "b", {"gpu": 8}, 600))
+    (rej,) = of(eng2.apply(Renew(500.0, plain, 600)), Rejected)
+    assert rej.reason is Reason.HEAD_OF_LINE and rej.request_id == plain
+
+
 def test_edf_grows_the_earliest_deadline_first():
     eng = engine(nodes=2, rule="edf", elastic_admission=False)
     late = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=amdahl(lo=1, hi=16, deadline=9e4)))
@@ -339,6 +425,12 @@ def test_progress_follows_the_units_held():
         (amdahl(degrade=(DegradeMode("x", 0.0, 1.0),)), "intent.degrade[0].work_factor"),
         (amdahl(degrade=(DegradeMode("x", 0.5, 2.0),)), "intent.degrade[0].value_factor"),
         (amdahl(hi=64), "intent.max.gpu"),
+        (amdahl(speed_model="linear"), "intent.speed_model"),
+        (amdahl(size_rule="odd"), "intent.size_rule"),
+        (amdahl(size_rule="divisors_of:x"), "intent.size_rule"),
+        (amdahl(sizes=(4.0, 8.0)), "intent.min"),
+        (amdahl(lo=3, size_rule="powers_of_two"), "intent.min"),
+        (amdahl(sizes=()), "intent.sizes"),
         (
             Intent(
                 min={"gpu": 2},

@@ -11,7 +11,9 @@ from typing import Any
 
 from bursar.broker.errors import require
 from bursar.sim.elastic.runner import (
+    DEFAULT_CHECK,
     DEFAULT_LEASE_TERM_S,
+    MEASURED,
     VARIANTS,
     Cluster,
     RunResult,
@@ -44,25 +46,30 @@ def compare(
     progress: Callable[[int], None] | None = None,
     done: Callable[[RunResult], None] | None = None,
     journals: Path | None = None,
+    speed_models: Sequence[str] = (MEASURED,),
+    check: str = DEFAULT_CHECK,
 ) -> list[RunResult]:
-    """Every trace under every variant, in that order (one engine per run). With
-    ``journals`` each run is journaled in ``journals/<trace>/<policy>/``."""
+    """Every speed model, trace and variant, in that order (one engine per run). With
+    ``journals`` each run is journaled in ``journals/<trace>/<policy>/`` (under the
+    measured model; ``journals/<model>/<trace>/<policy>/`` under another)."""
     out = []
-    for t in traces:
-        for v in variants:
-            r = run(
-                t.jobs,
-                curves,
-                v,
-                t.cluster,
-                trace_name=t.name,
-                lease_term_s=lease_term_s,
-                progress=progress,
-                state_dir=None if journals is None else journals / t.name / v.name,
-            )
-            out.append(r)
-            if done is not None:
-                done(r)
+    for model, t, v in ((m, t, v) for m in speed_models for t in traces for v in variants):
+        sub = Path(t.name) / v.name if model == MEASURED else Path(model) / t.name / v.name
+        r = run(
+            t.jobs,
+            curves,
+            v,
+            t.cluster,
+            trace_name=t.name,
+            lease_term_s=lease_term_s,
+            progress=progress,
+            state_dir=None if journals is None else journals / sub,
+            speed_model=model,
+            check=check,
+        )
+        out.append(r)
+        if done is not None:
+            done(r)
     return out
 
 
@@ -91,6 +98,7 @@ _COLUMNS = (
     ("trace", "trace"),
     ("cluster", "cluster"),
     ("policy", "policy"),
+    ("speed model", "speed_model"),
     ("jobs", "jobs"),
     ("met", "met"),
     ("met share", "met_share"),
@@ -111,6 +119,7 @@ def _row(r: RunResult) -> dict[str, Any]:
         "trace": r.trace,
         "cluster": r.cluster,
         "policy": r.variant,
+        "speed_model": r.speed_model,
         **r.metrics,
         "sha256": r.sha256,
         "journal_sha256": r.journal_sha256,
@@ -130,7 +139,7 @@ def _cell(key: str, v: Any) -> str:
 
 def markdown(results: Sequence[RunResult]) -> str:
     head = "| " + " | ".join(h for h, _ in _COLUMNS) + " |"
-    rule = "|" + "|".join("---" if k in ("trace", "cluster", "policy") else "---:"
+    rule = "|" + "|".join("---" if k in ("trace", "cluster", "policy", "speed_model") else "---:"
                           for _, k in _COLUMNS) + "|"  # fmt: skip
     lines = [head, rule]
     for r in results:
@@ -146,8 +155,13 @@ def figure(results: Sequence[RunResult], path: Path) -> Path:
     from matplotlib.figure import Figure
 
     traces = list(dict.fromkeys(r.trace for r in results))
-    variants = list(dict.fromkeys(r.variant for r in results))
-    share = {(r.trace, r.variant): r.metrics["met_share"] for r in results}
+    models = list(dict.fromkeys(r.speed_model for r in results))
+
+    def label(r: RunResult) -> str:
+        return r.variant if len(models) == 1 else f"{r.variant} ({r.speed_model})"
+
+    variants = list(dict.fromkeys(label(r) for r in results))
+    share = {(r.trace, label(r)): r.metrics["met_share"] for r in results}
     fig = Figure(figsize=(max(6.0, 1.2 + 0.55 * len(variants) * len(traces)), 4.2), dpi=110,
                  layout="constrained")  # fmt: skip
     ax = fig.subplots()
@@ -159,7 +173,11 @@ def figure(results: Sequence[RunResult], path: Path) -> Path:
     ax.set_xticks(range(len(traces)), traces)
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of deadlines met")
-    ax.set_title("Deadlines met per policy (real engine, ElasticFlow traces)")
+    ax.set_title(
+        "Deadlines met per policy (real engine, ElasticFlow traces; speed model: "
+        + ", ".join(models)
+        + ")"
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     fig.savefig(path)

@@ -67,7 +67,15 @@ from bursar.broker.decisions import (
     ResizeWarned,
     Revoked,
 )
-from bursar.broker.elastic import Decay, DecayKind, Intent, speed
+from bursar.broker.elastic import (
+    MEASURED,
+    SPEED_MODELS,
+    Decay,
+    DecayKind,
+    Intent,
+    size_ok,
+    speed,
+)
 from bursar.broker.engine import Engine
 from bursar.broker.events import CancelRequest, CreateCampaign, Release, Renew, RequestLease, Tick
 from bursar.broker.journal import JOURNAL_FILENAME, Journal
@@ -79,7 +87,12 @@ from bursar.sim.replay.mapping import Envelope
 from bursar.sim.replay.policies.bursar import campaign_spec
 
 __all__ = [
+    "CHECKS",
+    "CHECK_SAMPLE",
     "CLUSTERS",
+    "DEFAULT_CHECK",
+    "MEASURED",
+    "SPEED_MODELS",
     "VARIANTS",
     "Cluster",
     "InvariantViolation",
@@ -98,6 +111,13 @@ _GPU = dims.PLACED.index("gpu")
 MAX_GPUS = 64
 DEFAULT_LEASE_TERM_S = 3600.0
 JOURNAL_BATCH = 1000
+CHECKS = ("every", "sampled", "end")
+"""When the engine's full invariant check runs: after every event, after every
+``CHECK_SAMPLE``-th event (and at the end), or at the end only. The run's own checks
+(sizes in range and allowed, the cluster not exceeded, the jobs holding what the engine
+granted) are O(1) and run after every event whatever this says."""
+DEFAULT_CHECK = "sampled"
+CHECK_SAMPLE = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +166,10 @@ class Variant:
             elastic_risk=self.risk,
             elastic_degrade=self.degrade,
             elastic_admission=self.admission,
+            # A plain lease carries no deadline for admission control to promise: its
+            # renewals may push reservations, so that no fixed job is killed by the
+            # broker's own rule (the baseline runs its jobs to the end, as the trace did).
+            renewals_push_reservations=self.fixed,
         )
 
 
@@ -179,8 +203,17 @@ def max_gpus(curve: Curve, batch_size: int, cluster: Cluster) -> int:
     return max(1, min(at, MAX_GPUS, batch_size, cluster.gpus))
 
 
-def intent_for(job: Job, curve: Curve, cluster: Cluster, elastic: bool = True) -> Intent:
+def intent_for(
+    job: Job, curve: Curve, cluster: Cluster, elastic: bool = True, speed_model: str = MEASURED
+) -> Intent:
+    """The job's intent. Under the measured model its sizes are the measured counts up to
+    its max (as ElasticFlow's simulator allocates), and its max the largest of them; under
+    the interpolated model every whole GPU count from 1 to max."""
     top = max_gpus(curve, job.batch_size, cluster) if elastic else 1
+    sizes = None
+    if speed_model == MEASURED:
+        sizes = tuple(float(g) for g, _ in curve if 1 <= g <= top) or (1.0,)
+        top = int(sizes[-1])
     return Intent(
         min={"gpu": 1.0},
         max={"gpu": float(top)},
@@ -190,6 +223,8 @@ def intent_for(job: Job, curve: Curve, cluster: Cluster, elastic: bool = True) -
         deadline_s=job.deadline - job.submit,
         value=1.0,
         decay=Decay(DecayKind.STEP),
+        speed_model=speed_model,
+        sizes=sizes,
     )
 
 
@@ -236,6 +271,8 @@ class RunResult:
     journal_sha256: str | None = None
     """Of the journal's canonical form (its first line has the pool and policy), when the
     run wrote one."""
+    speed_model: str = MEASURED
+    """How the jobs' curves give speeds between measured points (``elastic.SPEED_MODELS``)."""
 
 
 def _pool(cluster: Cluster) -> PoolSpec:
@@ -262,8 +299,11 @@ class _Run:
         lease_term_s: float,
         trace_name: str,
         journal: Journal | None = None,
+        speed_model: str = MEASURED,
+        check: str = DEFAULT_CHECK,
     ) -> None:
         self.variant = variant
+        self.check_every = {"every": 1, "sampled": CHECK_SAMPLE, "end": 0}[check]
         self.journal = journal
         self.cluster = cluster
         self.term = lease_term_s
@@ -271,7 +311,7 @@ class _Run:
         self.jobs: list[_JobState] = []
         for j in jobs:
             curve = curves.for_job(j, trace_name)
-            it = intent_for(j, curve, cluster, variant.elastic and not variant.fixed)
+            it = intent_for(j, curve, cluster, variant.elastic and not variant.fixed, speed_model)
             if variant.fixed:
                 lo = hi = float(min(j.num_gpu, cluster.gpus))
             else:
@@ -336,21 +376,26 @@ class _Run:
             rule, event, {"now": self.engine.now, "variant": self.variant.name, **state}
         )
 
-    def check(self, event: Any) -> None:
-        self.checks += 1
-        try:
-            self.engine.check_invariants()
-        except AssertionError as e:
-            raise self.fail("the engine's invariants", type(event).__name__, detail=e) from None
+    def check(self, event: Any, full: bool = False) -> None:
+        """The run's checks after ``event`` (a name at the end of the trace); the engine's
+        own invariants as ``check`` says, or ``full``: now."""
+        name = event if isinstance(event, str) else type(event).__name__
+        every = self.check_every
+        if full or (every and self.seq % every == 0):
+            self.checks += 1
+            try:
+                self.engine.check_invariants()
+            except AssertionError as e:
+                raise self.fail("the engine's invariants", name, detail=e) from None
         if self.held > self.cluster.gpus + 1e-9:
-            raise self.fail("leases held within the cluster", type(event).__name__, held=self.held)
+            raise self.fail("leases held within the cluster", name, held=self.held)
         # The sizes followed from the decisions are what the engine holds for the jobs.
         c = self.engine.campaigns.get(CAMPAIGN)
         engine_held = c.held[_GPU] if c is not None else 0.0
         if abs(engine_held - self.held) > 1e-6:
             raise self.fail(
                 "the jobs hold what the engine granted them",
-                type(event).__name__,
+                name,
                 followed=self.held,
                 engine=engine_held,
             )
@@ -412,6 +457,10 @@ class _Run:
                 size=units,
                 min=s.lo,
                 max=s.hi,
+            )
+        if not self.variant.fixed and not size_ok(s.intent, units):
+            raise self.fail(
+                "every lease on a size its intent allows", event, size=units, sizes=s.intent.sizes
             )
         self.held += units - s.units
         s.units = units
@@ -556,6 +605,7 @@ class _Run:
                 raise self.fail(
                     "every job ends", f"end of trace: job {s.job.job_id}", state=s.state
                 )
+        self.check("end of trace", full=True)
 
 
 def _metrics(r: _Run, start: float, end: float) -> dict[str, Any]:
@@ -608,12 +658,18 @@ def run(
     lease_term_s: float = DEFAULT_LEASE_TERM_S,
     progress: Callable[[int], None] | None = None,
     state_dir: Path | None = None,
+    speed_model: str = MEASURED,
+    check: str = DEFAULT_CHECK,
 ) -> RunResult:
     """Replay ``jobs`` under one variant. With ``state_dir`` every event is journaled
     there (``bursar journal audit --state-dir`` re-derives every decision); it must hold
     no journal yet. Raises ``InvariantViolation`` on the first broken rule, ``TraceError``
     for a job with no curve."""
     v = BY_NAME[variant] if isinstance(variant, str) else variant
+    if speed_model not in SPEED_MODELS:
+        raise ValueError(f"speed model {speed_model!r}: allowed {', '.join(SPEED_MODELS)}")
+    if check not in CHECKS:
+        raise ValueError(f"check {check!r}: allowed {', '.join(CHECKS)}")
     if not (lease_term_s > 0 and math.isfinite(lease_term_s)):
         raise ValueError(f"the lease term must be a finite number of seconds > 0 ({lease_term_s})")
     t0 = time.perf_counter()
@@ -625,7 +681,7 @@ def run(
         state_dir.mkdir(parents=True, exist_ok=True)
         journal = Journal.open(path, _pool(cluster), v.policy(lease_term_s))
     try:
-        r = _Run(jobs, curves, v, cluster, lease_term_s, trace_name, journal)
+        r = _Run(jobs, curves, v, cluster, lease_term_s, trace_name, journal, speed_model, check)
         r.run(progress)
         journal_sha = None
         if journal is not None:
@@ -650,7 +706,7 @@ def run(
     ]
     return RunResult(
         trace_name, v.name, str(cluster), len(jobs), m, r.hash.hexdigest(),
-        time.perf_counter() - t0, outcomes, journal_sha,
+        time.perf_counter() - t0, outcomes, journal_sha, speed_model,
     )  # fmt: skip
 
 
