@@ -34,6 +34,7 @@ specs and the same event sequence give the same bytes and the same :meth:`Journa
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import hashlib
 import json
@@ -41,7 +42,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from bursar.broker import codec
 from bursar.broker.decisions import Decision
@@ -59,11 +60,14 @@ __all__ = [
     "Durability",
     "Entry",
     "Journal",
+    "JournalStore",
     "PolicyMismatch",
     "apply_recorded",
     "canonical_line",
+    "decisions_json",
     "decode_entry_event",
     "new_engine",
+    "open_store",
     "replay",
     "spec_diff",
     "spec_from_dict",
@@ -145,7 +149,7 @@ def canonical_line(seq: int, event_json: str, decisions_json: str) -> str:
     )
 
 
-def _decisions_json(decisions: Sequence[Decision]) -> str:
+def decisions_json(decisions: Sequence[Decision]) -> str:
     return codec.dumps_plain([codec.to_dict(d) for d in decisions])
 
 
@@ -163,6 +167,19 @@ def _read_meta(conn: sqlite3.Connection, path: Path) -> dict[str, str] | None:
     return None
 
 
+def new_meta(pool: PoolSpec, policy: PolicySpec | None) -> dict[str, str]:
+    """The meta rows of a new journal."""
+    from bursar.broker.engine import RULES_VERSION
+
+    return {
+        "format": FORMAT,
+        "pool": codec.dumps(spec_to_dict(pool)),
+        "policy": codec.dumps(spec_to_dict(policy or PolicySpec())),
+        # Not part of the canonical form (``meta_line``): hashes stay what they were.
+        "rules_version": str(RULES_VERSION),
+    }
+
+
 def _create(
     conn: sqlite3.Connection, path: Path, pool: PoolSpec | None, policy: PolicySpec | None
 ) -> dict[str, str]:
@@ -170,15 +187,7 @@ def _create(
         raise JournalError(f"{path} is empty; to create a journal there, pass the pool spec")
     for statement in (*_SCHEMA, *_INDEX_SCHEMA):
         conn.execute(statement)
-    from bursar.broker.engine import RULES_VERSION
-
-    meta = {
-        "format": FORMAT,
-        "pool": codec.dumps(spec_to_dict(pool)),
-        "policy": codec.dumps(spec_to_dict(policy or PolicySpec())),
-        # Not part of the canonical form (``meta_line``): hashes stay what they were.
-        "rules_version": str(RULES_VERSION),
-    }
+    meta = new_meta(pool, policy)
     conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta.items())
     return meta
 
@@ -200,6 +209,45 @@ def _current_policy(meta: Mapping[str, str], stored: PolicySpec, path: Path) -> 
         return spec_from_dict(PolicySpec, json.loads(text))
     except json.JSONDecodeError as exc:
         raise JournalError(f"{path}: damaged meta table ({POLICY_CURRENT}: {exc})") from exc
+
+
+def checked_specs(
+    meta: Mapping[str, str], path: Path, pool: PoolSpec | None, policy: PolicySpec | None
+) -> tuple[PoolSpec, PolicySpec, str]:
+    """The stored pool and policy and the canonical meta line, from a journal's meta; any
+    ``pool``/``policy`` given is checked against them (see :meth:`Journal.open`)."""
+    if meta.get("format") != FORMAT:
+        raise JournalError(f"{path}: journal format {meta.get('format')!r} is not {FORMAT!r}")
+    try:
+        stored_pool = spec_from_dict(PoolSpec, json.loads(meta["pool"]))
+        stored_policy = spec_from_dict(PolicySpec, json.loads(meta["policy"]))
+    except (KeyError, json.JSONDecodeError) as exc:
+        raise JournalError(f"{path}: damaged meta table ({exc})") from exc
+    if pool is not None and spec_to_dict(pool) != spec_to_dict(stored_pool):
+        changes = "; ".join(
+            f"{key}: stored {shown(a)}, given {shown(b)}"
+            for key, a, b in spec_diff(spec_to_dict(stored_pool), spec_to_dict(pool))
+        )
+        raise JournalError(
+            f"{path}: the pool spec given differs from the one the journal was written "
+            f"with ({changes}); replaying under another pool would not reproduce its "
+            "decisions. To go on with the journal's pool, restore those values in the "
+            "config or leave --config out; to serve the new one, drain and stop this "
+            "broker and start one on a new --state-dir (it starts with no leases, full "
+            "buckets and new tokens; the old directory stays as the record of its "
+            "decisions)"
+        )
+    current = _current_policy(meta, stored_policy, path)
+    if policy is not None and spec_to_dict(policy) != spec_to_dict(current):
+        raise PolicyMismatch(path, spec_diff(spec_to_dict(current), spec_to_dict(policy)))
+    meta_line = codec.dumps(
+        {
+            "format": FORMAT,
+            "pool": spec_to_dict(stored_pool),
+            "policy": spec_to_dict(stored_policy),
+        }
+    )
+    return stored_pool, stored_policy, meta_line
 
 
 class PolicyMismatch(JournalError):
@@ -238,7 +286,315 @@ def _seq_bound(start_seq: int) -> int:
     return max(1, min(start_seq, MAX_SEQ))
 
 
-class Journal:
+class JournalStore(abc.ABC):
+    """What every journal store offers: the SQLite file (:class:`Journal`, the embedded
+    default) and PostgreSQL (``broker/journal_pg.py``). Both hold the same rows, so the
+    canonical form, its hash, replay and the audit are the same on either; only the
+    statements that read and write them differ.
+
+    A store opens with its pool and policy checked (:func:`checked_specs`) and keeps
+    ``path`` (where it is, for messages), ``pool``, ``policy``, ``durability`` and the
+    canonical ``meta_line``.
+    """
+
+    path: Path
+    pool: PoolSpec
+    policy: PolicySpec
+    durability: Durability
+    _meta_line: str
+    _lock: threading.RLock
+    _conn: Any
+    _last_seq: int
+    _open: tuple[int, int] | None
+    """While entries wait for :meth:`commit`: the last seq and the last indexed entry as
+    they were before the first of them, where :meth:`rollback` puts them back."""
+
+    _P = "?"
+    """The store's parameter placeholder."""
+    _ENTRIES = "entries"
+    _INDEX = "decision_index"
+
+    @abc.abstractmethod
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows a read-only statement returns."""
+
+    _CLASH: type[Exception] = sqlite3.IntegrityError
+    """What the store raises for an entry whose seq exists already."""
+    _ERROR: type[Exception] = sqlite3.Error
+
+    @property
+    def where(self) -> str:
+        """The journal's place, for messages."""
+        return str(self.path)
+
+    @contextlib.contextmanager
+    def _write_errors(self, seq: int) -> Iterator[None]:
+        """The store's errors inside a write of entry ``seq``, as JournalError."""
+        try:
+            yield
+        except self._CLASH as exc:
+            # Seqs come from this object's counter, so a clash means a second writer.
+            raise JournalError(
+                f"{self.where}: entry {seq} already exists; is another broker writing this journal?"
+            ) from exc
+        except self._ERROR as exc:
+            raise JournalError(f"{self.where}: append failed: {exc}") from exc
+
+    # ----- what each store implements
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def append(
+        self, event: Event, decisions: Sequence[Decision], *, commit: bool = True
+    ) -> int: ...
+
+    @abc.abstractmethod
+    def append_many(self, items: Iterable[tuple[Event, Sequence[Decision]]]) -> list[int]: ...
+
+    @property
+    def uncommitted(self) -> bool:
+        """True while entries appended with ``commit=False`` wait for :meth:`commit`."""
+        return self._open is not None
+
+    def commit(self) -> None:
+        """Commit the entries appended with ``commit=False`` (nothing if there are none).
+
+        A failed commit rolls them back and raises :class:`JournalError`."""
+        with self._lock:
+            if self._open is None:
+                return
+            try:
+                with self._write_errors(self._last_seq):
+                    self._conn.execute("COMMIT")
+            except BaseException:
+                self.rollback()
+                raise
+            self._open = None
+
+    @abc.abstractmethod
+    def rollback(self) -> None: ...
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def last_seq(self) -> int: ...
+
+    @abc.abstractmethod
+    def raw_entries(self, start: int = 0) -> Iterator[tuple[int, str, str]]: ...
+
+    @abc.abstractmethod
+    def raw_entry(self, seq: int) -> tuple[str, str] | None: ...
+
+    @abc.abstractmethod
+    def _decisions_before(self, before: int, n: int) -> list[tuple[int, str]]:
+        """Up to ``n`` entries' ``(seq, decisions_json)`` with ``seq < before``, newest first."""
+
+    @abc.abstractmethod
+    def ensure_index(self) -> None: ...
+
+    @abc.abstractmethod
+    def update_index(self, limit: int | None = None) -> int: ...
+
+    def find_decisions(
+        self,
+        *,
+        start_seq: int = 1,
+        campaign: str = "",
+        kinds: Iterable[str] = (),
+        ref: str = "",
+        since: float = 0.0,
+        limit: int = 100,
+    ) -> tuple[list[DecisionRow], int]:
+        """Decisions matching every filter given, oldest first, from the decision index.
+
+        ``ref`` matches a lease or request id. A page holds at most ``limit`` decisions and
+        never splits an entry (unless one entry alone has more); the second value is the seq
+        to start the next page from, 0 when there is no more.
+        """
+        self.update_index()
+        p = self._P
+        where: list[str] = []
+        args: list[Any] = []
+        if campaign:
+            where.append(f"campaign = {p}")
+            args.append(campaign)
+        kinds = sorted(set(kinds))
+        if kinds:
+            where.append(f"kind IN ({','.join([p] * len(kinds))})")
+            args.extend(kinds)
+        if ref:
+            where.append(f"ref = {p}")
+            args.append(ref)
+        if since:
+            where.append(f"at >= {p}")
+            args.append(since)
+
+        def hits_from(first: str, seq: int, n: int | None) -> list[tuple[int, int]]:
+            sql = " AND ".join([f"seq {first} {p}", *where])
+            rows = self._rows(
+                f"SELECT seq, idx FROM {self._INDEX} WHERE {sql} ORDER BY seq, idx"
+                + (f" LIMIT {p}" if n is not None else ""),
+                [seq, *args, *([n] if n is not None else [])],
+            )
+            return [(int(s), int(i)) for s, i in rows]
+
+        hits = hits_from(">=", _seq_bound(start_seq), limit + 1)
+        next_seq = 0
+        if len(hits) > limit:
+            last = hits[limit][0]
+            page = [h for h in hits[:limit] if h[0] != last]
+            if page:
+                hits, next_seq = page, last
+            else:
+                # One entry holds more than a page: return it whole.
+                hits = hits_from("=", last, None)
+                more = hits_from(">=", last + 1, 1)
+                next_seq = more[0][0] if more else 0
+        seqs = sorted({h[0] for h in hits})
+        texts: dict[int, list[dict[str, Any]]] = {}
+        for i in range(0, len(seqs), 500):
+            chunk = seqs[i : i + 500]
+            rows = self._rows(
+                f"SELECT seq, decisions FROM {self._ENTRIES} "
+                f"WHERE seq IN ({','.join([p] * len(chunk))})",
+                chunk,
+            )
+            texts.update((int(seq), json.loads(text)) for seq, text in rows)
+        return [(seq, idx, texts[seq][idx]) for seq, idx in hits], next_seq
+
+    def decisions_from(self, start_seq: int, limit: int) -> list[tuple[int, list[dict[str, Any]]]]:
+        """The entries from ``start_seq`` on (at most ``limit``), each as its decisions."""
+        p = self._P
+        rows = self._rows(
+            f"SELECT seq, decisions FROM {self._ENTRIES} WHERE seq >= {p} ORDER BY seq LIMIT {p}",
+            (_seq_bound(start_seq), limit),
+        )
+        return [(int(seq), json.loads(text)) for seq, text in rows]
+
+    @abc.abstractmethod
+    def meta_value(self, key: str) -> str | None: ...
+
+    @abc.abstractmethod
+    def set_meta(self, meta: Mapping[str, str]) -> None: ...
+
+    def manual_checkpoints(self) -> None:
+        """Take over the store's checkpoints (see :meth:`checkpoint`); nothing by default."""
+        return
+
+    def checkpoint(self) -> tuple[int, int]:
+        """Checkpoint the store's log from a worker thread; (0, 0) where the store's server
+        does its own."""
+        return 0, 0
+
+    # ----- the policy in force
+
+    @property
+    def current_policy(self) -> PolicySpec:
+        """The policy in force after the last entry: the one the journal was written with
+        (``policy``) as every ``apply_policy`` entry since changed it."""
+        text = self.meta_value(POLICY_CURRENT)
+        return (
+            self.policy
+            if text is None
+            else _current_policy({POLICY_CURRENT: text}, self.policy, self.path)
+        )
+
+    @property
+    def policy_changed_at(self) -> int:
+        """The entry of the last policy change (0: the policy is the one it was written
+        with)."""
+        return int(self.meta_value(POLICY_CHANGED_AT) or 0)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- reading
+
+    def entries(self, start: int = 0) -> Iterator[Entry]:
+        """``(seq, event, decisions)`` for every entry with ``seq >= start``, in order."""
+        for seq, event_json, decisions_json in self.raw_entries(start):
+            try:
+                event = codec.decode_event(event_json)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise JournalError(f"{self.path}: entry {seq} cannot be decoded: {exc}") from exc
+            yield seq, event, self._decode_decisions(seq, decisions_json)
+
+    def _decode_decisions(self, seq: int, decisions_json: str) -> list[Decision]:
+        try:
+            return [codec.decision_from_dict(d) for d in json.loads(decisions_json)]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JournalError(f"{self.path}: entry {seq} cannot be decoded: {exc}") from exc
+
+    def tail(self, n: int) -> list[tuple[int, Decision]]:
+        """The last ``n`` decisions, oldest first, each with the seq of its entry."""
+        out: list[tuple[int, Decision]] = []
+        if n <= 0:
+            return out
+        before = self.last_seq + 1
+        while len(out) < n:
+            page = self._decisions_before(before, _PAGE)
+            if not page:
+                break
+            for seq, decisions_json in page:
+                ds = self._decode_decisions(seq, decisions_json)
+                out.extend((seq, d) for d in reversed(ds))
+                if len(out) >= n:
+                    break
+            before = page[-1][0]
+        out = out[:n]
+        out.reverse()
+        return out
+
+    # ----- canonical form
+
+    @property
+    def meta_line(self) -> str:
+        """The first line of the canonical form: format, pool spec and policy spec."""
+        return self._meta_line
+
+    def canonical_lines(self) -> Iterator[str]:
+        """The canonical form line by line, each ending in a newline."""
+        yield self._meta_line + "\n"
+        for seq, event_json, decisions_json in self.raw_entries():
+            try:
+                line = canonical_line(seq, event_json, decisions_json)
+            except ValueError as exc:
+                raise JournalError(f"{self.path}: entry {seq} is not valid JSON: {exc}") from exc
+            yield line + "\n"
+
+    def canonical_bytes(self) -> bytes:
+        """The journal's canonical form: byte-identical for the same specs and events."""
+        return "".join(self.canonical_lines()).encode()
+
+    def sha256(self) -> str:
+        """SHA-256 (hex) of :meth:`canonical_bytes`, computed without holding it in memory."""
+        h = hashlib.sha256()
+        for line in self.canonical_lines():
+            h.update(line.encode())
+        return h.hexdigest()
+
+    # ----- archiving (see broker/archive.py)
+
+    @property
+    def rules_version(self) -> int:
+        """The engine's rules version the journal was written under (1: from before the
+        version was recorded)."""
+        return int(self.meta_value("rules_version") or 1)
+
+    @property
+    def archived_through(self) -> int:
+        """The last entry moved to an archive (0: none); the file holds the entries after."""
+        return int(self.meta_value("archived_through") or 0)
+
+
+class Journal(JournalStore):
     """An append-only, SQLite-backed record of events and decisions.
 
     Open with :meth:`Journal.open`. One process writes a journal; any number may read it
@@ -345,64 +701,12 @@ class Journal:
         except sqlite3.DatabaseError as exc:
             raise JournalError(f"cannot open journal {path}: {exc}") from exc
 
-        if meta.get("format") != FORMAT:
-            raise JournalError(f"{path}: journal format {meta.get('format')!r} is not {FORMAT!r}")
-        try:
-            stored_pool = spec_from_dict(PoolSpec, json.loads(meta["pool"]))
-            stored_policy = spec_from_dict(PolicySpec, json.loads(meta["policy"]))
-        except (KeyError, json.JSONDecodeError) as exc:
-            raise JournalError(f"{path}: damaged meta table ({exc})") from exc
-        if pool is not None and spec_to_dict(pool) != spec_to_dict(stored_pool):
-            changes = "; ".join(
-                f"{key}: stored {shown(a)}, given {shown(b)}"
-                for key, a, b in spec_diff(spec_to_dict(stored_pool), spec_to_dict(pool))
-            )
-            raise JournalError(
-                f"{path}: the pool spec given differs from the one the journal was written "
-                f"with ({changes}); replaying under another pool would not reproduce its "
-                "decisions. To go on with the journal's pool, restore those values in the "
-                "config or leave --config out; to serve the new one, drain and stop this "
-                "broker and start one on a new --state-dir (it starts with no leases, full "
-                "buckets and new tokens; the old directory stays as the record of its "
-                "decisions)"
-            )
-        current = _current_policy(meta, stored_policy, path)
-        if policy is not None and spec_to_dict(policy) != spec_to_dict(current):
-            raise PolicyMismatch(path, spec_diff(spec_to_dict(current), spec_to_dict(policy)))
-        meta_line = codec.dumps(
-            {
-                "format": FORMAT,
-                "pool": spec_to_dict(stored_pool),
-                "policy": spec_to_dict(stored_policy),
-            }
-        )
+        stored_pool, stored_policy, meta_line = checked_specs(meta, path, pool, policy)
         return cls(conn, path, stored_pool, stored_policy, meta_line, durability)
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-    # ----- the policy in force
-
-    @property
-    def current_policy(self) -> PolicySpec:
-        """The policy in force after the last entry: the one the journal was written with
-        (``policy``) as every ``apply_policy`` entry since changed it."""
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT value FROM meta WHERE key = ?", (POLICY_CURRENT,)
-            ).fetchone()
-        return (
-            self.policy
-            if row is None
-            else _current_policy({POLICY_CURRENT: row[0]}, self.policy, self.path)
-        )
-
-    @property
-    def policy_changed_at(self) -> int:
-        """The entry of the last policy change (0: the policy is the one it was written
-        with)."""
-        return int(self.meta_value(POLICY_CHANGED_AT) or 0)
 
     def _note_policy(self, event: Event, seq: int) -> None:
         """Inside the transaction that appends entry ``seq``: keep the policy in force."""
@@ -413,12 +717,6 @@ class Journal:
                 (POLICY_CHANGED_AT, str(seq)),
             ),
         )
-
-    def __enter__(self) -> Journal:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r}, entries={self._last_seq})"
@@ -478,7 +776,7 @@ class Journal:
         commit. The service uses it to commit the entries of requests that arrive
         together in one transaction.
         """
-        row = (codec.encode(event), _decisions_json(decisions))
+        row = (codec.encode(event), decisions_json(decisions))
         with self._lock:
             seq = self._last_seq + 1
             with self._write_errors(seq):
@@ -510,26 +808,6 @@ class Journal:
             self._last_seq = seq
             return seq
 
-    @property
-    def uncommitted(self) -> bool:
-        """True while entries appended with ``commit=False`` wait for :meth:`commit`."""
-        return self._open is not None
-
-    def commit(self) -> None:
-        """Commit the entries appended with ``commit=False`` (nothing if there are none).
-
-        A failed commit rolls them back and raises :class:`JournalError`."""
-        with self._lock:
-            if self._open is None:
-                return
-            try:
-                with self._write_errors(self._last_seq):
-                    self._conn.execute("COMMIT")
-            except BaseException:
-                self.rollback()
-                raise
-            self._open = None
-
     def rollback(self) -> None:
         """Drop the entries appended with ``commit=False`` since the last commit."""
         with self._lock:
@@ -550,7 +828,7 @@ class Journal:
         an import).
         """
         items = list(items)
-        rows = [(codec.encode(ev), _decisions_json(ds)) for ev, ds in items]
+        rows = [(codec.encode(ev), decisions_json(ds)) for ev, ds in items]
         with self._lock:
             first = self._last_seq + 1
             seqs = list(range(first, first + len(rows)))
@@ -571,18 +849,6 @@ class Journal:
                     raise
             self._last_seq = seqs[-1]
             return seqs
-
-    @contextlib.contextmanager
-    def _write_errors(self, seq: int) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.IntegrityError as exc:
-            # Seqs come from this object's counter, so a clash means a second writer.
-            raise JournalError(
-                f"{self.path}: entry {seq} already exists; is another broker writing this journal?"
-            ) from exc
-        except sqlite3.Error as exc:
-            raise JournalError(f"{self.path}: append failed: {exc}") from exc
 
     # ----- reading
 
@@ -629,44 +895,16 @@ class Journal:
             ).fetchone()
         return None if row is None else (row[0], row[1])
 
-    def entries(self, start: int = 0) -> Iterator[Entry]:
-        """``(seq, event, decisions)`` for every entry with ``seq >= start``, in order."""
-        for seq, event_json, decisions_json in self.raw_entries(start):
-            try:
-                event = codec.decode_event(event_json)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise JournalError(f"{self.path}: entry {seq} cannot be decoded: {exc}") from exc
-            yield seq, event, self._decode_decisions(seq, decisions_json)
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
 
-    def _decode_decisions(self, seq: int, decisions_json: str) -> list[Decision]:
-        try:
-            return [codec.decision_from_dict(d) for d in json.loads(decisions_json)]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise JournalError(f"{self.path}: entry {seq} cannot be decoded: {exc}") from exc
-
-    def tail(self, n: int) -> list[tuple[int, Decision]]:
-        """The last ``n`` decisions, oldest first, each with the seq of its entry."""
-        out: list[tuple[int, Decision]] = []
-        if n <= 0:
-            return out
-        before = self.last_seq + 1
-        while len(out) < n:
-            with self._lock:
-                page = self._conn.execute(
-                    "SELECT seq, decisions FROM entries WHERE seq < ? ORDER BY seq DESC LIMIT ?",
-                    (before, _PAGE),
-                ).fetchall()
-            if not page:
-                break
-            for seq, decisions_json in page:
-                ds = self._decode_decisions(seq, decisions_json)
-                out.extend((seq, d) for d in reversed(ds))
-                if len(out) >= n:
-                    break
-            before = page[-1][0]
-        out = out[:n]
-        out.reverse()
-        return out
+    def _decisions_before(self, before: int, n: int) -> list[tuple[int, str]]:
+        with self._lock:
+            return self._conn.execute(
+                "SELECT seq, decisions FROM entries WHERE seq < ? ORDER BY seq DESC LIMIT ?",
+                (before, n),
+            ).fetchall()
 
     # ----- the decision index
 
@@ -719,120 +957,10 @@ class Journal:
             self._indexed = last
             return last - start
 
-    def find_decisions(
-        self,
-        *,
-        start_seq: int = 1,
-        campaign: str = "",
-        kinds: Iterable[str] = (),
-        ref: str = "",
-        since: float = 0.0,
-        limit: int = 100,
-    ) -> tuple[list[DecisionRow], int]:
-        """Decisions matching every filter given, oldest first, from the decision index.
-
-        ``ref`` matches a lease or request id. A page holds at most ``limit`` decisions and
-        never splits an entry (unless one entry alone has more); the second value is the seq
-        to start the next page from, 0 when there is no more.
-        """
-        self.update_index()
-        where = ["seq >= ?"]
-        args: list[Any] = [_seq_bound(start_seq)]
-        if campaign:
-            where.append("campaign = ?")
-            args.append(campaign)
-        kinds = sorted(set(kinds))
-        if kinds:
-            where.append(f"kind IN ({','.join('?' * len(kinds))})")
-            args.extend(kinds)
-        if ref:
-            where.append("ref = ?")
-            args.append(ref)
-        if since:
-            where.append("at >= ?")
-            args.append(since)
-        sql = f"SELECT seq, idx FROM decision_index WHERE {' AND '.join(where)} ORDER BY seq, idx"
-        with self._lock:
-            hits = self._conn.execute(f"{sql} LIMIT ?", (*args, limit + 1)).fetchall()
-            next_seq = 0
-            if len(hits) > limit:
-                last = hits[limit][0]
-                page = [h for h in hits[:limit] if h[0] != last]
-                if page:
-                    hits, next_seq = page, last
-                else:
-                    # One entry holds more than a page: return it whole.
-                    rest = self._conn.execute(
-                        f"{sql.replace('seq >= ?', 'seq = ?', 1)}", (last, *args[1:])
-                    ).fetchall()
-                    hits = rest
-                    more = self._conn.execute(f"{sql} LIMIT 1", (last + 1, *args[1:])).fetchone()
-                    next_seq = more[0] if more else 0
-            seqs = sorted({h[0] for h in hits})
-            texts: dict[int, list[dict[str, Any]]] = {}
-            for i in range(0, len(seqs), 500):
-                chunk = seqs[i : i + 500]
-                rows = self._conn.execute(
-                    f"SELECT seq, decisions FROM entries WHERE seq IN ({','.join('?' * len(chunk))})",
-                    chunk,
-                ).fetchall()
-                texts.update((seq, json.loads(text)) for seq, text in rows)
-        return [(seq, idx, texts[seq][idx]) for seq, idx in hits], next_seq
-
-    def decisions_from(self, start_seq: int, limit: int) -> list[tuple[int, list[dict[str, Any]]]]:
-        """The entries from ``start_seq`` on (at most ``limit``), each as its decisions."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT seq, decisions FROM entries WHERE seq >= ? ORDER BY seq LIMIT ?",
-                (_seq_bound(start_seq), limit),
-            ).fetchall()
-        return [(seq, json.loads(text)) for seq, text in rows]
-
-    # ----- canonical form
-
-    @property
-    def meta_line(self) -> str:
-        """The first line of the canonical form: format, pool spec and policy spec."""
-        return self._meta_line
-
-    def canonical_lines(self) -> Iterator[str]:
-        """The canonical form line by line, each ending in a newline."""
-        yield self._meta_line + "\n"
-        for seq, event_json, decisions_json in self.raw_entries():
-            try:
-                line = canonical_line(seq, event_json, decisions_json)
-            except ValueError as exc:
-                raise JournalError(f"{self.path}: entry {seq} is not valid JSON: {exc}") from exc
-            yield line + "\n"
-
-    def canonical_bytes(self) -> bytes:
-        """The journal's canonical form: byte-identical for the same specs and events."""
-        return "".join(self.canonical_lines()).encode()
-
-    def sha256(self) -> str:
-        """SHA-256 (hex) of :meth:`canonical_bytes`, computed without holding it in memory."""
-        h = hashlib.sha256()
-        for line in self.canonical_lines():
-            h.update(line.encode())
-        return h.hexdigest()
-
-    # ----- archiving (see broker/archive.py)
-
     def meta_value(self, key: str) -> str | None:
         with self._lock:
             row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
-
-    @property
-    def rules_version(self) -> int:
-        """The engine's rules version the journal was written under (1: from before the
-        version was recorded)."""
-        return int(self.meta_value("rules_version") or 1)
-
-    @property
-    def archived_through(self) -> int:
-        """The last entry moved to an archive (0: none); the file holds the entries after."""
-        return int(self.meta_value("archived_through") or 0)
 
     def copy_entries_to(self, other: Journal, first: int, last: int) -> int:
         """Copy entries ``first``..``last`` as stored (same seqs) into ``other``, an empty
@@ -870,6 +998,11 @@ class Journal:
                 self._conn.execute("ROLLBACK")
                 raise
 
+    def meta(self) -> dict[str, str]:
+        """Every meta row (``bursar journal migrate`` copies them)."""
+        with self._lock:
+            return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+
     def set_meta(self, meta: Mapping[str, str]) -> None:
         with self._lock, self._write_errors(self._last_seq):
             self._conn.executemany(
@@ -877,14 +1010,34 @@ class Journal:
             )
 
 
-def new_engine(journal: Journal) -> Engine:
+def open_store(
+    location: str | Path,
+    pool: PoolSpec | None = None,
+    policy: PolicySpec | None = None,
+    *,
+    durability: Durability = "normal",
+) -> JournalStore:
+    """Open the journal ``location`` names: a ``postgresql://`` URL (``broker/journal_pg.py``,
+    needs the ``postgres`` extra) or an SQLite file."""
+    if str(location).startswith(("postgresql://", "postgres://")):
+        try:
+            from bursar.broker.journal_pg import PgJournal
+        except ImportError as exc:
+            raise JournalError(
+                f"a PostgreSQL journal needs psycopg: pip install 'bursar-broker[postgres]' ({exc})"
+            ) from exc
+        return PgJournal.open(str(location), pool, policy, durability=durability)
+    return Journal.open(location, pool, policy, durability=durability)
+
+
+def new_engine(journal: JournalStore) -> Engine:
     """A fresh engine built from the specs the journal was written with."""
     from bursar.broker.engine import Engine  # the engine is optional for reading a journal
 
     return Engine(journal.pool, journal.policy)
 
 
-def replay(journal: Journal, *, verify: bool = False) -> Engine:
+def replay(journal: JournalStore, *, verify: bool = False) -> Engine:
     """Rebuild the engine by applying every recorded event, in order.
 
     Raises :class:`JournalError` if a recorded event is refused (it was accepted when it
@@ -893,24 +1046,24 @@ def replay(journal: Journal, *, verify: bool = False) -> Engine:
     :func:`bursar.broker.audit.audit` reports every such entry instead.
     """
     engine = new_engine(journal)
-    for seq, event_json, decisions_json in journal.raw_entries():
+    for seq, event_json, recorded_json in journal.raw_entries():
         event = decode_entry_event(journal, seq, event_json)
         decisions = apply_recorded(journal, engine, seq, event)
         if verify:
-            got = _decisions_json(decisions)
+            got = decisions_json(decisions)
             try:
-                recorded = codec.dumps(json.loads(decisions_json))
+                recorded = codec.dumps(json.loads(recorded_json))
             except ValueError:
-                recorded = decisions_json
+                recorded = recorded_json
             if got != recorded:
                 raise JournalError(
                     f"{journal.path}: entry {seq}: replay decided {got}, journal recorded "
-                    f"{decisions_json}"
+                    f"{recorded_json}"
                 )
     return engine
 
 
-def decode_entry_event(journal: Journal, seq: int, event_json: str) -> Event:
+def decode_entry_event(journal: JournalStore, seq: int, event_json: str) -> Event:
     try:
         return codec.decode_event(event_json)
     except (ValueError, KeyError, TypeError) as exc:
@@ -920,7 +1073,7 @@ def decode_entry_event(journal: Journal, seq: int, event_json: str) -> Event:
         ) from exc
 
 
-def apply_recorded(journal: Journal, engine: Engine, seq: int, event: Event) -> list[Decision]:
+def apply_recorded(journal: JournalStore, engine: Engine, seq: int, event: Event) -> list[Decision]:
     """``engine.apply(event)`` for a recorded event; any refusal or crash is a JournalError.
 
     Every recorded event was accepted when it was recorded, so a refusal here means the

@@ -51,7 +51,7 @@ from bursar.broker.errors import JournalError
 
 if TYPE_CHECKING:
     from bursar.broker.engine import Engine
-    from bursar.broker.journal import Journal
+    from bursar.broker.journal import JournalStore as Journal
 
 log = logging.getLogger(__name__)
 

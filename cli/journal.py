@@ -14,7 +14,7 @@ import click
 from bursar.broker import archive, snapshot
 from bursar.broker.audit import audit
 from bursar.broker.errors import JournalError
-from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.broker.journal import JOURNAL_FILENAME, Journal, JournalStore, open_store
 from bursar.broker.journal_view import first_difference, tail_json_lines, tail_table
 from bursar.cli.console import human_duration, iso_time, report_console, tsv_lines
 
@@ -43,6 +43,35 @@ _state_dir = click.option(
 def _fail(message: str, status: int) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(status)
+
+
+_journal_url = click.option(
+    "--journal",
+    "journal_url",
+    metavar="URL",
+    help="Read the PostgreSQL journal at URL (postgresql://..., as given to `bursar serve "
+    "--journal`) instead of DIR's SQLite file; --state-dir then only names the snapshots.",
+)
+_state_dir_optional = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help=_STATE_DIR_HELP + " Required unless --journal is given.",
+)
+
+
+def _open_either(state_dir: Path | None, url: str | None) -> JournalStore:
+    """The journal --journal names, else the one in --state-dir (exit 2 if neither opens)."""
+    if url is None:
+        if state_dir is None:
+            raise click.UsageError("pass --state-dir DIR (or --journal URL)")
+        return _open_journal(state_dir)
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise click.UsageError(f"--journal {url!r}: give a postgresql:// URL")
+    try:
+        return open_store(url)
+    except JournalError as exc:
+        _fail(str(exc), EXIT_NO_JOURNAL)
 
 
 def _open_journal(state_dir: Path) -> Journal:
@@ -87,7 +116,8 @@ _archives = click.option(
 
 
 @journal.command("audit")
-@_state_dir
+@_state_dir_optional
+@_journal_url
 @click.option(
     "--show",
     default=5,
@@ -97,7 +127,9 @@ _archives = click.option(
     help="How many mismatching entries to print in full.",
 )
 @_archives
-def audit_cmd(state_dir: Path, show: int, archives: tuple[Path, ...]) -> None:
+def audit_cmd(
+    state_dir: Path | None, journal_url: str | None, show: int, archives: tuple[Path, ...]
+) -> None:
     """Re-derive every journaled decision and report any that differ.
 
     Replays the recorded events, in order, through a fresh policy engine built from the
@@ -115,9 +147,10 @@ def audit_cmd(state_dir: Path, show: int, archives: tuple[Path, ...]) -> None:
     Exit status: 0 if every decision and snapshot matches, 1 if any differs (or an entry
     cannot be read), 2 if DIR holds no journal that can be opened.
     """
-    with _open_journal(state_dir) as j, _open_archives(archives) as olds:
+    with _open_either(state_dir, journal_url) as j, _open_archives(archives) as olds:
+        snaps = snapshot.listing(state_dir) if state_dir is not None else []
         try:
-            report = audit(j, snapshot.listing(state_dir), olds)
+            report = audit(j, snaps, olds)  # type: ignore[arg-type]
         except JournalError as exc:
             _fail(str(exc), EXIT_MISMATCH)
     n = len(report.mismatches)
@@ -240,7 +273,8 @@ def rebase_cmd(state_dir: Path, archives: tuple[Path, ...]) -> None:
 
 
 @journal.command("tail")
-@_state_dir
+@_state_dir_optional
+@_journal_url
 @click.option(
     "-n",
     "count",
@@ -262,7 +296,9 @@ def rebase_cmd(state_dir: Path, archives: tuple[Path, ...]) -> None:
     is_flag=True,
     help="Print the table as tab-separated values (a header line, then a line per decision).",
 )
-def tail_cmd(state_dir: Path, count: int, as_json: bool, as_tsv: bool) -> None:
+def tail_cmd(
+    state_dir: Path | None, journal_url: str | None, count: int, as_json: bool, as_tsv: bool
+) -> None:
     """Show the latest decisions, oldest first: times in ISO 8601 (UTC), durations as
     people read them (1m56s); --json keeps the numbers.
 
@@ -271,7 +307,8 @@ def tail_cmd(state_dir: Path, count: int, as_json: bool, as_tsv: bool) -> None:
     """
     if as_json and as_tsv:
         raise click.UsageError("--json and --tsv are two ways to print the same thing: pick one")
-    with _open_journal(state_dir) as j:
+    with _open_either(state_dir, journal_url) as j:
+        where = j.path if journal_url else state_dir / JOURNAL_FILENAME  # type: ignore[operator]
         try:
             rows = j.tail(count)
         except JournalError as exc:
@@ -280,10 +317,75 @@ def tail_cmd(state_dir: Path, count: int, as_json: bool, as_tsv: bool) -> None:
         for line in tail_json_lines(rows):
             click.echo(line)
         return
-    title = f"last {len(rows)} decisions in {state_dir / JOURNAL_FILENAME}"
+    title = f"last {len(rows)} decisions in {where}"
     table = tail_table(rows, title, time_text=iso_time, duration_text=human_duration)
     if as_tsv:
         click.echo("\n".join(tsv_lines(table)))
         return
     # Off a terminal the times and details are not cut to 80 columns.
     report_console().print(table, soft_wrap=False)
+
+
+@journal.command("migrate")
+@_state_dir
+@click.option(
+    "--to",
+    "url",
+    required=True,
+    metavar="URL",
+    help="The PostgreSQL database to copy the journal into (postgresql://...): one that "
+    "holds no journal yet.",
+)
+def migrate_cmd(state_dir: Path, url: str) -> None:
+    """Copy an SQLite state directory's journal into PostgreSQL, with the broker stopped.
+
+    Copies the entries as stored (the same seqs and texts), the pool, the policy and the
+    policy in force, then checks that both journals have the same canonical hash. Start
+    the brokers with `bursar serve --journal URL` afterwards. The snapshots stay where
+    they are (a broker's --state-dir holds its own); the tokens are issued afresh.
+
+    Exit status: 0 if the copy's hash matches, 1 if it does not, 2 if either journal
+    cannot be opened or the database already holds one.
+    """
+    from bursar.broker.journal_pg import PgJournal, is_postgres
+
+    if not is_postgres(url):
+        raise click.UsageError(f"--to {url!r}: give a postgresql:// URL")
+    with _stopped(state_dir), _open_journal(state_dir) as src:
+        if src.archived_through:
+            _fail(
+                f"entries 1-{src.archived_through} of {src.path} are in an archive; migrate "
+                "a journal whose history is whole",
+                EXIT_NO_JOURNAL,
+            )
+        try:
+            if PgJournal.holds_journal(url):
+                _fail(
+                    f"{PgJournal.describe(url)} already holds a journal; migrate into an "
+                    "empty database",
+                    EXIT_NO_JOURNAL,
+                )
+            dst = PgJournal.open(url, src.pool, src.policy)
+        except JournalError as exc:
+            _fail(str(exc), EXIT_NO_JOURNAL)
+        with dst:
+            try:
+                extra = {
+                    k: v for k, v in src.meta().items() if k not in ("format", "pool", "policy")
+                }
+                dst.set_meta(extra)
+                page: list[tuple[int, str, str]] = []
+                for row in src.raw_entries():
+                    page.append(row)
+                    if len(page) == 5000:
+                        dst.insert_raw(page)
+                        page = []
+                dst.insert_raw(page)
+                want, got = src.sha256(), dst.sha256()
+            except JournalError as exc:
+                _fail(str(exc), EXIT_MISMATCH)
+            n = len(dst)
+            where = dst.location
+    if got != want:
+        _fail(f"the copy in {where} hashes {got}, the journal {want}", EXIT_MISMATCH)
+    click.echo(f"copied {n} entries to {where}: sha256 {got} on both")

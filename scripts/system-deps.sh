@@ -21,6 +21,7 @@ declare -A wanted=(
   [/usr/bin/gcc]=gcc
   [/usr/include/dlfcn.h]=libc6-dev
   [/usr/bin/promtool]=prometheus
+  [/usr/lib/postgresql/15/bin/postgres]=postgresql # the PostgreSQL journal tests
 )
 
 missing=()
