@@ -389,11 +389,17 @@ class ElasticLease:
         sp = self.speed(k)
         return next(([a] for a in self.ups(k) if self.speed(a) > sp), [])
 
-    def priority(self, rule: str, now: float, use_risk: bool = True) -> tuple[float, ...]:
+    def priority(
+        self, rule: str, now: float, use_risk: bool = True, targets: list[int] | None = None
+    ) -> tuple[float, ...]:
         """Heap key of the next jump under ``rule`` (smaller first), ties by deadline, then
-        age. NaN never appears: every term is finite."""
+        age (``targets``: as :meth:`targets` gave them now, to work the best out once).
+        NaN never appears: every term is finite."""
         if rule == "dmug":
-            head = -self.nmu(now, use_risk)
+            if targets:
+                head = -self.gain(now, use_risk, self.steps, targets[0])
+            else:
+                head = -self.nmu(now, use_risk)
         elif rule == "edf":
             head = self.deadline
         elif rule == "value":

@@ -398,38 +398,47 @@ def elastic_yield(eng: Engine, rid: str, need: dims.Vec) -> None:
 def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
     """Hand spare warm capacity out a jump at a time (to a larger allowed size), best
     first by the rule; then, with nothing announced in flight, move steps from where
-    they are worth least to the best lease that could not grow."""
+    they are worth least to the best lease that could not grow. Each lease's jumps are
+    worked out once per turn; a jump larger than its campaign's spare warm capacity is
+    not tried (no placement is planned for it)."""
     now = eng.now
     rule, risk = eng.policy.elastic_rule, eng.policy.elastic_risk
-    heap: list[tuple[tuple[float, ...], str]] = []
+    heap: list[tuple[tuple[float, ...], str, list[int]]] = []
     for e in eng.elastic.by_lease.values():
-        if (
-            not e.warned
-            and eng.leases[e.lease_id].state is LeaseState.ACTIVE
-            and e.wants(rule, now, risk)
-        ):
-            heap.append((e.priority(rule, now, risk), e.lease_id))
+        if e.warned or eng.leases[e.lease_id].state is not LeaseState.ACTIVE:
+            continue
+        ts = e.targets(rule, now, risk)
+        if ts:
+            heap.append((e.priority(rule, now, risk, ts), e.lease_id, ts))
     heapq.heapify(heap)
     blocked: list[tuple[tuple[float, ...], str]] = []
+    spare: dict[str, float] = {}
     while heap:
-        key, lid = heapq.heappop(heap)
+        key, lid, ts = heapq.heappop(heap)
         e = eng.elastic.by_lease[lid]
         k = e.steps
+        per = e.step[e.dim]
+        free = spare.get(e.campaign)
+        if free is None:
+            free = spare[e.campaign] = eng._capacity_for(eng.campaigns[e.campaign])[0][e.dim]
         grants = None
-        for to in e.targets(rule, now, risk):
-            grants = grow_to(eng, e, to - k)
-            if grants is not None:
-                break
+        for to in ts:
+            if (to - k) * per <= free + 1e-9:
+                grants = grow_to(eng, e, to - k)
+                if grants is not None:
+                    break
         if grants is None:
             blocked.append((key, lid))
             continue
+        spare.clear()  # a grant changes every campaign's spare capacity
         acc = changed.setdefault(lid, [dims.ZERO, 0.0, 0.0])
         for grant in grants:
             acc[0] = dims.add(acc[0], e.step)
             acc[1] += grant.tokens
             acc[2] += grant.credits
-        if e.wants(rule, now, risk):
-            heapq.heappush(heap, (e.priority(rule, now, risk), lid))
+        ts = e.targets(rule, now, risk)
+        if ts:
+            heapq.heappush(heap, (e.priority(rule, now, risk, ts), lid, ts))
     if blocked and not any(e.warned for e in eng.elastic.by_lease.values()):
         rebalance(eng, min(blocked)[1])
 
