@@ -57,7 +57,7 @@ def test_an_elastic_node_lists_a_node_per_unit_and_stops_the_units_a_shrink_take
         assert p.node_tags(unit)["ray-user-node-type"] == "cpu_worker"
         assert TAG_RAY_LAUNCH_REQUEST in p.node_tags(lease_id)
         assert TAG_RAY_LAUNCH_REQUEST not in p.node_tags(unit)  # no launch of Ray's made it
-        assert p.internal_ip(unit) != p.internal_ip(lease_id)
+        assert p.internal_ip(unit) == p.internal_ip(lease_id) == "127.0.0.1"  # the head's
         env = node_env(tmp_path, unit)
         assert env["BURSAR_LEASE_ID"] == lease_id and env["RAY_CLOUD_INSTANCE_ID"] == unit
         assert '"bursar.io/unit": "1"' in env["RAY_OVERRIDE_LABELS"]

@@ -146,8 +146,8 @@ def test_nodes_are_leases_listed_with_their_tags_and_terminated_idempotently(
         tags = p.node_tags(a)
         assert tags[TAG_RAY_LAUNCH_REQUEST] == "req-1"  # v2 matches launches by it
         assert tags[TAG_RAY_NODE_KIND] == NODE_KIND_WORKER
-        ips = {p.internal_ip(a), p.internal_ip(b)}
-        assert len(ips) == 2 and all(ip.startswith("127.") for ip in ips)
+        # Every node on the head's address (its servers bound to it, not every interface).
+        assert p.internal_ip(a) == p.internal_ip(b) == "127.0.0.1"
         assert p.external_ip(a) == p.internal_ip(a)
 
         # The node's process is what `ray start` would be: the node type's resources
@@ -323,7 +323,8 @@ def journal_kinds(server: ServerThread, after: int = 0) -> list[tuple[int, str, 
 def test_a_restarted_provider_adopts_the_nodes_its_predecessor_left_running(
     server: ServerThread, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = provider_config(server, "ray", tmp_path)
+    # An address of its own for each node: the adopted nodes keep theirs.
+    cfg = provider_config(server, "ray", tmp_path, node_ip_range="127.0.0.2-127.0.0.254")
     procs = crashed_monitor(cfg, 2)
     assert all(alive(proc) for proc in procs.values())  # they outlive the monitor
     with BrokerClient(server.address, server.tokens["ray"]) as c:
@@ -551,9 +552,27 @@ def test_node_config_may_size_the_lease_itself(server: ServerThread, tmp_path: P
 
 
 def test_check_reports_what_rays_monitor_would_trip_over(
-    server: ServerThread, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: ServerThread,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert check(EXAMPLE, broker=False) == []  # the example as shipped
+    # The example as shipped, where it is run: beside `bursar serve`'s state/tokens.json.
+    (tmp_path / "run" / "state").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "run")
+    (tmp_path / "run" / "state" / "tokens.json").write_text(
+        json.dumps({"adaptive-sci": server.tokens["ray"], "backfill": server.tokens["hi"]})
+    )
+    assert check(EXAMPLE, broker=False) == []
+    # Nodes that share the head's address need Ray's v1 to key them by node id.
+    shared = yaml.safe_load(EXAMPLE.read_text())
+    del shared["provider"]["use_node_id_as_ip"]
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(shared))
+    (problem,) = check(tmp_path / "shared.yaml", broker=False)
+    assert "provider.use_node_id_as_ip: must be true" in problem
+    shared["provider"]["node_ip_range"] = "127.0.0.2-127.0.0.9"  # or an address each
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(shared))
+    assert check(tmp_path / "shared.yaml", broker=False) == []
     token = tmp_path / "token"
     token.write_text(server.tokens["ray"])
     good = cluster_yaml(
@@ -614,13 +633,17 @@ def test_ray_up_is_refused_at_once_with_the_documented_command(tmp_path: Path) -
         text=True,
         timeout=120,
     )
-    command = "ray start --head --num-cpus=0 --autoscaling-config=examples/ray-cluster.yaml"
+    command = (
+        "python -m bursar.providers.ray start --head --num-cpus=0 "
+        "--autoscaling-config=examples/ray-cluster.yaml"
+    )
     assert out.returncode != 0
     (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("Error:")]
     assert f"`{command}`" in line, out.stderr
     assert "Traceback" not in out.stderr and "bad node type" not in out.stderr
-    guide = EXAMPLE.parents[1] / "docs" / "guides" / "ray.md"
-    assert command in guide.read_text()  # what users are told
+    # What users are told: the example's header (the docs quote the example).
+    header = EXAMPLE.read_text().split("\ncluster_name:")[0]
+    assert f"#   {command}\n" in header
 
 
 def test_the_head_is_never_launched_as_a_lease(server: ServerThread, tmp_path: Path) -> None:
@@ -629,6 +652,7 @@ def test_the_head_is_never_launched_as_a_lease(server: ServerThread, tmp_path: P
     local = provider_config(server, "ray", tmp_path)
     keys = ("broker", "campaign", "token", "state_dir", "node_command", "head_address")
     section = {**cfg["provider"], **{k: local[k] for k in keys}}
+    del section["token_file"]  # the test's token instead
     p = BursarNodeProvider(section, cfg["cluster_name"])
     head = cfg["available_node_types"][cfg["head_node_type"]]
     try:

@@ -4,7 +4,8 @@
 
 Ray's monitor reads the file as it is and reports a bad provider section only in its
 own log (``monitor.err``) after the head is up; this says what is wrong first: the keys
-Ray's autoscaler needs, the provider section, each node type's lease size, and (unless
+Ray's autoscaler needs, the provider section (``use_node_id_as_ip: true`` where the
+nodes share the head's address), each node type's lease size, and (unless
 ``--no-broker``) whether the broker answers with the configured token. Exit status 0
 when all is well, 1 otherwise.
 """
@@ -21,6 +22,7 @@ import yaml
 
 from bursar.providers.client import BrokerClient, BursarClientError
 from bursar.providers.ray.settings import (
+    SHARED_ADDRESS_PROBLEM,
     SettingsError,
     lease_size,
     node_settings,
@@ -77,6 +79,8 @@ def check(path: Path, *, broker: bool = True) -> list[str]:
         settings = parse_settings(provider, str(cfg.get("cluster_name", "")))
     except SettingsError as exc:
         return [*problems, f"{path}: {exc}"]
+    if settings.shares_head_address and not settings.use_node_id_as_ip:
+        problems.append(f"{path}: {SHARED_ADDRESS_PROBLEM}")
     types: Mapping[str, Any] = cfg.get("available_node_types") or {}
     head = cfg.get("head_node_type")
     if head not in types:

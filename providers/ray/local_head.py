@@ -14,7 +14,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
@@ -22,7 +21,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from bursar.providers.ray.raylet import Proc, node_processes, proc_start, stop_processes
+from bursar.providers.ray.raylet import (
+    Proc,
+    node_processes,
+    proc_start,
+    ray_start_command,
+    stop_processes,
+)
+from bursar.providers.ray.start import keep_loopback
 from bursar.providers.ray.store import all_records
 
 __all__ = ["MARK_ENV", "LocalHead", "free_port", "local_head", "marked", "stop_marked"]
@@ -85,14 +91,20 @@ def local_head(
     keep_logs: Path | None = None,
     env: Mapping[str, str] | None = None,
     update_interval_s: float = 1.0,
+    cwd: Path | None = None,
 ) -> Iterator[LocalHead]:
-    """``ray start --head`` on free loopback ports with no CPUs of its own (tasks go to
+    """``ray start --head`` on 127.0.0.1 (its servers bound to it, see
+    :mod:`bursar.providers.ray.start`) on free ports with no CPUs of its own (tasks go to
     the workers), with ``autoscaling_config`` if given (autoscaler v1, or v2 with
     ``RAY_enable_autoscaler_v2=1``; an update every ``update_interval_s``). The head
     carries ``RAY_CLOUD_INSTANCE_ID=head`` and ``RAY_NODE_TYPE_NAME=head``, as
     :class:`~bursar.providers.ray.BursarNodeProvider` lists it. On exit every process
     is stopped by PID (``state_dir``: the provider's, for its raylets), the monitor's
-    logs copied to ``keep_logs`` if given, and the temp dir removed."""
+    logs copied to ``keep_logs`` if given, and the temp dir removed. ``cwd``: where the head
+    (and its monitor: relative paths in the cluster YAML) runs. A driver in this process
+    may ``ray.init(address=head.address)``: Ray is told to keep the loopback address."""
+    # A driver in this process (a test's, a benchmark's) reaches the head on 127.0.0.1.
+    keep_loopback()
     mark = uuid.uuid4().hex
     # Ray's unix sockets live under its temp dir: keep the path short (107 bytes).
     temp_dir = Path(tempfile.mkdtemp(prefix="bray-", dir="/tmp"))
@@ -110,8 +122,7 @@ def local_head(
         }
     )
     cmd = [
-        str(Path(sys.executable).parent / "ray"),
-        "start",
+        *ray_start_command(),
         "--head",
         f"--port={port}",
         "--node-ip-address=127.0.0.1",
@@ -130,7 +141,13 @@ def local_head(
     try:
         with open(log_path or os.devnull, "wb") as out:
             subprocess.run(
-                cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT, timeout=120, check=True
+                cmd,
+                env=full_env,
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=120,
+                check=True,
             )
         yield LocalHead(f"127.0.0.1:{port}", temp_dir, mark)
     finally:

@@ -6,9 +6,10 @@ The cluster YAML names it (see ``examples/ray-cluster.yaml``)::
       type: external
       module: bursar.providers.ray.BursarNodeProvider
       broker: 127.0.0.1:50051
-      campaign: sci
-      token_file: ~/.bursar/sci.token
+      campaign: adaptive-sci
+      token_file: state/tokens.json      # what `bursar serve` writes
       lease_duration_s: 600
+      use_node_id_as_ip: true            # the nodes share the head's address
       disable_node_updaters: true        # the provider starts the raylets itself
       disable_launch_config_check: true
 
@@ -21,12 +22,16 @@ The head is not a lease, but the provider lists it (id ``head_node_id``, default
 v1 autoscaler drops the load metrics of addresses its provider does not list; it is
 never terminated, nor launched: ``ray up`` is refused (in ``bootstrap_config``, before
 it asks anything) and so is any create call for the head, with the supported command,
-``ray start --head --num-cpus=0 --autoscaling-config=CLUSTER.yaml``. Under v2 start the head with ``RAY_CLOUD_INSTANCE_ID=head`` and
-``RAY_NODE_TYPE_NAME=head`` in its environment, as KubeRay does: v2 matches Ray nodes
-to the provider's by these, and without them it never launches a worker::
+``python -m bursar.providers.ray start --head --num-cpus=0 --autoscaling-config=CLUSTER.yaml``
+(Ray's ``ray start``, with the head kept on 127.0.0.1: see
+:mod:`bursar.providers.ray.start`). Under v2 start the head with
+``RAY_CLOUD_INSTANCE_ID=head`` and ``RAY_NODE_TYPE_NAME=head`` in its environment, as
+KubeRay does: v2 matches Ray nodes to the provider's by these, and without them it never
+launches a worker::
 
     RAY_enable_autoscaler_v2=1 RAY_CLOUD_INSTANCE_ID=head RAY_NODE_TYPE_NAME=head \
-        ray start --head --num-cpus=0 --autoscaling-config=cluster.yaml
+        python -m bursar.providers.ray start --head --num-cpus=0 \
+        --autoscaling-config=cluster.yaml
 
 Life cycle of one worker node (one node is one lease; the node id is the lease id)::
 
@@ -35,8 +40,9 @@ Life cycle of one worker node (one node is one lease; the node id is the lease i
        └─ Refused(reason, retry_after) ──► LeaseRefused (a NodeLaunchException) with
           the reason and retry-after; the node type's next launches within
           retry-after (at most max_retry_s) are refused at once, without asking
-    ACTIVE ──► `ray start --address=HEAD --block` on a loopback address of its own,
-               with the node type's resources and labels ──► up-to-date, is_running()
+    ACTIVE ──► `ray start --address=HEAD --block` on the head's address, with a Ray
+               temp dir and ports of its own, the node type's resources and labels
+               ──► up-to-date, is_running()
     renewed renew_margin_s before each expiry while the node lives
     PREEMPT_WARNING ──► tagged bursar-lease-state=PREEMPTING; drained in Ray (GCS
                         DrainNode, reason PREEMPTION, deadline = the revocation): no
@@ -82,9 +88,16 @@ autoscaler v2 the unit nodes are adopted as cloud instances of pending launch re
 and may be terminated by its per-type limit (the unit then stays unused until the lease
 grows again): elastic node types fit v1 better.
 
-Raylets run on this host (the simulated pool): one per node, each on its own loopback
-address from ``node_ip_range`` (Ray keys its v1 load metrics by IP, one node per IP),
-in a session of its own. When the broker runs on Slurm (``bursar serve --backend
+Raylets run on this host (the simulated pool): one per node, in a session of its own,
+on the head's address (so on 127.0.0.1, where Ray binds a node's servers to the loopback
+address only, when the head is there), each with a Ray temp dir of its own (its sockets:
+nodes started at once must not pick the same names) and every port picked by the kernel
+as it binds (0 for each of ``ray start``'s ports: no two nodes can be given the same).
+Ray's v1 monitor keys its load metrics by node address unless the YAML says
+``use_node_id_as_ip: true``, which nodes sharing an address need: ``internal_ip`` then
+answers with the node's Ray node id (looked up in the GCS by ``RAY_CLOUD_INSTANCE_ID``).
+``node_ip_range`` instead gives each node a loopback address of its own (Ray then binds
+its servers to every interface). When the broker runs on Slurm (``bursar serve --backend
 slurm``), a lease is an allocation and its raylet runs as a step of it (``srun
 --jobid=N --overlap``), ended by Slurm with the lease; its address is still a loopback
 one, so this works for a cluster whose nodes are this host (the test cluster) only. Each raylet's environment holds ``BURSAR_LEASE_ID``,
@@ -182,10 +195,12 @@ from bursar.providers.ray.raylet import (
     stop_node,
 )
 from bursar.providers.ray.settings import (
+    SHARED_ADDRESS_PROBLEM,
     NodeSettings,
     ProviderSettings,
     SettingsError,
     lease_size,
+    node_ip,
     node_settings,
     parse_settings,
     raylet_labels,
@@ -213,8 +228,10 @@ TAG_ELASTIC_OF = "bursar-elastic-of"
 
 _ENDED_KEPT = 1000
 
-HEAD_COMMAND = "ray start --head --num-cpus=0 --autoscaling-config={yaml}"
-"""The supported way to start a cluster whose workers are leases (README, examples/)."""
+HEAD_COMMAND = (
+    "python -m bursar.providers.ray start --head --num-cpus=0 --autoscaling-config={yaml}"
+)
+"""The supported way to start a cluster whose workers are leases (examples/)."""
 
 
 def _ray_up_yaml(argv: list[str]) -> str | None:
@@ -341,6 +358,8 @@ class _Node(Hooks):
         self.proc: Proc | None = None
         self.started_at: float | None = None
         """Monotonic time the raylet was started (for an adopted node: adopted)."""
+        self.temp_dir: str | None = None
+        """The raylet's own Ray temp dir (removed when the node ends)."""
         self.terminating = False
         self.end = ""
         """Why the node ended (for the log and :meth:`BursarNodeProvider.ended_nodes`)."""
@@ -375,6 +394,7 @@ class _Node(Hooks):
             node_config=self.node_config,
             resources=dict(self.resources),
             labels=dict(self.labels),
+            temp_dir=self.temp_dir,
         )
 
     # ------------------------------------------------------------------ the block's hooks
@@ -524,6 +544,7 @@ class _Unit:
             dict(self.tags),
             self.proc.pid if self.proc else None,
             self.proc.start if self.proc else None,
+            temp_dir=self.temp_dir,
         )
 
 
@@ -557,6 +578,9 @@ class BursarNodeProvider(NodeProvider):
         )
         self._closed = False
         self._gcs: Any = None
+        self._ray_ids: dict[str, str] = {}
+        """Provider node id -> Ray node id (hex) of the nodes alive in Ray, as last asked."""
+        self._ray_ids_at = float("-inf")
         # The head is not a lease, but Ray's autoscaler expects its provider to list it
         # (v1 drops the load metrics of addresses the provider does not list).
         self._head_id = s.head_node_id if s.head_ip is not None else None
@@ -566,6 +590,8 @@ class BursarNodeProvider(NodeProvider):
             TAG_RAY_NODE_STATUS: STATUS_UP_TO_DATE,
             TAG_RAY_NODE_NAME: s.head_node_id,
         }
+        if s.head_ip is not None and s.shares_head_address and not s.use_node_id_as_ip:
+            log.warning("ray cluster config: %s", SHARED_ADDRESS_PROBLEM)  # in the monitor
         self._store.write({})
         self._take_over_orphans()
         _hook_process_stop()
@@ -626,6 +652,16 @@ class BursarNodeProvider(NodeProvider):
         raise KeyError(f"no Bursar node {node_id!r} in this provider")
 
     def internal_ip(self, node_id: str) -> str:
+        """The node's address; with ``use_node_id_as_ip`` (nodes that share the head's
+        address) its Ray node id, as Ray's v1 monitor then keys its load metrics, or
+        until its raylet has registered, the node id itself."""
+        if self.settings.use_node_id_as_ip:
+            self._address(node_id)  # KeyError for a node never known
+            return self._ray_node_id(node_id) or node_id
+        return self._address(node_id)
+
+    def _address(self, node_id: str) -> str:
+        """The address the node's raylet runs on."""
         if node_id == self._head_id and self.settings.head_ip is not None:
             return self.settings.head_ip
         with self._lock:
@@ -638,6 +674,37 @@ class BursarNodeProvider(NodeProvider):
 
     def external_ip(self, node_id: str) -> str:
         return self.internal_ip(node_id)
+
+    def _ray_node_id(self, node_id: str) -> str | None:
+        """The Ray node id (hex) of the provider's node ``node_id`` (the head's for the
+        head), from the GCS: by ``RAY_CLOUD_INSTANCE_ID``, which every raylet started
+        here carries. None until it has registered, or when the GCS cannot be asked
+        (asked at most once a second: the monitor calls this for every node, often)."""
+        with self._lock:
+            found = self._ray_ids.get(node_id)
+            if found is not None or time.monotonic() < self._ray_ids_at + 1.0:
+                return found
+            self._ray_ids_at = time.monotonic()
+        try:
+            from ray._raylet import GcsClient
+            from ray.core.generated import gcs_pb2
+
+            if self._gcs is None:
+                self._gcs = GcsClient(address=self._head_address())
+            ids: dict[str, str] = {}
+            for ray_id, info in self._gcs.get_all_node_info(timeout=2).items():
+                if info.state != gcs_pb2.GcsNodeInfo.ALIVE:
+                    continue
+                if info.is_head_node and self._head_id:
+                    ids[self._head_id] = ray_id.hex()
+                if info.instance_id:
+                    ids.setdefault(info.instance_id, ray_id.hex())
+        except Exception as exc:  # no GCS yet, or not reachable: asked again later
+            log.debug("could not list Ray's nodes: %r", exc)
+            return None
+        with self._lock:
+            self._ray_ids = ids
+            return ids.get(node_id)
 
     def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
         with self._lock:
@@ -863,9 +930,11 @@ class BursarNodeProvider(NodeProvider):
         )  # fmt: skip
 
     def _forget(self, node: _Node) -> None:
-        """The node's block ended (on the loop)."""
+        """The node's block ended (on the loop): its processes are stopped."""
         for u in list(node.units.values()):  # stopped with the block's workers
             self._stop_unit(u, 0.0, node.end or "its lease ended")
+        if node.temp_dir is not None:
+            shutil.rmtree(node.temp_dir, ignore_errors=True)
         with self._lock:
             self._blocks.discard(node)
             if node.node_id and self._nodes.pop(node.node_id, None) is not None:
@@ -877,9 +946,12 @@ class BursarNodeProvider(NodeProvider):
             log.info("node %s ended (%s); lease %s", node.node_id, node.end, node.block.final_state)
 
     def _allocate_ip(self) -> str:
-        """The next free loopback address, round robin (so that an address is not
-        reused while Ray may still hold metrics for its last node)."""
+        """The head's address (every node binds to it), or with ``node_ip_range`` the
+        next free address of the range, round robin (so that an address is not reused
+        while Ray may still hold metrics for its last node)."""
         ips = self.settings.node_ips
+        if not ips:
+            return node_ip(self.settings)
         used = {n.ip for n in self._nodes.values()} | self._reserved
         for _ in range(len(ips)):
             ip = ips[self._next_ip % len(ips)]
@@ -1022,10 +1094,11 @@ class BursarNodeProvider(NodeProvider):
         return ProcessTree(popen, marker=f"{NODE_ENV}={n.node_id}")
 
     def _own_temp_dir(self, n: _Node | _Unit) -> list[str]:
-        """A unit's local raylet gets a Ray temp dir of its own: it starts together with
-        its node's, and two `ray start` on one host sharing the head's temp dir can pick
-        the same socket name (the second raylet dies: "bind: Address already in use")."""
-        if not isinstance(n, _Unit) or self.settings.node_command is not None:
+        """Every local raylet gets a Ray temp dir of its own: nodes start together (the
+        autoscaler launches several at once, an elastic lease's units start with their
+        node), and two `ray start` on one host sharing the head's temp dir can pick the
+        same socket names (the later raylet dies: "bind: Address already in use")."""
+        if self.settings.node_command is not None:
             return []
         # Short, under /tmp: Ray's unix socket paths inside it must stay under 107 bytes.
         n.temp_dir = tempfile.mkdtemp(prefix="brn-", dir="/tmp")
@@ -1115,6 +1188,7 @@ class BursarNodeProvider(NodeProvider):
             )
             node.proc = root
             node.started_at = time.monotonic()
+            node.temp_dir = r.temp_dir
             self._blocks.add(node)
         tree = ProcessTree(pid=root.pid, marker=f"{NODE_ENV}={r.node_id}")
 
@@ -1151,6 +1225,8 @@ class BursarNodeProvider(NodeProvider):
             if procs:
                 log.warning("stopping %d processes left by node %s", len(procs), rec.node_id)
                 stop_node(tree, self.settings.stop_grace_s)
+            if rec.temp_dir is not None:
+                shutil.rmtree(rec.temp_dir, ignore_errors=True)
         if not release:
             if TAG_ELASTIC_OF not in r.tags:
                 log.warning("lease %s is another broker's: left to expire there", r.node_id)

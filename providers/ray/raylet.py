@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,7 +35,8 @@ __all__ = [
     "alive",
     "node_processes",
     "proc_start",
-    "ray_executable",
+    "ray_start_args",
+    "ray_start_command",
     "start_node",
     "stop_node",
     "stop_processes",
@@ -155,18 +155,35 @@ def _signal(procs: Iterable[Proc], sig: signal.Signals) -> None:
                 os.kill(p.pid, sig)
 
 
-def ray_executable() -> str:
-    """The ``ray`` command of the running interpreter's environment."""
-    here = Path(sys.executable).parent / "ray"
-    if here.exists():
-        return str(here)
-    found = shutil.which("ray")
-    if found is None:
-        raise FileNotFoundError(
-            "no `ray` command next to this Python or on PATH: install ray in the "
-            "environment that runs the Ray head"
-        )
-    return found
+def ray_start_command() -> list[str]:
+    """``ray start`` that keeps a loopback node address (see
+    :mod:`bursar.providers.ray.start`), in the running interpreter's environment."""
+    return [sys.executable, "-m", "bursar.providers.ray", "start"]
+
+
+NODE_PORTS = (
+    "--node-manager-port",
+    "--object-manager-port",
+    "--metrics-export-port",
+    "--dashboard-agent-grpc-port",
+    "--dashboard-agent-listen-port",
+    "--runtime-env-agent-port",
+    "--min-worker-port",
+    "--max-worker-port",
+)
+"""Every port a worker node's ``ray start`` binds: all 0, each picked by the kernel as
+its server binds (no free-port guess that two nodes starting at once could both make)."""
+
+
+def ray_start_args(head_address: str, ip: str) -> list[str]:
+    """A worker node's ``ray start`` arguments: the head, the node's address (its
+    servers bind to it), and free ports throughout."""
+    return [
+        f"--address={head_address}",
+        f"--node-ip-address={ip}",
+        *(f"{opt}=0" for opt in NODE_PORTS),
+        "--disable-usage-stats",
+    ]
 
 
 def start_node(
@@ -184,8 +201,8 @@ def start_node(
     command: Sequence[str] | None = None,
     allocation: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start a worker node's raylet (``ray start --address=HEAD --block``) in a new
-    session, advertising exactly ``resources`` and ``labels``. For the v2 autoscaler
+    """Start a worker node's raylet (``ray start --address=HEAD --block``, through
+    :func:`ray_start_command`) in a new session, advertising exactly ``resources`` and ``labels``. For the v2 autoscaler
     the raylet carries ``RAY_CLOUD_INSTANCE_ID`` (the provider's node id) and
     ``RAY_NODE_TYPE_NAME``. ``command`` replaces the ``ray start`` command line (a
     site's wrapper); it finds the head and its address in ``BURSAR_RAY_HEAD_ADDRESS``
@@ -208,16 +225,9 @@ def start_node(
         list(command)
         if command
         else [
-            ray_executable(),
-            "start",
-            f"--address={head_address}",
-            f"--node-ip-address={ip}",
+            *ray_start_command(),
+            *ray_start_args(head_address, ip),
             f"--object-store-memory={object_store_memory}",
-            # Several raylets share this host: let each pick free ports.
-            "--dashboard-agent-listen-port=0",
-            "--min-worker-port=0",
-            "--max-worker-port=0",
-            "--disable-usage-stats",
             *extra_args,
             "--block",
         ]

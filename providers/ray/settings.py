@@ -25,10 +25,12 @@ from bursar.providers.elastic import ALLOWED, Elastic
 __all__ = [
     "DEFAULT_RESOURCE_MAP",
     "RAY_PROVIDER_KEYS",
+    "SHARED_ADDRESS_PROBLEM",
     "NodeSettings",
     "ProviderSettings",
     "SettingsError",
     "lease_size",
+    "node_ip",
     "node_settings",
     "parse_settings",
     "raylet_labels",
@@ -80,8 +82,9 @@ _BURSAR_KEYS = {
     "lease_class": "interactive, batch or opportunistic (default: the campaign's)",
     "lease_labels": "labels added to every lease (a mapping of strings)",
     "resource_map": "Ray resource -> Bursar dimension (default CPU: cpu, GPU: gpu, memory: mem_gb)",
-    "node_ip_range": "first-last loopback addresses for the nodes' raylets "
-    "(default 127.0.0.2-127.0.0.254)",
+    "node_ip_range": "first-last loopback addresses, one per node's raylet (default: every "
+    "node on the head's address; Ray binds a node whose address is not 127.0.0.1 to every "
+    "interface)",
     "state_dir": "where the provider records its nodes (default: a directory under the "
     "system's temp dir named for the cluster)",
     "object_store_memory": "each raylet's object store in bytes (default 100000000)",
@@ -114,6 +117,13 @@ _LEASE_CLASSES = ("interactive", "batch", "opportunistic")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-_.A-Za-z0-9]{0,61}[A-Za-z0-9])?$")
 
 
+SHARED_ADDRESS_PROBLEM = (
+    "provider.use_node_id_as_ip: must be true: every node runs on the head's address, and "
+    "Ray's v1 autoscaler tells nodes apart by address unless it is set (or give each node "
+    "an address of its own with provider.node_ip_range)"
+)
+
+
 class SettingsError(ValueError):
     """A bad provider section or node_config: names the key and what is allowed."""
 
@@ -134,6 +144,10 @@ class ProviderSettings:
     lease_labels: Mapping[str, str] = field(default_factory=dict)
     resource_map: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_RESOURCE_MAP))
     node_ips: tuple[str, ...] = ()
+    """One address per node, from ``node_ip_range``; empty: every node on the head's."""
+    use_node_id_as_ip: bool = False
+    """Ray's key: its v1 monitor keys nodes by Ray node id, not address (nodes that share
+    an address need it); ``internal_ip`` then answers with the node's Ray node id."""
     state_dir: Path = Path("/tmp")
     object_store_memory: int = 100_000_000
     stop_grace_s: float = 2.0
@@ -143,6 +157,11 @@ class ProviderSettings:
     drain_on_preempt: bool = True
     adopt_nodes: bool = True
     """A new provider adopts the nodes a dead one of its cluster left running."""
+
+    @property
+    def shares_head_address(self) -> bool:
+        """Every node runs on the head's address (no ``node_ip_range``)."""
+        return not self.node_ips
 
     def __repr__(self) -> str:  # never print the token
         return (
@@ -320,7 +339,8 @@ def parse_settings(
         lease_class=_lease_class(provider.get("lease_class"), where=_where("lease_class")),
         lease_labels=_strings(provider.get("lease_labels", {}), where=_where("lease_labels")),
         resource_map=rmap,
-        node_ips=_ip_range(provider.get("node_ip_range", "127.0.0.2-127.0.0.254")),
+        node_ips=_ip_range(provider["node_ip_range"]) if "node_ip_range" in provider else (),
+        use_node_id_as_ip=_bool(provider, "use_node_id_as_ip", False),
         state_dir=Path(os.path.expanduser(str(state_dir))),
         object_store_memory=osm,
         stop_grace_s=_number(provider, "stop_grace_s", 2.0, where=_where("stop_grace_s")),
@@ -330,6 +350,15 @@ def parse_settings(
         drain_on_preempt=_bool(provider, "drain_on_preempt", True),
         adopt_nodes=_bool(provider, "adopt_nodes", True),
     )
+
+
+def node_ip(settings: ProviderSettings) -> str:
+    """The address of nodes that share the head's: the host of ``head_address``
+    (127.0.0.1 while it is unknown: such a node cannot start anyway)."""
+    head = settings.head_address
+    if head is None:
+        return "127.0.0.1"
+    return head.rsplit(":", 1)[0].strip("[]")
 
 
 def _bool(section: Mapping[str, Any], key: str, default: bool) -> bool:

@@ -41,6 +41,8 @@ class NodeRecord:
     """The raylet's resources, as advertised."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """The raylet's labels, as advertised."""
+    temp_dir: str | None = None
+    """The raylet's own Ray temp dir (removed with the node)."""
 
     @property
     def proc(self) -> Proc | None:
