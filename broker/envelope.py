@@ -39,6 +39,11 @@ CAMPAIGN_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 """A campaign name, matched whole (fullmatch: `$` would let a final newline through)."""
 
 
+def _amount(x: object) -> bool:
+    """A finite number >= 0 (a bool is no number here, though Python counts it one)."""
+    return not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x) and x >= 0
+
+
 @dataclass(frozen=True, slots=True)
 class DimEnvelope:
     """The four numbers that bound one campaign in one dimension."""
@@ -49,16 +54,14 @@ class DimEnvelope:
     bucket: float | None = None  # unit-seconds; None = unlimited
 
     def problems(self, dim: str) -> list[str]:
+        """Each field's type and range first; the relation between fields only when every
+        field is a number (comparing a malformed one would raise, not report)."""
         out = []
         for name in ("guarantee", "sustained", "burst"):
             x = getattr(self, name)
-            if not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+            if not _amount(x):
                 out.append(f"{dim}.{name} must be a finite number >= 0 (got {x!r})")
-        if self.bucket is not None and (
-            not isinstance(self.bucket, int | float)
-            or not math.isfinite(self.bucket)
-            or self.bucket < 0
-        ):
+        if self.bucket is not None and not _amount(self.bucket):
             out.append(
                 f"{dim}.bucket must be a finite number >= 0 or unlimited (got {self.bucket!r})"
             )
@@ -89,11 +92,15 @@ class CampaignSpec:
                 "(lower-case letters, digits, '.', '_' or '-', at most 63 characters)"
             )
         for dim, env in self.envelopes.items():
-            if dim not in dims.ALL:
+            if not isinstance(dim, str) or dim not in dims.ALL:
                 out.append(f"unknown dimension {dim!r}; allowed: {', '.join(dims.ALL)}")
                 continue
+            if not isinstance(env, DimEnvelope):
+                out.append(f"{dim} must be an envelope (guarantee, sustained, burst, bucket)")
+                continue
             out.extend(env.problems(dim))
-        if self.preemptible and any(e.guarantee > 0 for e in self.envelopes.values()):
+        # A relation: only once every envelope's numbers are known to be numbers.
+        if not out and self.preemptible and any(e.guarantee > 0 for e in self.envelopes.values()):
             out.append("a preemptible campaign cannot hold a guarantee (set guarantee = 0)")
         return out
 

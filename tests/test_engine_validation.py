@@ -9,6 +9,7 @@ import pytest
 from conftest import build_engine, gpu_campaign
 
 from bursar.broker.decisions import Granted
+from bursar.broker.elastic import Intent
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
@@ -138,6 +139,31 @@ CASES = [
     ("preemptible with guarantee",
      CreateCampaign(at=10, spec=gpu_campaign("c", 1, 8, 8, preemptible=True)),
      ErrorCode.INVALID_ARGUMENT, "spec", "preemptible"),
+    # A preemptible campaign's "no guarantee" rule compares each guarantee with 0: only
+    # once each is known to be a number (a malformed one once raised TypeError there).
+    ("preemptible with a guarantee that is no number",
+     CreateCampaign(at=10, spec=CampaignSpec("c", {"gpu": DimEnvelope("-inf", 8, 8)},
+                                             preemptible=True)),
+     ErrorCode.INVALID_ARGUMENT, "spec", "gpu.guarantee must be a finite number"),
+    ("preemptible with a -inf guarantee",
+     CreateCampaign(at=10, spec=CampaignSpec("c", {"gpu": DimEnvelope(-INF, 8, 8)},
+                                             preemptible=True)),
+     ErrorCode.INVALID_ARGUMENT, "spec", "gpu.guarantee must be a finite number"),
+    ("preemptible with a NUL dimension's malformed guarantee",
+     CreateCampaign(at=10, spec=CampaignSpec("c", {"\x00": DimEnvelope("-inf")},
+                                             preemptible=True)),
+     ErrorCode.INVALID_ARGUMENT, "spec", "unknown dimension '\\x00'"),
+    ("bool guarantee", CreateCampaign(at=10, spec=CampaignSpec("c", {"gpu": DimEnvelope(True, 8, 8)})),
+     ErrorCode.INVALID_ARGUMENT, "spec", "gpu.guarantee"),
+    # A step so small that max - min is inf steps (round() would overflow), or 1e300 steps.
+    ("elastic step overflows", lease({}, intent=Intent(
+        min={"gpu": 1}, max={"gpu": 2}, step={"gpu": 5e-324}, remaining_work=100,
+        deadline_s=1000, amdahl=0.1)),
+     ErrorCode.INVALID_ARGUMENT, "intent.max", "whole number of steps"),
+    ("elastic step below a unit", lease({}, intent=Intent(
+        min={"gpu": 1}, max={"gpu": 2}, step={"gpu": 1e-300}, remaining_work=100,
+        deadline_s=1000, amdahl=0.1)),
+     ErrorCode.INVALID_ARGUMENT, "intent.step", "not a whole number of units"),
     # a already guarantees 8 of the pool's 64 GPUs.
     ("guarantees above capacity", CreateCampaign(at=10, spec=gpu_campaign("c", 57, 57, 57)),
      ErrorCode.FAILED_PRECONDITION, "spec.envelopes", "guarantees would sum"),

@@ -1,21 +1,30 @@
 """Proto ↔ engine values. Pure functions, no I/O; the servicer calls them both ways.
 
-Incoming messages are checked for what the engine cannot see (a field the wire left
-empty, an enum number outside the contract, too many labels); what the engine checks
-itself (dimensions, sizes, envelopes) is left to it, so that each rule has one home.
+Every request is first checked field by field against the wire's contract
+(:func:`check_request`, which the servicer runs on every call of every RPC before its
+handler): each number is finite, non-negative and bounded, each integer bounded, each
+enum number known, each list and map bounded, each string and map key within its
+documented character set and length. Only then does anything compare or add the values,
+so no malformed value can reach arithmetic or a comparison and fail there. What needs
+the engine's state (relations between fields, what the pool and the campaign allow) is
+the engine's check, so that each rule has one home.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from google.protobuf import descriptor
+from google.protobuf.message import Message
 
 from bursar.broker import codec, dims, elastic
 from bursar.broker.decisions import LeasePath
 from bursar.broker.engine import Engine
-from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
+from bursar.broker.envelope import CAMPAIGN_NAME, CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import RequestLease
 from bursar.broker.lease import EndedLease, Lease, LeaseState
@@ -53,7 +62,6 @@ MAX_ID_LEN = 64
 MAX_LABELS = 16
 MAX_LABEL_KEY = 63
 MAX_LABEL_VALUE = 256
-MAX_SIZE_ENTRIES = 8
 
 MAX_WAIT_S = 3600.0
 """Longest a blocking Acquire may wait (AcquireRequest.timeout_s)."""
@@ -67,6 +75,224 @@ _REASON = {r: pb.ReasonCode.Value(f"REASON_{r.value}") for r in Reason}
 
 def _bad(field: str, message: str) -> RequestError:
     return RequestError(ErrorCode.INVALID_ARGUMENT, field, message)
+
+
+# --------------------------------------------------------------------------- the wire's contract
+#
+# Checked in one pass over the request, before its handler runs: for every field, first
+# its type (a finite number, a known enum number, a string of printable characters),
+# then its range (non-negative and bounded; a name in its character set and length).
+# Relations between fields are the engine's (guarantee <= burst, min <= max, a size
+# within the pool and the campaign's envelope): they compare values already checked here.
+# Integers need nothing here: the wire's are unsigned, a journal position past the end
+# finds nothing, and counts (nodes, limit) are bounded where they are read.
+
+MAX_NUMBER = 1e15
+"""The largest number a request may carry. Every number on the wire is an amount of a
+dimension, a rate, unit-seconds, a duration, a fraction or a time: none is negative and
+none comes near this; below it, sums over every campaign and lease stay finite."""
+
+MAX_ENTRIES = 1000
+"""The most elements of one list or map of a request (stricter limits are per field)."""
+
+MAX_TEXT = 1024
+"""The longest string a request may carry, whole documents (a policy) aside."""
+
+MIN_NUMBER = 1e-9
+"""The smallest number but zero a request may carry: the broker compares amounts with
+this slack (an amount below it is none), and dividing by a smaller one could overflow."""
+
+SHOWN = 32
+"""The most characters of a refused name that an error quotes."""
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+"""A lease or request id (the broker's are "L7"), matched whole."""
+
+LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
+"""A label key (``engine``, ``parsl_job``, ``bursar.io/lease-id``), matched whole."""
+
+
+def shown(value: str, limit: int = SHOWN) -> str:
+    """``value`` as an error may quote it: escaped as a Python literal (a control character
+    shows as ``\\x00``), and cut to ``limit`` characters with its length noted."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """What a string field, or the keys of a map, may hold."""
+
+    what: str
+    """What the value is, as a refusal names it ("campaign name")."""
+    allowed: str
+    """The documented rule, as a refusal states it."""
+    pattern: re.Pattern[str] | None = None
+    """Matched whole; None (and no ``choices``): any printable characters."""
+    choices: tuple[str, ...] = ()
+    most: int = MAX_TEXT
+    optional: bool = True
+    """May be empty: the field's default (the caller's own campaign, every lease...)."""
+    document: bool = False
+    """A whole document (JSON, TOML) that its own parser checks: any characters, as long
+    as the request size limit allows."""
+
+    def check(self, value: str, where: str) -> None:
+        if not value:
+            if not self.optional:
+                raise _bad(where, f"required: a {self.what} ({self.allowed})")
+            return
+        if self.document:
+            return
+        if self.choices:
+            ok = value in self.choices
+        else:
+            # isprintable() is False for control and format characters (NUL, newline,
+            # bidi overrides) and for separators other than the space.
+            ok = len(value) <= self.most and value.isprintable()
+            if ok and self.pattern is not None:
+                ok = self.pattern.fullmatch(value) is not None
+        if not ok:
+            bad = "unknown" if self.choices else "invalid"
+            raise _bad(where, f"{bad} {self.what} {shown(value)}; allowed: {self.allowed}")
+
+
+CAMPAIGN = Text(
+    "campaign name",
+    "1 to 63 characters: lower-case letters, digits, '.', '_' or '-', starting with a letter "
+    "or a digit",
+    CAMPAIGN_NAME,
+)
+LEASE_ID = Text(
+    "lease id",
+    f"1 to {MAX_ID_LEN} characters: letters, digits, '.', '_', ':' or '-', starting with a "
+    "letter or a digit (such as 'L7')",
+    ID_PATTERN,
+    optional=False,
+)
+REQUEST_ID = Text("request id", LEASE_ID.allowed, ID_PATTERN)
+IDEMPOTENCY_KEY = Text("idempotency key", "at most 128 printable characters", most=128)
+DIMENSION = Text("dimension", ", ".join(dims.ALL), choices=dims.ALL)
+TEXT = Text("text", f"at most {MAX_TEXT} printable characters")
+
+_STRINGS: dict[str, Text] = {
+    "bursar.v1.AcquireRequest.campaign": CAMPAIGN,
+    "bursar.v1.AcquireRequest.idempotency_key": IDEMPOTENCY_KEY,
+    "bursar.v1.CampaignSpec.name": replace(CAMPAIGN, optional=False),
+    "bursar.v1.DegradeMode.name": Text("mode name", "1 to 63 printable characters", most=63),
+    "bursar.v1.RenewRequest.lease_id": LEASE_ID,
+    "bursar.v1.ReleaseRequest.lease_id": LEASE_ID,
+    "bursar.v1.GetLeaseRequest.lease_id": LEASE_ID,
+    "bursar.v1.ListLeasesRequest.campaign": CAMPAIGN,
+    "bursar.v1.ListPendingRequest.campaign": CAMPAIGN,
+    "bursar.v1.ListPendingRequest.request_id": REQUEST_ID,
+    "bursar.v1.ListPendingRequest.idempotency_key": IDEMPOTENCY_KEY,
+    "bursar.v1.WatchRequest.lease_ids": LEASE_ID,
+    "bursar.v1.WatchRequest.campaign": CAMPAIGN,
+    "bursar.v1.SupplyRequest.dim": DIMENSION,
+    "bursar.v1.WatchSupplyRequest.dim": DIMENSION,
+    "bursar.v1.MeterRequest.campaign": CAMPAIGN,
+    "bursar.v1.MeterRequest.dim": Text(
+        "metered dimension", ", ".join(dims.RATE), choices=dims.RATE, optional=False
+    ),
+    "bursar.v1.ListDecisionsRequest.campaign": CAMPAIGN,
+    "bursar.v1.ListDecisionsRequest.lease_id": REQUEST_ID,
+    "bursar.v1.GetCampaignRequest.name": replace(CAMPAIGN, optional=False),
+    "bursar.v1.RotateTokenRequest.campaign": replace(CAMPAIGN, optional=False),
+    "bursar.v1.RevokeLeaseRequest.lease_id": LEASE_ID,
+    "bursar.v1.RevokeLeaseRequest.reason": TEXT,
+    "bursar.v1.ApplyPolicyRequest.spec_json": Text("policy", "JSON", document=True),
+    "bursar.v1.ApplyPolicyRequest.toml": Text("policy", "TOML", document=True),
+}
+"""Every string field of every request, by its full name (a test holds the table to the
+proto); the elements of a repeated one alike."""
+
+_MAP_KEYS: dict[str, Text] = {
+    "bursar.v1.AcquireRequest.size": replace(DIMENSION, optional=False),
+    "bursar.v1.AcquireRequest.labels": Text(
+        "label key",
+        f"1 to {MAX_LABEL_KEY} characters: letters, digits, '.', '_', '/' or '-', starting "
+        "with a letter or a digit",
+        LABEL_KEY,
+        optional=False,
+    ),
+    "bursar.v1.Shape.per_node": replace(DIMENSION, optional=False),
+    "bursar.v1.Intent.min": replace(DIMENSION, optional=False),
+    "bursar.v1.Intent.max": replace(DIMENSION, optional=False),
+    "bursar.v1.Intent.step": replace(DIMENSION, optional=False),
+    "bursar.v1.CampaignSpec.envelopes": replace(DIMENSION, optional=False),
+}
+"""The keys of every map field of every request, by the map's full name."""
+
+_MAP_VALUES: dict[str, Text] = {
+    "bursar.v1.AcquireRequest.labels": Text(
+        "label value", f"at most {MAX_LABEL_VALUE} printable characters", most=MAX_LABEL_VALUE
+    ),
+}
+"""The values of every map of strings of every request."""
+
+_PATHS: dict[str, str] = {
+    "bursar.v1.WhatIfRequest.acquire": "",
+    "bursar.v1.WhatIfRequest.envelope": "spec",
+}
+"""Fields whose contents are named as another RPC names them: a WhatIf's acquire as
+Acquire's request, its envelope as UpdateCampaign's spec (a WhatIf refuses as they do)."""
+
+FD = descriptor.FieldDescriptor
+
+
+def check_request(msg: Message) -> None:
+    """Raise INVALID_ARGUMENT, naming the field, for the first value of ``msg`` outside the
+    wire's contract (see the section's comment); change nothing."""
+    _check_message(msg, "")
+
+
+def _check_message(msg: Message, path: str) -> None:
+    for fd in msg.DESCRIPTOR.fields:
+        where = _PATHS.get(fd.full_name, f"{path}.{fd.name}" if path else fd.name)
+        value = getattr(msg, fd.name)
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            _check_map(fd, value, where)
+        elif fd.is_repeated:
+            if len(value) > MAX_ENTRIES:
+                raise _bad(where, f"at most {MAX_ENTRIES} entries (got {len(value)})")
+            for i, v in enumerate(value):
+                _check_value(fd, v, f"{where}[{i}]")
+        elif fd.message_type is None or msg.HasField(fd.name):
+            _check_value(fd, value, where)
+
+
+def _check_map(fd: descriptor.FieldDescriptor, value: Any, where: str) -> None:
+    if len(value) > MAX_ENTRIES:
+        raise _bad(where, f"at most {MAX_ENTRIES} entries (got {len(value)})")
+    keys = _MAP_KEYS.get(fd.full_name, replace(TEXT, optional=False))
+    vfd = fd.message_type.fields_by_name["value"]
+    for k in value:
+        # The key first: it names the value's field in what follows.
+        keys.check(k, where)
+        _check_value(vfd, value[k], f"{where}.{k}", _MAP_VALUES.get(fd.full_name))
+
+
+def _check_value(
+    fd: descriptor.FieldDescriptor, v: Any, where: str, text: Text | None = None
+) -> None:
+    t = fd.type
+    if t in (FD.TYPE_DOUBLE, FD.TYPE_FLOAT):
+        if not math.isfinite(v):
+            raise _bad(where, f"must be a finite number (got {v!r})")
+        if v < 0:
+            raise _bad(where, f"must not be negative (got {v!r})")
+        if v > MAX_NUMBER or 0 < v < MIN_NUMBER:
+            raise _bad(where, f"must be 0 or from {MIN_NUMBER:g} to {MAX_NUMBER:g} (got {v!r})")
+    elif t == FD.TYPE_ENUM:
+        if fd.enum_type.values_by_number.get(v) is None:
+            names = ", ".join(x.name for x in fd.enum_type.values)
+            raise _bad(where, f"unknown {fd.enum_type.name} {v}; allowed: {names}")
+    elif t == FD.TYPE_STRING:
+        (text or _STRINGS.get(fd.full_name, TEXT)).check(v, where)
+    elif t == FD.TYPE_MESSAGE:
+        _check_message(v, where)
 
 
 def state_to_proto(s: LeaseState) -> int:
@@ -115,10 +341,7 @@ def lease_class_from_proto(value: int, field: str = "lease_class") -> LeaseClass
 
 
 def check_id(value: str, field: str) -> str:
-    if not value:
-        raise _bad(field, "required")
-    if len(value) > MAX_ID_LEN or not value.isprintable():
-        raise _bad(field, f"at most {MAX_ID_LEN} printable characters")
+    LEASE_ID.check(value, field)
     return value
 
 
@@ -129,13 +352,9 @@ def check_number(value: float, field: str, *, low: float = 0.0, high: float = ma
 
 
 def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """The labels as a dict (each key and value was checked with the request)."""
     if len(labels) > MAX_LABELS:
         raise _bad("labels", f"at most {MAX_LABELS} labels (got {len(labels)})")
-    for k, v in labels.items():
-        if not k or len(k) > MAX_LABEL_KEY:
-            raise _bad("labels", f"label keys must have 1 to {MAX_LABEL_KEY} characters")
-        if len(v) > MAX_LABEL_VALUE:
-            raise _bad(f"labels.{k}", f"at most {MAX_LABEL_VALUE} characters")
     return dict(labels)
 
 
@@ -144,8 +363,6 @@ def check_size(size: Mapping[str, float], shape: Shape | None = None) -> dict[st
     exclusive)."""
     if not size and (shape is None or not (shape.per_node or shape.exclusive)):
         raise _bad("size", "give a size per dimension, e.g. {'gpu': 8}")
-    if len(size) > MAX_SIZE_ENTRIES:
-        raise _bad("size", f"at most {MAX_SIZE_ENTRIES} dimensions")
     return dict(size)
 
 
@@ -158,8 +375,6 @@ def shape_from_proto(req: pb.AcquireRequest) -> Shape | None:
     s = req.shape
     if s.nodes > MAX_NODES:
         raise _bad("shape.nodes", f"must be from 0 to {MAX_NODES} (got {s.nodes})")
-    if len(s.per_node) > MAX_SIZE_ENTRIES:
-        raise _bad("shape.per_node", f"at most {MAX_SIZE_ENTRIES} dimensions")
     shape = Shape(
         nodes=int(s.nodes),
         per_node=dict(s.per_node),
@@ -185,9 +400,6 @@ def intent_from_proto(req: pb.AcquireRequest) -> elastic.Intent | None:
     if not req.HasField("intent"):
         return None
     it = req.intent
-    for where, m in (("intent.min", it.min), ("intent.max", it.max), ("intent.step", it.step)):
-        if len(m) > MAX_SIZE_ENTRIES:
-            raise _bad(where, f"at most {MAX_SIZE_ENTRIES} dimensions")
     model = it.speedup.WhichOneof("model")
     points = tuple((p.units, p.throughput) for p in it.speedup.curve.points)
     if len(points) > elastic.MAX_CURVE_POINTS:
@@ -342,8 +554,6 @@ def ended_lease_to_proto(rec: EndedLease) -> pb.Lease:
 def spec_from_proto(spec: pb.CampaignSpec) -> CampaignSpec:
     if not spec.name:
         raise _bad("spec.name", "required")
-    if len(spec.envelopes) > len(dims.ALL):
-        raise _bad("spec.envelopes", f"at most one per dimension ({', '.join(dims.ALL)})")
     envelopes = {}
     for d, e in spec.envelopes.items():
         envelopes[d] = DimEnvelope(

@@ -2,10 +2,11 @@
 
 Each RPC is a few lines. What every call shares is in :func:`_rpc`: the per-client rate
 limit, reading the bearer token, refusing a request that did not parse, the admin check,
-the stream limit, and turning any failure into a status through the one table in
-``errors.py``. Handlers are registered from the service descriptors with deserializers
-that never raise, so that bytes which are not the request message become
-INVALID_ARGUMENT (with the parser's complaint) instead of gRPC's generic INTERNAL.
+every field's type and range (``convert.check_request``), the stream limit, and turning
+any failure into a status through the one table in ``errors.py``. Handlers are
+registered from the service descriptors with deserializers that never raise, so that
+bytes which are not the request message become INVALID_ARGUMENT (with the parser's
+complaint) instead of gRPC's generic INTERNAL.
 """
 
 from __future__ import annotations
@@ -73,8 +74,12 @@ def _safe(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
     return deserialize
 
 
-def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
-    """Wrap an RPC implementation ``fn(self, request, principal[, context])``."""
+def _rpc(
+    *, admin: bool = False, stream: bool = False, admin_for: Callable[[Any], str] | None = None
+) -> Callable[..., Any]:
+    """Wrap an RPC implementation ``fn(self, request, principal[, context])``.
+    ``admin_for(request)`` names what in a request needs the admin token ("" for nothing):
+    it is refused as PERMISSION_DENIED before its fields are checked, as an admin RPC is."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         name = fn.__name__
@@ -96,6 +101,10 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
             principal = self.core.tokens.authenticate(token)
             if admin:
                 principal.require_admin(f"{self.service_name}.{name}")
+            if admin_for is not None and not isinstance(request, _Malformed):
+                what = admin_for(request)
+                if what:
+                    principal.require_admin(f"{self.service_name}.{what}")
             if isinstance(request, _Malformed):
                 raise RequestError(
                     ErrorCode.INVALID_ARGUMENT,
@@ -103,6 +112,8 @@ def _rpc(*, admin: bool = False, stream: bool = False) -> Callable[..., Any]:
                     f"the request is not a valid {self.service_name}.{name} message: "
                     f"{request.error}",
                 )
+            # Every field's type and range, before the handler compares or adds any value.
+            convert.check_request(request)
             return principal, key
 
         if stream:
@@ -318,15 +329,14 @@ class BrokerServicer(_Base):
         out.decisions.extend(convert.decision_record(seq, d) for seq, _index, d in rows)
         return out
 
-    @_rpc()
+    @_rpc(admin_for=lambda req: "WhatIf of an envelope" if req.HasField("envelope") else "")
     async def WhatIf(self, req: pb.WhatIfRequest, who: Principal) -> pb.WhatIfResponse:
         change = req.WhichOneof("change")
         if change == "acquire":
             args = convert.acquire_from_proto(req.acquire, who.acting_for(req.acquire.campaign))
             outcome, engine = await self.core.what_if_acquire(args)
         elif change == "envelope":
-            who.require_admin(f"{self.service_name}.WhatIf of an envelope")
-            spec = convert.spec_from_proto(req.envelope)
+            spec = convert.spec_from_proto(req.envelope)  # the admin's alone (admin_for)
             outcome, engine = await self.core.what_if_update(spec)
         else:
             raise RequestError(
