@@ -59,6 +59,14 @@ def test_input_sections_short_mode(tmp_path: Path) -> None:
     for rpc, codes in f["by_rpc"].items():
         assert "UNKNOWN" not in codes and "INTERNAL" not in codes, rpc
         assert codes.get("UNAUTHENTICATED", 0) > 0, rpc  # the refused-only phase reached it
+    # One bad value (NaN, ±inf, a negative, a tiny or huge number; an empty, control or
+    # too long string) at every place of every request: all refused or harmless, none
+    # UNKNOWN or INTERNAL, and each refusal journaled nothing (problems would say).
+    one = f["one_bad_field"]
+    assert one["places"] >= 100 and one["requests"] >= 4 * one["places"]
+    for rpc, codes in one["by_rpc"].items():
+        assert "UNKNOWN" not in codes and "INTERNAL" not in codes, rpc
+    assert sum(c.get("INVALID_ARGUMENT", 0) for c in one["by_rpc"].values()) > one["places"]
 
     access = sections["access"]
     a = access["figures"]

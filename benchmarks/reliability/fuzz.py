@@ -18,6 +18,11 @@ request changes the journal. Two phases:
   refusal may not: its window may hold only the broker's own timer decisions (expiries,
   activations, power changes, revocations at a preemption deadline). A WhatIf journals
   nothing, answered OK or not: its window is accounted as a refusal's.
+* **one bad field**: plausible requests of every RPC with one place (a number, a string,
+  a map's key, an enum, at any depth) given a value of a bad class: NaN, ±inf, negative
+  zero, a negative, a tiny or a huge number; an empty, control-character, invisible,
+  mis-cased or very long string. Every place meets every class (``plants``), with the
+  request's flags (preemptible, exclusive) off and on. Accounted as the mixed phase is.
 """
 
 from __future__ import annotations
@@ -580,6 +585,146 @@ def _set_clean(
         setattr(msg, fd.name, draw(hint))
 
 
+# ---------------------------------------------------------------------------- one bad field
+
+# The classes of bad value every number, name and map key meets in the targeted phase.
+BAD_NUMBERS = [
+    float("nan"), float("inf"), float("-inf"), -0.0, -1.0, -5e-324, 5e-324, 1e308, -1e308,
+    1e16, 2.0**63,
+]  # fmt: skip
+BAD_STRINGS = [
+    "", " ", "\x00", "\x00gpu", "gpu\x00", "\n", "gpu\n", "\t", "\r\n", "\x1b[31m", "\x7f",
+    "\u0085", "\u200b", "\u202egpu", "\u2028", "\ufeff", "\udbff".encode(
+        "utf-8", "surrogatepass"
+    ).decode("utf-8", "replace"), "GPU", "gpu ", "a" * 64, "a" * 65, "a" * 129, "a" * 257,
+    "x" * 5_000, "x" * 100_000, "💥",
+]  # fmt: skip
+# Plausible map keys, so that a bad value of a map reaches the checks behind its key's.
+_GOOD_KEYS = {"labels": "job", "envelopes": "gpu"}
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Somewhere one bad value can go: a field's path from the request (each step a field
+    and, for a map or list of messages, the key or index), and what goes there."""
+
+    path: tuple[tuple[descriptor.FieldDescriptor, Any], ...]
+    kind: str  # number, string, key (a map's key), bool, enum
+
+
+def _is_map(fd: descriptor.FieldDescriptor) -> bool:
+    return fd.message_type is not None and fd.message_type.GetOptions().map_entry
+
+
+def slots(desc: descriptor.Descriptor, depth: int = 0) -> list[Slot]:
+    """Every place in ``desc`` (and the messages it holds, 4 deep) where a number, a
+    string, a map key, a flag or an enum number can be set."""
+    out: list[Slot] = []
+    for fd in desc.fields:
+        if _is_map(fd):
+            vfd = fd.message_type.fields_by_name["value"]
+            good = _GOOD_KEYS.get(fd.name, "gpu")
+            out.append(Slot(((fd, None),), "key"))
+            if vfd.type == FD.TYPE_MESSAGE:
+                if depth < 4:
+                    out += [
+                        Slot(((fd, good), *s.path), s.kind)
+                        for s in slots(vfd.message_type, depth + 1)
+                    ]
+            else:
+                out.append(Slot(((fd, good),), _kind(vfd)))
+        elif fd.type == FD.TYPE_MESSAGE:
+            if depth < 4:
+                step = 0 if fd.is_repeated else None
+                out += [
+                    Slot(((fd, step), *s.path), s.kind) for s in slots(fd.message_type, depth + 1)
+                ]
+        elif _kind(fd):
+            out.append(Slot(((fd, None),), _kind(fd)))
+    return out
+
+
+def _kind(fd: descriptor.FieldDescriptor) -> str:
+    return {
+        FD.TYPE_DOUBLE: "number",
+        FD.TYPE_FLOAT: "number",
+        FD.TYPE_STRING: "string",
+        FD.TYPE_BOOL: "bool",
+        FD.TYPE_ENUM: "enum",
+    }.get(fd.type, "")
+
+
+def _put(msg: Message, slot: Slot, value: Any) -> None:
+    """Set ``value`` at ``slot`` of ``msg``, making the messages on its way."""
+    m = msg
+    for fd, step in slot.path[:-1]:
+        holder = getattr(m, fd.name)
+        if _is_map(fd):
+            m = holder[step]
+        elif fd.is_repeated:
+            m = holder[0] if len(holder) else holder.add()
+        else:
+            m = holder
+    fd, step = slot.path[-1]
+    target = getattr(m, fd.name)
+    if slot.kind == "key":
+        vfd = fd.message_type.fields_by_name["value"]
+        if vfd.type == FD.TYPE_MESSAGE:
+            target[value].SetInParent()
+        else:
+            target[value] = "v" if vfd.type == FD.TYPE_STRING else 1.0
+    elif _is_map(fd):
+        target[step] = value
+    elif fd.is_repeated:
+        target.append(value)
+    else:
+        setattr(m, fd.name, value)
+
+
+# The classes a short run sends to every place; a long run sends every value above.
+SHORT_NUMBERS = [float("nan"), float("-inf"), -1.0, 1e308]
+SHORT_STRINGS = ["", "\x00", "\u202egpu", "x" * 5_000]
+
+
+@dataclass(frozen=True)
+class Plant:
+    """One bad value at one place of a request; with ``flags``, every flag of the request
+    is set too (preemptible, exclusive, dry_run), so that the rules that read a flag meet
+    the bad value (a preemptible campaign's guarantee is compared with 0)."""
+
+    slot: Slot
+    value: Any
+    flags: bool
+
+    def into(self, msg: Message, places: list[Slot]) -> Message:
+        if self.flags:
+            for s in places:
+                if s.kind == "bool":
+                    _put(msg, s, True)
+        # A value the message class itself refuses (an enum number out of int32) is moot.
+        with contextlib.suppress(TypeError, ValueError):
+            _put(msg, self.slot, self.value)
+        return msg
+
+
+def plants(desc: descriptor.Descriptor, long: bool) -> list[Plant]:
+    """Every place of ``desc`` that holds a number, a string, a map key or an enum, each
+    with every bad value of its class; each once with the request's flags as drawn and,
+    where it has flags, once with all of them set."""
+    places = slots(desc)
+    numbers = BAD_NUMBERS if long else SHORT_NUMBERS
+    strings = BAD_STRINGS if long else SHORT_STRINGS
+    values = {"number": numbers, "string": strings, "key": strings, "enum": [-1, 99]}
+    flagged = (False, True) if any(s.kind == "bool" for s in places) else (False,)
+    return [
+        Plant(slot, v, flags)
+        for slot in places
+        if slot.kind in values
+        for v in values[slot.kind]
+        for flags in flagged
+    ]
+
+
 # ---------------------------------------------------------------------------- raw bytes
 
 
@@ -770,7 +915,7 @@ def run(mode: Mode, work_dir: Path) -> Result:
             options=[("grpc.max_send_message_length", 4 * REQUEST_LIMIT)],
         )
         try:
-            _fuzz(server, channel, ms, total, result)
+            _fuzz(server, channel, ms, total, result, mode == "long")
         finally:
             channel.close()
         if server.proc.poll() is not None:
@@ -813,7 +958,12 @@ def _write(path: Path, text: str) -> Path:
 
 
 def _fuzz(
-    server: DrainedServer, channel: grpc.Channel, ms: list[Method], total: int, result: Result
+    server: DrainedServer,
+    channel: grpc.Channel,
+    ms: list[Method],
+    total: int,
+    result: Result,
+    long_run: bool,
 ) -> None:
     probe = Probe(channel, server.admin())
     world = World(dict(server.tokens()), server.admin())
@@ -945,6 +1095,46 @@ def _fuzz(
             n = min(per_msg, total - tally.sent)
             drive(st.tuples(_good_tokens(world), messages), n, 5000 + 100 * round_ + i, mixed(m))
         round_ += 1
+
+    # --- phase 3: one bad value in an otherwise plausible request, for every RPC: each
+    # number, string, map key and enum of the request (at any depth) meets each class of
+    # bad value (plants()), with the request's flags off and on; accounted as the mixed
+    # phase is. Admin RPCs as the admin; the Broker's as a campaign or the admin.
+    codes_before = {k: collections.Counter(v) for k, v in tally.codes.items()}
+    sent_before = tally.sent
+    places = 0
+    for i, m in enumerate(ms):
+        todo = plants(m.request.DESCRIPTOR, long_run)
+        places += len({p.slot for p in todo})
+        every = slots(m.request.DESCRIPTOR)
+        send = mixed(m)
+        who = st.just(("admin", md(world.admin))) if m.admin else _good_tokens(world)
+
+        def plant(
+            x: tuple[Any, Message],
+            todo: list[Plant] = todo,
+            every: list[Slot] = every,
+            send: Callable[[tuple[Any, ...]], None] = send,
+        ) -> None:
+            if todo:
+                token, base = x
+                send((token, todo.pop().into(base, every).SerializeToString()))
+
+        round_ = 0
+        # The base requests are drawn by hypothesis, which may stop early on small ones.
+        while todo and round_ < 20:
+            base = message_strategy(m.request.DESCRIPTOR, world, rate=0)
+            drive(st.tuples(who, base), len(todo), 6000 + 100 * round_ + i, plant)
+            round_ += 1
+    targeted = {
+        k: dict(sorted((v - codes_before.get(k, collections.Counter())).items()))
+        for k, v in sorted(tally.codes.items())
+    }
+    result.figures["one_bad_field"] = {
+        "requests": tally.sent - sent_before,
+        "places": places,
+        "by_rpc": targeted,
+    }
     check_health()
     elapsed = time.monotonic() - t0
     # Every stream the fuzz opened was cancelled or ended: none may stay registered.
@@ -995,6 +1185,14 @@ def _fuzz(
         f"{tally.refused - refused_phase} refused and {tally.dry_runs} WhatIf answered "
         f"(journal unchanged but for {tally.timer_entries} timer entries)",
         f"health SERVING {health_checks[1]}/{health_checks[0]} checks",
+        f"one bad field: {tally.sent - sent_before} requests over {places} places "
+        f"(numbers, strings, map keys, flags, enums) of the {len(ms)} request types: "
+        + ", ".join(
+            f"{k} {v}"
+            for k, v in sorted(
+                sum(map(collections.Counter, targeted.values()), collections.Counter()).items()
+            )
+        ),
     ]
     result.lines += [f"stream deadline: {t}" for t in tally.stream_timeouts[:10]]
     width = max(len(k) for k in codes)
