@@ -385,17 +385,34 @@ class ElasticLease:
         if k >= self.max_steps or self.work_left <= 0:
             return []
         if rule == "dmug":
-            return [a for _, a in self.jumps(now, use_risk, k)]
+            jumps = [a for _, a in self.jumps(now, use_risk, k)]
+            save = self.rescue(now)
+            return jumps if save is None else [save, *(a for a in jumps if a != save)]
         sp = self.speed(k)
         return next(([a] for a in self.ups(k) if self.speed(a) > sp), [])
+
+    def rescue(self, now: float) -> int | None:
+        """The fewest allowed steps above those held at which the work left meets the
+        deadline, when the steps held do not (None: they do, or no allowed size does)."""
+        k = self.steps
+        if self.work_left <= 0 or now + self.time_left(k) <= self.deadline:
+            return None
+        return next((a for a in self.ups(k) if now + self.time_left(a) <= self.deadline), None)
 
     def priority(
         self, rule: str, now: float, use_risk: bool = True, targets: list[int] | None = None
     ) -> tuple[float, ...]:
         """Heap key of the next jump under ``rule`` (smaller first), ties by deadline, then
         age (``targets``: as :meth:`targets` gave them now, to work the best out once).
-        NaN never appears: every term is finite."""
+        Under dmug a lease whose deadline is lost at its size but saved by a larger one
+        comes first, earliest deadline first (its jump is to the fewest units that save
+        it); then the others by their best gain per step. NaN never appears: every term
+        is finite."""
+        tier = 0.0
         if rule == "dmug":
+            if self.rescue(now) is not None:
+                return (0.0, self.deadline, self.deadline, float(self.seq))
+            tier = 1.0
             if targets:
                 head = -self.gain(now, use_risk, self.steps, targets[0])
             else:
@@ -406,7 +423,7 @@ class ElasticLease:
             head = -self.intent.value
         else:
             head = float(self.steps)
-        return (head, self.deadline, float(self.seq))
+        return (tier, head, self.deadline, float(self.seq))
 
     def wants(self, rule: str, now: float, use_risk: bool = True) -> bool:
         """Would a larger allowed size help this lease at all? Under every rule it must add

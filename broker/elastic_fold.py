@@ -525,11 +525,17 @@ def rebalance(eng: Engine, lid: str) -> None:
     chosen: dict[str, list[str]] = {}
     held = {x.lease_id: x.steps for x in eng.elastic.by_lease.values() if x is not b}
     while True:
+        save = None
         if rule == "dmug":
             jumps = b.jumps(now, risk, k)
             if not jumps:
                 break
             gain, to = jumps[0]
+            if k == b.steps:
+                # A deadline lost at the size held but saved by a larger one: the jump to the
+                # fewest units that save it, taken from leases that still meet theirs.
+                save = b.rescue(now)
+                to = to if save is None else save
         else:
             sp = b.speed(k)
             to = next((a for a in b.ups(k) if b.speed(a) > sp), -1)
@@ -545,7 +551,10 @@ def rebalance(eng: Engine, lid: str) -> None:
                 if xk <= 0:
                     continue
                 x = eng.elastic.by_lease[xl]
-                if rule == "dmug":
+                if save is not None:
+                    worth = x.worth(now, risk, xk)
+                    ok = now + x.time_left(x.down(xk)) <= x.deadline
+                elif rule == "dmug":
                     worth = x.worth(now, risk, xk)
                     ok = gain >= policy.elastic_hysteresis * worth
                 elif rule == "edf":
