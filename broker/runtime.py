@@ -34,10 +34,10 @@ from bursar.broker.decisions import Decision
 from bursar.broker.engine import Engine
 from bursar.broker.errors import JournalError
 from bursar.broker.events import AllocationReady, CreateCampaign, Event, Tick
-from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.broker.journal import JOURNAL_FILENAME, Journal, JournalStore
 from bursar.broker.lease import LeaseState
 from bursar.broker.outcome import Outcome
-from bursar.broker.snapshot import EVERY, Snapshotter, restore
+from bursar.broker.snapshot import EVERY, Snapshotter, apply_from, base, restore
 from bursar.broker.supply import Supply, supply
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,31 @@ def pool_view(
     return nodes, placements
 
 
+class Follower:
+    """A standby's engine: the newest usable snapshot (in its own state directory), then
+    every committed journal entry applied as it lands (:meth:`follow`), so that taking
+    the lead needs no replay. Nothing reaches a backend or listener: the leader acts."""
+
+    def __init__(self, journal: JournalStore, state_dir: Path) -> None:
+        self.journal = journal
+        self.engine, self.start = base(journal, state_dir)
+        """The engine, and the snapshot's entry it started from (0: none)."""
+        self.seq = self.start
+        """The last entry applied."""
+
+    def follow(self) -> int:
+        """Apply the entries committed since the last call; returns how many."""
+        last = apply_from(self.journal, self.engine, self.seq + 1)
+        n = max(0, last - self.seq)
+        self.seq = max(self.seq, last)
+        return n
+
+    @property
+    def lag(self) -> int:
+        """Committed entries not applied yet."""
+        return max(0, self.journal.last_seq - self.seq)
+
+
 class Runtime:
     def __init__(
         self,
@@ -72,9 +97,12 @@ class Runtime:
         backend: PoolBackend,
         actuator: Actuator | None = None,
         snapshots: Snapshotter | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.engine = engine
         self.journal = journal
+        self.state_dir = state_dir if state_dir is not None else Path(journal.path).parent
+        """Where the snapshots are (an SQLite journal's own directory by default)."""
         self.backend = backend
         self.actuator = actuator if actuator is not None else InlineActuator(backend)
         if self.actuator.backend is not backend:
@@ -111,6 +139,8 @@ class Runtime:
         durability: str = "normal",
         actuator: Callable[[PoolBackend], Actuator] = InlineActuator,
         snapshot_every: int = EVERY,
+        journal: JournalStore | None = None,
+        engine: Follower | None = None,
     ) -> Runtime:
         """Open the broker whose journal is in ``state_dir``: resume it if it exists (from
         its newest snapshot and the entries after it, see ``broker/snapshot.py``),
@@ -118,14 +148,25 @@ class Runtime:
 
         ``actuator`` builds what drives the backend (default: inline, in the caller's
         thread); it is built once the backend has taken on the journal's state.
-        ``snapshot_every``: journal entries between snapshots (0: none)."""
+        ``snapshot_every``: journal entries between snapshots (0: none).
+
+        ``journal``: an open journal store to use instead of ``state_dir``'s SQLite file
+        (the PostgreSQL journal; ``state_dir`` then holds the snapshots); ``engine``: a
+        standby's follower, whose engine is current already (no replay)."""
         state = Path(state_dir)
         state.mkdir(parents=True, exist_ok=True)
-        path = state / JOURNAL_FILENAME
-        fresh = not path.exists()
-        journal = Journal.open(path, config.pool, config.policy, durability=durability)
+        if journal is None:
+            path = state / JOURNAL_FILENAME
+            fresh = not path.exists()
+            journal = Journal.open(path, config.pool, config.policy, durability=durability)
+        else:
+            fresh = journal.last_seq == 0
         journal.ensure_index()
-        if fresh:
+        if engine is not None:
+            engine.follow()
+            fresh = engine.seq == 0
+            engine, snap = engine.engine, engine.start
+        elif fresh:
             # Built from the specs as the journal stores them, as a replay builds it: the
             # same engine, down to the order of a spec's keys.
             engine, snap = Engine(journal.pool, journal.policy), 0
@@ -136,7 +177,7 @@ class Runtime:
         # left of earlier ones (Slurm jobs with its prefix).
         pool.adopt(*pool_view(engine), engine.now)
         snapshots = Snapshotter(state, journal, snapshot_every, last=snap)
-        broker = cls(engine, journal, pool, actuator(pool), snapshots)
+        broker = cls(engine, journal, pool, actuator(pool), snapshots, state)
         if fresh:
             for spec in config.campaigns:
                 # As the journal stores it (envelopes in sorted order), so that this engine
@@ -147,7 +188,7 @@ class Runtime:
         else:
             log.info(
                 "resumed from %s: %d entries (%s), clock %.3f",
-                path,
+                journal.where,
                 journal.last_seq,
                 f"snapshot at entry {snap}, then replayed the rest" if snap else "all replayed",
                 engine.now,
@@ -283,7 +324,7 @@ class Runtime:
         self._uncommitted = []
         self.journal.rollback()
         try:
-            self.engine = restore(self.journal, Path(self.journal.path).parent)[0]
+            self.engine = restore(self.journal, self.state_dir)[0]
         except BaseException as exc:
             log.error("journal append failed and the engine could not be rebuilt: %s", exc)
             self._broken = cause

@@ -365,24 +365,42 @@ def _items(d: dict[Any, Any], seen: dict[int, tuple[int, Any]]) -> Iterator[byte
 # ---------------------------------------------------------------------- resuming
 
 
+def base(journal: Journal, state_dir: Path) -> tuple[Engine, int]:
+    """Where resuming starts: the newest usable snapshot's engine and entry, or (none
+    usable) a new engine and 0. The entries after it are still to be applied."""
+    from bursar.broker.journal import new_engine
+
+    found = latest(state_dir, journal)
+    archived = journal.archived_through
+    if archived and found is None:
+        raise JournalError(
+            f"{journal.path}: entries 1-{archived} were moved to the archive "
+            f"{journal.meta_value('archive_file')!r}, and no snapshot in {state_dir / DIRNAME} "
+            f"that this build can load holds the state at entry {archived} or later; rebuild "
+            f"it from the archive with: bursar journal rebase --state-dir {state_dir} "
+            "--archive FILE"
+        )
+    return found if found is not None else (new_engine(journal), 0)
+
+
+def apply_from(journal: Journal, engine: Engine, start: int) -> int:
+    """Apply the journal's entries from ``start`` on to ``engine``; returns the last seq
+    applied (``start - 1`` if none)."""
+    from bursar.broker.journal import apply_recorded, decode_entry_event
+
+    last = start - 1
+    for seq, event_json, _ in journal.raw_entries(start):
+        apply_recorded(journal, engine, seq, decode_entry_event(journal, seq, event_json))
+        last = seq
+    return last
+
+
 def restore(journal: Journal, state_dir: Path) -> tuple[Engine, int]:
     """The engine as of the journal's last entry: the newest usable snapshot with the
     entries after it replayed, or (none usable) the whole journal replayed. Returns the
     engine and the snapshot's entry (0: none was used)."""
-    from bursar.broker.journal import apply_recorded, decode_entry_event, new_engine
-
-    found = latest(state_dir, journal)
-    base = journal.archived_through
-    if base and found is None:
-        raise JournalError(
-            f"{journal.path}: entries 1-{base} were moved to the archive "
-            f"{journal.meta_value('archive_file')!r}, and no snapshot in {state_dir / DIRNAME} "
-            f"that this build can load holds the state at entry {base} or later; rebuild it "
-            f"from the archive with: bursar journal rebase --state-dir {state_dir} --archive FILE"
-        )
-    engine, start = found if found is not None else (new_engine(journal), 0)
-    for seq, event_json, _ in journal.raw_entries(start + 1):
-        apply_recorded(journal, engine, seq, decode_entry_event(journal, seq, event_json))
+    engine, start = base(journal, state_dir)
+    apply_from(journal, engine, start + 1)
     return engine, start
 
 

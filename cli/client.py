@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -127,7 +128,9 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
             return  # the group's flag stands against the command's environment variable
         setattr(o, name, value)
         if from_env:
-            o.from_env[name] = str(param.envvar)
+            names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+            # The variable that was set (the first, where several are).
+            o.from_env[name] = next((v for v in names if os.environ.get(v)), str(names[0]))
         else:
             o.explicit.add(name)
             o.from_env.pop(name, None)
@@ -144,9 +147,11 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
             "--target",
             "target",
             {
-                "envvar": "BURSAR_TARGET",
+                "envvar": ["BURSAR_TARGET", "BURSAR_BROKER"],
                 "metavar": "HOST:PORT",
-                "help": f"The broker's address [env BURSAR_TARGET; default {DEFAULT_TARGET}].",
+                "help": "The broker's address, or the addresses of the brokers sharing one "
+                "journal, comma-separated (calls follow the leader); --broker is the same "
+                f"[env BURSAR_TARGET or BURSAR_BROKER; default {DEFAULT_TARGET}].",
             },
         ),
         (
@@ -224,7 +229,8 @@ def connection_options(f: Callable[..., Any]) -> Callable[..., Any]:
         ),
     ]
     for flag, name, kw in reversed(specs):  # decorators apply bottom-up
-        f = click.option(flag, name, expose_value=False, callback=_store(name), **kw)(f)
+        decls = (flag, "--broker") if flag == "--target" else (flag,)
+        f = click.option(*decls, name, expose_value=False, callback=_store(name), **kw)(f)
     return f
 
 

@@ -197,6 +197,32 @@ def discover_config(
     type=click.FloatRange(min=0),
     help="Seconds in-flight calls get to finish after SIGTERM.",
 )
+@click.option(
+    "--journal",
+    "journal_url",
+    metavar="URL",
+    envvar="BURSAR_JOURNAL",
+    help="Keep the journal in PostgreSQL (postgresql://USER@HOST/DB, needs the postgres "
+    "extra) instead of STATE/journal.sqlite [env BURSAR_JOURNAL]. Several brokers may share "
+    "one: one leads, the others stand by (health NOT_SERVING) and take over when it fails. "
+    "STATE keeps this broker's snapshots and tokens.",
+)
+@click.option(
+    "--advertise",
+    metavar="HOST:PORT",
+    help="With --journal: the address clients reach this broker at, recorded while it "
+    "leads and told by the standbys [default: --host:--port].",
+)
+@click.option(
+    "--takeover",
+    "takeover",
+    default="0.5,1.5,0.5",
+    show_default=True,
+    metavar="POLL,GRACE,CHECK",
+    help="With --journal, seconds: how often a standby tries the lead, how long it waits "
+    "after taking it before serving, how often the leader checks it still holds it "
+    "(GRACE must exceed twice CHECK). A takeover takes about POLL+GRACE+1 s.",
+)
 def serve_command(
     host: str,
     port: int,
@@ -219,6 +245,9 @@ def serve_command(
     rate_burst: float,
     max_streams: int,
     grace_s: float,
+    journal_url: str | None,
+    advertise: str | None,
+    takeover: str,
 ) -> None:
     """Serve the broker over gRPC (package bursar.v1: services Broker and Admin).
 
@@ -244,7 +273,7 @@ def serve_command(
     from bursar.broker.errors import ConfigError, JournalError
     from bursar.broker.journal import JOURNAL_FILENAME, PolicyMismatch
     from bursar.broker.service.limits import LimitSettings
-    from bursar.broker.service.server import Running, Settings, serve
+    from bursar.broker.service.server import Running, Settings, Takeover, serve
     from bursar.cli.config import backend_in_force
 
     # A start that fails leaves the directories as it found them: what it made is removed.
@@ -280,6 +309,12 @@ def serve_command(
             click.echo(f"bursar serve: {pool_backend.describe_mode()}")
         else:
             config = load_config(config_path, backend="simulated") if config_path else None
+        if journal_url is not None and not journal_url.startswith(("postgresql://", "postgres://")):
+            raise ValueError(f"--journal {journal_url!r}: give a postgresql:// URL")
+        try:
+            handover = Takeover(*(float(x) for x in takeover.split(",")))
+        except TypeError as exc:
+            raise ValueError(f"--takeover {takeover!r}: give POLL,GRACE,CHECK seconds") from exc
     except (ConfigError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         if isinstance(exc, ConfigError) and in_force is not None:
@@ -302,6 +337,9 @@ def serve_command(
         limits=LimitSettings(rate=rate_limit, burst=rate_burst, max_streams=max_streams),
         grace_s=grace_s,
         backend=pool_backend,
+        journal=journal_url,
+        advertise=advertise,
+        takeover=handover,
     )
 
     started = False
@@ -322,7 +360,7 @@ def serve_command(
         j = core.runtime.journal
         snap = core.runtime.snapshots.last if core.runtime.snapshots else 0
         resumed = f", resumed from the snapshot at entry {snap}" if snap else ""
-        click.echo(f"bursar serve: journal {j.path} ({j.last_seq} entries{resumed})")
+        click.echo(f"bursar serve: journal {j.where} ({j.last_seq} entries{resumed})")
         click.echo(f"bursar serve: admin token in {core.admin_token_path}")
         if core.issued_at_start:
             names = ", ".join(core.issued_at_start)

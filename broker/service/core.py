@@ -32,6 +32,7 @@ import dataclasses
 import logging
 import math
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -76,14 +77,14 @@ from bursar.broker.events import (
     Tick,
     UpdateCampaign,
 )
-from bursar.broker.journal import JOURNAL_FILENAME, Journal
+from bursar.broker.journal import JOURNAL_FILENAME, Journal, JournalStore
 from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.outcome import Outcome
 from bursar.broker.policy import PolicySpec
 from bursar.broker.policy_apply import Applied
-from bursar.broker.runtime import Runtime
+from bursar.broker.runtime import Follower, Runtime
 from bursar.broker.service import convert
-from bursar.broker.service.auth import Principal, TokenStore, load_admin_token
+from bursar.broker.service.auth import TOKENS_DB, Principal, TokenStore, load_admin_token
 from bursar.broker.service.errors import (
     PermissionDenied,
     Refused,
@@ -326,8 +327,14 @@ class ServiceCore:
         admin_token_file: Path | None = None,
         limits: LimitSettings | None = None,
         backend: PoolBackend | None = None,
+        store: JournalStore | None = None,
+        follower: Follower | None = None,
     ) -> ServiceCore:
         """Open (or create) the broker in ``state_dir``.
+
+        ``store``: the journal when it is not ``state_dir``'s SQLite file (PostgreSQL,
+        opened and led by the caller; ``state_dir`` keeps the snapshots and tokens);
+        ``follower``: the standby's engine, current with it (see ``server.py``).
 
         A new state directory starts from ``config`` (default: the packaged demo pool)
         and creates its campaigns. An existing one resumes from its journal; ``config``
@@ -348,6 +355,8 @@ class ServiceCore:
                 limits,
                 backend,
                 snapshot_every,
+                store,
+                follower,
             )
         except BaseException:
             os.close(lock)
@@ -365,11 +374,15 @@ class ServiceCore:
         limits: LimitSettings | None,
         backend: PoolBackend | None = None,
         snapshot_every: int = EVERY,
+        store: JournalStore | None = None,
+        follower: Follower | None = None,
     ) -> ServiceCore:
         journal_path = state / JOURNAL_FILENAME
-        resumed = journal_path.exists()
+        resumed = journal_path.exists() if store is None else store.last_seq > 0
         if config is None:
-            if resumed:
+            if store is not None and resumed:
+                config = Config(pool=store.pool, policy=store.current_policy)
+            elif resumed:
                 with Journal.open(journal_path) as j:
                     config = Config(pool=j.pool, policy=j.current_policy)
             else:
@@ -383,6 +396,8 @@ class ServiceCore:
             durability=durability,
             snapshot_every=snapshot_every,
             actuator=lambda pool: actuator_for(pool, clock),
+            journal=store,
+            engine=follower,
         )
         broker.coalesce_ticks = True
         try:
@@ -392,8 +407,12 @@ class ServiceCore:
                 # by the time anyone can ask.
                 broker.catch_up(clock.now())
             admin_token, admin_path, _ = load_admin_token(state, admin_token_file)
+            if hasattr(store, "share_tokens"):
+                _pull_tokens(state, store)
             tokens = TokenStore(state, admin_token)
             issued = tokens.issue_missing(sorted(broker.engine.campaigns), clock.now())
+            if hasattr(store, "share_tokens"):
+                _push_tokens(state, store)
         except BaseException:
             broker.close()
             raise
@@ -1312,7 +1331,9 @@ class ServiceCore:
         # As a replay will decode it (see Runtime.open).
         spec = codec.campaign_from_dict(codec.plain(spec))
         self._submit(CreateCampaign(at=self.now(), spec=spec))
-        return self.tokens.issue(spec.name, self.now())
+        token = self.tokens.issue(spec.name, self.now())
+        self._share_tokens()
+        return token
 
     def update_campaign(self, spec: CampaignSpec) -> None:
         self._submit(_update_event(spec, self.now()))
@@ -1328,6 +1349,7 @@ class ServiceCore:
         self.require_campaign(name)
         now = self.now()
         token = self.tokens.rotate(name, now)
+        self._share_tokens()
         # The old token stops working at once, streams it opened included.
         self._token_gen[name] = self._token_gen.get(name, 0) + 1
         for sub in [s for s in self._subs if s.holder == name]:
@@ -1335,6 +1357,12 @@ class ServiceCore:
             sub.close(_rotated(name))
         self._notify_supply()
         return token, now
+
+    def _share_tokens(self) -> None:
+        """On a shared (PostgreSQL) journal: the tokens issued here, for the standbys."""
+        journal = self.runtime.journal
+        if hasattr(journal, "share_tokens"):
+            _push_tokens(self.state_dir, journal)
 
     def token_generation(self, campaign: str | None) -> int:
         """How many times ``campaign``'s token was rotated while serving (0 for the admin):
@@ -1367,6 +1395,29 @@ def _rotated(campaign: str) -> Unauthenticated:
         "TOKEN_ROTATED",
         f"campaign {campaign}'s token was rotated: reconnect with the new token",
     )
+
+
+def _pull_tokens(state: Path, store: Any) -> None:
+    """Copy the brokers' shared token digests into this broker's token store (before it
+    opens it), so that it accepts the tokens another leader issued."""
+    rows = store.shared_tokens()
+    if not rows:
+        return
+    with contextlib.closing(sqlite3.connect(state / TOKENS_DB)) as conn, conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS tokens (campaign TEXT PRIMARY KEY, "
+            "sha256 TEXT NOT NULL UNIQUE, issued_at REAL NOT NULL)"
+        )
+        # A token rotated elsewhere replaces this broker's copy; its old digest goes first,
+        # so that the UNIQUE digest never clashes.
+        conn.executemany("DELETE FROM tokens WHERE campaign = ?", [(c,) for c, _, _ in rows])
+        conn.executemany("INSERT INTO tokens (campaign, sha256, issued_at) VALUES (?, ?, ?)", rows)
+
+
+def _push_tokens(state: Path, store: Any) -> None:
+    with contextlib.closing(sqlite3.connect(state / TOKENS_DB)) as conn:
+        rows = conn.execute("SELECT campaign, sha256, issued_at FROM tokens").fetchall()
+    store.share_tokens(rows)
 
 
 def _lock_state_dir(state: Path) -> int:

@@ -26,18 +26,22 @@ import shutil
 import signal
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from bursar.broker.backends.base import PoolBackend
-from bursar.broker.clock import SYSTEM, Clock
-from bursar.broker.config import Config
+from bursar.broker.clock import SYSTEM, Clock, as_clock
+from bursar.broker.config import Config, default_config
+from bursar.broker.errors import JournalError
+from bursar.broker.journal import JournalStore
+from bursar.broker.runtime import Follower
 from bursar.broker.service import stalls
 from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.limits import LimitSettings
@@ -84,6 +88,120 @@ class Settings:
     """The pool backend; None: the simulated pool of the config."""
     clock: Clock = SYSTEM
     """The service's clock (timers, lease times, rate limits); tests pass a ManualClock."""
+    journal: str | None = None
+    """A PostgreSQL journal (``postgresql://...``) shared with other brokers, instead of
+    ``state_dir``'s SQLite file: this broker leads or stands by (see ``_stand_by``)."""
+    advertise: str | None = None
+    """The address other brokers name as this one's when it leads (default host:port)."""
+    takeover: Takeover = field(default_factory=lambda: Takeover())
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """How brokers on one PostgreSQL journal hand the lead over (see ``docs/operators/
+    standby.md``). A standby tries the lead every ``poll_s``; once it holds the lock (the
+    last leader's session has ended) it bumps the epoch, so that nothing more of the last
+    leader commits, then waits ``grace_s`` before it serves: a leader checks its lock
+    session every ``check_s`` (each check given ``check_s`` to answer) and stops answering
+    at the first failed check, so by then a leader cut off from the store has stopped.
+    The takeover after a leader's death takes at most about ``bound_s``."""
+
+    poll_s: float = 0.5
+    grace_s: float = 1.5
+    check_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if min(self.poll_s, self.check_s) <= 0:
+            raise ValueError("takeover poll and check intervals must be positive")
+        if self.grace_s <= 2 * self.check_s:
+            raise ValueError(
+                f"takeover grace ({self.grace_s:g} s) must exceed two leader checks "
+                f"({2 * self.check_s:g} s): a cut-off leader must have stopped before another serves"
+            )
+
+    @property
+    def bound_s(self) -> float:
+        """The longest a takeover takes once the last leader's lock is free: a poll, the
+        grace, and a second for catching up and starting to serve."""
+        return self.poll_s + self.grace_s + 1.0
+
+
+class LostLead(JournalError):
+    """This broker no longer holds the lead (its store session failed or was ended)."""
+
+
+class _Gate(grpc.aio.ServerInterceptor):
+    """While this broker is not the leader, every Broker and Admin call is answered
+    UNAVAILABLE with the leader's address (message and ``bursar-leader`` trailing
+    metadata), and health answers carry that address too."""
+
+    def __init__(self) -> None:
+        self.serving = False
+        self.leader = ""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        method = details.method
+        if handler is None or self.serving or method.startswith("/grpc.reflection"):
+            return handler
+        if method.startswith("/grpc.health.v1.Health/Check"):
+            return self._with_leader(handler)
+        return self._refusing(handler)
+
+    def _told(self) -> tuple[tuple[str, str], ...]:
+        return (("bursar-leader", self.leader),)
+
+    def _with_leader(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        inner = handler.unary_unary
+
+        async def check(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            context.set_trailing_metadata(self._told())
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            check, handler.request_deserializer, handler.response_serializer
+        )
+
+    def _refusing(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        async def refuse(context: grpc.aio.ServicerContext) -> None:
+            where = f"; the leader is at {self.leader}" if self.leader else ""
+            context.set_trailing_metadata(self._told())
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"this broker is a standby{where}")
+
+        if handler.unary_stream is not None:
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                await refuse(context)
+                yield  # never reached: makes this an async generator, as streams are
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream, handler.request_deserializer, handler.response_serializer
+            )
+
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await refuse(context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary, handler.request_deserializer, handler.response_serializer
+        )
+
+
+class _LateCore:
+    """Stands for the service core until this broker leads and opens it (the servicers are
+    built with the server, before): every attribute is the core's once set."""
+
+    def __init__(self) -> None:
+        self.core: ServiceCore | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        core = self.__dict__.get("core")
+        if core is None:
+            raise AttributeError(f"no service core yet (standby): {name}")
+        return getattr(core, name)
 
 
 def is_loopback(host: str) -> bool:
@@ -137,11 +255,12 @@ def check_ports(settings: Settings) -> None:
 
 def create_server(
     address: str,
-    core: ServiceCore,
+    core: ServiceCore | _LateCore,
     *,
     credentials: grpc.ServerCredentials | None = None,
     max_message_bytes: int = 1 << 20,
     health_servicer: health.aio.HealthServicer | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """A grpc.aio server for ``core`` bound to ``address`` (port 0: any free port), not yet
     started; returns it and its port. ``health_servicer`` is the standard health service
@@ -155,13 +274,14 @@ def create_server(
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ],
+        interceptors=list(interceptors) or None,
     )
     broker_service = broker_pb2.DESCRIPTOR.services_by_name["Broker"]
     admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
     server.add_generic_rpc_handlers(
         (
-            generic_handler(BrokerServicer(core), broker_service),
-            generic_handler(AdminServicer(core), admin_service),
+            generic_handler(BrokerServicer(core), broker_service),  # type: ignore[arg-type]
+            generic_handler(AdminServicer(core), admin_service),  # type: ignore[arg-type]
         )
     )
     if health_servicer is None:
@@ -232,28 +352,57 @@ async def running(
     # A start that fails leaves no state behind where there was none: no journal, no
     # tokens issued for a broker that never served.
     fresh = not state.exists() or not any(state.iterdir())
-    core = ServiceCore.open(
-        settings.state_dir,
-        settings.config,
-        durability=settings.durability,
-        snapshot_every=settings.snapshot_every,
-        clock=settings.clock if clock is None else clock,
-        admin_token_file=settings.admin_token_file,
-        limits=settings.limits,
-        backend=settings.backend,
-    )
+    the_clock = as_clock(settings.clock if clock is None else clock)
+
+    def open_core(
+        store: JournalStore | None = None, follower: Follower | None = None
+    ) -> ServiceCore:
+        return ServiceCore.open(
+            settings.state_dir,
+            settings.config,
+            durability=settings.durability,
+            snapshot_every=settings.snapshot_every,
+            clock=the_clock,
+            admin_token_file=settings.admin_token_file,
+            limits=settings.limits,
+            backend=settings.backend,
+            store=store,
+            follower=follower,
+        )
+
+    shared = settings.journal is not None
+    late = _LateCore()
+    gate = _Gate() if shared else None
+    store: Any = None
+    core: ServiceCore | None = None if shared else open_core()
     started = False
     dashboard = None
+    health_servicer = health.aio.HealthServicer()
+    server: grpc.aio.Server | None = None
     try:
         address = _address(settings.host, settings.port)
-        health_servicer = health.aio.HealthServicer()
         server, port = create_server(
             address,
-            core,
+            core if core is not None else late,
             credentials=credentials,
             max_message_bytes=settings.max_message_bytes,
             health_servicer=health_servicer,
+            interceptors=[gate] if gate is not None else (),
         )
+        if core is None:
+            assert settings.journal is not None and gate is not None
+            state.mkdir(parents=True, exist_ok=True)
+            store, follower = await asyncio.to_thread(_open_shared, settings)
+            # A standby answers (NOT_SERVING, with the leader's address) while it follows.
+            await server.start()
+            started = True
+            for name in ("", *SERVICE_NAMES):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            advertise = settings.advertise or _address(settings.host, port)
+            await _stand_by(store, follower, gate, advertise, settings.takeover, the_clock)
+            # On this thread: the token store's SQLite connection belongs to it.
+            core = open_core(store, follower)
+            late.core = core
         metrics_port = None
         if settings.metrics_port is not None:
             try:
@@ -279,14 +428,23 @@ async def running(
                     f"be bound ({exc.strerror or exc}): pass --dashboard-port with a free port "
                     "or --no-dashboard"
                 ) from exc
-        await server.start()
-        started = True
+        if not started:
+            await server.start()
+            started = True
+        if gate is not None:
+            gate.serving = True
         for name in ("", *SERVICE_NAMES):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(core.run_timers(), name="bursar-timers")
             tg.create_task(core.run_metrics(), name="bursar-metrics")
             tg.create_task(core.run_checkpoints(), name="bursar-checkpoints")
+            keeper = None
+            if store is not None and gate is not None:
+                keeper = tg.create_task(
+                    _keep_lead(store, gate, health_servicer, settings.takeover),
+                    name="bursar-lead",
+                )
             probes = heartbeat = None
             if stalls.enabled():
                 probes = stalls.StallLog()
@@ -317,15 +475,106 @@ async def running(
                 core.begin_shutdown()
                 await stopping
                 core.stop_background()
+                if keeper is not None:
+                    keeper.cancel()
                 if heartbeat is not None and probes is not None:
                     heartbeat.cancel()
                     probes.uninstall()
     finally:
         if dashboard is not None:
             await dashboard.stop()  # a no-op once stopped; here for a start that failed
-        core.close()
-        if not started and fresh:
+        if core is not None:
+            core.close()
+        elif server is not None and started:
+            await server.stop(0)  # a standby stopped before it led
+        if store is not None:
+            store.close()
+        if (not started or core is None) and fresh:
             shutil.rmtree(state, ignore_errors=True)
+
+
+def _open_shared(settings: Settings) -> tuple[Any, Follower]:
+    """Open the shared PostgreSQL journal (creating it from the config if the database
+    holds none) and this broker's follower of it."""
+    from bursar.broker.journal_pg import PgJournal
+
+    assert settings.journal is not None
+    config = settings.config
+    if config is None and not PgJournal.holds_journal(settings.journal):
+        config = default_config()
+    store = PgJournal.open(
+        settings.journal,
+        config.pool if config is not None else None,
+        config.policy if config is not None else None,
+        durability=settings.durability,  # type: ignore[arg-type]
+    )
+    try:
+        follower = Follower(store, Path(settings.state_dir))
+        follower.follow()
+    except BaseException:
+        store.close()
+        raise
+    return store, follower
+
+
+async def _stand_by(
+    store: Any, follower: Follower, gate: _Gate, advertise: str, takeover: Takeover, clock: Clock
+) -> None:
+    """Follow the journal until this broker takes the lead, then wait out the grace
+    (see :class:`Takeover`) and catch up with what the last leader committed."""
+    announced = ""
+    while True:
+        await asyncio.to_thread(follower.follow)
+        epoch = await asyncio.to_thread(store.lead, advertise, clock.now())
+        if epoch is not None:
+            break
+        _, gate.leader = await asyncio.to_thread(store.leader)
+        if gate.leader != announced:
+            announced = gate.leader
+            log.warning(
+                "standby: following the journal %s (entry %d); the leader is at %s",
+                store.location,
+                follower.seq,
+                announced or "(none yet)",
+            )
+        await asyncio.sleep(takeover.poll_s)
+    gate.leader = advertise
+    log.warning("taking the lead (epoch %d) after %.1f s of grace", epoch, takeover.grace_s)
+    await asyncio.sleep(takeover.grace_s)
+    await asyncio.to_thread(follower.follow)
+
+
+async def _keep_lead(
+    store: Any, gate: _Gate, health_servicer: health.aio.HealthServicer, takeover: Takeover
+) -> None:
+    """Check the lock session every ``check_s``; at the first check that fails or takes
+    longer than ``check_s``, stop answering (the lock may pass to a standby) and raise."""
+    while True:
+        await asyncio.sleep(takeover.check_s)
+        try:
+            held = await asyncio.wait_for(
+                asyncio.to_thread(store.holds_lead), timeout=takeover.check_s
+            )
+        except TimeoutError:
+            held = False
+        if not held:
+            gate.serving = False
+            gate.leader = ""
+            for name in ("", *SERVICE_NAMES):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+            raise LostLead(
+                f"lost the lead: the session holding it on {store.location} failed; this "
+                "broker stops serving (a standby takes over)"
+            )
+
+
+@asynccontextmanager
+async def _lead_lost_unwrapped() -> AsyncIterator[None]:
+    """A lost lead ends the server's task group: raise it as itself, not in a group."""
+    try:
+        yield
+    except* LostLead as group:
+        raise group.exceptions[0] from None
 
 
 async def serve(settings: Settings, *, announce: Callable[[Running], None] | None = None) -> None:
@@ -335,7 +584,7 @@ async def serve(settings: Settings, *, announce: Callable[[Running], None] | Non
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with running(settings) as r:
+        async with _lead_lost_unwrapped(), running(settings) as r:
             # Everything built so far (the engine's state replayed from the journal, the
             # modules) lives as long as the process: keep it out of the collector's full
             # passes, which otherwise walk all of it each time while every call waits (after

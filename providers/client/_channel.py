@@ -10,6 +10,13 @@ typed :class:`~bursar.providers.client.BursarClientError`.
 The channel is created on first use, inside the event loop that uses it (grpc.aio
 channels belong to one loop), with gRPC's own reconnect backoff set to the same bounds
 as the client's, so that a restarted broker is found again within ``Backoff.max_s``.
+
+Several brokers on one shared journal (one leads, the others stand by): the target is
+their addresses, comma-separated (``"a:50051,b:50051"``). Calls go to one at a time; an
+UNAVAILABLE answer moves the connection to the leader a standby names (its message says
+"the leader is at ADDRESS"), or else to the next address, and the call is retried there
+with the usual backoff. Each address keeps its own channel, so that moving never cancels
+the calls and streams still open on another.
 """
 
 from __future__ import annotations
@@ -39,6 +46,10 @@ log = logging.getLogger("bursar.providers.client")
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 """Where ``bursar serve`` listens by default."""
+
+MOVE_MIN_S = 0.5
+"""Seconds after moving to another broker before an unreachable one moves the connection
+again (see :meth:`Connection.follow`)."""
 
 Tls: TypeAlias = bool | bytes | str | os.PathLike[str] | grpc.ChannelCredentials | None
 """How to secure the channel: None or False: plaintext (loopback); True: TLS with the
@@ -90,7 +101,12 @@ class Connection:
         channel_options: Sequence[tuple[str, Any]] = (),
         clock: Clock = SYSTEM,
     ) -> None:
-        self.target = target
+        self.targets = tuple(t.strip() for t in target.split(",") if t.strip())
+        """The brokers' addresses (one, or those sharing one journal)."""
+        if not self.targets:
+            raise ValueError(f"no broker address in target {target!r}")
+        self._current = 0
+        self._moved_at = -math.inf
         self.clock = clock
         self.backoff = backoff or Backoff()
         self.rng = _rng(rng)
@@ -110,11 +126,38 @@ class Connection:
             ("grpc.keepalive_timeout_ms", 10_000),
             *channel_options,
         ]
-        self._channel: grpc.aio.Channel | None = None
+        self._channels: dict[str, grpc.aio.Channel] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._broker: pbg.BrokerStub | None = None
         self._admin: admin_pb2_grpc.AdminStub | None = None
+        self._stubs_for = ""
         self._closed = False
+
+    @property
+    def target(self) -> str:
+        """The address calls go to now."""
+        return self.targets[self._current]
+
+    def follow(self, exc: BursarClientError) -> None:
+        """After a retryable failure: move to the leader a standby named, or (the broker
+        unreachable) to the next address. Several calls failing together move once: a
+        move within ``MOVE_MIN_S`` of the last is not repeated unless a standby names
+        the leader."""
+        if len(self.targets) < 2 or not isinstance(exc, Unavailable):
+            return
+        named = str(exc).partition("the leader is at ")[2].split()
+        leader = named[0].rstrip(".;,") if named else ""
+        now = self.clock.now()
+        if leader in self.targets:
+            to = self.targets.index(leader)
+        elif now - self._moved_at >= MOVE_MIN_S:
+            to = (self._current + 1) % len(self.targets)
+        else:
+            return
+        if to != self._current:
+            log.info("moving from %s to %s (%s)", self.target, self.targets[to], exc)
+            self._current = to
+            self._moved_at = now
 
     # -------------------------------------------------------------------- channel
 
@@ -122,22 +165,25 @@ class Connection:
         loop = asyncio.get_running_loop()
         if self._closed:
             raise RuntimeError("the client is closed")
-        if self._channel is not None and self._loop is not loop:
+        if self._channels and self._loop is not loop:
             raise RuntimeError(
                 "this client was first used on another event loop; create one client per "
                 "loop (or use the sync BrokerClient, which owns its loop)"
             )
-        if self._channel is None:
+        target = self.target
+        channel = self._channels.get(target)
+        if channel is None:
             if self._credentials is None:
-                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+                channel = grpc.aio.insecure_channel(target, options=self._options)
             else:
-                self._channel = grpc.aio.secure_channel(
-                    self.target, self._credentials, options=self._options
-                )
+                channel = grpc.aio.secure_channel(target, self._credentials, options=self._options)
+            self._channels[target] = channel
             self._loop = loop
-            self._broker = pbg.BrokerStub(self._channel)
-            self._admin = admin_pb2_grpc.AdminStub(self._channel)
-        return self._channel
+        if self._stubs_for != target:
+            self._broker = pbg.BrokerStub(channel)
+            self._admin = admin_pb2_grpc.AdminStub(channel)
+            self._stubs_for = target
+        return channel
 
     @property
     def broker(self) -> pbg.BrokerStub:
@@ -157,9 +203,10 @@ class Connection:
 
     async def close(self) -> None:
         self._closed = True
-        if self._channel is not None:
-            channel, self._channel = self._channel, None
-            self._broker = self._admin = None
+        channels, self._channels = self._channels, {}
+        self._broker = self._admin = None
+        self._stubs_for = ""
+        for channel in channels.values():
             await channel.close()
 
     # -------------------------------------------------------------------- calls
@@ -181,6 +228,7 @@ class Connection:
         now = self.clock.now()
         if now + delay > give_up_at:
             raise exc
+        self.follow(exc)
         state = f"{exc.code.name} {exc.reason}"
         if self._told.get(delays) != state:
             self._told[delays] = state
