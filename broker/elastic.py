@@ -1,31 +1,36 @@
 """Elastic, deadline-aware leases: the intent a request carries and the allocator's rules.
 
-An intent says how far a lease may stretch (``min`` to ``max``, one ``step`` at a time),
-how fast its work goes on ``n`` units (Amdahl's law, or a measured throughput curve), how
-much work is left, its deadline, what finishing is worth and how that value decays past
-the deadline, and cheaper modes it may run in (``degrade``). The engine grants ``min``
-under the envelope rules, then hands spare capacity out among elastic leases one step at
-a time by the rule named in ``PolicySpec.elastic_rule``:
+An intent says how far a lease may stretch (``min`` to ``max``, one ``step`` at a time,
+on the sizes it allows: ``sizes`` and ``size_rule``), how fast its work goes on ``n``
+units (Amdahl's law, or a measured throughput curve: known at its points only, or
+interpolated between them when ``speed_model`` says so), how much work is left, its
+deadline, what finishing is worth and how that value decays past the deadline, and
+cheaper modes it may run in (``degrade``). The engine grants ``min`` under the envelope
+rules, then hands spare capacity out among elastic leases a *jump* at a time (from one
+allowed size to a larger one) by the rule named in ``PolicySpec.elastic_rule``:
 
-* ``dmug`` (deadline-aware marginal-utility greedy, the default): the next step goes to
-  the lease with the highest normalised marginal utility
+* ``dmug`` (deadline-aware marginal-utility greedy, the default): first the leases whose
+  deadline is lost at their size but met at a larger one (earliest deadline first, to the
+  fewest units that meet it); then the lease with the highest normalised marginal utility
+  per step over the allowed sizes ``m`` above its size ``n``
 
-      NMU(n) = v(n) x w(n) x (speed(n + 1 step) - speed(n)) / speed(n)
+      NMU(n) = max_m v(m) x w(n) x (speed(m) - speed(n)) / speed(n) / (m - n)
 
-  where ``v(n)`` is the value the lease can still reach (at the finish one more step
-  gives, or at the finish ``max`` gives when one step does not save the deadline),
-  ``w(n) = 1 / (1 + max(0, slack(n)) / time_left(n))`` the risk weight (1 when the
-  deadline is at risk, falling as slack grows), ``time_left(n) = work_left / speed(n)``
-  and ``slack(n) = deadline - now - time_left(n)``. Speed gain is relative, so that jobs
-  whose work is counted in different units compare;
+  (the slope of the curve's upper concave envelope from ``n``, ties to the smaller
+  ``m``: a plateau is jumped over) where ``v(m)`` is the value the lease can still reach
+  (at the finish ``m`` gives, or at the fastest allowed size's when ``m`` does not save
+  the deadline), ``w(n) = 1 / (1 + max(0, slack(n)) / time_left(n))`` the risk weight,
+  ``time_left(n) = work_left / speed(n)`` and ``slack(n) = deadline - now -
+  time_left(n)``. Speed gain is relative, so that jobs whose work is counted in different
+  units compare;
 * ``edf``: earliest deadline first; ``value``: largest value first; ``proportional``:
-  the lease with the fewest steps above its min first (an equal share). These are the
-  baselines the evaluation compares with.
+  the lease with the fewest steps above its min first (an equal share); each to its next
+  allowed size that adds speed. These are the baselines the evaluation compares with.
 
 Ties go to the earlier deadline, then the older lease (its request number): the order is
-total, so the same state always gives the same allocation. Each step's NMU is computed
-once per step given (a heap of the candidates): a pass that hands out ``s`` steps among
-``E`` elastic leases costs O((E + s) log E) plus the placement of each step.
+total, so the same state always gives the same allocation. A pass that hands out ``j``
+jumps among ``E`` elastic leases with at most ``A`` allowed sizes above theirs costs
+O((E + j) A log E) plus the placement of each step.
 
 Everything here is pure: functions of the intent, the lease's model state and the time.
 """

@@ -382,8 +382,8 @@ def elastic_cmd(
       fixed              the trace's own num_gpu as a plain lease (no intent)
 
     Reported per trace and policy: deadlines met (share), refused, value share, GPU
-    utilisation, the engine's invariants checked at every event and every lease within
-    [min, max], and the SHA-256 of every event with its decisions (same inputs, same hash).
+    utilisation, the speed model, the engine's invariants checked (as --check says) and
+    every lease within [min, max] on an allowed size, and the SHA-256 of every event with its decisions (same inputs, same hash).
 
     Each run's row is written as soon as it finishes (a line of OUT/elastic.jsonl, and
     elastic.json and elastic.md rewritten with the runs so far: "complete" turns true with

@@ -14,13 +14,13 @@ nothing, as the replay's default config: sustained and burst are the cluster, no
   ElasticFlow's simulator gives every job as its lowest level, whatever the trace's
   ``num_gpu``), max the fewest GPUs at which its measured curve peaks, capped at 64, at
   its batch size (one sample per GPU at least) and at the cluster; one GPU a step; the
-  measured (GPUs, iterations/s) points of its model and batch size as the curve;
+  measured (GPUs, iterations/s) points of its model and batch size as the curve; under
+  the measured speed model (the default) its sizes are the measured counts up to max
+  (max the largest of them), under the interpolated model every whole count;
   remaining work its iterations; its deadline; value 1, step decay, no degrade modes
   (the traces carry none);
 * its size is followed from the decisions (``Granted``, then each ``Resized``), and its
-  progress counted with the same curve as the engine's model (``elastic.speed``:
-  linear between measured points; ElasticFlow's simulator runs jobs at measured counts
-  only, 1, 2, 4, ...);
+  progress counted with the same curve and speed model as the engine's (``elastic.speed``);
 * the lease is asked for a fixed term (``lease_term_s``) and renewed for another term
   just before it expires while work is left; a refused renewal ends the job with its
   lease (killed);
@@ -37,9 +37,10 @@ same curve, flat past the last measured count) for reference. With no
 degrade modes in the traces the no-degrade ablation is the same as dmug by construction;
 it is run anyway, and its decision hash shows it.
 
-Checked at every event: the engine's own ``check_invariants()``; every elastic lease in
-[min, max] (a fixed one at its size); the leases held within the cluster; every grant on
-the warm path (the pool is always on). The first violation stops the run with
+Checked at every event: every elastic lease in [min, max] and on an allowed size (a
+fixed one at its size); the leases held within the cluster; every grant on the warm path
+(the pool is always on); the engine's own ``check_invariants()`` as ``check`` says
+(``CHECKS``), and once more at the end. The first violation stops the run with
 ``InvariantViolation``. Deterministic: no clock, no randomness; the SHA-256 of every
 applied event with its decisions (the journal's canonical lines) is the run's hash.
 """
