@@ -33,6 +33,7 @@ from bursar.providers.client import BrokerClient, read_token_file
 from bursar.providers.ray.local_head import free_port, local_head, marked
 from bursar.providers.ray.raylet import Proc, node_processes, proc_start
 from bursar.providers.ray.start import keep_loopback
+from bursar.providers.ray.store import all_records
 
 pytestmark = pytest.mark.slow
 
@@ -233,6 +234,10 @@ def test_the_example_cluster_runs_its_driver_against_a_default_bursar_serve(
             for lease_id in ran_on:
                 assert held[lease_id].campaign == "adaptive-sci"
                 assert dict(held[lease_id].size) == {"cpu": 1.0, "mem_gb": 1.0}
+            records = all_records(tmp_path / "ray-state")
+            assert {r.node_id for r in records if r.temp_dir} >= ran_on
+        # Stopped with the head: no node's Ray temp dir is left behind.
+        assert not any(Path(r.temp_dir).exists() for r in records if r.temp_dir)
     finally:
         serve.send_signal(signal.SIGTERM)
         try:

@@ -63,14 +63,19 @@ def marked(mark: str) -> set[Proc]:
 
 def stop_marked(mark: str, state_dir: Path | None = None, grace_s: float = 0.3) -> set[Proc]:
     """Stop the processes carrying ``mark`` and those a provider recorded in
-    ``state_dir`` (with their trees); returns what was signalled."""
+    ``state_dir`` (with their trees), and remove the nodes' Ray temp dirs (the monitor
+    stopped with the rest may not have); returns what was signalled."""
     procs = marked(mark)
-    if state_dir is not None:
-        for r in all_records(state_dir):
-            procs |= node_processes(r.proc, r.node_id)
+    records = all_records(state_dir) if state_dir is not None else []
+    for r in records:
+        procs |= node_processes(r.proc, r.node_id)
     for p in list(procs):
         procs |= node_processes(p)
-    return stop_processes(procs, grace_s) if procs else set()
+    stopped = stop_processes(procs, grace_s) if procs else set()
+    for r in records:
+        if r.temp_dir is not None:
+            shutil.rmtree(r.temp_dir, ignore_errors=True)
+    return stopped
 
 
 @dataclass(frozen=True)
