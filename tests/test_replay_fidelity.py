@@ -275,8 +275,8 @@ def test_ljf_starts_the_largest_waiting_job_first() -> None:
     # wait for it (it would not fit beside it); EASY starts job 2 in submit order, and
     # job 3 then waits for job 2's end at 110.
     w = _w([(0, 10, 10, 0), (1, 4, 100, 0), (2, 8, 5, 0)])
-    assert replay(w, make_policy("ljf", w, ReplayConfig()), strict=True).start == [0, 15, 10]
-    assert replay(w, make_policy("easy", w, ReplayConfig()), strict=True).start == [0, 10, 110]
+    assert replay(w, make_policy("ljf", w, ReplayConfig()), strict=True).start.tolist() == [0, 15, 10]
+    assert replay(w, make_policy("easy", w, ReplayConfig()), strict=True).start.tolist() == [0, 10, 110]
 
 
 def test_fairshare_serves_the_account_with_less_usage_first() -> None:
@@ -284,8 +284,8 @@ def test_fairshare_serves_the_account_with_less_usage_first() -> None:
     # fair share starts user 1's first, EASY the earlier-submitted one.
     w = _w([(0, 10, 100, 0), (50, 10, 10, 0), (60, 10, 10, 1)])
     fs = replay(w, make_policy("fairshare", w, ReplayConfig()), strict=True)
-    assert fs.start == [0, 110, 100]
-    assert replay(w, make_policy("easy", w, ReplayConfig()), strict=True).start == [0, 100, 110]
+    assert fs.start.tolist() == [0, 110, 100]
+    assert replay(w, make_policy("easy", w, ReplayConfig()), strict=True).start.tolist() == [0, 100, 110]
 
 
 def test_fairshare_usage_decays_with_the_half_life() -> None:
@@ -295,9 +295,9 @@ def test_fairshare_usage_decays_with_the_half_life() -> None:
     rows = [(0, 10, 1000, 1), (1000, 10, 100, 0), (1050, 10, 10, 0), (1060, 10, 10, 1)]
     w = _w(rows)
     week = replay(w, FairShare(w, ReplayConfig()), strict=True)
-    assert week.start[2:] == [1100, 1110]
+    assert week.start[2:].tolist() == [1100, 1110]
     short = replay(w, FairShare(w, ReplayConfig(), half_life_s=10), strict=True)
-    assert short.start[2:] == [1110, 1100]
+    assert short.start[2:].tolist() == [1110, 1100]
     with pytest.raises(ValueError, match="half-life"):
         FairShare(w, ReplayConfig(), half_life_s=0)
 
@@ -354,7 +354,7 @@ def test_ljf_and_fairshare_keep_the_invariants_with_many_accounts(
     w = _random(rows, accounts=True)
     for policy in (make_policy("ljf", w, ReplayConfig()), FairShare(w, None, half_life)):
         s = replay(w, policy, strict=True)
-        assert s.end == [s.start[j] + w.hold[j] for j in range(len(w))]
+        assert s.end.tolist() == [s.start[j] + w.hold[j] for j in range(len(w))]
 
 
 def test_fairshare_over_one_campaign_is_easy_on_kth(traces: Path) -> None:

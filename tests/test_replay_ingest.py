@@ -78,7 +78,7 @@ def test_gzip_and_plain_read_the_same(tmp_path: Path) -> None:
 def test_default_filter_and_quality_report(tmp_path: Path) -> None:
     t = load_trace(_write(tmp_path, HEADER + JOBS))
     # Kept: 1, 4 (allocated unknown, requested 8), 5 (a failed job still ran), 6.
-    assert t.jobs.id == [1, 4, 5, 6]
+    assert list(t.jobs.id) == [1, 4, 5, 6]
     assert t.jobs.size(1) == 8
     q = t.quality.to_dict()
     assert q["records"] == 7 and q["kept"] == 4
@@ -92,9 +92,9 @@ def test_default_filter_and_quality_report(tmp_path: Path) -> None:
 def test_mapping_keeps_overruns_and_drops_jobs_larger_than_the_machine(tmp_path: Path) -> None:
     t = load_trace(_write(tmp_path, HEADER + JOBS))
     w = to_workload(t, 64, "user")
-    assert w.job_id == [1, 4, 5]  # job 6 needs 100 processors of 64
-    assert w.duration == [200, 100, 100]  # requested time
-    assert w.hold == [100, 40, 500]  # job 5 ran 500 s of its 100: it still ran them
+    assert list(w.job_id) == [1, 4, 5]  # job 6 needs 100 processors of 64
+    assert list(w.duration) == [200, 100, 100]  # requested time
+    assert list(w.hold) == [100, 40, 500]  # job 5 ran 500 s of its 100: it still ran them
     assert w.campaign_names == ["user-3", "user-4", "user-5"]
     assert t.quality.dropped["larger than the capacity (64)"] == 1
     assert t.quality.kept == 3

@@ -50,7 +50,7 @@ def swf(tmp_path: Path, rows: list[tuple[int, ...]], max_procs: int = 10) -> Pat
 
 def starts(path: Path, policy: str, config: ReplayConfig | None = None) -> list[float]:
     r = replay_trace(path, policy, config=config)
-    return r.schedule.start
+    return list(r.schedule.start)
 
 
 # EASY protects only the head: job 4 backfills past job 3 (it fits the extra processors
@@ -152,12 +152,12 @@ def test_bursar_refuses_a_job_larger_than_the_pool_leaves_it_beside_guarantees(
     config = ReplayConfig(overrides={"user-2": Envelope(guarantee=2)})
     r = replay_trace(path, "bursar", config=config)
     assert r.schedule.refused == [0]
-    assert math.isnan(r.schedule.start[0]) and r.schedule.start[1:] == [5, 20]
+    assert math.isnan(r.schedule.start[0]) and list(r.schedule.start[1:]) == [5, 20]
     m = r.metrics
     assert m["refused"] == 1 and m["campaigns"]["user-1"]["refused"] == 1
     assert m["mean_wait_s"] == 0.0 and m["jobs"] == 3
     # Without the guarantee the same job runs at once.
-    assert replay_trace(path, "bursar").schedule.start == [0, 10, 20]
+    assert list(replay_trace(path, "bursar").schedule.start) == [0, 10, 20]
     assert replay_trace(path, "bursar").metrics["refused"] == 0
 
 
@@ -257,7 +257,7 @@ def test_a_job_past_its_request_holds_to_its_runtime_under_every_policy() -> Non
                  ["all"])  # fmt: skip
     for name in POLICIES:
         s = replay(w, make_policy(name, w, ReplayConfig()), strict=True)
-        assert (s.start, s.end, s.killed) == ([0, 30], [30, 40], []), name
+        assert (list(s.start), list(s.end), s.killed) == ([0, 30], [30, 40], []), name
 
 
 def test_easy_reservation_slips_when_a_job_overruns() -> None:
@@ -270,7 +270,7 @@ def test_easy_reservation_slips_when_a_job_overruns() -> None:
                  [10, 10, 5, 10], [30, 10, 5, 10], [0, 0, 0, 0], ["all"])  # fmt: skip
     for name in ("easy", "sjf"):
         s = replay(w, make_policy(name, w, ReplayConfig()), strict=True)
-        assert s.start == [0, 30, 2, 40], name
+        assert list(s.start) == [0, 30, 2, 40], name
 
 
 def test_easy_shadow_counts_a_job_past_its_estimate_as_ending_now() -> None:
@@ -292,14 +292,14 @@ def test_conservative_reservation_slips_when_a_job_overruns() -> None:
     w = Workload(10, "processors", [1, 2, 3], [0, 1, 12], [10, 10, 5], [10, 10, 5],
                  [30, 10, 5], [0, 0, 0], ["all"])  # fmt: skip
     s = replay(w, make_policy("conservative", w, ReplayConfig()), strict=True)
-    assert s.start == [0, 30, 40]
+    assert list(s.start) == [0, 30, 40]
     assert replay(w, _Reference(w)).start == s.start
 
 
 def test_strict_off_lets_a_broken_policy_finish() -> None:
     w = _workload()
     s = replay(w, _Greedy(w), strict=False)
-    assert s.start == [0, 1, 2]
+    assert list(s.start) == [0, 1, 2]
 
 
 class _Reference(Conservative):
@@ -380,7 +380,7 @@ def test_every_policy_keeps_the_invariants_on_random_workloads(
                 assert s.start[j] + w.duration[j] <= s.end[j] < s.start[j] + w.hold[j]
             else:
                 assert s.end[j] == s.start[j] + w.hold[j]
-    fifo = replay(w, make_policy("fifo", w, ReplayConfig())).start
+    fifo = replay(w, make_policy("fifo", w, ReplayConfig())).start.tolist()
     assert fifo == sorted(fifo), "FIFO starts jobs in submit order"
 
 
@@ -549,7 +549,7 @@ def test_bursar_renews_a_lease_to_the_recorded_runtime() -> None:
     w, config = _overrunning(bucket=1000)
     p = make_policy("bursar", w, config)
     s = replay(w, p, strict=True)
-    assert (s.start, s.end, s.killed) == ([0, 1, 30], [30, 31, 40], [])
+    assert (list(s.start), list(s.end), s.killed) == ([0, 1, 30], [30, 31, 40], [])
     assert (p.renewed, p.refused) == (2, 0)  # type: ignore[attr-defined]
     m = compute_metrics(w, s, config)
     assert (m["killed"], m["killed_unit_seconds"], m["ran_past_request"]) == (0, 0.0, 2)
@@ -563,7 +563,7 @@ def test_bursar_renews_in_steps_of_renew_s_to_the_same_schedule() -> None:
     stepped = ReplayConfig(default=config.default, renew_s=5.0)
     p = make_policy("bursar", w, stepped)
     s = replay(w, p, strict=True)
-    assert (s.start, s.end, s.killed) == ([0, 1, 30], [30, 31, 40], [])
+    assert (list(s.start), list(s.end), s.killed) == ([0, 1, 30], [30, 31, 40], [])
     assert (p.renewed, p.refused) == (8, 0)  # type: ignore[attr-defined]
 
 
@@ -575,7 +575,7 @@ def test_bursar_kills_a_job_whose_renewal_is_refused() -> None:
     p = make_policy("bursar", w, config)
     s = replay(w, p, strict=True)
     assert s.killed == [0]
-    assert (s.start, s.end) == ([0, 1, 10], [10, 31, 20])
+    assert (list(s.start), list(s.end)) == ([0, 1, 10], [10, 31, 20])
     assert (p.renewed, p.refused) == (1, 1)  # type: ignore[attr-defined]
     m = compute_metrics(w, s, config)
     assert (m["killed"], m["killed_unit_seconds"]) == (1, 6 * 20)
@@ -595,7 +595,7 @@ def test_bursar_whose_renewals_may_push_reservations_kills_none_and_serves_all()
     push = ReplayConfig(hol_patience_s=0.0, renewals_push_reservations=True)
     p = make_policy("bursar-arrival", w, push)
     s = replay(w, p, strict=True)
-    assert s.killed == [] and (s.start, s.end) == ([0, 1, 30], [30, 11, 40])
+    assert s.killed == [] and (list(s.start), list(s.end)) == ([0, 1, 30], [30, 11, 40])
     assert (p.renewed, p.refused) == (1, 0)  # type: ignore[attr-defined]
 
 
@@ -661,7 +661,7 @@ def test_bursar_backfills_a_lone_campaign() -> None:
     config = ReplayConfig(campaigns="one", hol_patience_s=0.0)
     for name in ("bursar", "bursar-arrival", "easy"):
         s = replay(w, make_policy(name, w, config), strict=True)
-        assert (s.start, s.killed) == ([0, 100, 2], []), name
+        assert (list(s.start), s.killed) == ([0, 100, 2], []), name
 
 
 def test_bursar_releases_the_jobs_ending_together_at_once() -> None:
@@ -672,7 +672,7 @@ def test_bursar_releases_the_jobs_ending_together_at_once() -> None:
                  [50, 50, 50, 10], [0, 1, 2, 3], ["a", "b", "c", "d"])  # fmt: skip
     for name in ("easy", "bursar", "bursar-arrival"):
         s = replay(w, make_policy(name, w, ReplayConfig()), strict=True)
-        assert s.start == [0, 0, 50, 100], name
+        assert list(s.start) == [0, 0, 50, 100], name
 
 
 def test_bursar_with_fair_share_off_orders_by_arrival(tmp_path: Path) -> None:

@@ -358,7 +358,7 @@ def _observed_waits(trace: Trace, w: Workload, capacity: int) -> list[float]:
         if math.ceil(p if p > 0 else t.req_procs[i]) <= capacity:
             ids.append(t.id[i])
             out.append(float(t.wait[i]))
-    if ids != w.job_id:
+    if ids != list(w.job_id):  # the workload's columns may be arrays
         raise TraceError(f"{trace.path}: cannot pair the replayed jobs with their records")
     return out
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 
 from bursar.sim.replay.mapping import Workload
@@ -48,8 +50,8 @@ class InvariantViolation(AssertionError):
 class Schedule:
     """When each job (workload index) started and ended, and how many events ran."""
 
-    start: list[float]
-    end: list[float]
+    start: MutableSequence[float]
+    end: MutableSequence[float]
     events: int
     killed: list[int] = field(default_factory=list)
     """Jobs a policy ended before their recorded runtime, in the order it did so."""
@@ -61,8 +63,10 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
     n = len(w)
     cap = w.capacity
     submit, size, hold = w.submit, w.size, w.hold
-    start = [math.nan] * n
-    end = [math.nan] * n
+    # Compact columns (8 bytes a job): the one per-job state a replay keeps besides the
+    # workload's, so a long trace costs little beyond the jobs in flight.
+    start = array("d", [math.nan]) * n
+    end = array("d", [math.nan]) * n
     state = bytearray(n)  # 0 = not submitted yet, then _QUEUED, _RUNNING, _DONE
     heap: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop

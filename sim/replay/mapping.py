@@ -16,7 +16,10 @@ import hashlib
 import json
 import math
 import tomllib
+from array import array
+from collections.abc import MutableSequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -183,19 +186,22 @@ def load_replay_config(path: str | Path) -> ReplayConfig:
 
 @dataclass(slots=True)
 class Workload:
-    """Lease requests in submit order: what the replay kernel and every policy read."""
+    """Lease requests in submit order: what the replay kernel and every policy read.
+
+    The columns are lists or, as ``to_workload`` makes them, compact arrays (8 bytes a
+    job each, not a Python object): a million-job trace's workload is then tens of MB."""
 
     capacity: int
     unit: str
-    job_id: list[int]
-    submit: list[float]
-    size: list[int]
-    duration: list[float]
+    job_id: MutableSequence[int]
+    submit: MutableSequence[float]
+    size: MutableSequence[int]
+    duration: MutableSequence[float]
     """The lease's duration: the requested time, else the runtime."""
-    hold: list[float]
+    hold: MutableSequence[float]
     """How long the job actually held its processors: its recorded runtime, which may be
     longer than ``duration`` (the job ran past its request)."""
-    campaign: list[int]
+    campaign: MutableSequence[int]
     campaign_names: list[str]
 
     def __len__(self) -> int:
@@ -226,11 +232,24 @@ def to_workload(
         raise ValueError(f"campaign mode {mode!r}; allowed: {', '.join(CAMPAIGN_MODES)}")
     t = trace.jobs
     q = quality if quality is not None else trace.quality
-    # A stable sort by submit time keeps file order among equal submit times.
-    order = sorted(range(len(t)), key=t.submit.__getitem__)
+    # A stable sort by submit time keeps file order among equal submit times; a trace
+    # already in submit order (most are) needs no index list of its own.
+    sub = t.submit
+    in_order = all(a <= b for a, b in pairwise(sub))
+    order = range(len(t)) if in_order else sorted(range(len(t)), key=sub.__getitem__)
     names: dict[str, int] = {}
     who: dict[tuple[int, int], int] = {}
-    w = Workload(capacity, t.unit, [], [], [], [], [], [], [])
+    w = Workload(
+        capacity,
+        t.unit,
+        array("q"),
+        array("d"),
+        array("q"),
+        array("d"),
+        array("d"),
+        array("q"),
+        [],
+    )
     base = min(t.submit) if len(t) else 0.0
     too_big = past = 0
     procs, req_procs, runs, reqs = t.procs, t.req_procs, t.run, t.req_time
