@@ -19,6 +19,7 @@ from bursar.cli.traces import (
     trace_option,
     traces_dir_option,
 )
+from bursar.sim.replay.estimate import ESTIMATES, EXTENDS
 from bursar.sim.replay.fidelity import Fidelity, fidelity, gate_rows
 from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
@@ -119,6 +120,15 @@ def quality_table(q: QualityReport, title: str = "trace quality") -> Table:
 )
 @click.option("--limit", type=click.IntRange(min=1), help="Replay only the first N jobs.")
 @_format_option
+@click.option(
+    "--estimate",
+    type=click.Choice(list(ESTIMATES)),
+    default="requested",
+    show_default=True,
+    help="What the policy takes a job's runtime to be: its requested time, or Tsafrir's "
+    "prediction (the average of the user's last two runtimes, capped at the request; "
+    f"{', '.join(EXTENDS)}). A job outliving its estimate has it extended to its request.",
+)
 def replay_command(
     trace: Path,
     policy: str,
@@ -129,6 +139,7 @@ def replay_command(
     config_path: Path | None,
     limit: int | None,
     fmt: str | None,
+    estimate: str,
     traces_dir: Path | None,
 ) -> None:
     trace = resolve_trace(trace, traces_dir)
@@ -146,6 +157,7 @@ def replay_command(
                 strict=strict,
                 limit=limit,
                 fmt=fmt,
+                estimate=estimate,
             )
     except (TraceError, ValueError) as e:
         raise click.ClickException(str(e)) from None
@@ -155,7 +167,8 @@ def replay_command(
         raise click.ClickException(f"{trace}: {who}: {e}") from None
     path = write_run(result, out)
     m = result.metrics
-    table = Table(title=f"{trace.name} · {policy}", show_header=False)
+    title = f"{trace.name} · {policy}" + ("" if estimate == "requested" else f" · {estimate}")
+    table = Table(title=title, show_header=False)
     for key in ("jobs", "mean_wait_s", "p95_wait_s", "mean_bsld", "p95_bsld"):
         table.add_row(key, f"{m[key]:,.2f}" if isinstance(m[key], float) else str(m[key]))
     table.add_row("utilization", f"{m['utilization']:.3f}")

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from bursar.broker.codec import json_safe
+from bursar.sim.replay.estimate import check_estimate, estimated
 from bursar.sim.replay.ingest import load_trace
 from bursar.sim.replay.kernel import Schedule, replay
 from bursar.sim.replay.manifest import build_manifest, canonical, file_sha256, sha256
 from bursar.sim.replay.mapping import ReplayConfig, Workload, to_workload
 from bursar.sim.replay.metrics import DEFAULT_TAU_S, compute_metrics
 from bursar.sim.replay.policies import check_policy, make_policy, plugin
-from bursar.sim.replay.table import Trace, TraceError
+from bursar.sim.replay.table import JobTable, Trace, TraceError
 
 SEED = 0
 """Replays draw no random numbers; the seed is recorded so that a manifest says so."""
@@ -32,6 +33,7 @@ SEED = 0
 @dataclass(frozen=True, slots=True)
 class RunResult:
     trace: Trace
+    """The trace's header and quality report; its job table is released once mapped."""
     workload: Workload
     schedule: Schedule
     metrics: dict[str, Any]
@@ -70,11 +72,15 @@ def replay_trace(
     strict: bool = True,
     limit: int | None = None,
     fmt: str | None = None,
+    estimate: str = "requested",
 ) -> RunResult:
     """Replay ``trace_path`` under ``policy``. ``limit`` keeps only the first jobs (by
     submit time), for quick looks and for the broker policy on the largest traces.
-    ``fmt`` is the trace format (``ingest.FORMATS``) when the name does not tell it."""
+    ``fmt`` is the trace format (``ingest.FORMATS``) when the name does not tell it.
+    ``estimate`` is what the policy takes a job's runtime to be (``estimate.ESTIMATES``)."""
     check_policy(policy)
+    config = config or ReplayConfig()
+    check_estimate(estimate, policy)
     plug = plugin(policy)
     if plug is not None and not strict:
         # The referee's checks are what make a plug-in's metrics worth reading.
@@ -84,7 +90,6 @@ def replay_trace(
         )
     if tau_s <= 0 or not math.isfinite(tau_s):
         raise ValueError(f"--bsld-tau must be a finite number of seconds > 0 (got {tau_s})")
-    config = config or ReplayConfig()
     t0 = time.perf_counter()
     trace = load_trace(trace_path, fmt)
     cap = capacity if capacity is not None else trace.header.capacity
@@ -94,11 +99,14 @@ def replay_trace(
             "pass --capacity N"
         )
     w = to_workload(trace, int(cap), config.campaigns)
+    # The workload holds all the replay reads: the job table goes now, so that a long
+    # trace is not held twice for the whole run (the result keeps its header and report).
+    trace = Trace(trace.path, trace.header, JobTable(unit=trace.jobs.unit), trace.quality)
     if limit is not None and limit < len(w):
         for col in ("job_id", "submit", "size", "duration", "hold", "campaign"):
             setattr(w, col, getattr(w, col)[:limit])
         trace.quality.notes.append(f"replayed the first {limit} jobs only (--limit)")
-    s = replay(w, make_policy(policy, w, config), strict=strict)
+    s = replay(w, estimated(w, estimate, lambda v: make_policy(policy, v, config)), strict=strict)
     metrics = compute_metrics(w, s, config, tau_s)
     wall = time.perf_counter() - t0
     metrics["quality"] = trace.quality.to_dict()
@@ -114,6 +122,8 @@ def replay_trace(
     if fmt is not None:
         # Only when given: runs that detect the format keep their manifests unchanged.
         run_config["format"] = fmt
+    if estimate != "requested":
+        run_config["estimate"] = estimate  # likewise: the default leaves manifests as they were
     manifest = build_manifest(
         trace=trace_path,
         trace_sha256=file_sha256(trace_path),

@@ -81,6 +81,32 @@ class Conservative:
             self.profile.give(now, planned_end, self.size[j])
             self.compress = True
 
+    def extend(self, j: int, end: float, now: float) -> None:
+        """Running job ``j`` outlived its estimate: the profile holds it to ``end`` (a
+        runtime estimate's correction, ``estimate.Estimated``, which then makes its
+        duration ``end`` - start). The reservations this may overlap are placed again,
+        in their order, each at its earliest slot from ``now``: some move later, as a
+        correction's extra time must go somewhere."""
+        p = self.profile
+        size, dur = self.size, self.dur
+        held = self.started[j] + dur[j]
+        order = list(self.reserved.items())
+        for k, r in order:
+            p.give(r, r + dur[k], size[k])
+        # The profile held j to its old estimate (now or before): from there on it is new.
+        p.take(max(held, now), end, size[j])
+        self.reserved = {}
+        for k, _ in order:
+            at = p.earliest(now, size[k], dur[k])
+            p.take(at, at + dur[k], size[k])
+            if at <= now:
+                self.due.append(k)
+            else:
+                self.reserved[k] = at
+        w = self.wakeups
+        w[:] = [(r, k) for k, r in self.reserved.items()]
+        heapq.heapify(w)
+
     def killed(self) -> list[tuple[int, float]]:
         return []
 

@@ -70,6 +70,14 @@ class Easy:
         self.running.remove((self.expected.pop(j), j))
         self.dirty = True
 
+    def extend(self, j: int, end: float, now: float) -> None:
+        """Running job ``j`` outlived its estimate: it is now expected to end at ``end``
+        (a runtime estimate's correction, ``estimate.Estimated``); a full pass follows."""
+        self.running.remove((self.expected[j], j))
+        self.expected[j] = end
+        self.running.add((end, j))
+        self.dirty = True
+
     def killed(self) -> list[tuple[int, float]]:
         return []
 
