@@ -3,6 +3,7 @@ them; and how the replay commands turn a catalogue name into a file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from bursar.sim.replay.catalog import (
     with_needs,
 )
 from bursar.sim.replay.fetch import FetchError, fetch
+from bursar.sim.replay.synth import SynthParams, write_swf
 
 __all__ = [
     "DEFAULT_DIR",
@@ -266,3 +268,95 @@ def fetch_command(
         click.echo(f"{g.name}: {what[g.status]}: {path}")
     if dest != DEFAULT_DIR and any(entry(g.name).kind == "swf" for g in got):
         click.echo(f"pass --traces {dest} to bursar replay, fidelity, whatif and matrix")
+
+
+def _burst(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        start, length, factor = (float(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: expected START,LENGTH,FACTOR (seconds, seconds, a rate multiplier)"
+        ) from None
+    return (start, length, factor)
+
+
+@traces.command("synth")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The SWF file to write (gzip if it ends in .gz).",
+)
+@click.option("--jobs", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option(
+    "--capacity", type=click.IntRange(min=1), default=128, show_default=True, help="MaxProcs."
+)
+@click.option(
+    "--load",
+    type=float,
+    default=0.7,
+    show_default=True,
+    help="Offered load: processor-seconds asked per second over the capacity.",
+)
+@click.option("--min-runtime", type=float, default=10.0, show_default=True, help="Seconds.")
+@click.option("--max-runtime", type=float, default=86_400.0, show_default=True, help="Seconds.")
+@click.option(
+    "--tail-alpha",
+    type=float,
+    help="Heavy-tailed runtimes: Pareto of this shape above --min-runtime (smaller is "
+    "heavier), capped at --max-runtime; default: log-uniform.",
+)
+@click.option(
+    "--burst",
+    callback=_burst,
+    metavar="START,LENGTH,FACTOR",
+    help="A burst shock: arrivals FACTOR times as fast for LENGTH seconds from START "
+    "seconds after the first submission.",
+)
+@click.option("--users", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--user-skew",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Zipf exponent of the users' shares of jobs (0: alike; 2: one user dominates).",
+)
+@click.option("--seed", type=int, default=1, show_default=True)
+def synth_command(
+    out: Path,
+    jobs: int,
+    capacity: int,
+    load: float,
+    min_runtime: float,
+    max_runtime: float,
+    tail_alpha: float | None,
+    burst: tuple[float, float, float] | None,
+    users: int,
+    user_skew: float,
+    seed: int,
+) -> None:
+    """Write a generated workload as SWF (Downey 1997's log-uniform sizes and runtimes,
+    sizes leaning to powers of two as in Lublin and Feitelson 2003, Poisson arrivals at the
+    offered load), with knobs for heavy tails, a burst shock, user skew and load. The
+    same options and seed write the same bytes; the file's header records them."""
+    params = SynthParams(
+        jobs=jobs,
+        capacity=capacity,
+        load=load,
+        min_runtime_s=min_runtime,
+        max_runtime_s=max_runtime,
+        tail_alpha=tail_alpha,
+        burst=burst,
+        users=users,
+        user_skew=user_skew,
+        seed=seed,
+    )
+    try:
+        params.check()
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    path = write_swf(params, out)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    click.echo(f"wrote {path} ({jobs:,} jobs, sha256 {digest})")
