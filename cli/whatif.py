@@ -6,6 +6,7 @@ this replays recorded history under each config and reports the deltas and verdi
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -19,6 +20,9 @@ from bursar.cli.traces import resolve_trace, trace_option
 from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
+from bursar.sim.replay.stress import SCENARIOS, scenario_params, summary
+from bursar.sim.replay.stress import markdown as stress_markdown
+from bursar.sim.replay.synth import write_swf
 from bursar.sim.replay.table import TraceError
 from bursar.sim.replay.whatif import (
     DEFAULT_ISOLATION_BOUND_S,
@@ -99,6 +103,21 @@ __all__ = ["whatif_command"]
     help="Trace format; default: told from the file name, else from its first line "
     "(sacct-gpu, sizes in GPUs, is never guessed).",
 )
+@click.option(
+    "--stress",
+    is_flag=True,
+    help="Grade the candidates on generated workloads too (bursar traces synth on the "
+    f"trace's machine size: {', '.join(SCENARIOS)}), each written with its report under "
+    "DIR/stress/NAME/; DIR/stress.md says which scenario each candidate fails.",
+)
+@click.option(
+    "--stress-jobs",
+    type=click.IntRange(min=100),
+    default=3000,
+    show_default=True,
+    help="Jobs in each generated workload.",
+)
+@click.option("--stress-seed", type=int, default=1, show_default=True)
 def whatif_command(
     trace: Path,
     config_path: Path | None,
@@ -111,6 +130,9 @@ def whatif_command(
     util_tolerance: float,
     isolation_bound: float,
     fmt: str | None,
+    stress: bool,
+    stress_jobs: int,
+    stress_seed: int,
     traces_dir: Path | None,
 ) -> None:
     trace = resolve_trace(trace, traces_dir)
@@ -167,3 +189,36 @@ def whatif_command(
         click.echo(f"{c['label']}: {c['verdict']}")
         for line in c["narrative"]:
             click.echo(f"  {line}")
+    if not stress:
+        return
+    assert base.result is not None  # compare raised otherwise
+    cap = base.result.workload.capacity
+    verdicts = {"history": {c["label"]: c["verdict"] for c in rep["candidates"]}}
+    for name in SCENARIOS:
+        where = out / "stress" / name
+        params = scenario_params(name, cap, stress_jobs, stress_seed)
+        generated = write_swf(params, where / f"{name}.swf.gz")
+        try:
+            with console.status(f"stress scenario {name}"):
+                s_base, s_arms = run_whatif(
+                    generated, config_path, cands, policy=policy, tau_s=bsld_tau
+                )
+            s_rep = compare(
+                s_base,
+                s_arms,
+                util_tolerance_pts=util_tolerance,
+                isolation_bound_s=isolation_bound,
+            )
+        except (InvariantViolation, ValueError) as e:
+            raise click.ClickException(f"stress scenario {name}: {e}") from None
+        write_whatif(s_base, s_arms, s_rep, where, command.strip())
+        verdicts[name] = {c["label"]: c["verdict"] for c in s_rep["candidates"]}
+    rows = summary(verdicts)
+    (out / "stress.md").write_text(stress_markdown(rows, list(verdicts), command.strip()))
+    (out / "stress.json").write_text(
+        json.dumps({"command": command.strip(), "candidates": rows}, indent=1) + "\n"
+    )
+    click.echo(f"wrote {out / 'stress.md'}")
+    for r in rows:
+        fails = ", ".join(r["fails"])
+        click.echo(f"{r['label']}: " + (f"fails in {fails}" if fails else "holds in every setting"))
