@@ -1,7 +1,12 @@
 """gRPC service throughput and latency: Acquire + Release pairs against `bursar serve`.
 
 Run: ``.venv/bin/python benchmarks/bench_service.py [--clients 1,16,64] [--seconds 3]
-[--rounds 3]``.
+[--rounds 3] [--postgres URL|private]``.
+
+With ``--postgres``, a third server takes its turn in every round: ``bursar serve
+--journal URL`` (an empty database; ``private``: a PostgreSQL server started for the run
+under a temporary directory, as the tests start theirs, from Debian's ``postgresql``), and
+its figures are printed beside the SQLite journal's.
 
 Two servers run as subprocesses on loopback, both up for the whole run and driven in turn:
 
@@ -210,14 +215,33 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="Interleaved rounds (each level on both servers)."
     )
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="Also drive bursar serve on a PostgreSQL journal (an empty database), or "
+        "'private' for a server started for the run.",
+    )
     parser.add_argument("--serve-empty", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.postgres == "private":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from pg_support import postgres_server
+
+        with postgres_server() as server:
+            args.postgres = server.new_database()
+            _run(args)
+        return
+    _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     if args.serve_empty:
         asyncio.run(_empty_server())
         return
     levels = [int(x) for x in args.clients.split(",")]
     ours: dict[int, list[Result]] = {c: [] for c in levels}
     base: dict[int, list[Result]] = {c: [] for c in levels}
+    on_pg: dict[int, list[Result]] = {c: [] for c in levels}
 
     with tempfile.TemporaryDirectory(prefix="bursar-bench-") as tmp:
         cfg = Path(tmp) / "pool.toml"
@@ -230,8 +254,19 @@ def main() -> None:
                 "--rate-limit", "1e9", "--rate-burst", "1e9",
             ]
         )  # fmt: skip
+        pg = None
         try:
             empty = Subprocess([sys.executable, os.path.abspath(__file__), "--serve-empty"])
+            if args.postgres:
+                pg_state = Path(tmp) / "pg-state"
+                pg = Subprocess(
+                    [
+                        sys.executable, "-m", "bursar.broker.service", "--state-dir", str(pg_state),
+                        "--config", str(cfg), "--port", "0", "--no-metrics", "--no-dashboard",
+                        "--journal", args.postgres, "--rate-limit", "1e9", "--rate-burst", "1e9",
+                    ]
+                )  # fmt: skip
+                pg_token = json.loads((pg_state / "tokens.json").read_text())["bench"]
         except BaseException:
             bursar.stop()
             raise
@@ -242,16 +277,20 @@ def main() -> None:
             # falls on both sides of a ratio rather than on one server's whole run.
             for r in range(args.rounds):
                 for c in levels:
-                    pair = [(ours, bursar), (base, empty)]
-                    for results, server in pair if r % 2 == 0 else pair[::-1]:
+                    pair = [(ours, bursar, token), (base, empty, token)]
+                    if pg is not None:
+                        pair.insert(1, (on_pg, pg, pg_token))
+                    for results, server, key in pair if r % 2 == 0 else pair[::-1]:
                         results[c].append(
                             asyncio.run(
-                                _drive(server.address, token, c, args.seconds, server.proc.pid)
+                                _drive(server.address, key, c, args.seconds, server.proc.pid)
                             )
                         )
         finally:
             bursar.stop()
             empty.stop()
+            if pg is not None:
+                pg.stop()
         entries = _journal_entries(state)
 
     print(
@@ -284,6 +323,20 @@ def main() -> None:
             for c in levels
         )
     )
+    if args.postgres:
+        print(
+            "the same bursar serve with its journal in PostgreSQL (--journal, same rounds), "
+            "beside the SQLite journal:"
+        )
+        print(
+            f"{'clients':>7} | {'sqlite ops/s':>12} {'p99 ms':>7} | {'postgresql ops/s':>16} {'p99 ms':>7}"
+        )
+        for c in levels:
+            print(
+                f"{c:>7} | {_med(x.rate for x in ours[c]):>12.0f} "
+                f"{_med(x.pct(99) for x in ours[c]):>7.2f} | "
+                f"{_med(x.rate for x in on_pg[c]):>16.0f} {_med(x.pct(99) for x in on_pg[c]):>7.2f}"
+            )
     for c in levels:
         print(
             f"p99 ms at {c} clients, per round: bursar "

@@ -102,7 +102,18 @@ _SCHEMA = (
     "INSERT INTO bursar.leader (id, epoch, address, since) VALUES (1, 0, '', 0)",
 )
 
+_TOKENS = (
+    "CREATE TABLE IF NOT EXISTS bursar.tokens (campaign TEXT PRIMARY KEY, "
+    "sha256 TEXT NOT NULL UNIQUE, issued_at DOUBLE PRECISION NOT NULL)"
+)
+"""The campaign tokens' digests the brokers share, so that a standby that takes the lead
+accepts the tokens the last leader issued (each broker keeps its copy in STATE/tokens.sqlite)."""
+
 _INSERT = "INSERT INTO bursar.entries (seq, event, decisions) VALUES (%s, %s, %s)"
+_FENCED_INSERT = (
+    "INSERT INTO bursar.entries (seq, event, decisions) SELECT %s, %s, %s "
+    "FROM bursar.leader WHERE epoch = %s FOR SHARE"
+)
 _UPSERT_META = (
     "INSERT INTO bursar.meta (key, value) VALUES (%s, %s) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
@@ -207,6 +218,7 @@ class PgJournal(JournalStore):
                         "INSERT INTO bursar.meta (key, value) VALUES (%s, %s)",
                         list(new_meta(pool, policy).items()),
                     )
+                conn.execute(_TOKENS)
                 meta = dict(conn.execute("SELECT key, value FROM bursar.meta").fetchall())
             stored_pool, stored_policy, meta_line = checked_specs(meta, Path(where), pool, policy)
             return cls(url, conn, stored_pool, stored_policy, meta_line, durability)
@@ -330,25 +342,41 @@ class PgJournal(JournalStore):
 
     def append(self, event: Event, decisions: Sequence[Decision], *, commit: bool = True) -> int:
         row = (codec.encode(event), decisions_json(decisions))
+        policy = type(event) is ApplyPolicy
         with self._lock:
             seq = self._last_seq + 1
             try:
                 with self._write_errors(seq):
-                    if self._open is None:
-                        self._conn.execute("BEGIN")
-                        self._open = (self._last_seq, self._indexed)
-                        self._fence()
-                    self._conn.execute(_INSERT, (seq, *row))
-                    if type(event) is ApplyPolicy:
-                        self._note_policy(event, seq)
-                    if commit:
-                        self._conn.execute("COMMIT")
-                        self._open = None
+                    if commit and self._open is None and not policy:
+                        # One statement in autocommit mode is its own transaction: one round
+                        # trip to the server instead of four (BEGIN, fence, INSERT, COMMIT).
+                        self._insert(seq, row)
+                    else:
+                        if self._open is None:
+                            self._conn.execute("BEGIN")
+                            self._open = (self._last_seq, self._indexed)
+                        self._insert(seq, row)
+                        if policy:
+                            self._note_policy(event, seq)
+                        if commit:
+                            self._conn.execute("COMMIT")
+                            self._open = None
             except BaseException:
                 self.rollback()
                 raise
             self._last_seq = seq
             return seq
+
+    def _insert(self, seq: int, row: tuple[str, str]) -> None:
+        """Insert one entry, fenced: the insert reads the leader's row ``FOR SHARE`` and
+        inserts nothing unless the epoch is this broker's (see the module doc)."""
+        if self._epoch is None:
+            self._conn.execute(_INSERT, (seq, *row))
+            return
+        cur = self._conn.execute(_FENCED_INSERT, (seq, *row, self._epoch))
+        if cur.rowcount != 1:
+            self._fence()  # raises Deposed, naming the epoch in force
+            raise Deposed(f"{self.location}: this broker's epoch {self._epoch} is over")
 
     def _note_policy(self, event: Event, seq: int) -> None:
         self._conn.cursor().executemany(
@@ -492,6 +520,26 @@ class PgJournal(JournalStore):
                 self._conn.execute(_INDEX_BACKFILL, (start, last))
             self._indexed = last
             return last - start
+
+    # ----- tokens
+
+    def shared_tokens(self) -> list[tuple[str, str, float]]:
+        """(campaign, token SHA-256, issued at) of every campaign token issued so far."""
+        return [
+            (str(c), str(d), float(t))
+            for c, d, t in self._rows("SELECT campaign, sha256, issued_at FROM bursar.tokens")
+        ]
+
+    def share_tokens(self, rows: Sequence[tuple[str, str, float]]) -> None:
+        """Record the tokens this broker issued (replacing a campaign's older one)."""
+        with self._lock, self._errors("sharing the tokens"), self._conn.transaction():
+            self._fence()
+            self._conn.cursor().executemany(
+                "INSERT INTO bursar.tokens (campaign, sha256, issued_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (campaign) DO UPDATE SET sha256 = excluded.sha256, "
+                "issued_at = excluded.issued_at",
+                list(rows),
+            )
 
     # ----- meta
 

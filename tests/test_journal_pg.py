@@ -226,3 +226,36 @@ def test_migrate_copies_a_state_directory_and_checks_the_hashes(
     # A database that already holds a journal is never written over.
     again = runner.invoke(journal_cli, ["migrate", "--state-dir", str(state), "--to", url])
     assert again.exit_code == 2 and "already holds a journal" in again.output
+
+
+@pytest.mark.parametrize("run", ["demo", "scenario"])
+def test_the_demo_and_the_scenario_audit_the_same_on_either_store(
+    pg: PgServer, tmp_path: Path, run: str
+) -> None:
+    from bursar.cli.main import main
+
+    state = tmp_path / run
+    args = (
+        ["demo", "--out", str(state), "--no-service"]
+        if run == "demo"
+        else ["sim", "run", "--seed", "1", "--out", str(state)]
+    )
+    runner = CliRunner()
+    made = runner.invoke(main, args)
+    assert made.exit_code == 0, made.output
+    url = pg.new_database()
+    moved = runner.invoke(main, ["journal", "migrate", "--state-dir", str(state), "--to", url])
+    assert moved.exit_code == 0, moved.output
+
+    def audited(*where: str) -> list[str]:
+        out = runner.invoke(main, ["journal", "audit", *where])
+        assert out.exit_code == 0, out.output
+        return [
+            line
+            for line in out.output.splitlines()
+            if line.startswith(("audited", "final state digest", "journal sha256"))
+        ]
+
+    on_sqlite = audited("--state-dir", str(state))
+    assert len(on_sqlite) == 3 and " 0 mismatches" in on_sqlite[0]
+    assert audited("--journal", url) == on_sqlite
