@@ -216,12 +216,13 @@ def discover_config(
 @click.option(
     "--takeover",
     "takeover",
-    default="0.5,1.5,0.5",
+    default="0.5,2.0,0.4",
     show_default=True,
     metavar="POLL,GRACE,CHECK",
     help="With --journal, seconds: how often a standby tries the lead, how long it waits "
-    "after taking it before serving, how often the leader checks it still holds it "
-    "(GRACE must exceed twice CHECK). A takeover takes about POLL+GRACE+1 s.",
+    "after taking it before serving, and the leader's check that it still holds it (run "
+    "about every CHECK/2; the leader stops when none succeeded for 2 x CHECK; GRACE must "
+    "exceed 4 x CHECK). A takeover takes about POLL+GRACE+1 s.",
 )
 def serve_command(
     host: str,

@@ -223,6 +223,9 @@ def test_migrate_copies_a_state_directory_and_checks_the_hashes(
         out = runner.invoke(journal_cli, ["audit", *args])
         assert out.exit_code == 0, out.output
         assert f"journal sha256:     {want}" in out.output
+    tail = runner.invoke(journal_cli, ["tail", "--journal", url, "-n", "3", "--json"])
+    local = runner.invoke(journal_cli, ["tail", "--state-dir", str(state), "-n", "3", "--json"])
+    assert tail.exit_code == 0 and tail.output == local.output and tail.output.count("\n") == 3
     # A database that already holds a journal is never written over.
     again = runner.invoke(journal_cli, ["migrate", "--state-dir", str(state), "--to", url])
     assert again.exit_code == 2 and "already holds a journal" in again.output

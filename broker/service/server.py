@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -101,22 +102,25 @@ class Takeover:
     """How brokers on one PostgreSQL journal hand the lead over (see ``docs/operators/
     standby.md``). A standby tries the lead every ``poll_s``; once it holds the lock (the
     last leader's session has ended) it bumps the epoch, so that nothing more of the last
-    leader commits, then waits ``grace_s`` before it serves: a leader checks its lock
-    session every ``check_s`` (each check given ``check_s`` to answer) and stops answering
-    at the first failed check, so by then a leader cut off from the store has stopped.
+    leader commits, then waits ``grace_s`` before it serves. A leader checks its lock
+    session about every ``check_s / 2``, each check given ``check_s``: it stops answering
+    at a check that fails, or once no check has succeeded for ``2 * check_s`` (one slow
+    check on a busy machine is not a lost lead). So a leader cut off from the store stops
+    within ``3.5 * check_s`` of losing its session; ``grace_s`` must exceed ``4 * check_s``.
     The takeover after a leader's death takes at most about ``bound_s``."""
 
     poll_s: float = 0.5
-    grace_s: float = 1.5
-    check_s: float = 0.5
+    grace_s: float = 2.0
+    check_s: float = 0.4
 
     def __post_init__(self) -> None:
         if min(self.poll_s, self.check_s) <= 0:
             raise ValueError("takeover poll and check intervals must be positive")
-        if self.grace_s <= 2 * self.check_s:
+        if self.grace_s <= 4 * self.check_s:
             raise ValueError(
-                f"takeover grace ({self.grace_s:g} s) must exceed two leader checks "
-                f"({2 * self.check_s:g} s): a cut-off leader must have stopped before another serves"
+                f"takeover grace ({self.grace_s:g} s) must exceed four times the leader's "
+                f"check ({4 * self.check_s:g} s): a cut-off leader must have stopped before "
+                "another serves"
             )
 
     @property
@@ -442,7 +446,7 @@ async def running(
             keeper = None
             if store is not None and gate is not None:
                 keeper = tg.create_task(
-                    _keep_lead(store, gate, health_servicer, settings.takeover),
+                    _keep_lead(store, gate, health_servicer, settings.takeover, core),
                     name="bursar-lead",
                 )
             probes = heartbeat = None
@@ -545,19 +549,33 @@ async def _stand_by(
 
 
 async def _keep_lead(
-    store: Any, gate: _Gate, health_servicer: health.aio.HealthServicer, takeover: Takeover
+    store: Any,
+    gate: _Gate,
+    health_servicer: health.aio.HealthServicer,
+    takeover: Takeover,
+    core: ServiceCore,
 ) -> None:
     """Check the lock session every ``check_s``; at the first check that fails or takes
-    longer than ``check_s``, stop answering (the lock may pass to a standby) and raise."""
+    longer than ``check_s``, stop answering (the lock may pass to a standby) and raise.
+    A leader whose journal writes failed for good (its other connection lost) gives the
+    lead up the same way, instead of holding the lock while it can serve nothing."""
+    last_ok = time.monotonic()
     while True:
-        await asyncio.sleep(takeover.check_s)
+        await asyncio.sleep(takeover.check_s / 2)
         try:
-            held = await asyncio.wait_for(
+            held: bool | None = await asyncio.wait_for(
                 asyncio.to_thread(store.holds_lead), timeout=takeover.check_s
             )
         except TimeoutError:
-            held = False
-        if not held:
+            held = None  # no answer yet: lost only if none comes for 2 * check_s
+        if held:
+            last_ok = time.monotonic()
+        lost = (
+            held is False
+            or core.runtime.broken
+            or time.monotonic() - last_ok > 2 * takeover.check_s
+        )
+        if lost:
             gate.serving = False
             gate.leader = ""
             for name in ("", *SERVICE_NAMES):
