@@ -270,7 +270,11 @@ def test_the_leader_killed_ten_times_under_load_loses_nothing(pg: PgServer, tmp_
         b.stop()
 
     p50, worst = statistics.median(takeovers), max(takeovers)
-    print(f"\ntakeover after SIGKILL over {KILLS} kills: p50 {p50:.2f} s, max {worst:.2f} s")
+    print(
+        f"\ntakeover after SIGKILL over {KILLS} kills: p50 {p50:.2f} s, max {worst:.2f} s; "
+        f"{len(acked)} grants acknowledged, {len(ended)} released, "
+        f"{sum(len(x) for x in held.values())} held at the end, {len(seen)} Watch events"
+    )
     assert len(takeovers) == KILLS and worst < BOUND_S + 2.0, takeovers
     assert all(again[k] == acked[k] for k in again) and again
     assert states and all(s == "ACTIVE" for s in states.values()), states
