@@ -125,9 +125,11 @@ def quality_table(q: QualityReport, title: str = "trace quality") -> Table:
     type=click.Choice(list(ESTIMATES)),
     default="requested",
     show_default=True,
-    help="What the policy takes a job's runtime to be: its requested time, or Tsafrir's "
-    "prediction (the average of the user's last two runtimes, capped at the request; "
-    f"{', '.join(EXTENDS)}). A job outliving its estimate has it extended to its request.",
+    help="What the policy takes a job's runtime to be: its requested time; Tsafrir's "
+    "prediction (the average of the user's last two runtimes, capped at the request); or "
+    "the median or 10th percentile of a quantile model trained in time order (needs the "
+    "predict extra: scikit-learn). For "
+    f"{', '.join(EXTENDS)}. A job outliving its estimate has it extended to its request.",
 )
 def replay_command(
     trace: Path,

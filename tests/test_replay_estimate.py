@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bursar.cli.main import main
+from bursar.sim.replay import estimate
 from bursar.sim.replay.estimate import Estimated, Tsafrir, estimated
 from bursar.sim.replay.kernel import replay
 from bursar.sim.replay.mapping import ReplayConfig, Workload
@@ -144,3 +145,49 @@ def test_cli_replay_with_tsafrir_writes_its_estimate_in_the_manifest(tmp_path: P
     assert "easy · tsafrir" in res.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["estimate"] == "tsafrir"
+
+
+def test_a_quantile_model_is_fitted_in_time_order_and_capped_at_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("sklearn")
+    monkeypatch.setattr(estimate, "RETRAIN", 40)
+    # Two users: one whose jobs run a tenth of their request, one who asks just enough.
+    rows = [(float(i * 50), 1 + i % 4, 1000.0, 100.0 + i % 7, 0) for i in range(0, 200, 2)]
+    rows += [(float(i * 50), 2, 300.0, 290.0, 1) for i in range(1, 200, 2)]
+    rows.sort()
+    w = _w(rows, capacity=64)
+    p = estimated(w, "p50", lambda v: make_policy("easy", v, ReplayConfig()))
+    assert isinstance(p, Estimated)
+    model = p.predictor
+    assert isinstance(model, estimate.Quantile)
+    seen: dict[int, tuple[float, int]] = {}
+    submit = p.submit
+
+    def record(j: int, now: float) -> bool | None:
+        out = submit(j, now)
+        seen[j] = (p.est[j], model.ended)
+        return out
+
+    p.submit = record  # type: ignore[method-assign]
+    s = replay(w, p, strict=True)
+    assert s.killed == []
+    # Before the first fit (fewer than 40 jobs ended by the submission): the request.
+    assert all(est == w.duration[j] for j, (est, ended) in seen.items() if ended < 40)
+    later = [(j, est) for j, (est, ended) in seen.items() if ended >= 80]
+    assert later and all(1.0 <= est <= w.duration[j] for j, est in later)
+    # The model learned the first user's habit: far below the request.
+    assert all(est < 300 for j, est in later if w.campaign[j] == 0)
+
+
+def test_the_quantile_estimates_need_scikit_learn_and_say_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn.linear_model", None)
+    w = _w([(0, 1, 100, 10, 0)])
+    with pytest.raises(
+        ValueError, match=r"needs scikit-learn: pip install 'bursar-broker\[predict\]'"
+    ):
+        estimated(w, "p10", lambda v: make_policy("easy", v, ReplayConfig()))
