@@ -109,6 +109,13 @@ _TOKENS = (
 """The campaign tokens' digests the brokers share, so that a standby that takes the lead
 accepts the tokens the last leader issued (each broker keeps its copy in STATE/tokens.sqlite)."""
 
+_BROKERS = (
+    "CREATE TABLE IF NOT EXISTS bursar.brokers (address TEXT PRIMARY KEY, role TEXT NOT NULL, "
+    "applied BIGINT NOT NULL, seen DOUBLE PRECISION NOT NULL)"
+)
+"""What each broker on the journal last said of itself (``bursar journal brokers``): its
+role and the last entry it applied, so that an operator sees the standbys' lag."""
+
 _INSERT = "INSERT INTO bursar.entries (seq, event, decisions) VALUES (%s, %s, %s)"
 _FENCED_INSERT = (
     "INSERT INTO bursar.entries (seq, event, decisions) SELECT %s, %s, %s "
@@ -219,6 +226,7 @@ class PgJournal(JournalStore):
                         list(new_meta(pool, policy).items()),
                     )
                 conn.execute(_TOKENS)
+                conn.execute(_BROKERS)
                 meta = dict(conn.execute("SELECT key, value FROM bursar.meta").fetchall())
             stored_pool, stored_policy, meta_line = checked_specs(meta, Path(where), pool, policy)
             return cls(url, conn, stored_pool, stored_policy, meta_line, durability)
@@ -520,6 +528,27 @@ class PgJournal(JournalStore):
                 self._conn.execute(_INDEX_BACKFILL, (start, last))
             self._indexed = last
             return last - start
+
+    # ----- the brokers on this journal
+
+    def report(self, address: str, role: str, applied: int, at: float) -> None:
+        """Record this broker's role and the last entry it applied, as of ``at``."""
+        with self._lock, self._errors("reporting"):
+            self._conn.execute(
+                "INSERT INTO bursar.brokers (address, role, applied, seen) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (address) DO UPDATE SET role = excluded.role, "
+                "applied = excluded.applied, seen = excluded.seen",
+                (address, role, applied, at),
+            )
+
+    def brokers(self) -> list[tuple[str, str, int, float]]:
+        """(address, role, last entry applied, when it said so) per broker, by address."""
+        return [
+            (str(a), str(r), int(n), float(t))
+            for a, r, n, t in self._rows(
+                "SELECT address, role, applied, seen FROM bursar.brokers ORDER BY address"
+            )
+        ]
 
     # ----- tokens
 

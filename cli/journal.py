@@ -389,3 +389,42 @@ def migrate_cmd(state_dir: Path, url: str) -> None:
     if got != want:
         _fail(f"the copy in {where} hashes {got}, the journal {want}", EXIT_MISMATCH)
     click.echo(f"copied {n} entries to {where}: sha256 {got} on both")
+
+
+@journal.command("brokers")
+@click.option(
+    "--journal",
+    "journal_url",
+    required=True,
+    metavar="URL",
+    help="The shared PostgreSQL journal (postgresql://..., as given to `bursar serve --journal`).",
+)
+def brokers_cmd(journal_url: str) -> None:
+    """Show the brokers on a shared journal: the leader, the standbys and their lag.
+
+    Each broker records its role and the last entry it applied as it runs (a standby at
+    every poll, the leader at every check of its lock); LAG is how many committed entries
+    it had not applied, SEEN how long ago it said so.
+    """
+    import time
+
+    from bursar.broker.journal_pg import PgJournal, is_postgres
+
+    if not is_postgres(journal_url):
+        raise click.UsageError(f"--journal {journal_url!r}: give a postgresql:// URL")
+    try:
+        with PgJournal.open(journal_url) as j:
+            epoch, leader = j.leader()
+            last = j.last_seq
+            rows = j.brokers()
+    except JournalError as exc:
+        _fail(str(exc), EXIT_NO_JOURNAL)
+    click.echo(f"leader: {leader or '(none yet)'} (epoch {epoch}); journal at entry {last}")
+    now = time.time()
+    click.echo(f"{'ADDRESS':<24} {'ROLE':<8} {'APPLIED':>8} {'LAG':>6} {'SEEN':>8}")
+    for address, role, applied, seen in rows:
+        shown = role if role == "standby" or address == leader else "former"
+        click.echo(
+            f"{address:<24} {shown:<8} {applied:>8} {max(0, last - applied):>6} "
+            f"{human_duration(max(0.0, now - seen)):>8}"
+        )

@@ -22,12 +22,14 @@ from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pg_support import PgServer, postgres_server
 from service_support import POOL
 
 from bursar.broker.audit import audit
 from bursar.broker.decisions import Granted
+from bursar.cli.journal import journal as journal_cli
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 from bursar.providers.client import AsyncBrokerClient
 from bursar.providers.client._backoff import Backoff
@@ -332,6 +334,14 @@ def test_a_leader_cut_from_the_store_stops_serving_before_the_standby_leads(
         # Whichever noticed first (the lead check, or a read of the journal) ended it.
         told = a.log.read_text()
         assert "lost the lead" in told or "terminating connection" in told, told
+        # What an operator sees: b leads, a (the former leader) is behind it.
+        time.sleep(0.5)
+        shown = CliRunner().invoke(journal_cli, ["brokers", "--journal", url])
+        assert shown.exit_code == 0, shown.output
+        assert f"leader: {b.address} (epoch 2)" in shown.output
+        rows = {line.split()[0]: line.split() for line in shown.output.splitlines()[2:]}
+        assert rows[b.address][1] == "leader" and rows[b.address][3] == "0"
+        assert rows[a.address][1] == "former"
     finally:
         a.stop()
         b.stop()

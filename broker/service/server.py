@@ -19,6 +19,7 @@ down are applied when it catches up).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import ipaddress
 import logging
@@ -375,6 +376,7 @@ async def running(
         )
 
     shared = settings.journal is not None
+    advertise = settings.advertise or ""
     late = _LateCore()
     gate = _Gate() if shared else None
     store: Any = None
@@ -446,7 +448,7 @@ async def running(
             keeper = None
             if store is not None and gate is not None:
                 keeper = tg.create_task(
-                    _keep_lead(store, gate, health_servicer, settings.takeover, core),
+                    _keep_lead(store, gate, health_servicer, settings.takeover, core, advertise),
                     name="bursar-lead",
                 )
             probes = heartbeat = None
@@ -529,6 +531,7 @@ async def _stand_by(
     announced = ""
     while True:
         await asyncio.to_thread(follower.follow)
+        await asyncio.to_thread(store.report, advertise, "standby", follower.seq, clock.now())
         epoch = await asyncio.to_thread(store.lead, advertise, clock.now())
         if epoch is not None:
             break
@@ -554,6 +557,7 @@ async def _keep_lead(
     health_servicer: health.aio.HealthServicer,
     takeover: Takeover,
     core: ServiceCore,
+    advertise: str,
 ) -> None:
     """Check the lock session every ``check_s``; at the first check that fails or takes
     longer than ``check_s``, stop answering (the lock may pass to a standby) and raise.
@@ -562,9 +566,19 @@ async def _keep_lead(
     last_ok = time.monotonic()
     while True:
         await asyncio.sleep(takeover.check_s / 2)
+        now = core.now()
+
+        def check(now: float = now) -> bool:
+            held = bool(store.holds_lead())
+            if held:
+                with contextlib.suppress(JournalError):  # only what an operator reads
+                    store.report(advertise, "leader", store.last_seq, now)
+            return held
+
         try:
+            # Off the event loop: a store cut off by the network may not answer at all.
             held: bool | None = await asyncio.wait_for(
-                asyncio.to_thread(store.holds_lead), timeout=takeover.check_s
+                asyncio.to_thread(check), timeout=takeover.check_s
             )
         except TimeoutError:
             held = None  # no answer yet: lost only if none comes for 2 * check_s
