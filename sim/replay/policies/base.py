@@ -7,9 +7,9 @@ returns the queued jobs to start now, which must fit in ``free`` together. Jobs 
 workload indices (``Workload`` columns). A policy with timers of its own (the broker's
 bucket wake-ups) sets ``timed`` and returns its next one from ``wakeup``.
 
-A job holds its processors for its recorded runtime (``Workload.hold``); the requested
-time (``Workload.duration``) is all a policy may use as an estimate, and a job may run
-past it. A policy that ends running jobs before their runtime (the broker, when it
+A job holds its processors for its recorded runtime (``Workload.hold``); its duration
+(``Workload.duration``: the requested time, or the replay's ``--estimate``, see
+``estimate``) is all a policy may use as an estimate, and a job may run past it. A policy that ends running jobs before their runtime (the broker, when it
 refuses a renewal) sets ``kills``: after each ``schedule`` the kernel reads ``killed``,
 the jobs to end early with the instant each ends (not before now). A policy that can
 never run a job (the broker, for one larger than the pool can ever give its campaign)
