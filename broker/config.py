@@ -123,7 +123,11 @@ class SlurmSettings:
     """Signal sent to an allocation's steps at its preemption warning (none: only the
     revocation, which cancels it: SIGTERM, then SIGKILL after Slurm's KillWait)."""
     account: str | None = None
+    """The Slurm account each job is charged to (``salloc --account``); unset, Slurm's
+    default account for the broker's user."""
     qos: str | None = None
+    """The Slurm quality of service for each job (``salloc --qos``); unset, the account's
+    default QOS."""
 
 
 class DiscoveryError(Exception):
