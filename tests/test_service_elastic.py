@@ -4,13 +4,18 @@ RESIZED, RESIZE_WARNING, RESIZED), the lease's elastic view, and the refusals.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
+import pytest
 from service_support import (
     CAMPAIGNS,
     POOL,
     START,
+    Client,
     asleep_until,
     config,
     fails,
@@ -43,6 +48,28 @@ def intent(**kw: object) -> pb.Intent:
     )
     base.update(kw)
     return pb.Intent(**base)  # type: ignore[arg-type]
+
+
+def client_intent(**kw: Any) -> Intent:
+    """The client library's intent: 2 to 8 GPUs on a measured curve."""
+    base: dict[str, Any] = dict(
+        min={"gpu": 2},
+        max={"gpu": 8},
+        work=5_000,
+        deadline_s=2_000,
+        curve=((1, 1.0), (2, 1.9), (4, 3.5), (8, 6.0)),
+    )
+    return Intent(**{**base, **kw})
+
+
+@contextlib.asynccontextmanager
+async def with_client(tmp_path: Path) -> AsyncIterator[tuple[Client, AsyncBrokerClient]]:
+    """The warm-only service on a manual clock, and the client library as campaign sci."""
+    async with (
+        serve(tmp_path, WARM_ONLY, clock=ManualClock(START)) as c,
+        AsyncBrokerClient(c.address, c.tokens["sci"], backoff=Backoff(0.05, 0.3)) as sci,
+    ):
+        yield c, sci
 
 
 def test_an_elastic_lease_grows_then_shrinks_for_a_waiting_request(tmp_path: Path) -> None:
@@ -132,19 +159,8 @@ def test_the_client_library_asks_for_an_elastic_lease_and_the_journal_audits(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with (
-            serve(tmp_path, WARM_ONLY, clock=ManualClock(START)) as c,
-            AsyncBrokerClient(c.address, c.tokens["sci"], backoff=Backoff(0.05, 0.3)) as sci,
-        ):
-            want = Intent(
-                min={"gpu": 2},
-                max={"gpu": 8},
-                work=5_000,
-                deadline_s=2_000,
-                curve=((1, 1.0), (2, 1.9), (4, 3.5), (8, 6.0)),
-                decay=("linear", 600.0),
-                degrade=(("fp16", 0.6, 0.9),),
-            )
+        async with with_client(tmp_path) as (_, sci):
+            want = client_intent(decay=("linear", 600.0), degrade=(("fp16", 0.6, 0.9),))
             lease = await sci.acquire({}, 600, intent=want)
             assert dict(lease.size) == {"gpu": 8.0}
             assert lease.elastic is not None and lease.elastic.units == 8
@@ -173,5 +189,100 @@ def test_what_if_an_elastic_request_arrived(tmp_path: Path) -> None:
             kinds = [d.kind for d in ans.decisions]
             assert kinds == [pb.DECISION_KIND_GRANT, pb.DECISION_KIND_RESIZE]
             assert c.journal_len() == journal and not c.core.engine.leases
+
+    run(scenario())
+
+
+def test_a_powers_of_two_lease_is_only_ever_resized_to_allowed_sizes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = ManualClock(START)
+        async with serve(tmp_path, WARM_ONLY, clock=clock) as c:
+            stream = c.broker.Watch(pb.WatchRequest(campaign="sci"), metadata=c.as_("sci"))
+            await stream.initial_metadata()
+            got = await c.broker.Acquire(
+                pb.AcquireRequest(
+                    duration_s=600,
+                    intent=intent(max={"gpu": 12}, size_rule="powers_of_two", deadline_s=10_000),
+                ),
+                metadata=c.as_("sci"),
+            )
+            lease = got.lease
+            # 16 GPUs are free and 12 would be faster, but 12 is no power of two.
+            assert dict(lease.size) == {"gpu": 8.0} and lease.elastic.units == 8
+            sizes = []
+            while len(sizes) < 1:
+                ev = await next_event(stream)
+                if ev.kind == K.LEASE_EVENT_KIND_RESIZED:
+                    sizes.append(ev.lease.size["gpu"])
+            # Another campaign waits for 10: 6 would do, but the lease shrinks to 4.
+            task = asyncio.ensure_future(c.acquire("other", 10, duration_s=60, timeout_s=30))
+            warn = await next_event(stream)
+            assert warn.kind == K.LEASE_EVENT_KIND_RESIZE_WARNING
+            assert dict(warn.resize_to) == {"gpu": 4.0}
+            await asleep_until(clock, START + 0.6)
+            clock.set(START + 0.6)
+            shrunk = await next_event(stream)
+            assert shrunk.kind == K.LEASE_EVENT_KIND_RESIZED
+            sizes.append(shrunk.lease.size["gpu"])
+            won = await task
+            # Its release frees 10: the lease grows back to 8, not to 12.
+            await c.broker.Release(
+                pb.ReleaseRequest(lease_id=won.lease.lease_id), metadata=c.as_("other")
+            )
+            grown = await next_event(stream)
+            assert grown.kind == K.LEASE_EVENT_KIND_RESIZED
+            sizes.append(grown.lease.size["gpu"])
+            assert sizes == [8.0, 4.0, 8.0]
+            held = c.core.engine.elastic.by_lease[lease.lease_id]
+            assert held.intent.size_rule == "powers_of_two"
+            assert held.intent.speed_model == "measured"  # unset on the wire: the default
+            stream.cancel()
+
+    run(scenario())
+
+
+def test_the_client_library_sends_sizes_and_the_speed_model(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with with_client(tmp_path) as (c, sci):
+            want = client_intent(speed_model="interpolated", sizes=(2, 6))
+            lease = await sci.acquire({}, 600, intent=want)
+            # 8 GPUs are free; 6 is the largest size it allows.
+            assert dict(lease.size) == {"gpu": 6.0}
+            held = c.core.engine.elastic.by_lease[lease.id].intent
+            assert (held.speed_model, held.sizes, held.size_rule) == ("interpolated", (2, 6), "")
+            await sci.release(lease.id)
+            odd = Intent(min={"gpu": 1}, max={"gpu": 2}, work=1, deadline_s=1, speed_model="x")
+            with pytest.raises(ValueError, match="measured, interpolated"):
+                odd.to_proto()
+
+    run(scenario())
+
+
+def test_bad_sizes_rules_and_speed_models_are_refused_naming_the_field(tmp_path: Path) -> None:
+    cases: list[tuple[pb.Intent, str, str]] = [
+        (intent(size_rule="powers_of_three"), "intent.size_rule", "powers_of_two, divisors_of:B"),
+        (intent(size_rule="divisors_of:0"), "intent.size_rule", "divisors_of:B"),
+        (intent(size_rule="divisors_of:1e3"), "intent.size_rule", "divisors_of:B"),
+        (intent(speed_model=7), "intent.speed_model", "SPEED_MODEL_INTERPOLATED"),
+        (intent(sizes=[2, float("nan")]), "intent.sizes[1]", "finite"),
+        (intent(sizes=[2, 0]), "intent.sizes[1]", "(0, inf)"),
+        (intent(sizes=[2.0] * 65), "intent.sizes", "at most 64"),
+        (intent(sizes=[4, 8]), "intent.min", "not among the sizes"),
+        (intent(size_rule="divisors_of:12", min={"gpu": 5}), "intent.min", "not among"),
+    ]
+
+    async def scenario() -> None:
+        async with serve(tmp_path, WARM_ONLY, clock=ManualClock(START)) as c:
+            for it, field, says in cases:
+                journal, state = c.journal_len(), c.core.engine.state_digest()
+                bad = await fails(
+                    c.broker.Acquire(
+                        pb.AcquireRequest(duration_s=60, intent=it), metadata=c.as_("sci")
+                    )
+                )
+                assert bad.code == grpc.StatusCode.INVALID_ARGUMENT, (field, bad)
+                ((where, why),) = bad.field_violations
+                assert where == field and says in why, (field, bad)
+                assert (c.journal_len(), c.core.engine.state_digest()) == (journal, state)
 
     run(scenario())

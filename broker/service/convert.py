@@ -111,6 +111,12 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
 """A label key (``engine``, ``parsl_job``, ``bursar.io/lease-id``), matched whole."""
 
+SIZE_RULE = re.compile(
+    re.escape(elastic.POWERS_OF_TWO) + "|" + re.escape(elastic.DIVISORS_OF) + r"[1-9][0-9]{0,14}"
+)
+"""An intent's size rule, matched whole: the batch is bounded as every number is (below
+:data:`MAX_NUMBER`), so that dividing by it stays exact."""
+
 
 def shown(value: str, limit: int = SHOWN) -> str:
     """``value`` as an error may quote it: escaped as a Python literal (a control character
@@ -181,6 +187,12 @@ _STRINGS: dict[str, Text] = {
     "bursar.v1.AcquireRequest.idempotency_key": IDEMPOTENCY_KEY,
     "bursar.v1.CampaignSpec.name": replace(CAMPAIGN, optional=False),
     "bursar.v1.DegradeMode.name": Text("mode name", "1 to 63 printable characters", most=63),
+    "bursar.v1.Intent.size_rule": Text(
+        "size rule",
+        f"{elastic.POWERS_OF_TWO}, {elastic.DIVISORS_OF}B (B a whole number from 1 to "
+        "999999999999999)",
+        SIZE_RULE,
+    ),
     "bursar.v1.RenewRequest.lease_id": LEASE_ID,
     "bursar.v1.ReleaseRequest.lease_id": LEASE_ID,
     "bursar.v1.GetLeaseRequest.lease_id": LEASE_ID,
@@ -393,6 +405,13 @@ _DECAY = {
 }
 
 
+_SPEED_MODEL = {
+    pb.Intent.SPEED_MODEL_UNSPECIFIED: elastic.MEASURED,
+    pb.Intent.SPEED_MODEL_MEASURED: elastic.MEASURED,
+    pb.Intent.SPEED_MODEL_INTERPOLATED: elastic.INTERPOLATED,
+}
+
+
 def intent_from_proto(req: pb.AcquireRequest) -> elastic.Intent | None:
     """The request's intent, None when it has none. Only the sizes of repeated and map
     fields are bounded here; every value's range is the engine's check (it names the
@@ -409,6 +428,8 @@ def intent_from_proto(req: pb.AcquireRequest) -> elastic.Intent | None:
     kind = _DECAY.get(it.decay.kind)
     if kind is None:
         raise _bad("intent.decay.kind", "allowed: STEP, LINEAR, EXPONENTIAL")
+    if len(it.sizes) > elastic.MAX_CURVE_POINTS:
+        raise _bad("intent.sizes", f"at most {elastic.MAX_CURVE_POINTS} sizes")
     return elastic.Intent(
         min=dict(it.min),
         max=dict(it.max),
@@ -422,6 +443,11 @@ def intent_from_proto(req: pb.AcquireRequest) -> elastic.Intent | None:
         degrade=tuple(
             elastic.DegradeMode(m.name, m.work_factor, m.value_factor) for m in it.degrade
         ),
+        # check_request has refused an unknown enum number already.
+        speed_model=_SPEED_MODEL[it.speed_model],
+        # Empty on the wire: no list (every size from min in whole steps).
+        sizes=tuple(it.sizes) or None,
+        size_rule=it.size_rule,
     )
 
 

@@ -14,6 +14,11 @@ from bursar.protos.bursar.v1 import broker_pb2 as pb
 
 __all__ = ["Intent"]
 
+_SPEED_MODEL = {
+    "measured": pb.Intent.SPEED_MODEL_MEASURED,
+    "interpolated": pb.Intent.SPEED_MODEL_INTERPOLATED,
+}
+
 _DECAY = {
     "step": pb.Decay.KIND_STEP,
     "linear": pb.Decay.KIND_LINEAR,
@@ -31,6 +36,11 @@ class Intent:
     now; ``value`` what finishing by then is worth, ``decay`` what is left past it
     (``"step"``: nothing; ``("linear", window_s)``, ``("exponential", half_life_s)``);
     ``degrade``: ``(name, work_factor, value_factor)`` modes to fall back to.
+    ``speed_model``: ``"measured"`` (a curve is known at its points only: n units run at
+    the speed of the largest point at or below n) or ``"interpolated"`` (linear between
+    them). ``sizes`` (units of the speedup dimension) and ``size_rule``
+    (``"powers_of_two"`` or ``"divisors_of:B"``) limit the sizes the lease may hold; min
+    must be one of them.
     The broker checks every field and names the one it refuses."""
 
     min: Mapping[str, float]
@@ -43,11 +53,18 @@ class Intent:
     value: float = 1.0
     decay: str | tuple[str, float] = "step"
     degrade: Sequence[tuple[str, float, float]] = ()
+    speed_model: str = "measured"
+    sizes: Sequence[float] = ()
+    size_rule: str = ""
 
     def to_proto(self) -> pb.Intent:
         kind, window = (self.decay, 0.0) if isinstance(self.decay, str) else self.decay
         if kind not in _DECAY:
             raise ValueError(f"decay must be one of {', '.join(_DECAY)} (got {kind!r})")
+        if self.speed_model not in _SPEED_MODEL:
+            raise ValueError(
+                f"speed_model must be one of {', '.join(_SPEED_MODEL)} (got {self.speed_model!r})"
+            )
         speedup = pb.Speedup()
         if self.amdahl is not None:
             speedup.amdahl_serial_fraction = self.amdahl
@@ -67,4 +84,7 @@ class Intent:
             degrade=[
                 pb.DegradeMode(name=n, work_factor=w, value_factor=v) for n, w, v in self.degrade
             ],
+            speed_model=_SPEED_MODEL[self.speed_model],
+            sizes=list(self.sizes),
+            size_rule=self.size_rule,
         )

@@ -420,7 +420,15 @@ class Shape(_message.Message):
     def __init__(self, nodes: _Optional[int] = ..., per_node: _Optional[_Mapping[str, float]] = ..., exclusive: _Optional[bool] = ..., cpus_per_gpu: _Optional[float] = ..., mem_per_gpu: _Optional[float] = ...) -> None: ...
 
 class Intent(_message.Message):
-    __slots__ = ("min", "max", "step", "speedup", "remaining_work", "deadline_s", "value", "decay", "degrade")
+    __slots__ = ("min", "max", "step", "speedup", "remaining_work", "deadline_s", "value", "decay", "degrade", "speed_model", "sizes", "size_rule")
+    class SpeedModel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SPEED_MODEL_UNSPECIFIED: _ClassVar[Intent.SpeedModel]
+        SPEED_MODEL_MEASURED: _ClassVar[Intent.SpeedModel]
+        SPEED_MODEL_INTERPOLATED: _ClassVar[Intent.SpeedModel]
+    SPEED_MODEL_UNSPECIFIED: Intent.SpeedModel
+    SPEED_MODEL_MEASURED: Intent.SpeedModel
+    SPEED_MODEL_INTERPOLATED: Intent.SpeedModel
     class MinEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -451,6 +459,9 @@ class Intent(_message.Message):
     VALUE_FIELD_NUMBER: _ClassVar[int]
     DECAY_FIELD_NUMBER: _ClassVar[int]
     DEGRADE_FIELD_NUMBER: _ClassVar[int]
+    SPEED_MODEL_FIELD_NUMBER: _ClassVar[int]
+    SIZES_FIELD_NUMBER: _ClassVar[int]
+    SIZE_RULE_FIELD_NUMBER: _ClassVar[int]
     min: _containers.ScalarMap[str, float]
     max: _containers.ScalarMap[str, float]
     step: _containers.ScalarMap[str, float]
@@ -460,7 +471,10 @@ class Intent(_message.Message):
     value: float
     decay: Decay
     degrade: _containers.RepeatedCompositeFieldContainer[DegradeMode]
-    def __init__(self, min: _Optional[_Mapping[str, float]] = ..., max: _Optional[_Mapping[str, float]] = ..., step: _Optional[_Mapping[str, float]] = ..., speedup: _Optional[_Union[Speedup, _Mapping]] = ..., remaining_work: _Optional[float] = ..., deadline_s: _Optional[float] = ..., value: _Optional[float] = ..., decay: _Optional[_Union[Decay, _Mapping]] = ..., degrade: _Optional[_Iterable[_Union[DegradeMode, _Mapping]]] = ...) -> None: ...
+    speed_model: Intent.SpeedModel
+    sizes: _containers.RepeatedScalarFieldContainer[float]
+    size_rule: str
+    def __init__(self, min: _Optional[_Mapping[str, float]] = ..., max: _Optional[_Mapping[str, float]] = ..., step: _Optional[_Mapping[str, float]] = ..., speedup: _Optional[_Union[Speedup, _Mapping]] = ..., remaining_work: _Optional[float] = ..., deadline_s: _Optional[float] = ..., value: _Optional[float] = ..., decay: _Optional[_Union[Decay, _Mapping]] = ..., degrade: _Optional[_Iterable[_Union[DegradeMode, _Mapping]]] = ..., speed_model: _Optional[_Union[Intent.SpeedModel, str]] = ..., sizes: _Optional[_Iterable[float]] = ..., size_rule: _Optional[str] = ...) -> None: ...
 
 class Speedup(_message.Message):
     __slots__ = ("amdahl_serial_fraction", "curve")
