@@ -33,8 +33,10 @@ for the interface and changes nothing here.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,16 @@ from bursar.broker.journal import (
 from bursar.broker.policy import PolicySpec, PoolSpec
 from bursar.broker.specs import spec_to_dict
 
-__all__ = ["LEADER_LOCK", "SCHEME", "Deposed", "PgJournal", "is_postgres", "redacted"]
+__all__ = [
+    "LEADER_LOCK",
+    "SCHEME",
+    "Deposed",
+    "Peer",
+    "PgJournal",
+    "Topology",
+    "is_postgres",
+    "redacted",
+]
 
 SCHEME = ("postgresql://", "postgres://")
 """How ``--journal`` names a PostgreSQL journal (libpq's connection URIs)."""
@@ -109,6 +120,12 @@ _TOKENS = (
 """The campaign tokens' digests the brokers share, so that a standby that takes the lead
 accepts the tokens the last leader issued (each broker keeps its copy in STATE/tokens.sqlite)."""
 
+_BROKERS_DASHBOARD = (
+    "ALTER TABLE bursar.brokers ADD COLUMN IF NOT EXISTS dashboard TEXT NOT NULL DEFAULT ''"
+)
+"""Each broker's dashboard URL (empty: none), so that a standby's page links the leader's;
+added to a journal created before it."""
+
 _BROKERS = (
     "CREATE TABLE IF NOT EXISTS bursar.brokers (address TEXT PRIMARY KEY, role TEXT NOT NULL, "
     "applied BIGINT NOT NULL, seen DOUBLE PRECISION NOT NULL)"
@@ -149,6 +166,45 @@ def redacted(url: str) -> str:
     port = f":{params['port']}" if params.get("port") else ""
     user = f"{params['user']}@" if params.get("user") else ""
     return f"postgresql://{user}{host}{port}/{params.get('dbname', '')}"
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """One broker on a shared journal, as it last reported itself."""
+
+    address: str
+    role: str
+    """``leader`` (it holds the current epoch), ``standby``, or ``former``: it led under an
+    earlier epoch and has not reported since."""
+    applied: int
+    """The last entry it applied."""
+    lag_entries: int
+    """Committed entries it had not applied."""
+    lag_s: float
+    """How long the oldest of those had been in the journal (its time to ``now``); 0 when
+    caught up."""
+    reported_at: float
+    """When it said so (its own clock)."""
+    dashboard: str = ""
+    """Its dashboard's URL (empty: it serves none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """The brokers on a shared journal as the store knows them (``bursar status``,
+    ``bursar journal brokers``, the metrics)."""
+
+    epoch: int
+    leader: str
+    """The leader's address; empty before any broker led."""
+    last_seq: int
+    brokers: tuple[Peer, ...]
+    """By address."""
+
+    @property
+    def leader_dashboard(self) -> str:
+        """The leader's dashboard URL (empty: none, or not known)."""
+        return next((p.dashboard for p in self.brokers if p.address == self.leader), "")
 
 
 class Deposed(JournalError):
@@ -227,6 +283,7 @@ class PgJournal(JournalStore):
                     )
                 conn.execute(_TOKENS)
                 conn.execute(_BROKERS)
+                conn.execute(_BROKERS_DASHBOARD)
                 meta = dict(conn.execute("SELECT key, value FROM bursar.meta").fetchall())
             stored_pool, stored_policy, meta_line = checked_specs(meta, Path(where), pool, policy)
             return cls(url, conn, stored_pool, stored_policy, meta_line, durability)
@@ -531,24 +588,47 @@ class PgJournal(JournalStore):
 
     # ----- the brokers on this journal
 
-    def report(self, address: str, role: str, applied: int, at: float) -> None:
-        """Record this broker's role and the last entry it applied, as of ``at``."""
+    def report(self, address: str, role: str, applied: int, at: float, dashboard: str = "") -> None:
+        """Record this broker's role, the last entry it applied and its dashboard's URL, as
+        of ``at``."""
         with self._lock, self._errors("reporting"):
             self._conn.execute(
-                "INSERT INTO bursar.brokers (address, role, applied, seen) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (address) DO UPDATE SET role = excluded.role, "
-                "applied = excluded.applied, seen = excluded.seen",
-                (address, role, applied, at),
+                "INSERT INTO bursar.brokers (address, role, applied, seen, dashboard) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (address) DO UPDATE SET "
+                "role = excluded.role, applied = excluded.applied, seen = excluded.seen, "
+                "dashboard = excluded.dashboard",
+                (address, role, applied, at, dashboard),
             )
 
-    def brokers(self) -> list[tuple[str, str, int, float]]:
-        """(address, role, last entry applied, when it said so) per broker, by address."""
+    def brokers(self) -> list[tuple[str, str, int, float, str]]:
+        """(address, role, last entry applied, when it said so, dashboard URL) per broker,
+        by address."""
         return [
-            (str(a), str(r), int(n), float(t))
-            for a, r, n, t in self._rows(
-                "SELECT address, role, applied, seen FROM bursar.brokers ORDER BY address"
+            (str(a), str(r), int(n), float(t), str(u))
+            for a, r, n, t, u in self._rows(
+                "SELECT address, role, applied, seen, dashboard FROM bursar.brokers "
+                "ORDER BY address"
             )
         ]
+
+    def topology(self, now: float) -> Topology:
+        """The leader, its epoch and every broker's lag, as of ``now`` (the caller's clock;
+        the journal's times are the leader's). A few reads: call it off the event loop."""
+        epoch, leader = self.leader()
+        last = self._max_seq()
+        peers = []
+        for address, role, applied, seen, dashboard in self.brokers():
+            lag = max(0, last - applied)
+            lag_s = 0.0
+            if lag:
+                # The entry it has yet to apply: how long it has waited.
+                row = self.raw_entry(applied + 1)
+                if row is not None:
+                    lag_s = max(0.0, now - float(json.loads(row[0]).get("at", now)))
+            # The record names the leader; a row's role is as of its last report.
+            shown = "leader" if address == leader else "standby" if role == "standby" else "former"
+            peers.append(Peer(address, shown, applied, lag, lag_s, seen, dashboard))
+        return Topology(epoch, leader, last, tuple(peers))
 
     # ----- tokens
 

@@ -404,7 +404,8 @@ def brokers_cmd(journal_url: str) -> None:
 
     Each broker records its role and the last entry it applied as it runs (a standby at
     every poll, the leader at every check of its lock); LAG is how many committed entries
-    it had not applied, SEEN how long ago it said so.
+    it had not applied, LAG_S how long the oldest of those had been in the journal, SEEN
+    how long ago it said so.
     """
     import time
 
@@ -412,19 +413,17 @@ def brokers_cmd(journal_url: str) -> None:
 
     if not is_postgres(journal_url):
         raise click.UsageError(f"--journal {journal_url!r}: give a postgresql:// URL")
+    now = time.time()
     try:
         with PgJournal.open(journal_url) as j:
-            epoch, leader = j.leader()
-            last = j.last_seq
-            rows = j.brokers()
+            top = j.topology(now)
     except JournalError as exc:
         _fail(str(exc), EXIT_NO_JOURNAL)
-    click.echo(f"leader: {leader or '(none yet)'} (epoch {epoch}); journal at entry {last}")
-    now = time.time()
-    click.echo(f"{'ADDRESS':<24} {'ROLE':<8} {'APPLIED':>8} {'LAG':>6} {'SEEN':>8}")
-    for address, role, applied, seen in rows:
-        shown = role if role == "standby" or address == leader else "former"
+    leader = top.leader or "(none yet)"
+    click.echo(f"leader: {leader} (epoch {top.epoch}); journal at entry {top.last_seq}")
+    click.echo(f"{'ADDRESS':<24} {'ROLE':<8} {'APPLIED':>8} {'LAG':>6} {'LAG_S':>8} {'SEEN':>8}")
+    for p in top.brokers:
         click.echo(
-            f"{address:<24} {shown:<8} {applied:>8} {max(0, last - applied):>6} "
-            f"{human_duration(max(0.0, now - seen)):>8}"
+            f"{p.address:<24} {p.role:<8} {p.applied:>8} {p.lag_entries:>6} "
+            f"{human_duration(p.lag_s):>8} {human_duration(max(0.0, now - p.reported_at)):>8}"
         )

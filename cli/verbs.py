@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.table import Table
 
 from bursar.cli.client import (
     CONTEXT,
@@ -149,13 +150,39 @@ def renew_command(lease_id: str, duration: float) -> None:
         click.echo(lease_summary(lease, now))
 
 
+def _role(st: BrokerStatus) -> str:
+    if st.journal_store != "postgresql":
+        return f"leader (single, {st.journal_store or 'sqlite'})"
+    if st.role == "leader":
+        return f"leader (epoch {st.epoch}, postgresql)"
+    return f"{st.role} (the leader is {st.leader or 'not chosen yet'}, epoch {st.epoch})"
+
+
+def _brokers_table(st: BrokerStatus) -> Table:
+    """The brokers on the shared journal: each one's role and lag, as it last reported."""
+    t = Table(box=None, pad_edge=False)
+    for col in ("address", "role", "applied", "lag", "lag_s", "seen"):
+        t.add_column(col, justify="left" if col in ("address", "role") else "right")
+    for b in st.brokers:
+        t.add_row(
+            b.address,
+            b.role,
+            str(b.applied),
+            str(b.lag_entries),
+            human_duration(b.lag_s),
+            human_duration(max(0.0, st.now - b.reported_at)) + " ago",
+        )
+    return t
+
+
 @click.command("status", context_settings=CONTEXT)
 @campaign_option
 @connection_options
 def status_command() -> None:
-    """The broker at a glance (like sinfo): its version, clocks, journal, campaigns, live
-    leases, queued requests and open streams; with a campaign token, also that campaign's
-    live leases and what they hold.
+    """The broker at a glance (like sinfo): its version, role, clocks, journal, campaigns,
+    live leases, queued requests and open streams; on a journal shared in PostgreSQL, the
+    leader, its epoch and every broker's lag; with a campaign token, also that campaign's
+    live leases and what they hold. A standby answers with the admin token only.
 
     \b
     Examples:
@@ -187,6 +214,7 @@ def status_command() -> None:
         return
     rows = [
         ("broker", f"bursar {st.version} at {o.address}"),
+        ("role", _role(st)),
         ("you are", st.caller),
         ("clock", at(st.now)),
         ("last decision", at(st.engine_now, st.now)),
@@ -207,5 +235,9 @@ def status_command() -> None:
         width = max(len(k) for k, _ in rows)
         for k, v in rows:
             click.echo(f"{k:<{width}}  {v}")
+    if st.brokers:
+        if o.tsv:
+            click.echo()
+        print_tables(_brokers_table(st))
     if mine:
         print_tables(leases_table(mine, st.now))

@@ -80,10 +80,15 @@ def _free_port() -> int:
 class Broker:
     """One ``bursar serve --journal URL`` process on a fixed port (restartable)."""
 
-    def __init__(self, base: Path, name: str, url: str, user_url: str | None = None) -> None:
+    def __init__(
+        self, base: Path, name: str, url: str, user_url: str | None = None, ops: bool = False
+    ) -> None:
         self.name = name
         self.state = base / name
         self.port = _free_port()
+        # With ops, metrics and a dashboard on ports of their own (else none).
+        self.metrics_port = _free_port() if ops else None
+        self.dashboard_port = _free_port() if ops else None
         self.url = user_url or url
         self.config = base / "pool.toml"
         self.admin = base / "admin.token"
@@ -100,7 +105,7 @@ class Broker:
                 [
                     sys.executable, "-m", "bursar.broker.service",
                     "--state-dir", str(self.state), "--port", str(self.port),
-                    "--no-metrics", "--no-dashboard", "--config", str(self.config),
+                    *self._ops(), "--config", str(self.config),
                     "--admin-token-file", str(self.admin), "--journal", self.url,
                     "--takeover", TAKEOVER,
                 ],
@@ -108,6 +113,13 @@ class Broker:
                 stderr=subprocess.STDOUT,
             )  # fmt: skip
         return self
+
+    def _ops(self) -> list[str]:
+        if self.metrics_port is None or self.dashboard_port is None:
+            return ["--no-metrics", "--no-dashboard"]
+        return [
+            "--metrics-port", str(self.metrics_port), "--dashboard-port", str(self.dashboard_port)
+        ]  # fmt: skip
 
     def health(self) -> str:
         with grpc.insecure_channel(self.address) as channel:
@@ -143,16 +155,32 @@ class Broker:
                 self.kill()
 
 
-def _pair(base: Path, url: str, urls: tuple[str, str] | None = None) -> tuple[Broker, Broker]:
+def _pair(
+    base: Path, url: str, urls: tuple[str, str] | None = None, ops: bool = False
+) -> tuple[Broker, Broker]:
     (base / "pool.toml").write_text(CONFIG)
     admin = base / "admin.token"
     admin.write_text("bsr_" + "A" * 43 + "\n")
     os.chmod(admin, 0o600)
-    a = Broker(base, "a", url, urls[0] if urls else None).start()
+    a = Broker(base, "a", url, urls[0] if urls else None, ops).start()
     a.wait("SERVING")
-    b = Broker(base, "b", url, urls[1] if urls else None).start()
+    b = Broker(base, "b", url, urls[1] if urls else None, ops).start()
     b.wait("NOT_SERVING")
     return a, b
+
+
+@contextlib.contextmanager
+def logged(*brokers: Broker) -> Iterator[None]:
+    """Stop the brokers at the end; on a failure, print the tail of their logs first."""
+    try:
+        yield
+    except BaseException:
+        for x in brokers:
+            print(f"broker {x.name}:\n{x.log.read_text()[-4000:]}")
+        raise
+    finally:
+        for x in brokers:
+            x.stop()
 
 
 def _token(broker: Broker) -> str:

@@ -141,6 +141,23 @@ def parse_event_id(value: str) -> tuple[int, int]:
     return seq, index + 1
 
 
+async def listen(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None
+) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on ``host:port`` (0: a free port): its runner and the port bound."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host.strip("[]"), port, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    server = site._server  # aiohttp keeps the asyncio server here; it knows the port
+    assert server is not None
+    return runner, int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+
 class Dashboard:
     """The dashboard of one service core; ``start`` binds it, ``stop`` closes it."""
 
@@ -173,18 +190,7 @@ class Dashboard:
 
     async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None) -> int:
         """Listen on ``host:port`` (0: a free port); the port bound."""
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, host.strip("[]"), port, ssl_context=ssl_context)
-        try:
-            await site.start()
-        except OSError:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        server = site._server  # aiohttp keeps the asyncio server here; it knows the port
-        assert server is not None
-        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        self._runner, self.port = await listen(self.app, host, port, ssl_context)
         # Before any call is served: the engine and the journal say the same.
         self.series = series.build(self.core)
         return self.port

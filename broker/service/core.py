@@ -272,6 +272,9 @@ class ServiceCore:
         self.state_dir = state_dir
         self.admin_token_path = admin_token_path
         self.issued_at_start = tuple(issued_at_start)
+        self.topology: Any = None
+        """On a journal shared in PostgreSQL, the brokers on it as this leader's last lock
+        check read them (``journal_pg.Topology``, set by the server); None on SQLite."""
         self.version = _version()
         self._last = runtime.engine.now
         self.started_at = self.now()

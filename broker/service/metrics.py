@@ -36,6 +36,19 @@ dimension a campaign may not use has no envelope series.
     bursar_journal_commits_total                         journal commits (batches)
     bursar_journal_committed_entries_total               entries those commits held
     bursar_open_streams                                  Watch / WatchSupply streams open
+    bursar_role{role}                                    1 for this broker's role: leader
+                                                         (shared journal) or single (SQLite)
+    bursar_leader_epoch                                  the epoch it leads under (0: SQLite)
+    bursar_leadership_changes_total                      times this process took the lead
+    bursar_standby_lag_entries{address}                  committed entries a standby had
+                                                         not applied (the leader's view)
+    bursar_standby_lag_seconds{address}                  how long the oldest of them had
+                                                         been in the journal
+
+A standby serves no metrics until it leads: the leader's port carries every standby's lag
+as the store records it (each standby reports at every poll), so one scrape target sees
+them all; a standby that stopped reporting keeps its last lag, and ``bursar status`` says
+when it last reported.
 """
 
 from __future__ import annotations
@@ -227,6 +240,29 @@ class Metrics:
             registry=r,
         )
         self.open_streams = Gauge("bursar_open_streams", "Server streams open", registry=r)
+        self.role = Gauge(
+            "bursar_role", "1 for this broker's role: leader or single", ["role"], registry=r
+        )
+        self.epoch = Gauge(
+            "bursar_leader_epoch", "The epoch this broker leads under (0: SQLite)", registry=r
+        )
+        self.leadership_changes = Counter(
+            "bursar_leadership_changes",
+            "Times this process took the lead of a shared journal",
+            registry=r,
+        )
+        self.standby_lag = Gauge(
+            "bursar_standby_lag_entries",
+            "Committed journal entries a standby had not applied, as it last reported",
+            ["address"],
+            registry=r,
+        )
+        self.standby_lag_s = Gauge(
+            "bursar_standby_lag_seconds",
+            "How long the oldest entry a standby had not applied had been in the journal",
+            ["address"],
+            registry=r,
+        )
         self._http: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -317,6 +353,22 @@ class Metrics:
                 size += p.stat().st_size
         self.journal_bytes.set(size)
         self.open_streams.set(open_streams)
+
+    def on_lead(self, role: str, epoch: int, took: bool = False) -> None:
+        """This broker's role (leader, single) and epoch; ``took``: it took the lead now."""
+        self.role.clear()
+        self.role.labels(role).set(1)
+        self.epoch.set(epoch)
+        if took:
+            self.leadership_changes.inc()
+
+    def on_topology(self, standbys: Iterable[tuple[str, int, float]]) -> None:
+        """Each standby's (address, lag in entries, lag in seconds), as the store says."""
+        self.standby_lag.clear()
+        self.standby_lag_s.clear()
+        for address, entries, seconds in standbys:
+            self.standby_lag.labels(address).set(entries)
+            self.standby_lag_s.labels(address).set(seconds)
 
     # ----- the HTTP side port
 

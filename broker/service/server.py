@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hmac
 import ipaddress
 import logging
 import shutil
@@ -45,9 +46,17 @@ from bursar.broker.errors import JournalError
 from bursar.broker.journal import JournalStore
 from bursar.broker.runtime import Follower
 from bursar.broker.service import stalls
+from bursar.broker.service.auth import bearer_token, load_admin_token
 from bursar.broker.service.core import ServiceCore
+from bursar.broker.service.core import _version as core_version
+from bursar.broker.service.errors import Unauthenticated
 from bursar.broker.service.limits import LimitSettings
-from bursar.broker.service.servicer import AdminServicer, BrokerServicer, generic_handler
+from bursar.broker.service.servicer import (
+    AdminServicer,
+    BrokerServicer,
+    generic_handler,
+    status_message,
+)
 from bursar.broker.snapshot import EVERY
 from bursar.protos.bursar.v1 import admin_pb2, broker_pb2
 
@@ -138,11 +147,17 @@ class LostLead(JournalError):
 class _Gate(grpc.aio.ServerInterceptor):
     """While this broker is not the leader, every Broker and Admin call is answered
     UNAVAILABLE with the leader's address (message and ``bursar-leader`` trailing
-    metadata), and health answers carry that address too."""
+    metadata), and health answers carry that address too. GetStatus with the admin token
+    is the exception: an operator asking a standby sees its role, the leader and the lag
+    (``standby_status``)."""
 
     def __init__(self) -> None:
         self.serving = False
         self.leader = ""
+        self.topology: Any = None
+        """The brokers on the journal as this standby's last poll read them."""
+        self.standby_status: Callable[[str | None], broker_pb2.Status | None] | None = None
+        """The Status this standby answers the bearer token given (None: not the admin's)."""
 
     async def intercept_service(
         self,
@@ -155,6 +170,8 @@ class _Gate(grpc.aio.ServerInterceptor):
             return handler
         if method.startswith("/grpc.health.v1.Health/Check"):
             return self._with_leader(handler)
+        if method == "/bursar.v1.Broker/GetStatus" and self.standby_status is not None:
+            return self._status(handler, self.standby_status)
         return self._refusing(handler)
 
     def _told(self) -> tuple[tuple[str, str], ...]:
@@ -171,11 +188,32 @@ class _Gate(grpc.aio.ServerInterceptor):
             check, handler.request_deserializer, handler.response_serializer
         )
 
-    def _refusing(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        async def refuse(context: grpc.aio.ServicerContext) -> None:
-            where = f"; the leader is at {self.leader}" if self.leader else ""
+    async def _refuse(self, context: grpc.aio.ServicerContext) -> None:
+        where = f"; the leader is at {self.leader}" if self.leader else ""
+        context.set_trailing_metadata(self._told())
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"this broker is a standby{where}")
+
+    def _status(
+        self,
+        handler: grpc.RpcMethodHandler,
+        answer: Callable[[str | None], broker_pb2.Status | None],
+    ) -> grpc.RpcMethodHandler:
+        async def status(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                got = answer(bearer_token(context.invocation_metadata()))
+            except Unauthenticated:
+                got = None
+            if got is None:  # a campaign's call, or none: as every other call
+                await self._refuse(context)
             context.set_trailing_metadata(self._told())
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"this broker is a standby{where}")
+            return got
+
+        return grpc.unary_unary_rpc_method_handler(
+            status, handler.request_deserializer, handler.response_serializer
+        )
+
+    def _refusing(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        refuse = self._refuse
 
         if handler.unary_stream is not None:
 
@@ -383,6 +421,9 @@ async def running(
     core: ServiceCore | None = None if shared else open_core()
     started = False
     dashboard = None
+    standby_page: Any = None
+    tls = credentials is not None
+    dashboard_at = settings.dashboard_port
     health_servicer = health.aio.HealthServicer()
     server: grpc.aio.Server | None = None
     try:
@@ -399,16 +440,37 @@ async def running(
             assert settings.journal is not None and gate is not None
             state.mkdir(parents=True, exist_ok=True)
             store, follower = await asyncio.to_thread(_open_shared, settings)
+            gate.standby_status = _standby_status(settings, follower, gate, the_clock)
             # A standby answers (NOT_SERVING, with the leader's address) while it follows.
             await server.start()
             started = True
             for name in ("", *SERVICE_NAMES):
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
             advertise = settings.advertise or _address(settings.host, port)
-            await _stand_by(store, follower, gate, advertise, settings.takeover, the_clock)
+            own_dashboard = ""
+            if settings.dashboard_port is not None:
+                standby_page = await _standby_page(settings, gate)
+                own_dashboard = _dashboard_url(advertise, standby_page.port, tls)
+            await _stand_by(
+                store, follower, gate, advertise, settings.takeover, the_clock, own_dashboard
+            )
+            if standby_page is not None:
+                # The real dashboard takes the same port.
+                dashboard_at = standby_page.port
+                await standby_page.stop()
+            gate.standby_status = None
             # On this thread: the token store's SQLite connection belongs to it.
             core = open_core(store, follower)
+            # As a leader sees it (the standby's last read until the first lock check).
+            core.topology = gate.topology
+            with contextlib.suppress(JournalError):
+                core.topology = await asyncio.to_thread(store.topology, the_clock.now())
             late.core = core
+        if store is None:
+            core.metrics.on_lead("single", 0)
+        else:
+            core.metrics.on_lead("leader", store.epoch or 0, took=True)
+            _lag_metrics(core)
         metrics_port = None
         if settings.metrics_port is not None:
             try:
@@ -426,7 +488,7 @@ async def running(
             dashboard = Dashboard(core)
             try:
                 dashboard_port = await dashboard.start(
-                    settings.host, settings.dashboard_port, _ssl_context(settings)
+                    settings.host, dashboard_at or 0, _ssl_context(settings)
                 )
             except OSError as exc:
                 raise ValueError(
@@ -447,8 +509,13 @@ async def running(
             tg.create_task(core.run_checkpoints(), name="bursar-checkpoints")
             keeper = None
             if store is not None and gate is not None:
+                shown = (
+                    "" if dashboard_port is None else _dashboard_url(advertise, dashboard_port, tls)
+                )
                 keeper = tg.create_task(
-                    _keep_lead(store, gate, health_servicer, settings.takeover, core, advertise),
+                    _keep_lead(
+                        store, gate, health_servicer, settings.takeover, core, advertise, shown
+                    ),
                     name="bursar-lead",
                 )
             probes = heartbeat = None
@@ -489,6 +556,8 @@ async def running(
     finally:
         if dashboard is not None:
             await dashboard.stop()  # a no-op once stopped; here for a start that failed
+        if standby_page is not None:
+            await standby_page.stop()  # a no-op once stopped
         if core is not None:
             core.close()
         elif server is not None and started:
@@ -523,19 +592,82 @@ def _open_shared(settings: Settings) -> tuple[Any, Follower]:
     return store, follower
 
 
+def _dashboard_url(advertise: str, port: int, tls: bool) -> str:
+    """A broker's dashboard as other brokers' pages link it: its advertised host."""
+    host = advertise.rpartition(":")[0] or advertise
+    return f"{'https' if tls else 'http'}://{host}:{port}/"
+
+
+async def _standby_page(settings: Settings, gate: _Gate) -> Any:
+    """The page a standby's dashboard port shows: the leader, with a link to its dashboard."""
+    from bursar.broker.dashboard.standby import StandbyPage
+
+    def leader() -> tuple[str, str]:
+        top = gate.topology
+        return gate.leader, "" if top is None else top.leader_dashboard
+
+    assert settings.dashboard_port is not None
+    page = StandbyPage(leader)
+    try:
+        await page.start(settings.host, settings.dashboard_port, _ssl_context(settings))
+    except OSError as exc:
+        raise ValueError(
+            f"the dashboard port {settings.dashboard_port} on {settings.host} cannot be bound "
+            f"({exc.strerror or exc}): pass --dashboard-port with a free port or --no-dashboard"
+        ) from exc
+    return page
+
+
+def _standby_status(
+    settings: Settings, follower: Follower, gate: _Gate, clock: Clock
+) -> Callable[[str | None], broker_pb2.Status | None]:
+    """What a standby answers GetStatus with the admin token: its role, the engine it
+    follows (as of the entries applied), and the brokers on the journal as its last poll
+    read them."""
+    admin, _, _ = load_admin_token(Path(settings.state_dir), settings.admin_token_file)
+    started_at = clock.now()
+
+    def answer(token: str | None) -> broker_pb2.Status | None:
+        if token is None or not hmac.compare_digest(token.encode(), admin.encode()):
+            return None
+        return status_message(
+            follower.engine,
+            version=core_version(),
+            now=max(clock.now(), follower.engine.now),
+            started_at=started_at,
+            journal_entries=follower.seq,
+            open_streams=0,
+            caller="admin",
+            role="standby",
+            topology=gate.topology,
+        )
+
+    return answer
+
+
 async def _stand_by(
-    store: Any, follower: Follower, gate: _Gate, advertise: str, takeover: Takeover, clock: Clock
+    store: Any,
+    follower: Follower,
+    gate: _Gate,
+    advertise: str,
+    takeover: Takeover,
+    clock: Clock,
+    dashboard: str = "",
 ) -> None:
     """Follow the journal until this broker takes the lead, then wait out the grace
     (see :class:`Takeover`) and catch up with what the last leader committed."""
     announced = ""
     while True:
         await asyncio.to_thread(follower.follow)
-        await asyncio.to_thread(store.report, advertise, "standby", follower.seq, clock.now())
+        await asyncio.to_thread(
+            store.report, advertise, "standby", follower.seq, clock.now(), dashboard
+        )
+        # Read before the lead is tried, so that a broker that leads at once has one too.
+        gate.topology = await asyncio.to_thread(store.topology, clock.now())
         epoch = await asyncio.to_thread(store.lead, advertise, clock.now())
         if epoch is not None:
             break
-        _, gate.leader = await asyncio.to_thread(store.leader)
+        gate.leader = gate.topology.leader
         if gate.leader != announced:
             announced = gate.leader
             log.warning(
@@ -551,6 +683,16 @@ async def _stand_by(
     await asyncio.to_thread(follower.follow)
 
 
+def _lag_metrics(core: ServiceCore) -> None:
+    """The standbys' lag in the leader's metrics, as its last read of the store says."""
+    if core.topology is not None:
+        core.metrics.on_topology(
+            (p.address, p.lag_entries, p.lag_s)
+            for p in core.topology.brokers
+            if p.role == "standby"
+        )
+
+
 async def _keep_lead(
     store: Any,
     gate: _Gate,
@@ -558,6 +700,7 @@ async def _keep_lead(
     takeover: Takeover,
     core: ServiceCore,
     advertise: str,
+    dashboard: str = "",
 ) -> None:
     """Check the lock session every ``check_s``; at the first check that fails or takes
     longer than ``check_s``, stop answering (the lock may pass to a standby) and raise.
@@ -572,7 +715,8 @@ async def _keep_lead(
             held = bool(store.holds_lead())
             if held:
                 with contextlib.suppress(JournalError):  # only what an operator reads
-                    store.report(advertise, "leader", store.last_seq, now)
+                    store.report(advertise, "leader", store.last_seq, now, dashboard)
+                    core.topology = store.topology(now)
             return held
 
         try:
@@ -584,6 +728,7 @@ async def _keep_lead(
             held = None  # no answer yet: lost only if none comes for 2 * check_s
         if held:
             last_ok = time.monotonic()
+            _lag_metrics(core)
         lost = (
             held is False
             or core.runtime.broken

@@ -17,7 +17,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import message_factory
@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 
 from bursar.broker import codec, policy_apply
 from bursar.broker.decisions import DECISION_TYPES, Granted, Queued, Rejected
+from bursar.broker.engine import Engine
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.policy import PolicySpec
 from bursar.broker.service import convert
@@ -37,7 +38,10 @@ from bursar.broker.specs import spec_to_dict
 from bursar.protos.bursar.v1 import admin_pb2
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
-__all__ = ["AdminServicer", "BrokerServicer", "generic_handler"]
+if TYPE_CHECKING:  # psycopg is an optional extra: only the shared journal needs it
+    from bursar.broker.journal_pg import Topology
+
+__all__ = ["AdminServicer", "BrokerServicer", "generic_handler", "status_message"]
 
 log = logging.getLogger(__name__)
 
@@ -363,19 +367,64 @@ class BrokerServicer(_Base):
     @_rpc()
     def GetStatus(self, req: pb.GetStatusRequest, who: Principal) -> pb.Status:
         core = self.core
-        eng = core.engine
-        return pb.Status(
+        shared = core.topology is not None
+        return status_message(
+            core.engine,
             version=core.version,
             now=core.now(),
-            engine_now=eng.now,
             started_at=core.started_at,
             journal_entries=core.runtime.journal.last_seq,
-            campaigns=len(eng.campaigns),
-            leases=len(eng.leases) - len(eng.elastic.parent_of),
-            pending=len(eng.pending),
             open_streams=core.limits.open_streams,
             caller=str(who),
+            role="leader" if shared else "single",
+            topology=core.topology,
         )
+
+
+def status_message(
+    eng: Engine,
+    *,
+    version: str,
+    now: float,
+    started_at: float,
+    journal_entries: int,
+    open_streams: int,
+    caller: str,
+    role: str,
+    topology: Topology | None,
+) -> pb.Status:
+    """The Status a broker answers: the leader's (or a single broker's) from its core, a
+    standby's from the engine it follows (``server._Gate``). ``topology``: the brokers on a
+    shared journal as last read from the store; None on SQLite."""
+    out = pb.Status(
+        version=version,
+        now=now,
+        engine_now=eng.now,
+        started_at=started_at,
+        journal_entries=journal_entries,
+        campaigns=len(eng.campaigns),
+        leases=len(eng.leases) - len(eng.elastic.parent_of),
+        pending=len(eng.pending),
+        open_streams=open_streams,
+        caller=caller,
+        role=role,
+        journal_store="sqlite" if topology is None else "postgresql",
+    )
+    if topology is not None:
+        out.leader = topology.leader
+        out.epoch = topology.epoch
+        out.brokers.extend(
+            pb.JournalBroker(
+                address=p.address,
+                role=p.role,
+                applied=p.applied,
+                lag_entries=p.lag_entries,
+                lag_s=p.lag_s,
+                reported_at=p.reported_at,
+            )
+            for p in topology.brokers
+        )
+    return out
 
 
 class AdminServicer(_Base):

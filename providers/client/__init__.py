@@ -65,6 +65,7 @@ from bursar.providers.client._types import DecisionRecord as DecisionRecord
 from bursar.providers.client._types import DimEnvelope as DimEnvelope
 from bursar.providers.client._types import DimSupply as DimSupply
 from bursar.providers.client._types import ElasticState as ElasticState
+from bursar.providers.client._types import JournalBroker as JournalBroker
 from bursar.providers.client._types import Lease as Lease
 from bursar.providers.client._types import LeaseClass as LeaseClass
 from bursar.providers.client._types import LeaseEvent as LeaseEvent
@@ -105,6 +106,7 @@ __all__ = [
     "Intent",
     "InvalidArgument",
     "InvalidToken",
+    "JournalBroker",
     "Lease",
     "LeaseClass",
     "LeaseEvent",

@@ -47,6 +47,7 @@ __all__ = [
     "DimEnvelope",
     "DimSupply",
     "ElasticState",
+    "JournalBroker",
     "Lease",
     "LeaseClass",
     "LeaseEvent",
@@ -512,12 +513,22 @@ MeterResult = _message(
     """The answer to a Meter call (``bursar.v1.MeterResponse``): use ``granted`` now; ask
     again for the rest after ``wait_s`` (``math.inf``: no sustained rate there).""",
 )
+JournalBroker = _message(
+    _Message,
+    "JournalBroker",
+    _Shape(pb.JournalBroker.DESCRIPTOR),
+    """One broker on a shared journal as the store knows it (``bursar.v1.JournalBroker``):
+    its ``address``, ``role`` (leader, standby, former), the last entry it ``applied``
+    and its lag (``lag_entries``, ``lag_s``), as of ``reported_at``.""",
+)
 BrokerStatus = _message(
     _Message,
     "BrokerStatus",
     _Shape(pb.Status.DESCRIPTOR),
     """The broker's state in a few numbers (``bursar.v1.Status``); ``caller`` is the
-    caller as the server sees it: "campaign:NAME" or "admin".""",
+    caller as the server sees it: "campaign:NAME" or "admin"; ``role`` the answering
+    broker's (leader, standby, single), with the ``leader``, its ``epoch`` and the
+    ``brokers`` on a shared journal.""",
 )
 
 

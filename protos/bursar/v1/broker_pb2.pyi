@@ -846,7 +846,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Status(_message.Message):
-    __slots__ = ("version", "now", "engine_now", "started_at", "journal_entries", "campaigns", "leases", "pending", "open_streams", "caller")
+    __slots__ = ("version", "now", "engine_now", "started_at", "journal_entries", "campaigns", "leases", "pending", "open_streams", "caller", "role", "journal_store", "leader", "epoch", "brokers")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NOW_FIELD_NUMBER: _ClassVar[int]
     ENGINE_NOW_FIELD_NUMBER: _ClassVar[int]
@@ -857,6 +857,11 @@ class Status(_message.Message):
     PENDING_FIELD_NUMBER: _ClassVar[int]
     OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
     CALLER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_STORE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BROKERS_FIELD_NUMBER: _ClassVar[int]
     version: str
     now: float
     engine_now: float
@@ -867,4 +872,25 @@ class Status(_message.Message):
     pending: int
     open_streams: int
     caller: str
-    def __init__(self, version: _Optional[str] = ..., now: _Optional[float] = ..., engine_now: _Optional[float] = ..., started_at: _Optional[float] = ..., journal_entries: _Optional[int] = ..., campaigns: _Optional[int] = ..., leases: _Optional[int] = ..., pending: _Optional[int] = ..., open_streams: _Optional[int] = ..., caller: _Optional[str] = ...) -> None: ...
+    role: str
+    journal_store: str
+    leader: str
+    epoch: int
+    brokers: _containers.RepeatedCompositeFieldContainer[JournalBroker]
+    def __init__(self, version: _Optional[str] = ..., now: _Optional[float] = ..., engine_now: _Optional[float] = ..., started_at: _Optional[float] = ..., journal_entries: _Optional[int] = ..., campaigns: _Optional[int] = ..., leases: _Optional[int] = ..., pending: _Optional[int] = ..., open_streams: _Optional[int] = ..., caller: _Optional[str] = ..., role: _Optional[str] = ..., journal_store: _Optional[str] = ..., leader: _Optional[str] = ..., epoch: _Optional[int] = ..., brokers: _Optional[_Iterable[_Union[JournalBroker, _Mapping]]] = ...) -> None: ...
+
+class JournalBroker(_message.Message):
+    __slots__ = ("address", "role", "applied", "lag_entries", "lag_s", "reported_at")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LAG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LAG_S_FIELD_NUMBER: _ClassVar[int]
+    REPORTED_AT_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    role: str
+    applied: int
+    lag_entries: int
+    lag_s: float
+    reported_at: float
+    def __init__(self, address: _Optional[str] = ..., role: _Optional[str] = ..., applied: _Optional[int] = ..., lag_entries: _Optional[int] = ..., lag_s: _Optional[float] = ..., reported_at: _Optional[float] = ...) -> None: ...
