@@ -18,9 +18,11 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import click
 
+from bursar.broker.elastic import SPEED_MODELS
 from bursar.cli.client import (
     CONTEXT,
     broker_client,
@@ -35,6 +37,7 @@ from bursar.cli.console import human_duration, iso_time
 from bursar.cli.leases import parse_labels, parse_units
 from bursar.cli.verbs import at, ended_how, lease_summary
 from bursar.providers.client import (
+    Intent,
     Lease,
     LeaseHandle,
     LeaseState,
@@ -116,6 +119,54 @@ def _exit_status(returncode: int) -> int:
 @click.option(
     "--label", "labels", multiple=True, metavar="KEY=VALUE", help="Lease labels; repeatable."
 )
+@click.option(
+    "--max",
+    "max_size",
+    metavar="DIM=UNITS,...",
+    help="An elastic lease: granted at --size, grown toward this while spare capacity "
+    "lasts, shrunk when others need it (needs --work and --deadline).",
+)
+@click.option(
+    "--work",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="UNITS",
+    help="Elastic: the work left, in the speedup model's units (Amdahl: seconds on one unit).",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Elastic: the deadline, seconds from now.",
+)
+@click.option(
+    "--amdahl",
+    type=click.FloatRange(0, 1),
+    metavar="FRACTION",
+    help="Elastic: Amdahl's serial fraction (default 0, unless --curve is given).",
+)
+@click.option(
+    "--curve",
+    metavar="UNITS:THROUGHPUT,...",
+    help="Elastic: measured throughput points spanning --size to --max, instead of --amdahl.",
+)
+@click.option(
+    "--speed-model",
+    type=click.Choice(list(SPEED_MODELS)),
+    default=SPEED_MODELS[0],
+    show_default=True,
+    help="Elastic: a --curve known at its points only (measured) or linear between them.",
+)
+@click.option(
+    "--sizes",
+    "allowed",
+    metavar="UNITS,...",
+    help="Elastic: the sizes (units of the speedup dimension) the job can use; --size among them.",
+)
+@click.option(
+    "--size-rule",
+    metavar="RULE",
+    help="Elastic: powers_of_two, or divisors_of:B (the counts dividing a global batch of B).",
+)
 @campaign_option
 @connection_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- CMD [ARGS]...]")
@@ -125,6 +176,7 @@ def acquire_command(
     timeout: float | None,
     labels: tuple[str, ...],
     command: tuple[str, ...],
+    **elastic: Any,
 ) -> None:
     """Acquire a lease, run CMD in it, release it when CMD exits (like salloc).
 
@@ -141,16 +193,24 @@ def acquire_command(
     Without CMD: prints the lease (a table, or one JSON line with --json) and holds it,
     renewed, until interrupted (Ctrl-C or SIGTERM), then releases it and exits 0.
 
+    With --max the lease is elastic and deadline-aware: granted at --size, grown toward
+    --max while spare capacity lasts and shrunk when others need it, on the sizes --sizes
+    and --size-rule allow. CMD's environment names the size it was granted; it is not told
+    of resizes (the Python client's held lease follows them).
+
     \b
     Examples:
       bursar acquire --size gpu=8 --token-file state/tokens.json --campaign storm \\
           -- python train.py --epochs 3
       bursar acquire --size gpu=8,cpu=64 --duration 1800 --timeout 60 -- ./run.sh
+      bursar acquire --size gpu=2 --max gpu=16 --size-rule powers_of_two --work 36000 \\
+          --deadline 7200 --curve 1:1,2:1.9,4:3.6,8:6.5,16:11 -- ./train.sh
     """
     o = options()
     size: dict[str, float] = {}
     for text in sizes:
         size.update(parse_units(text, "--size"))
+    intent = _intent(size, **elastic)  # the elastic options, as _intent names them
     label_map = parse_labels(labels)
     argv = list(command)
 
@@ -162,8 +222,9 @@ def acquire_command(
                 f"({wait})..."
             )
             handle = client.held_lease(
-                size,
+                {} if intent is not None else size,
                 duration,
+                intent=intent,
                 timeout=timeout,
                 labels=label_map or None,
                 on_queued=_queued,
@@ -190,6 +251,67 @@ def acquire_command(
 
     status = run_call(go)
     sys.exit(status)
+
+
+def _intent(
+    size: dict[str, float],
+    max_size: str | None,
+    work: float | None,
+    deadline: float | None,
+    amdahl: float | None,
+    curve: str | None,
+    speed_model: str,
+    allowed: str | None,
+    size_rule: str | None,
+) -> Intent | None:
+    """The elastic intent the options describe; None without --max. The broker checks the
+    values (naming the intent's field it refuses); here only what the options must say."""
+    if max_size is None:
+        given = [
+            flag
+            for flag, v in (
+                ("--work", work),
+                ("--deadline", deadline),
+                ("--amdahl", amdahl),
+                ("--curve", curve),
+                ("--sizes", allowed),
+                ("--size-rule", size_rule),
+            )
+            if v is not None
+        ]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only for an elastic lease (give --max)")
+        return None
+    if work is None or deadline is None:
+        raise click.UsageError("--max (an elastic lease) needs --work and --deadline")
+    if curve is not None and amdahl is not None:
+        raise click.UsageError("give --amdahl or --curve, not both")
+    return Intent(
+        min=size,
+        max=parse_units(max_size, "--max"),
+        work=work,
+        deadline_s=deadline,
+        amdahl=None if curve is not None else (amdahl or 0.0),
+        curve=_numbers(curve, "--curve", 2) if curve is not None else (),
+        speed_model=speed_model,
+        sizes=tuple(u for (u,) in _numbers(allowed, "--sizes", 1)) if allowed else (),
+        size_rule=size_rule or "",
+    )
+
+
+def _numbers(text: str, flag: str, per: int) -> tuple[tuple[float, ...], ...]:
+    """``1:1.0,2:1.9`` (``per`` numbers an item, ``:`` between them) as tuples of floats."""
+    out = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        try:
+            if len(parts) != per:
+                raise ValueError
+            out.append(tuple(float(x) for x in parts))
+        except ValueError:
+            shape = ":".join(["NUMBER"] * per)
+            raise click.UsageError(f"{flag}: {item.strip()!r} is not {shape}") from None
+    return tuple(out)
 
 
 def _queued(p: PendingRequest) -> None:

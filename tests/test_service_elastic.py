@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -274,5 +275,40 @@ def test_bad_sizes_rules_and_speed_models_are_refused_naming_the_field(tmp_path:
                 ((where, why),) = bad.field_violations
                 assert where == field and says in why, (field, bad)
                 assert (c.journal_len(), c.core.engine.state_digest()) == (journal, state)
+
+    run(scenario())
+
+
+def test_bursar_acquire_asks_for_an_elastic_lease_on_allowed_sizes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with serve(tmp_path, WARM_ONLY, clock=ManualClock(START)) as c:
+            await c.acquire("other", 11, duration_s=600)  # 5 of the 16 warm GPUs are free
+            sci = ["--target", c.address, "--token", c.tokens["sci"]]
+            elastic = ["--size", "gpu=2", "--max", "gpu=12", "--work", "20000"]
+            elastic += ["--deadline", "10000", "--curve", "1:1,2:1.9,4:3.6,8:6.5,16:11"]
+
+            async def bursar(*args: str) -> tuple[int, str]:
+                # A process of its own: it forwards signals to its command (main thread only).
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "bursar.cli.main", "acquire", *args,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                )  # fmt: skip
+                out, _ = await proc.communicate()
+                return await proc.wait(), out.decode()
+
+            # The command sees the size it was granted: 4, the largest power of two free.
+            check = 'test "$BURSAR_LEASE_SIZE" = gpu=4'
+            code, out = await bursar(
+                *elastic, "--size-rule", "powers_of_two", *sci, "--", "sh", "-c", check
+            )
+            assert code == 0, out
+            # A bad rule: the broker names the intent's field; nothing is granted.
+            journal = c.journal_len()
+            code, out = await bursar(*elastic, "--size-rule", "powers_of_three", *sci, "--", "true")
+            assert code == 1 and "intent.size_rule" in out, out
+            assert c.journal_len() == journal
+            # Elastic options without --max: a usage error, before any call.
+            code, out = await bursar("--size", "gpu=2", "--sizes", "2,4", *sci)
+            assert code == 2 and "give --max" in out, out
 
     run(scenario())
