@@ -155,6 +155,10 @@ CASES: dict[str, list[tuple[Call, str]]] = {
             _intent(speedup=pb.Speedup(amdahl_serial_fraction=NAN)),
             "intent.speedup.amdahl_serial_fraction",
         ),
+        (_intent(sizes=[2, NAN]), "intent.sizes[1]"),
+        (_intent(size_rule="powers_of_two\x00"), "intent.size_rule"),
+        (_intent(size_rule="divisors_of:" + "9" * 16), "intent.size_rule"),
+        (_intent(speed_model=9), "intent.speed_model"),
     ],
     "Broker.Renew": [
         (_on("Broker.Renew", pb.RenewRequest(lease_id="L1\x00", duration_s=30)), "lease_id"),
