@@ -232,6 +232,9 @@ class _Policy(_Table):
     elastic_degrade: bool = _POLICY_DEFAULTS["elastic_degrade"]
     elastic_admission: bool = _POLICY_DEFAULTS["elastic_admission"]
     elastic_hysteresis: float = Field(default=_POLICY_DEFAULTS["elastic_hysteresis"], ge=1)
+    idempotency_window_s: float = Field(default=_POLICY_DEFAULTS["idempotency_window_s"], gt=0)
+    idempotency_keys_kept: int = Field(default=_POLICY_DEFAULTS["idempotency_keys_kept"], ge=1)
+    ended_leases_kept: int = Field(default=_POLICY_DEFAULTS["ended_leases_kept"], ge=1)
 
     @field_validator("fairshare_half_life_s", mode="before")
     @classmethod
@@ -518,6 +521,9 @@ def _policy_spec(p: _Policy, *, keep_nodes_on: bool) -> PolicySpec:
         elastic_degrade=p.elastic_degrade,
         elastic_admission=p.elastic_admission,
         elastic_hysteresis=p.elastic_hysteresis,
+        idempotency_window_s=p.idempotency_window_s,
+        idempotency_keys_kept=p.idempotency_keys_kept,
+        ended_leases_kept=p.ended_leases_kept,
     )
 
 

@@ -49,6 +49,14 @@ class EndedLeases(Mapping[str, EndedLease]):
             )
             self._open_no += 1
             self._open = []
+        self._trim()
+
+    def resize(self, limit: int) -> None:
+        """Keep the newest ``limit`` from now on (dropping the oldest chunks at once)."""
+        self.limit = limit
+        self._trim()
+
+    def _trim(self) -> None:
         while self._frozen and len(self._where) - CHUNK >= self.limit:
             no = next(iter(self._frozen))
             ids_bytes, _ = self._frozen.pop(no)

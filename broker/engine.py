@@ -85,7 +85,7 @@ from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
 from bursar.broker.pending import HeadEntry, Pending, PoolScan, Queues
 from bursar.broker.placement import Placement
-from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
+from bursar.broker.policy import ENDED_LEASES_KEPT, Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState
 from bursar.broker.power import PowerControl
 from bursar.broker.reasons import Reason
@@ -93,7 +93,7 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 8
+RULES_VERSION = 9
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -120,10 +120,15 @@ intent's ``speed_model: interpolated``); an intent may name the sizes it can use
 allocator grows and shrinks a lease a jump at a time between them (the best gain per step
 of every larger allowed size, so a lease crosses a plateau of its curve); and a renewal of
 an elastic lease before its deadline is not refused for pushing a reservation (its
-``Renewed`` says ``deadline_promise``)."""
+``Renewed`` says ``deadline_promise``). 9: an idempotency key is forgotten once the policy's
+``idempotency_keys_kept`` newer keyed requests came (200,000 by default; or up to a chunk
+of 100 later), as well as at the end of its window (``idempotency_window_s``, a day by
+default): a retry after that many newer keys is a new request (before, a day of keys was
+kept whatever their number)."""
 
-ENDED_KEPT = 100_000
-"""Ended leases the engine remembers (the newest): enough to answer "already ended" and to
+ENDED_KEPT = ENDED_LEASES_KEPT
+"""Ended leases the engine remembers by default (the newest; the policy's
+``ended_leases_kept``): enough to answer "already ended" and to
 open a Watch on a lease that ended a while ago, bounded so that a long-running broker's
 state does not grow with every lease it ever granted."""
 
@@ -140,9 +145,9 @@ class Engine:
         self._seq = 0
         self.campaigns: dict[str, CampaignState] = {}
         self.leases: dict[str, Lease] = {}
-        self.ended = EndedLeases(ENDED_KEPT)
-        """The newest ``ENDED_KEPT`` ended leases (or up to one chunk more), oldest first."""
-        self.idempotency = Keys()
+        self.ended = EndedLeases(self.policy.ended_leases_kept)
+        """The newest ``ended_leases_kept`` ended leases (or up to one chunk more), oldest first."""
+        self.idempotency = Keys(self.policy.idempotency_window_s, self.policy.idempotency_keys_kept)
         self.elastic = elastic.ElasticLeases()
         """Elastic leases' allocator state and their extra steps (``broker/elastic.py``)."""
         self._primary = pricing.primary_index(self.pool.capacity)
@@ -266,7 +271,8 @@ class Engine:
 
     @property
     def keys(self) -> dict[tuple[str, str], KeyRecord]:
-        """Idempotency keys seen in the last ``KEY_WINDOW_S``, by (campaign, key), oldest first."""
+        """Idempotency keys seen in the window (the policy's ``idempotency_window_s``), by
+        (campaign, key), oldest first."""
         return self.idempotency.records
 
     def next_timer(self) -> float | None:

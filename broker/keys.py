@@ -1,8 +1,10 @@
 """Idempotency keys: what each keyed Acquire asked for and how it was answered.
 
-A retry that carries the same key within ``KEY_WINDOW_S`` gets the first call's answer
-instead of a second lease. ``Keys`` holds the records by (campaign, key), oldest first,
-and, while a request is still unanswered (queued), by request id too.
+A retry that carries the same key within the window (``KEY_WINDOW_S`` unless the policy's
+``idempotency_window_s`` says otherwise) gets the first call's answer instead of a second
+lease, as long as fewer than the policy's ``idempotency_keys_kept`` keyed Acquires came
+after it. ``Keys`` holds the records by (campaign, key), oldest first, and, while a
+request is still unanswered (queued), by request id too.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from bursar.broker import safe_pickle
 from bursar.broker.codec import dumps, plain
 from bursar.broker.decisions import Decision
 from bursar.broker.events import RequestLease
+from bursar.broker.policy import IDEMPOTENCY_KEYS_KEPT, IDEMPOTENCY_WINDOW_S
 
-KEY_WINDOW_S = 86_400.0
-"""How long an Acquire's idempotency key is remembered (seconds): a retry within this
-window returns the first call's answer instead of a second lease."""
+KEY_WINDOW_S = IDEMPOTENCY_WINDOW_S
+"""How long an Acquire's idempotency key is remembered by default (seconds): a retry
+within this window returns the first call's answer instead of a second lease."""
+KEYS_KEPT = IDEMPOTENCY_KEYS_KEPT
+"""At most how many keys are remembered by default (the newest, or up to ``CHUNK`` more)."""
 
 
 @dataclass(slots=True)
@@ -62,7 +67,7 @@ _DECODED_KEPT = 40
 
 
 class Keys:
-    """The keys seen in the last ``KEY_WINDOW_S``.
+    """The keys seen in the last ``window_s`` (the newest ``kept`` of them at most).
 
     A busy broker sees a key with every Acquire the client library sends: a day of them
     is hundreds of thousands of records. They are kept in chunks of ``CHUNK``, oldest
@@ -71,7 +76,9 @@ class Keys:
     What changes in a record after its chunk froze (the answer of a request that was
     queued, a withdrawal) is kept beside it. A chunk is dropped once its newest record
     is past the window; until then a lookup still ignores the records past it, so the
-    window is exact.
+    window is exact. The oldest chunk is also dropped once the rest still hold ``kept``
+    records: between ``kept`` and ``kept + CHUNK`` are held, whatever the traffic, so the
+    memory is bounded by the count as well as by the window.
     """
 
     __slots__ = (
@@ -83,9 +90,13 @@ class Keys:
         "_open_no",
         "_unanswered",
         "_where",
+        "kept",
+        "window_s",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, window_s: float = KEY_WINDOW_S, kept: int = KEYS_KEPT) -> None:
+        self.window_s = window_s
+        self.kept = kept
         self._open: list[KeyRecord | None] = []
         """The newest records, oldest first (None: withdrawn)."""
         self._open_no = 0
@@ -186,13 +197,23 @@ class Keys:
         if rec is not None:
             self._changed(rec, None)
 
+    def retune(self, window_s: float, kept: int) -> None:
+        """A new window and bound, from the next ``forget`` on."""
+        self.window_s = window_s
+        self.kept = kept
+
+    def __len__(self) -> int:
+        """Records held (in the window or not yet dropped with their chunk)."""
+        return len(self._frozen) * CHUNK + len(self._open)
+
     def forget(self, now: float) -> None:
-        """Forget keys older than the window: lookups at once, chunks once wholly past it."""
-        self._horizon = now - KEY_WINDOW_S
+        """Forget keys older than the window: lookups at once, chunks once wholly past it;
+        and the oldest chunks while the rest still hold ``kept`` records."""
+        self._horizon = now - self.window_s
         while self._frozen:
             no = next(iter(self._frozen))
             names_bytes, _, newest = self._frozen[no]
-            if newest > self._horizon:
+            if newest > self._horizon and len(self) - CHUNK < self.kept:
                 return
             recs = self._chunk(no)
             del self._frozen[no]
@@ -219,9 +240,13 @@ class Keys:
             "_unanswered": self._unanswered,
             "_late": self._late,
             "_horizon": self._horizon,
+            "window_s": self.window_s,
+            "kept": self.kept,
         }
 
     def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        # A snapshot from before the window and bound were settings holds neither.
+        self.window_s, self.kept = KEY_WINDOW_S, KEYS_KEPT
         for k, v in state[1].items():
             setattr(self, k, v)
         self._decoded = {}

@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 
 from bursar.broker import dims
 
+IDEMPOTENCY_WINDOW_S = 86_400.0
+"""The default of ``PolicySpec.idempotency_window_s``: a day."""
+IDEMPOTENCY_KEYS_KEPT = 200_000
+"""The default of ``PolicySpec.idempotency_keys_kept``."""
+ENDED_LEASES_KEPT = 100_000
+"""The default of ``PolicySpec.ended_leases_kept``."""
+
 
 class Enforcement(enum.Enum):
     """How bucket tokens are charged (prepaid by default; see docs/concepts.md)."""
@@ -93,3 +100,19 @@ class PolicySpec:
     """A step is taken from one elastic lease for another only when the other's marginal
     utility is at least this many times what the step is worth where it is (>= 1; keeps
     two leases from trading a step back and forth)."""
+    idempotency_window_s: float = field(
+        default=IDEMPOTENCY_WINDOW_S, metadata={"omit_default": True}
+    )
+    """How long an Acquire's idempotency key is remembered (seconds, > 0): a retry with
+    the same key within it gets the first call's answer instead of a second lease."""
+    idempotency_keys_kept: int = field(
+        default=IDEMPOTENCY_KEYS_KEPT, metadata={"omit_default": True}
+    )
+    """At most how many idempotency keys are remembered (>= 1; the newest, or up to 100
+    more, ``broker/keys.py``): a key is forgotten at the end of its window or once this
+    many newer keyed Acquires came, whichever is first. This bounds the keys' memory (about
+    250 bytes a key) however busy the broker is."""
+    ended_leases_kept: int = field(default=ENDED_LEASES_KEPT, metadata={"omit_default": True})
+    """How many ended leases the engine remembers (>= 1; the newest, or up to 1,000 more):
+    enough to answer "already ended" and to open a Watch on a lease that ended a while
+    ago."""

@@ -61,10 +61,14 @@ _RANGES: Mapping[str, tuple[float, bool, bool]] = {
     "meter_window_s": (0.0, True, False),
     "power_down_idle_s": (0.0, True, True),  # 0 would recheck a needed node at one instant for ever
     "elastic_hysteresis": (1.0, False, False),
+    "idempotency_window_s": (0.0, True, False),
 }
 """The numeric settings' ranges (the config file's are the same, ``broker/config.py``)."""
 
 MAX_RESERVATIONS = 64
+
+_COUNTS = ("idempotency_keys_kept", "ended_leases_kept")
+"""The settings that count records kept (a smaller count forgets the oldest at once)."""
 
 _FLAGS = ("renewals_push_reservations", "elastic_risk", "elastic_degrade", "elastic_admission")
 
@@ -96,6 +100,10 @@ def problems(old: PolicySpec, new: PolicySpec, capacity: dims.Vec) -> list[tuple
     r = new.reservations
     if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= MAX_RESERVATIONS:
         out.append(("reservations", f"got {r!r}; allowed: a whole number 1 to {MAX_RESERVATIONS}"))
+    for key in _COUNTS:
+        n = getattr(new, key)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            out.append((key, f"got {n!r}; allowed: a whole number >= 1"))
     if new.elastic_rule not in RULES:
         out.append(("elastic_rule", f"got {new.elastic_rule!r}; allowed: {', '.join(RULES)}"))
     for key in _FLAGS:

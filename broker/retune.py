@@ -27,6 +27,8 @@ def retune(eng: Engine, new: PolicySpec) -> None:
     eng.headroom = eng.power.headroom
     eng.placement.retune(new)
     eng.queue.retune(new)
+    eng.idempotency.retune(new.idempotency_window_s, new.idempotency_keys_kept)
+    eng.ended.resize(new.ended_leases_kept)
     # Who may start now depends on the headroom, the reservations and the elastic
     # settings: the admission pass that follows the event tries every waiting head.
     eng.queue.pool_dirty = True

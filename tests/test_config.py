@@ -187,6 +187,9 @@ def test_every_policy_field_is_a_config_key(tmp_path: Path) -> None:
         "elastic_degrade": False,
         "elastic_admission": False,
         "elastic_hysteresis": 3.0,
+        "idempotency_window_s": 600.0,
+        "idempotency_keys_kept": 5000,
+        "ended_leases_kept": 700,
     }
     assert set(overrides) == {f.name for f in dataclasses.fields(PolicySpec)}
     data = tomllib.loads(BASE_TOML)

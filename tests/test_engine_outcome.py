@@ -211,9 +211,8 @@ def test_an_ended_lease_is_remembered_with_how_it_ended():
 
 def test_the_record_of_ended_leases_is_bounded(monkeypatch):
     # Kept in chunks (of 2 here), the oldest dropped whole while 3 remain.
-    monkeypatch.setattr("bursar.broker.engine.ENDED_KEPT", 3)
     monkeypatch.setattr("bursar.broker.ended.CHUNK", 2)
-    eng = two_campaigns()
+    eng = two_campaigns(ended_leases_kept=3)
     for i in range(5):
         eng.apply(RequestLease(i, "a", {"gpu": 1}, 100))
         eng.apply(Release(i + 0.5, f"L{i + 1}"))

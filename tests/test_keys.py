@@ -119,3 +119,24 @@ def test_chunked_keys_answer_as_a_plain_dict(ops: list, monkeypatch: pytest.Monk
             for k in range(12)
             if (f"c{c}", f"k{k}") not in ref.records
         )
+
+
+def test_the_newest_kept_keys_are_held_and_no_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keys_module, "CHUNK", 3)
+    ks = Keys(window_s=KEY_WINDOW_S, kept=5)
+    for i in range(40):
+        e = RequestLease(float(i), "c", {"gpu": 1.0}, 60, idempotency_key=f"k{i}")
+        ks.record(e, f"L{i}", float(i))
+        ks.forget(float(i))
+        # Between the bound and a chunk more; the newest five always answer.
+        assert len(ks) < 5 + 3 and (i < 5 or len(ks) >= 5)
+        assert all(ks.get("c", f"k{j}") is not None for j in range(max(0, i - 4), i + 1))
+    assert ks.get("c", "k0") is None and len(ks.records) == len(ks)
+    # The bound and window travel with a snapshot, and a retune takes effect at once.
+    back = safe_pickle.loads(pickle.dumps(ks))
+    assert (back.window_s, back.kept) == (KEY_WINDOW_S, 5)
+    back.retune(10.0, 2)
+    back.forget(39.0)
+    assert len(back) < 2 + 3 and back.get("c", "k39") is not None
+    back.forget(50.0)  # past the window: only the open chunk is left, its keys not answered
+    assert back.get("c", "k39") is None and len(back.records) == 0

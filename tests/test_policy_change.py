@@ -99,6 +99,9 @@ def test_power_down_turned_on_and_off_on_idle_nodes() -> None:
         ({"power_down_idle_s": 0.0}, "policy.power_down_idle_s", "allowed: a finite number > 0"),
         ({"elastic_rule": "fifo"}, "policy.elastic_rule", "allowed: dmug, edf"),
         ({"warm_headroom": {"gpu": 99.0}}, "policy.warm_headroom.gpu", "allowed: 0 to 16"),
+        ({"idempotency_keys_kept": 0}, "policy.idempotency_keys_kept", "a whole number >= 1"),
+        ({"ended_leases_kept": 2.5}, "policy.ended_leases_kept", "a whole number >= 1"),
+        ({"idempotency_window_s": 0.0}, "policy.idempotency_window_s", "a finite number > 0"),
         (
             {"enforcement": Enforcement.GRANT_INSTANT},
             "policy.enforcement",
@@ -122,6 +125,23 @@ def test_a_change_it_may_not_make_is_refused_changing_nothing(
     assert err.value.field == key
     assert allowed in err.value.message
     assert (eng.state_digest(), eng.policy, eng.events_applied) == before
+
+
+def test_smaller_bounds_forget_the_oldest_at_the_change() -> None:
+    eng = _engine()
+    for i in range(1, 2_101):
+        eng.apply(
+            RequestLease(
+                at=i, campaign="bf", size={"gpu": 1}, duration_s=600, idempotency_key=f"k{i}"
+            )
+        )
+        eng.apply(Release(at=i + 0.5, lease_id=f"L{i}"))
+    assert len(eng.ended) == 2_100 and eng.key_record("bf", "k1") is not None
+    _change(eng, 2_200, ended_leases_kept=1_000, idempotency_keys_kept=1_000)
+    # At once, whole chunks: between the bound and a chunk more.
+    assert 1_000 <= len(eng.ended) < 2_000 and "L2100" in eng.ended and "L1" not in eng.ended
+    assert 1_000 <= len(eng.idempotency) < 1_100
+    assert eng.key_record("bf", "k1") is None and eng.key_record("bf", "k2100") is not None
 
 
 def test_a_journal_with_policy_changes_replays_and_audits_bit_for_bit(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ keeps a Watch stream on its campaign open, one in ten a WatchSupply stream.
 Reported: every call's outcome by gRPC status code, expected refusals (RESOURCE_EXHAUSTED,
 and FAILED_PRECONDITION on a renewal that raced its own expiry) counted by reason apart
 from failures (anything else: UNKNOWN, INTERNAL, UNAVAILABLE...); the server's RSS and
-open file descriptors at start and end; non-blocking acquire latency p50/p99/p99.9/max per
+open file descriptors at start and end, and its RSS every few seconds throughout (the
+series, and the growth after a settling time, show whether memory levels off); non-blocking acquire latency p50/p99/p99.9/max per
 window (a minute in long mode, 10 s in short); every call slower than 100 ms, clustered
 into stalls (calls within 50 ms of each other, from several agents). With
 ``BURSAR_STALL_LOG=1`` the server logs what held its event loop (garbage collections,
@@ -27,6 +28,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -226,6 +228,74 @@ def server_spells(lines: list[str]) -> list[tuple[float, float, str]]:
     return out
 
 
+class RssSampler:
+    """The server's resident memory every ``every_s`` seconds, on a thread: (seconds since
+    ``t0``, MiB) pairs."""
+
+    def __init__(self, server_pid: int, every_s: float) -> None:
+        self.pid = server_pid
+        self.every_s = every_s
+        self.t0 = time.monotonic()
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                rss = proc_stats(self.pid)["rss_mib"]
+            except OSError:
+                return  # the server is gone
+            self.samples.append((round(time.monotonic() - self.t0, 1), rss))
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def rss_growth(samples: list[tuple[float, float]], settle_s: float) -> dict[str, float] | None:
+    """RSS at the first sample from ``settle_s`` on, at the last sample, and the growth
+    between them in percent (None when the run ended before ``settle_s``)."""
+    after = [(t, m) for t, m in samples if t >= settle_s]
+    if len(after) < 2:
+        return None
+    (t_a, a), (t_b, b) = after[0], after[-1]
+    return {
+        "from_s": t_a,
+        "to_s": t_b,
+        "from_mib": a,
+        "to_mib": b,
+        "growth_pct": round((b - a) / a * 100, 2),
+    }
+
+
+def plot_rss(samples: list[tuple[float, float]], settle_s: float, title: str, out: Path) -> None:
+    """The RSS series as a PNG (matplotlib, from the ``plots`` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.plot([t / 60 for t, _ in samples], [m for _, m in samples], lw=1.5)
+    ax.axvline(settle_s / 60, color="grey", ls="--", lw=1, label=f"{settle_s / 60:g} min")
+    ax.set_xlabel("minutes since the load started")
+    ax.set_ylabel("server RSS (MiB)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 class CpuSampler:
     """Every 20 ms, on a thread: the CPU time and run-queue wait (runnable, waiting for a
     CPU) of the server's and this process's event-loop threads, and the machine's idle
@@ -363,8 +433,14 @@ def run(
     agents: int | None = None,
     seconds: float | None = None,
     window_s: float | None = None,
+    policy: Mapping[str, str] | None = None,
+    rss_every_s: float | None = None,
+    settle_s: float | None = None,
 ) -> Result:
-    """The soak at ``mode``'s size, or with ``agents``, ``seconds`` and ``window_s`` given."""
+    """The soak at ``mode``'s size, or with ``agents``, ``seconds`` and ``window_s`` given;
+    ``policy`` adds settings to the pool file's ``[policy]`` table (TOML values as text).
+    RSS is sampled every ``rss_every_s`` (default: a 60th of the run, 1 s at least) and its
+    growth reported from ``settle_s`` (default: a sixth of the run) to the end."""
     agents_n, seconds_d, window_d, campaigns_n, nodes = SIZES[mode]
     agents_n = agents if agents is not None else agents_n
     seconds = seconds if seconds is not None else seconds_d
@@ -372,7 +448,11 @@ def run(
     res = Result("soak")
     names = [f"c{i}" for i in range(campaigns_n)]
     cfg = work_dir / "pool.toml"
-    cfg.write_text(pool_toml(nodes=nodes, campaigns={n: nodes * 8 / 2 for n in names}))
+    text = pool_toml(nodes=nodes, campaigns={n: nodes * 8 / 2 for n in names})
+    extra = "".join(f"\n{k} = {v}" for k, v in (policy or {}).items())
+    cfg.write_text(text.replace("[policy]", "[policy]" + extra, 1))
+    rss_every_s = rss_every_s if rss_every_s is not None else max(1.0, seconds / 60)
+    settle_s = settle_s if settle_s is not None else seconds / 6
     env = {"BURSAR_STALL_LOG": "1"} if stall_log else {}
     server = Server(work_dir / "state", "--config", str(cfg), env=env)
     try:
@@ -381,6 +461,7 @@ def run(
         start_stats = proc_stats(server.pid)
         probe = ClientProbe()
         cpu = CpuSampler(server.pid)
+        rss = RssSampler(server.pid, rss_every_s)
         started: list[float] = []
 
         async def main() -> None:
@@ -395,6 +476,7 @@ def run(
             await asyncio.gather(*(a.channel.channel_ready() for a in agents))
             t0 = time.monotonic()
             started.append(t0)
+            rss.t0 = t0
             for a in agents:
                 a.t0 = t0
             tasks = [asyncio.ensure_future(probe.run(stop))]
@@ -407,7 +489,7 @@ def run(
             for a in agents:
                 await a.channel.close()
 
-        with cpu:
+        with cpu, rss:
             asyncio.run(main())
         # Streams and channels are closed: their descriptors should be gone too.
         time.sleep(0.5)
@@ -433,6 +515,9 @@ def run(
     stall_lines = [line.rstrip() for line in server.errors if "stall-log" in line]
     attribute(found, started[0], server_spells(stall_lines) + probe.held, cpu)
     causes = Counter(str(s["kind"]) for s in found)
+    # Samples taken while the agents were still connecting have t < 0: the load starts at 0.
+    rss_series = [(t, m) for t, m in rss.samples if t >= 0]
+    growth = rss_growth(rss_series, settle_s)
     res.figures.update(
         agents=agents_n,
         seconds=seconds,
@@ -447,6 +532,10 @@ def run(
         supply_snapshots=tally.supplies,
         server_start=start_stats,
         server_end=end_stats,
+        policy=dict(policy or {}),
+        rss_every_s=rss_every_s,
+        rss_mib=rss_series,
+        rss_growth=growth,
         acquire_ms=[  # per window
             *per_window
         ],
@@ -466,6 +555,12 @@ def run(
         f"stream events: {tally.events} lease events, {tally.supplies} supply snapshots",
         f"server RSS {start_stats['rss_mib']} -> {end_stats['rss_mib']} MiB, "
         f"fds {start_stats['fds']:.0f} -> {end_stats['fds']:.0f}",
+        (
+            f"server RSS from {growth['from_s']:.0f} s to {growth['to_s']:.0f} s: "
+            f"{growth['from_mib']} -> {growth['to_mib']} MiB ({growth['growth_pct']:+.1f}%)"
+            if growth
+            else "server RSS: the run was shorter than its settling time"
+        ),
         "acquire ms per window: "
         + "; ".join(
             f"{w['from_s']:.0f}s n={w['n']} p50 {w['p50']} p99 {w['p99']} p99.9 {w['p999']} "
@@ -513,7 +608,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=float, help="seconds per latency window (the mode's)")
     ap.add_argument("--out", type=Path, help="write the figures here as JSON")
     ap.add_argument("--no-stall-log", action="store_true", help="run without BURSAR_STALL_LOG")
+    ap.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a [policy] setting for the pool file (TOML value), repeatable",
+    )
+    ap.add_argument("--rss-every", type=float, help="seconds between RSS samples")
+    ap.add_argument("--settle", type=float, help="seconds before RSS growth is counted")
+    ap.add_argument("--plot", type=Path, help="write the RSS series as a PNG here")
     args = ap.parse_args(argv)
+    policy = {}
+    for item in args.policy:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            ap.error(f"--policy {item!r}: expected KEY=VALUE")
+        policy[key.strip()] = value.strip()
     with tempfile.TemporaryDirectory(prefix="bursar-soak-") as work:
         res = run(
             args.mode,
@@ -522,6 +633,9 @@ def main(argv: list[str] | None = None) -> int:
             agents=args.agents,
             seconds=args.seconds,
             window_s=args.window,
+            policy=policy,
+            rss_every_s=args.rss_every,
+            settle_s=args.settle,
         )
     for line in res.lines:
         print(line)
@@ -529,6 +643,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"PROBLEM: {p}")
     if args.out is not None:
         args.out.write_text(json.dumps(res.figures, indent=2, default=str))
+    if args.plot is not None and res.figures.get("rss_mib"):
+        growth = res.figures["rss_growth"]
+        title = f"{res.figures['agents']} agents, {res.figures['seconds'] / 60:g} min"
+        if growth:
+            title += f": {growth['growth_pct']:+.1f}% after {growth['from_s'] / 60:.0f} min"
+        plot_rss(res.figures["rss_mib"], growth["from_s"] if growth else 0.0, title, args.plot)
     return 0 if res.ok else 1
 
 
