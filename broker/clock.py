@@ -24,6 +24,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "SYSTEM",
+    "AutojumpClock",
     "Clock",
     "FuncClock",
     "ManualClock",
@@ -283,6 +284,70 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock({self._now!r})"
+
+
+class AutojumpClock(ManualClock):
+    """A :class:`ManualClock` that moves itself: once the event loops that sleep on it have
+    nothing else to do, it jumps to the earliest time one of their sleepers waits for (as
+    trio's ``MockClock(autojump_threshold=0)``). A test then runs timers of minutes in
+    milliseconds, in the order of their deadlines, without calling ``advance``.
+
+    "Nothing else to do" is seen from the loop: the clock goes unused (no sleeper added,
+    woken or cancelled, no move) for ``idle_passes`` turns of the loop in a row and then,
+    with ``threshold_s`` > 0, for that many real seconds more. Work done elsewhere (a
+    gRPC reply on its way, a thread) is not seen: give a threshold that covers it (0.05 s
+    for loopback gRPC) when a sleeper races such work. Thread waiters (``wait_until``)
+    are woken by the jumps but do not cause one. ``advance`` and ``set`` still work.
+    """
+
+    def __init__(self, start: float = 0.0, threshold_s: float = 0.0, idle_passes: int = 3) -> None:
+        if not threshold_s >= 0 or idle_passes < 1:
+            raise ValueError(f"threshold_s must be >= 0 ({threshold_s}), idle_passes >= 1")
+        super().__init__(start)
+        self.threshold_s = threshold_s
+        self.idle_passes = idle_passes
+        self._activity = 0
+        self._watched: set[asyncio.AbstractEventLoop] = set()
+
+    def _move(self, t: float) -> None:
+        self._activity += 1
+        super()._move(t)
+
+    async def sleep_until(self, t: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._activity += 1
+        if loop not in self._watched:
+            self._watched.add(loop)
+            loop.call_soon(self._look, loop, self._activity, self.idle_passes, False)
+        try:
+            await super().sleep_until(t)
+        finally:
+            self._activity += 1
+
+    def _look(self, loop: asyncio.AbstractEventLoop, seen: int, passes: int, waited: bool) -> None:
+        # One turn of the loop: anything touching the clock since the last look starts the
+        # count again; a quiet count (and threshold) ends in a jump to the next deadline.
+        with self._lock:
+            mine = [d for d, lp, _ in self._async if lp is loop]
+        if not mine:
+            self._watched.discard(loop)  # the next sleeper looks again
+            return
+        if self._activity != seen:
+            seen, passes, waited = self._activity, self.idle_passes, False
+        elif passes > 0:
+            passes -= 1
+        elif self.threshold_s > 0 and not waited:
+            loop.call_later(self.threshold_s, self._look, loop, seen, 0, True)
+            return
+        else:
+            with self._lock:
+                if min(mine) > self._now:
+                    self._move(min(mine))
+            seen, passes, waited = self._activity, self.idle_passes, False
+        loop.call_soon(self._look, loop, seen, passes, waited)
+
+    def __repr__(self) -> str:
+        return f"AutojumpClock({self._now!r}, threshold_s={self.threshold_s!r})"
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

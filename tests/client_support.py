@@ -3,57 +3,38 @@ facade and the CLI, whose calls block the test's thread), built on service_suppo
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from service_support import Client, serve
 
+from bursar.testing import on_thread
+from bursar.testing import poll_until as until
+
+__all__ = ["ServerThread", "server_thread", "until"]
+
 
 class ServerThread:
-    """``service_support.serve`` running on a private loop in a daemon thread."""
+    """``service_support.serve`` on a private loop in a daemon thread (``bursar.testing``'s
+    ``on_thread``), for tests whose calls block their own thread."""
 
     def __init__(self, state_dir: Path, **settings: Any) -> None:
         self.state_dir = state_dir
         self.settings = settings
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
         self.client: Client | None = None
-        self._thread = threading.Thread(target=self._main, name="bursar-test-server", daemon=True)
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:  # reported to the test thread by start()
-            self._error = exc
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        async with serve(self.state_dir, **self.settings) as c:
-            self.client = c
-            self._ready.set()
-            await self._stop.wait()
+        self._stack = ExitStack()
 
     def start(self) -> ServerThread:
-        self._thread.start()
-        if not self._ready.wait(20):
-            raise TimeoutError("the test server did not start")
-        if self._error is not None:
-            raise self._error
+        def make() -> AbstractAsyncContextManager[Client]:
+            return serve(self.state_dir, **self.settings)
+
+        self.client = self._stack.enter_context(on_thread(make, name="bursar-test-server"))
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(20)
+        self._stack.close()
 
     @property
     def address(self) -> str:
@@ -83,17 +64,3 @@ def server_thread(state_dir: Path, **settings: Any) -> Iterator[ServerThread]:
         yield s
     finally:
         s.stop()
-
-
-def until(
-    check: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition", step: float = 0.05
-) -> Any:
-    """Poll ``check`` from a blocking test until it returns something true; return it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout_s} s")
-        time.sleep(step)

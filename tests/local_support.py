@@ -7,8 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bursar.broker.backends.local import LocalPool, LocalSettings
@@ -20,6 +19,7 @@ from bursar.broker.backends.local_discovery import (
     read_machine,
 )
 from bursar.providers.launch import launch_argv
+from bursar.testing import poll_until as until  # noqa: F401 (the tests import it from here)
 
 BUSY = [sys.executable, "-c", "while True: pass"]
 """A CPU-bound worker that runs until signalled."""
@@ -69,17 +69,6 @@ def cpus_allowed(pid: int) -> list[int]:
 def environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(e.decode().split("=", 1) for e in raw if b"=" in e)
-
-
-def until(check: Callable[[], object], timeout_s: float, what: str) -> object:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def exec_done(p: subprocess.Popen[bytes]) -> bool:

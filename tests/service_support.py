@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from bursar.broker.service.server import Running, Settings, running
 from bursar.protos.bursar.v1 import admin_pb2_grpc
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
+from bursar.testing import apoll_until as until
 
 T = TypeVar("T")
 
@@ -233,15 +233,6 @@ async def fails(call: Awaitable[Any]) -> Details:
     except grpc.aio.AioRpcError as err:
         return details(err)
     raise AssertionError("the call succeeded; expected an error status")
-
-
-async def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    """Wait (polling the event loop) until ``check()`` holds."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 async def asleep_until(clock: ManualClock, t: float, timeout_s: float = 5.0) -> None:

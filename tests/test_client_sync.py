@@ -86,18 +86,18 @@ def test_sync_held_lease_renews_and_sees_a_preemption_from_a_worker_thread(
 
         with back.held_lease({"gpu": 16}, 1.0, renew_margin_s=0.5, on_preempt=drain) as h:
             assert h.active.is_set() and h.lease.preemptible
-            until(lambda: START + 0.5 in clock.deadlines(), what="renewal scheduled", step=0.005)
+            until(lambda: START + 0.5 in clock.deadlines(), what="renewal scheduled", interval_s=0.005)
             clock.set(START + 0.5)
-            until(lambda: h.renewals == 1, what="renewed", step=0.005)
+            until(lambda: h.renewals == 1, what="renewed", interval_s=0.005)
             assert h.lease.expires_at == START + 1.5 and not h.ended.is_set()
             claim = sci.acquire({"gpu": 8}, 30, blocking=False)
             assert h.preempted.wait(5)
-            until(lambda: called, what="on_preempt ran", step=0.005)  # in its worker thread
+            until(lambda: called, what="on_preempt ran", interval_s=0.005)  # in its worker thread
             # The pool's grace period (0.6 s) from the claim, on the broker's clock.
             assert claim.starts_at == START + 0.5 + 0.6
             assert h.preempt_deadline == claim.starts_at
             assert not h.ended.is_set()
-            until(lambda: claim.starts_at in clock.deadlines(), what="revocation", step=0.005)
+            until(lambda: claim.starts_at in clock.deadlines(), what="revocation", interval_s=0.005)
             clock.set(claim.starts_at)
             assert h.ended.wait(5)
             assert h.end_event is not None and h.end_event.kind is LeaseEventKind.REVOKED

@@ -6,6 +6,7 @@ import asyncio
 import math
 import threading
 import time
+from functools import partial
 
 import pytest
 
@@ -19,25 +20,14 @@ from bursar.broker.clock import (
     wait_event_until,
     wait_for,
 )
+from bursar.testing import apoll_until, poll_until
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def until(pred, timeout: float = 10.0) -> None:
-    """Poll (real time) until ``pred()`` holds; the test's own bound, not its assertion."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
-
-
-async def until_async(pred, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0)
+# Polls (real time) until a condition holds: the test's own bound, not its assertion.
+until = partial(poll_until, interval_s=0.001)
+until_async = partial(apoll_until, interval_s=0.0)
 
 
 def test_clocks_satisfy_the_protocol() -> None:

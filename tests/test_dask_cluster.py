@@ -143,7 +143,11 @@ def test_a_revoked_job_with_two_processes_is_replaced_at_once(tmp_path: Path) ->
                 await until(lambda: victim in cluster.ended_jobs, 10, "the revoked job closed")
                 assert "revoked" in victim.end_reason
                 # Replaced at once: the new job asks while the node is still down.
-                await until(lambda: len(cluster.jobs) == 1 and victim.name not in cluster.jobs)
+                await until(
+                    lambda: len(cluster.jobs) == 1 and victim.name not in cluster.jobs,
+                    20,
+                    "the replacement job",
+                )
                 (replacement,) = cluster.jobs.values()
                 assert replacement.t_start is not None and replacement.t_start - t_lost < 5.0
 

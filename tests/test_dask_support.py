@@ -3,15 +3,14 @@ functions the workers run (importable: the workers' PYTHONPATH holds tests/)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from service_support import config
 
 from bursar.broker.config import Config
+from bursar.testing import apoll_until as until  # noqa: F401 (the tests import it from here)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -80,16 +79,6 @@ FAST_DASK = {
 
 def prologue() -> list[str]:
     return [f"export PYTHONPATH={TESTS}{os.pathsep}$PYTHONPATH"]
-
-
-async def until(
-    check: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition"
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout_s} s")
-        await asyncio.sleep(0.05)
 
 
 # The functions the workers run.

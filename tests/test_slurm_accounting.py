@@ -14,7 +14,6 @@ import json
 import shlex
 import subprocess
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from slurm_support import Cluster, accounting_cluster_fixture  # noqa: F401  (fi
 
 from bursar.cli.main import main
 from bursar.sim.replay.accounting import SACCT_COMMAND
+from bursar.testing import poll_until
 
 pytestmark = pytest.mark.slow
 
@@ -47,15 +47,6 @@ def sbatch(cluster: Cluster, name: str, account: str, wrap: str, *args: str) -> 
 
 def state(cluster: Cluster, job: int) -> str:
     return slurm(cluster, "squeue", "-h", "-j", str(job), "-o", "%T", check=False).strip()
-
-
-def wait_for(what: str, cond: Callable[[], bool], timeout_s: float) -> None:
-    """Poll a real cluster: these jobs take real seconds."""
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.5)
 
 
 def bursar(*args: str) -> str:
@@ -87,7 +78,8 @@ def test_sacct_output_round_trips(accounting_cluster: Cluster, tmp_path: Path) -
     since = datetime.now().replace(microsecond=0)  # sacct's times are local, like this
     time.sleep(1)  # every job is submitted after `since`, to the second
     wide = sbatch(c, "wide", "physics", f"sleep {WIDE_S}", "-N4", "--exclusive", "-t2")
-    wait_for("the exclusive job to run", lambda: state(c, wide) == "RUNNING", 30)
+    # A real cluster: these jobs take real seconds.
+    poll_until(lambda: state(c, wide), 30, "the exclusive job to run", ok=lambda s: s == "RUNNING")
     doomed = sbatch(c, "doomed", "chem", "sleep 1", "-N4", "--exclusive", "-t1")
     small = sbatch(c, "small", "chem", "srun sleep 2", "-n8", "-t1")
     gpus = sbatch(c, "gpus", "physics", "sleep 2", "-n4", "--gres=gpu:2", "-t5")
@@ -106,7 +98,7 @@ def test_sacct_output_round_trips(accounting_cluster: Cluster, tmp_path: Path) -
         ends = slurm(c, "sacct", "-n", "-X", "-P", "-j", ids, "--format=End").split()
         return len(ends) == 8 and "Unknown" not in ends
 
-    wait_for("every job to end and reach the accounting database", finished, 120)
+    poll_until(finished, 120, "every job to end and reach the accounting database", interval_s=0.5)
 
     # The documented command, as docs/trace-formats.md gives it, over this test's period.
     command = SACCT_COMMAND.replace("START", since.isoformat()).replace("END", "now")

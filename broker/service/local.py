@@ -1,6 +1,11 @@
 """A broker served on a background thread of this process, on a loopback port: for the
 examples and benchmarks (Parsl, Dask, Ray), which need one and should not ask the reader
-to start ``bursar serve`` first. Production use runs ``bursar serve``."""
+to start ``bursar serve`` first, and for tests (``bursar.testing``). Production use runs
+``bursar serve``.
+
+``on_thread`` is the general form: any async context manager entered on a private event
+loop in a daemon thread, its value handed to the calling thread, and left when the
+calling thread's ``with`` ends."""
 
 from __future__ import annotations
 
@@ -8,17 +13,19 @@ import asyncio
 import json
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bursar.broker.config import Config, parse_config
 from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.server import Settings, running
 
-__all__ = ["SMALL_POOL", "LocalBroker", "local_broker"]
+__all__ = ["SMALL_POOL", "LocalBroker", "local_broker", "on_thread"]
+
+T = TypeVar("T")
 
 SMALL_POOL = """
 [pool]
@@ -82,36 +89,59 @@ def local_broker(
         metrics_port=None,
         **fields,
     )
+    try:
+        with on_thread(lambda: running(server), name="bursar-local-broker") as r:
+            tokens_file = state_dir / "tokens.json"
+            tokens = json.loads(tokens_file.read_text()) if tokens_file.exists() else {}
+            admin = r.core.admin_token_path.read_text().strip()
+            yield LocalBroker(r.address, tokens, admin, state_dir)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+@contextmanager
+def on_thread(
+    make: Callable[[], AbstractAsyncContextManager[T]],
+    *,
+    name: str = "bursar-on-thread",
+    timeout_s: float = 30.0,
+) -> Iterator[T]:
+    """Enter ``make()`` (an async context manager: a broker, a test server) on a private
+    event loop in a daemon thread and yield what it gives; leave it, on that loop, when
+    the caller's ``with`` ends. A failure to enter is raised here, in the caller's thread;
+    so is one on the way out. For callers whose calls block their own thread (a sync
+    client, the CLI, Parsl or Dask): they cannot share an event loop with the broker."""
     ready = threading.Event()
-    box: dict[str, object] = {}
+    box: dict[str, Any] = {}
 
     async def serve() -> None:
         stop = asyncio.Event()
-        async with running(server) as r:
-            box["address"] = r.address
-            box["admin"] = r.core.admin_token_path.read_text().strip()
-            box["stop"] = (asyncio.get_running_loop(), stop)
+        box["stop"] = (asyncio.get_running_loop(), stop)
+        async with make() as value:
+            box["value"] = value
             ready.set()
             await stop.wait()
 
     def main() -> None:
         try:
             asyncio.run(serve())
-        except BaseException as exc:
+        except BaseException as exc:  # handed to the caller's thread
             box["error"] = exc
+        finally:
             ready.set()
 
-    thread = threading.Thread(target=main, name="bursar-local-broker", daemon=True)
+    thread = threading.Thread(target=main, name=name, daemon=True)
     thread.start()
-    if not ready.wait(30) or "error" in box:
-        raise RuntimeError(f"the broker did not start: {box.get('error')!r}")
-    tokens_file = state_dir / "tokens.json"
-    tokens = json.loads(tokens_file.read_text()) if tokens_file.exists() else {}
+    if not ready.wait(timeout_s):
+        raise TimeoutError(f"{name}: not started within {timeout_s:g} s")
+    if "error" in box:
+        raise RuntimeError(f"{name}: did not start: {box['error']!r}") from box["error"]
     try:
-        yield LocalBroker(str(box["address"]), tokens, str(box["admin"]), state_dir)
+        yield box["value"]
     finally:
-        loop, stop = box["stop"]  # type: ignore[misc]
-        loop.call_soon_threadsafe(stop.set)  # type: ignore[attr-defined]
-        thread.join(30)
-        if tmp is not None:
-            tmp.cleanup()
+        loop, stop = box["stop"]
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout_s)
+    if "error" in box:
+        raise RuntimeError(f"{name}: failed on the way out: {box['error']!r}") from box["error"]
