@@ -142,6 +142,11 @@ def test_operators_see_the_leader_the_standby_its_lag_and_a_takeover(
         assert f"role             standby (the leader is {a.address}, epoch 1)" in shown.output
         assert a.address in shown.output and "leader" in shown.output
 
+        # The standby's own metrics: its role, the epoch, its lag.
+        seen = _metrics(b)
+        assert seen['bursar_role{role="standby"}'] == 1 and seen["bursar_leader_epoch"] == 1
+        assert seen[f'bursar_standby_lag_entries{{address="{b.address}"}}'] == 0
+        assert seen["bursar_leadership_changes_total"] == 0
         # The leader's metrics: its role, epoch, the one takeover (its own first lead).
         seen = _metrics(a)
         assert seen['bursar_role{role="leader"}'] == 1

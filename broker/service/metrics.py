@@ -37,18 +37,22 @@ dimension a campaign may not use has no envelope series.
     bursar_journal_committed_entries_total               entries those commits held
     bursar_open_streams                                  Watch / WatchSupply streams open
     bursar_role{role}                                    1 for this broker's role: leader
-                                                         (shared journal) or single (SQLite)
-    bursar_leader_epoch                                  the epoch it leads under (0: SQLite)
+                                                         or standby (shared journal), or
+                                                         single (SQLite)
+    bursar_leader_epoch                                  the journal's leadership epoch as
+                                                         this broker last read it (0: SQLite)
     bursar_leadership_changes_total                      times this process took the lead
     bursar_standby_lag_entries{address}                  committed entries a standby had
-                                                         not applied (the leader's view)
+                                                         not applied, as the store says
     bursar_standby_lag_seconds{address}                  how long the oldest of them had
                                                          been in the journal
 
-A standby serves no metrics until it leads: the leader's port carries every standby's lag
-as the store records it (each standby reports at every poll), so one scrape target sees
-them all; a standby that stopped reporting keeps its last lag, and ``bursar status`` says
-when it last reported.
+Until it leads, a standby serves a registry of its own with only the leadership series set
+(its role, the epoch, every standby's lag; the engine's series empty or 0); then the
+service's registry takes the port. Every broker's port
+carries every standby's lag as the store records it (each standby reports at every poll);
+a standby that stopped reporting keeps its last lag, and ``bursar status`` says when it
+last reported.
 """
 
 from __future__ import annotations
@@ -241,10 +245,15 @@ class Metrics:
         )
         self.open_streams = Gauge("bursar_open_streams", "Server streams open", registry=r)
         self.role = Gauge(
-            "bursar_role", "1 for this broker's role: leader or single", ["role"], registry=r
+            "bursar_role",
+            "1 for this broker's role: leader, standby or single",
+            ["role"],
+            registry=r,
         )
         self.epoch = Gauge(
-            "bursar_leader_epoch", "The epoch this broker leads under (0: SQLite)", registry=r
+            "bursar_leader_epoch",
+            "The journal's leadership epoch as this broker last read it (0: SQLite)",
+            registry=r,
         )
         self.leadership_changes = Counter(
             "bursar_leadership_changes",
@@ -355,7 +364,8 @@ class Metrics:
         self.open_streams.set(open_streams)
 
     def on_lead(self, role: str, epoch: int, took: bool = False) -> None:
-        """This broker's role (leader, single) and epoch; ``took``: it took the lead now."""
+        """This broker's role (leader, standby, single) and the epoch; ``took``: it took
+        the lead now."""
         self.role.clear()
         self.role.labels(role).set(1)
         self.epoch.set(epoch)

@@ -51,6 +51,7 @@ from bursar.broker.service.core import ServiceCore
 from bursar.broker.service.core import _version as core_version
 from bursar.broker.service.errors import Unauthenticated
 from bursar.broker.service.limits import LimitSettings
+from bursar.broker.service.metrics import Metrics
 from bursar.broker.service.servicer import (
     AdminServicer,
     BrokerServicer,
@@ -422,6 +423,8 @@ async def running(
     started = False
     dashboard = None
     standby_page: Any = None
+    standby_metrics: Metrics | None = None
+    metrics_at = settings.metrics_port
     tls = credentials is not None
     dashboard_at = settings.dashboard_port
     health_servicer = health.aio.HealthServicer()
@@ -451,13 +454,26 @@ async def running(
             if settings.dashboard_port is not None:
                 standby_page = await _standby_page(settings, gate)
                 own_dashboard = _dashboard_url(advertise, standby_page.port, tls)
+            if settings.metrics_port is not None:
+                # A standby's own metrics (its role, the lag): the core's take the port later.
+                standby_metrics = Metrics()
+                metrics_at = _serve_metrics(standby_metrics, settings, settings.metrics_port)
             await _stand_by(
-                store, follower, gate, advertise, settings.takeover, the_clock, own_dashboard
+                store,
+                follower,
+                gate,
+                advertise,
+                settings.takeover,
+                the_clock,
+                own_dashboard,
+                standby_metrics,
             )
             if standby_page is not None:
                 # The real dashboard takes the same port.
                 dashboard_at = standby_page.port
                 await standby_page.stop()
+            if standby_metrics is not None:
+                standby_metrics.stop_http()
             gate.standby_status = None
             # On this thread: the token store's SQLite connection belongs to it.
             core = open_core(store, follower)
@@ -470,17 +486,10 @@ async def running(
             core.metrics.on_lead("single", 0)
         else:
             core.metrics.on_lead("leader", store.epoch or 0, took=True)
-            _lag_metrics(core)
+            _lag_metrics(core.metrics, core.topology)
         metrics_port = None
-        if settings.metrics_port is not None:
-            try:
-                metrics_port = core.metrics.start_http(settings.host, settings.metrics_port)
-            except OSError as exc:
-                raise ValueError(
-                    f"the metrics port {settings.metrics_port} on {settings.host} cannot be "
-                    f"bound ({exc.strerror or exc}): pass --metrics-port with a free port "
-                    "or --no-metrics"
-                ) from exc
+        if metrics_at is not None:
+            metrics_port = _serve_metrics(core.metrics, settings, metrics_at)
         dashboard_port = None
         if settings.dashboard_port is not None:
             from bursar.broker.dashboard.server import Dashboard
@@ -554,6 +563,8 @@ async def running(
                     heartbeat.cancel()
                     probes.uninstall()
     finally:
+        if standby_metrics is not None:
+            standby_metrics.stop_http()  # a no-op once stopped
         if dashboard is not None:
             await dashboard.stop()  # a no-op once stopped; here for a start that failed
         if standby_page is not None:
@@ -590,6 +601,17 @@ def _open_shared(settings: Settings) -> tuple[Any, Follower]:
         store.close()
         raise
     return store, follower
+
+
+def _serve_metrics(metrics: Metrics, settings: Settings, port: int) -> int:
+    """Serve ``metrics`` on ``port`` (0: a free one); the port, or a clear error."""
+    try:
+        return metrics.start_http(settings.host, port)
+    except OSError as exc:
+        raise ValueError(
+            f"the metrics port {port} on {settings.host} cannot be bound "
+            f"({exc.strerror or exc}): pass --metrics-port with a free port or --no-metrics"
+        ) from exc
 
 
 def _dashboard_url(advertise: str, port: int, tls: bool) -> str:
@@ -653,9 +675,11 @@ async def _stand_by(
     takeover: Takeover,
     clock: Clock,
     dashboard: str = "",
+    metrics: Metrics | None = None,
 ) -> None:
     """Follow the journal until this broker takes the lead, then wait out the grace
-    (see :class:`Takeover`) and catch up with what the last leader committed."""
+    (see :class:`Takeover`) and catch up with what the last leader committed. ``metrics``:
+    the standby's own, kept up to date at every poll."""
     announced = ""
     while True:
         await asyncio.to_thread(follower.follow)
@@ -664,6 +688,9 @@ async def _stand_by(
         )
         # Read before the lead is tried, so that a broker that leads at once has one too.
         gate.topology = await asyncio.to_thread(store.topology, clock.now())
+        if metrics is not None:
+            metrics.on_lead("standby", gate.topology.epoch)
+            _lag_metrics(metrics, gate.topology)
         epoch = await asyncio.to_thread(store.lead, advertise, clock.now())
         if epoch is not None:
             break
@@ -683,13 +710,11 @@ async def _stand_by(
     await asyncio.to_thread(follower.follow)
 
 
-def _lag_metrics(core: ServiceCore) -> None:
-    """The standbys' lag in the leader's metrics, as its last read of the store says."""
-    if core.topology is not None:
-        core.metrics.on_topology(
-            (p.address, p.lag_entries, p.lag_s)
-            for p in core.topology.brokers
-            if p.role == "standby"
+def _lag_metrics(metrics: Metrics, topology: Any) -> None:
+    """The standbys' lag in ``metrics``, as the last read of the store says."""
+    if topology is not None:
+        metrics.on_topology(
+            (p.address, p.lag_entries, p.lag_s) for p in topology.brokers if p.role == "standby"
         )
 
 
@@ -728,7 +753,7 @@ async def _keep_lead(
             held = None  # no answer yet: lost only if none comes for 2 * check_s
         if held:
             last_ok = time.monotonic()
-            _lag_metrics(core)
+            _lag_metrics(core.metrics, core.topology)
         lost = (
             held is False
             or core.runtime.broken
