@@ -37,6 +37,7 @@ Everything here is pure: functions of the intent, the lease's model state and th
 
 from __future__ import annotations
 
+import bisect
 import enum
 import itertools
 import math
@@ -282,6 +283,8 @@ class ElasticLease:
     """Extent id -> the deadline it ends at (announced by a ResizeWarned)."""
     allowed: tuple[int, ...] = (0,)
     """The step counts above min it may hold (its allowed sizes), ascending."""
+    speeds: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+    """Speed by step count, as worked out (the intent does not change: a cache)."""
 
     def __post_init__(self) -> None:
         per = self.step[self.dim]
@@ -316,7 +319,11 @@ class ElasticLease:
         return self.base_units + k * self.step[self.dim]
 
     def speed(self, steps: int | None = None) -> float:
-        return speed(self.intent, self.units(steps))
+        k = len(self.extents) if steps is None else steps
+        sp = self.speeds.get(k)
+        if sp is None:
+            sp = self.speeds[k] = speed(self.intent, self.units(k))
+        return sp
 
     def advance(self, t: float) -> None:
         """Count the work done up to ``t`` at the units held."""
@@ -588,3 +595,186 @@ class ElasticLeases:
             },
             "waiting": sorted(self.waiting),
         }
+
+
+# --------------------------------------------------------------------------- admission plan
+
+
+@dataclass(frozen=True, slots=True)
+class PlanJob:
+    """One deadline job as the admission plan sees it: the work it has left from now, the
+    sizes it may hold (ascending) and its speed at each, its deadline."""
+
+    key: str
+    """Its lease or request id (a refusal names the binding one)."""
+    deadline: float
+    work: float
+    sizes: tuple[float, ...]
+    speeds: tuple[float, ...]
+    order: int
+    """Its request number: ties of deadline go to the older."""
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A share of a plan: ``units`` from ``start`` to ``end``."""
+
+    start: float
+    end: float
+    units: float
+
+
+def _fastest_upto(job: PlanJob) -> tuple[list[float], list[float]]:
+    """For each allowed size, the fastest allowed size at or below it and its speed (ties
+    to the smaller): what a job capped there runs at, on a curve that may slow down."""
+    best_u: list[float] = []
+    best_s: list[float] = []
+    bu, bs = 0.0, 0.0
+    for u, s in zip(job.sizes, job.speeds, strict=True):
+        if s > bs:
+            bu, bs = u, s
+        best_u.append(bu)
+        best_s.append(bs)
+    return best_u, best_s
+
+
+class _Free:
+    """The units free over time: piecewise constant, ``free[i]`` on ``[ts[i], ts[i+1])``,
+    the last piece to infinity."""
+
+    __slots__ = ("free", "ts")
+
+    def __init__(self, now: float, capacity: float) -> None:
+        self.ts = [now]
+        self.free = [capacity]
+
+    def cut(self, t: float) -> int:
+        """The index of the piece starting at ``t`` (split there if needed)."""
+        i = bisect.bisect_right(self.ts, t) - 1
+        if self.ts[i] == t:
+            return i
+        self.ts.insert(i + 1, t)
+        self.free.insert(i + 1, self.free[i])
+        return i + 1
+
+    def take(self, start: float, end: float, units: float) -> None:
+        if end <= start or units <= 0:
+            return
+        i, j = self.cut(start), self.cut(end)
+        for k in range(i, j):
+            self.free[k] -= units
+
+
+def _fill(
+    job: PlanJob,
+    free: _Free,
+    best_u: list[float],
+    best_s: list[float],
+    cap: int,
+) -> list[Piece] | None:
+    """The job capped at its ``cap``-th allowed size, on the earliest units free: in each
+    piece of time it runs on the fastest allowed size up to the cap that the free units
+    hold. Its pieces when its work is done by its deadline, else None."""
+    done = 0.0
+    out: list[Piece] = []
+    ts, fr = free.ts, free.free
+    sizes = job.sizes
+    for i, t0 in enumerate(ts):
+        if t0 >= job.deadline:
+            break
+        t1 = min(ts[i + 1] if i + 1 < len(ts) else math.inf, job.deadline)
+        room = min(sizes[cap], fr[i])
+        k = bisect.bisect_right(sizes, room + 1e-9) - 1
+        if k < 0 or best_s[min(k, cap)] <= 0:
+            continue
+        u, sp = best_u[min(k, cap)], best_s[min(k, cap)]
+        end = t0 + (job.work - done) / sp
+        if end <= t1 + 1e-9:
+            out.append(Piece(t0, min(end, t1), u))
+            return out
+        done += (t1 - t0) * sp
+        out.append(Piece(t0, t1, u))
+    return None
+
+
+def plan(
+    jobs: list[PlanJob],
+    capacity: float,
+    now: float,
+    held: tuple[tuple[float, float], ...] = (),
+) -> tuple[dict[str, tuple[Piece, ...]], tuple[str, ...]]:
+    """A plan over time in which each job meets its deadline, as ElasticFlow's admission
+    control plans: earliest deadline first (ties to the older), each job takes its
+    *minimum satisfactory share*, the fewest units it is capped at (over its allowed sizes,
+    ascending) with which it finishes by its deadline running on the earliest units the jobs
+    before it leave free (progressive filling: where fewer are free it runs on the largest
+    allowed size they hold, and catches up later). ``held``: (units, until) taken from now
+    before any job (leases whose deadline the plan does not keep). Returns each planned
+    job's pieces, and the jobs no cap saves (in deadline order; they take nothing)."""
+    free = _Free(now, capacity)
+    for units, until in held:
+        free.take(now, until, units)
+    shares: dict[str, tuple[Piece, ...]] = {}
+    failed: list[str] = []
+    for job in sorted(jobs, key=lambda j: (j.deadline, j.order)):
+        if job.work <= 0:
+            shares[job.key] = ()
+            continue
+        best_u, best_s = _fastest_upto(job)
+        pieces = None
+        span = job.deadline - now
+        for cap in range(len(job.sizes)):
+            if best_s[cap] <= 0 or (cap and best_s[cap] == best_s[cap - 1]):
+                continue  # no speed there, or none more than the smaller cap's
+            if best_s[cap] * span < job.work * (1 - 1e-12):
+                continue  # not even with every piece at this cap
+            pieces = _fill(job, free, best_u, best_s, cap)
+            if pieces is not None:
+                break
+        if pieces is None:
+            failed.append(job.key)
+            continue
+        for p in pieces:
+            free.take(p.start, p.end, p.units)
+        shares[job.key] = tuple(pieces)
+    return shares, tuple(failed)
+
+
+def constant_need(job: PlanJob, now: float) -> float | None:
+    """The fewest allowed units at which the job, held there from now, meets its deadline
+    (None: none does)."""
+    for u, s in zip(job.sizes, job.speeds, strict=True):
+        if s > 0 and now + job.work / s <= job.deadline:
+            return u
+    return None
+
+
+def admission_plan(
+    admitted: list[PlanJob],
+    new: PlanJob,
+    capacity: float,
+    now: float,
+    lost: tuple[tuple[float, float], ...] = (),
+) -> str | None:
+    """Admission control over time: None when a plan (:func:`plan`) exists in which the new
+    job and every admitted job the plan keeps without it meet their deadlines; else the key
+    of the first job (in deadline order) that the new one would make miss, or the new one's
+    own when it cannot be planned. Admitted jobs that no plan saves even without the new job
+    (they fell behind) hold their smallest size to their deadline and bind nothing;
+    ``lost``: other (units, until) holdings outside the plan. Held constant from now at the
+    fewest units that meet each deadline, the jobs fit side by side when those units sum to
+    the capacity or less; that plan is tried first (the filling plan finds one whenever it
+    does, so the answer is the same, only cheaper)."""
+    needs = [constant_need(j, now) for j in admitted]
+    new_need = constant_need(new, now)
+    if (
+        new_need is not None
+        and all(n is not None for n in needs)
+        and sum(n or 0.0 for n in needs) + new_need + sum(u for u, _ in lost) <= capacity + 1e-9
+    ):
+        return None
+    _, behind = plan(admitted, capacity, now, lost)
+    skip = set(behind)
+    held = lost + tuple((j.sizes[0], j.deadline) for j in admitted if j.key in skip)
+    _, failed = plan([j for j in admitted if j.key not in skip] + [new], capacity, now, held)
+    return failed[0] if failed else None

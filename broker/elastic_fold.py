@@ -37,12 +37,12 @@ def refuse_deadline(
     eng: Engine,
     p: Pending,
     intent: elastic.Intent,
-    crowded: Mapping[str, float] | None = None,
+    crowded: Mapping[str, Any] | None = None,
 ) -> Decision:
     """Admission control: no allocation up to the intent's max meets its deadline in any
-    mode, and nothing of its value is left at the earliest finish; or (``crowded``) the
-    least it needs to meet it does not fit beside what the admitted elastic leases need
-    to meet theirs."""
+    mode, and nothing of its value is left at the earliest finish; or (``crowded``) no
+    plan over time keeps both its deadline and those of the elastic leases admitted
+    (``plan`` in the inputs: the binding deadline, whose job it is)."""
     deadline = eng.now + intent.deadline_s
     units = {
         m.name: elastic.best_finish(intent, m, eng.now, elastic.fastest_units(intent))
@@ -50,7 +50,7 @@ def refuse_deadline(
     }
     inputs: dict[str, Any] = {"deadline": deadline, "earliest_finish": units}
     if crowded is not None:
-        inputs["committed"] = dict(crowded)
+        inputs["plan"] = dict(crowded)
     reject = eng._emit(
         Rejected(
             eng.now,
@@ -65,37 +65,79 @@ def refuse_deadline(
     return reject
 
 
-def elastic_crowded(eng: Engine, intent: elastic.Intent, mode: int) -> dict[str, float] | None:
-    """Would this request, at the fewest units that meet its deadline, crowd out what
-    the elastic leases already admitted (and those still waiting) need to meet theirs?
-    The capacity they share is the pool's in the scale dimension less what fixed-size
-    leases hold. None when it fits (or when its deadline is lost anyway and it is
-    admitted for the value left past it); else the figures, for the record."""
+def elastic_crowded(
+    eng: Engine, rid: str, intent: elastic.Intent, mode: int
+) -> dict[str, Any] | None:
+    """Would this request make a deadline miss, its own or an admitted one's? Admission
+    control plans over time (:func:`elastic.admission_plan`): the elastic leases already
+    admitted and the requests still waiting, each from now with the work it has left, and
+    this one, on the capacity of the scale dimension that fixed-size leases leave. None
+    when a plan keeps every deadline (or when this one's is lost anyway and it is admitted
+    for the value left past it); else the binding deadline, for the record."""
     name, need = elastic.needed_units(intent, mode, eng.now)
     if need is None:
         return None
     el = eng.elastic
     i = dims.PLACED.index(name)
-    committed = need
+    now = eng.now
+    admitted: list[elastic.PlanJob] = []
+    lost: list[tuple[float, float]] = []
     elastic_held = el.held[i]
     for e in el.by_lease.values():
         elastic_held += eng.leases[e.lease_id].size[i]
         if e.dim != i:
             continue
         e.running = eng.leases[e.lease_id].state is LeaseState.ACTIVE
-        e.advance(eng.now)
-        n = e.needed(eng.now)
-        if n is not None:
-            committed += n
-    for rid, (other, m) in el.waiting.items():
-        other_name, n = elastic.needed_units(other, m, eng.pending[rid].queued_at, eng.now)
-        if other_name == name and n is not None:
-            committed += n
+        e.advance(now)
+        sizes = tuple(e.units(k) for k in e.allowed)
+        if e.needed(now) is None:
+            # Lost anyway: it keeps its smallest size to its deadline, outside the plan.
+            if e.work_left > 0:
+                lost.append((sizes[0], e.deadline))
+            continue
+        admitted.append(
+            elastic.PlanJob(
+                e.lease_id,
+                e.deadline,
+                e.work_left,
+                sizes,
+                tuple(e.speed(k) for k in e.allowed),
+                e.seq,
+            )
+        )
+    for wid, (other, m) in el.waiting.items():
+        asked = eng.pending[wid]
+        job = _waiting_job(wid, asked.seq, asked.queued_at, other, m)
+        if elastic.scale_dim(elastic.resolve_step(other) or other.min) != name:
+            continue
+        if elastic.constant_need(job, now) is None:
+            if job.sizes:
+                lost.append((job.sizes[0], job.deadline))
+            continue
+        admitted.append(job)
     fixed = sum(c.held[i] for c in eng.campaigns.values()) - elastic_held
     capacity = eng.pool.capacity[i] - fixed
-    if committed <= capacity + 1e-9:
+    new = _waiting_job(rid, eng._seq, now, intent, mode)
+    binding = elastic.admission_plan(admitted, new, capacity, now, tuple(lost))
+    if binding is None:
         return None
-    return {"needed": need, "committed": committed, "capacity": capacity}
+    deadline = next((j.deadline for j in [*admitted, new] if j.key == binding), new.deadline)
+    return {"binding": binding, "binding_deadline": deadline, "needed": need, "capacity": capacity}
+
+
+def _waiting_job(
+    rid: str, seq: int, asked_at: float, intent: elastic.Intent, mode: int
+) -> elastic.PlanJob:
+    """A request not granted yet as the plan sees it: all its work left, from now."""
+    sizes = elastic.allowed_units(intent)
+    return elastic.PlanJob(
+        rid,
+        asked_at + intent.deadline_s,
+        intent.remaining_work * elastic.modes(intent)[mode].work_factor,
+        sizes,
+        tuple(elastic.speed(intent, u) for u in sizes),
+        seq,
+    )
 
 
 def deadline_promise(eng: Engine, lease_id: str) -> float | None:
@@ -361,7 +403,21 @@ def elastic_wanted(eng: Engine) -> tuple[str, dims.Vec] | None:
     if best is None:
         return None
     _, p, limit = best
-    return p.id, dims.vmax0(dims.sub(p.size, dims.add(limit, inflight)))
+    total = p.size
+    if eng.policy.elastic_rule == "dmug":
+        # Under dmug, room for the requests behind it too, in admission order, as far as
+        # the steps reach: a burst of arrivals is served in one grace period, not one
+        # request per grace period (while requests wait, no lease grows).
+        room = dims.add(dims.add(limit, spare), inflight)
+        first = queue.key(p)
+        for q in sorted((q for q in pending.values() if q.counted), key=queue.key):
+            if q is p or queue.key(q) < first or q.campaign != p.campaign:
+                continue
+            more = dims.add(total, q.size)
+            if not dims.fits(more, room):
+                break
+            total = more
+    return p.id, dims.vmax0(dims.sub(total, dims.add(limit, inflight)))
 
 
 def elastic_yield(eng: Engine, rid: str, need: dims.Vec) -> None:
@@ -439,8 +495,77 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
         ts = e.targets(rule, now, risk)
         if ts:
             heapq.heappush(heap, (e.priority(rule, now, risk, ts), lid, ts))
-    if blocked and not any(e.warned for e in eng.elastic.by_lease.values()):
+    if not blocked:
+        return
+    if not any(e.warned for e in eng.elastic.by_lease.values()):
         rebalance(eng, min(blocked)[1])
+    elif rule == "dmug":
+        # Shrinks are in flight: only leases whose deadline is lost at their size move
+        # more steps (each once what is in flight and free is counted for those before).
+        rescue_all(eng, [lid for key, lid in sorted(blocked) if key[0] == 0.0])
+
+
+def rescue_all(eng: Engine, lids: list[str]) -> None:
+    """With shrinks already announced, save the deadlines of ``lids`` (blocked leases
+    whose deadline is lost at their size but met at a larger one, earliest deadline
+    first): the units free and those announced to return are counted for them in turn;
+    a lease they do not cover takes whole shrinks (each to the next allowed size below,
+    least worth first) of steps not yet announced, from leases that still meet their
+    deadlines at the smaller size, all it needs or none."""
+    now, risk = eng.now, eng.policy.elastic_risk
+    el = eng.elastic
+    coming: dict[int, float] = {}
+    taken: dict[str, list[str]] = {}
+    for lid in lids:
+        b = el.by_lease[lid]
+        save = b.rescue(now)
+        if save is None:
+            continue
+        per = b.step[b.dim]
+        if b.dim not in coming:
+            free = eng._capacity_for(eng.campaigns[b.campaign])[0][b.dim]
+            coming[b.dim] = max(0.0, free) + el.warned_held[b.dim]
+        need = (save - b.steps) * per - coming[b.dim]
+        if need <= 1e-9:
+            coming[b.dim] = -need
+            continue
+        got = 0.0
+        mine: dict[str, list[str]] = {}
+        while got < need - 1e-9:
+            best: tuple[float, float, float, str] | None = None
+            for x in el.by_lease.values():
+                if x is b or x.dim != b.dim or x.lease_id in lids:
+                    continue
+                xk = len(_unclaimed(x, taken, mine))
+                if xk > 0 and now + x.time_left(x.down(xk)) <= x.deadline:
+                    key = (x.worth(now, risk, xk), -x.deadline, -x.seq, x.lease_id)
+                    if best is None or key < best:
+                        best = key
+            if best is None:
+                break
+            x = el.by_lease[best[3]]
+            steps = _unclaimed(x, taken, mine)
+            d = x.down(len(steps))
+            mine.setdefault(x.lease_id, []).extend(steps[d:][::-1])  # the youngest first
+            got += (len(steps) - d) * x.step[x.dim]
+        coming[b.dim] = 0.0
+        if got < need - 1e-9:
+            continue
+        for xl, xs in mine.items():
+            taken.setdefault(xl, []).extend(xs)
+        coming[b.dim] = got - need
+        deadline = now + eng.policy.grace_s
+        for xl, xs in mine.items():
+            warn(eng, el.by_lease[xl], xs, deadline, "", f"to {lid}")
+
+
+def _unclaimed(x: elastic.ElasticLease, *claims: Mapping[str, list[str]]) -> list[str]:
+    """The extra steps of ``x`` not announced to end and not in ``claims``, oldest first."""
+    out = [s for s in x.extents if s not in x.warned]
+    for c in claims:
+        if x.lease_id in c:
+            out = [s for s in out if s not in c[x.lease_id]]
+    return out
 
 
 def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[Granted] | None:

@@ -93,7 +93,7 @@ from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
 
-RULES_VERSION = 9
+RULES_VERSION = 10
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -124,7 +124,16 @@ an elastic lease before its deadline is not refused for pushing a reservation (i
 ``idempotency_keys_kept`` newer keyed requests came (200,000 by default; or up to a chunk
 of 100 later), as well as at the end of its window (``idempotency_window_s``, a day by
 default): a retry after that many newer keys is a new request (before, a day of keys was
-kept whatever their number)."""
+kept whatever their number). 10: elastic admission control plans over time: a deadline
+request is admitted when a plan keeps its deadline and every admitted elastic lease's
+(earliest deadline first, each on its fewest units over time, filling what the earlier
+ones leave: ``elastic.admission_plan``), where before the units each needed held from now
+had to fit side by side (a request that fits only after an earlier deadline's job is done
+was refused); a refusal names the binding deadline (``plan`` in its inputs). Under
+``dmug`` the allocator makes room at once for every waiting request the extra steps can
+serve (in admission order), not one request per grace period, and while shrinks are in
+flight a lease whose deadline is lost at its size still takes steps from leases that meet
+theirs (counting what is free and announced for the earlier deadlines first)."""
 
 ENDED_KEPT = ENDED_LEASES_KEPT
 """Ended leases the engine remembers by default (the newest; the policy's
@@ -509,7 +518,7 @@ class Engine:
             if self.policy.elastic_admission:
                 if mode is None:
                     return fold.refuse_deadline(self, p, intent)
-                crowded = fold.elastic_crowded(self, intent, mode)
+                crowded = fold.elastic_crowded(self, rid, intent, mode)
                 if crowded is not None:
                     return fold.refuse_deadline(self, p, intent, crowded)
             self.elastic.waiting[rid] = (intent, mode or 0)

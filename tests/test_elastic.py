@@ -154,15 +154,24 @@ def test_a_deadline_the_admitted_leases_leave_no_room_for_is_refused():
     assert of(eng.apply(RequestLease(0.0, "a", {}, 3600, intent=tight)), Granted)
     # The second waits for the first's extra steps to come back; it counts all the same.
     assert of(eng.apply(RequestLease(0.0, "b", {}, 3600, intent=tight)), Queued)
-    out = eng.apply(RequestLease(0.0, "c", {}, 3600, intent=amdahl(lo=1, hi=16, work=100.0)))
+    # A third with the same deadline: alone it needs 1 GPU, but no plan fits its 100 s of
+    # work before 1 000 s beside theirs (they need the pool to about 996 s). The plan
+    # (earliest deadline first, ties to the older) binds on its own deadline.
+    third = amdahl(lo=1, hi=16, work=100.0, deadline=1_000.0)
+    out = eng.apply(RequestLease(0.0, "c", {}, 3600, intent=third))
     (rej,) = of(out, Rejected)
     assert rej.reason is Reason.DEADLINE_UNREACHABLE
-    assert rej.inputs["committed"] == {"needed": 1.0, "committed": 17.0, "capacity": 16.0}
+    assert rej.inputs["plan"] == {
+        "binding": rej.request_id,
+        "binding_deadline": 1_000.0,
+        "needed": 1.0,
+        "capacity": 16.0,
+    }
     # Without admission control it is served, and the pool is shared among the three.
     eng = engine(nodes=2, elastic_admission=False)
     for name in ("a", "b"):
         eng.apply(RequestLease(0.0, name, {}, 3600, intent=tight))
-    out = eng.apply(RequestLease(0.0, "c", {}, 3600, intent=amdahl(lo=1, hi=16, work=100.0)))
+    out = eng.apply(RequestLease(0.0, "c", {}, 3600, intent=third))
     assert not of(out, Rejected)
 
 
