@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_elastic import GRACE, amdahl, engine, of, rid, step_to
+from test_elastic import GRACE, amdahl, engine, of, rid, size, step_to
 
 from bursar.broker import elastic
 from bursar.broker.decisions import Granted, Queued, Rejected, ResizeWarned
@@ -166,3 +166,28 @@ def test_under_dmug_a_burst_of_waiting_requests_is_made_room_for_in_one_grace_pe
         granted = {g.lease_id for g in of(out, Granted)}
         assert (rid(second) in granted) is announced, rule
         eng.check_invariants()
+
+
+def test_under_dmug_a_lost_deadline_takes_steps_while_another_move_is_in_flight() -> None:
+    # Two urgent jobs (each lost at 1 GPU, met at 8) arrive to a pool one slack lease holds.
+    # The first's move is announced as soon as it runs; the second's is announced while the
+    # first's is still in flight, not a grace period later.
+    eng = engine(nodes=2)
+    a = eng.apply(
+        RequestLease(1.0, "a", {}, 3600, intent=amdahl(hi=16, work=2_000.0, deadline=80_000.0))
+    ).own.lease_id
+    urgent = amdahl(lo=1, hi=8, work=4_000.0, deadline=900.0)
+    b = rid(eng.apply(RequestLease(2.0, "b", {}, 3600, intent=urgent)))
+    c = rid(eng.apply(RequestLease(2.5, "b", {}, 3600, intent=urgent)))
+    out = step_to(eng, 2.5 + GRACE + 1)
+    moves = {d.inputs["why"]: d for d in of(out, ResizeWarned) if d.inputs["why"] != "request"}
+    assert set(moves) == {f"to {b}", f"to {c}"}
+    assert all(d.lease_id == a for d in moves.values())
+    assert moves[f"to {c}"].at < moves[f"to {b}"].deadline  # while the first is in flight
+    # Both are saved: once the steps come back each holds a size that meets its deadline.
+    step_to(eng, 2.5 + 2 * GRACE + 1)
+    for lid in (b, c):
+        e = eng.elastic.by_lease[lid]
+        assert size(eng, lid) > 1.0 and e.rescue(eng.now) is None
+        assert eng.now + e.time_left() <= e.deadline
+    eng.check_invariants()
