@@ -6,6 +6,9 @@
 #   make test       lint (ruff check) and run the test suite (installs the dev and plots
 #                   extras, and the Debian packages some tests need when run as root:
 #                   scripts/system-deps.sh)
+#   make test-fast  the fast lane between edits: ruff check and the tests not marked slow
+#                   (no subprocess broker, browser, Slurm, PostgreSQL, Ray, Parsl or Dask
+#                   cluster; at most 3 minutes; tests/conftest.py says which modules are slow)
 #   make lint       ruff check and ruff format --check
 #   make matrix     replay every policy on the CTC-SP2, SDSC-SP2 and HPC2N traces into
 #                   docs/replay-matrix.{md,html,json,png} (TRACES=dir overrides the traces)
@@ -35,7 +38,7 @@ TEST_STAMP := $(VENV)/.installed-test
 TEST_EXTRAS := dev,plots
 
 .DEFAULT_GOAL := test
-.PHONY: demo test lint format clean distclean system-deps matrix easy-check whatif accel accel-clean docs
+.PHONY: demo test test-fast lint format clean distclean system-deps matrix easy-check whatif accel accel-clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +82,10 @@ system-deps:
 test: $(TEST_STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+test-fast: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # The traces live beside the repository (../shared/traces), never inside it.
 TRACES ?= ../shared/traces

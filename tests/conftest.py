@@ -77,3 +77,68 @@ def make_engine() -> Callable[..., Engine]:
 @pytest.fixture
 def gpu_spec() -> Callable[..., CampaignSpec]:
     return gpu_campaign
+
+
+# The fast lane (`make test-fast`, `pytest -m "not slow"`) leaves out whole modules that
+# need something outside this process: a `bursar serve` subprocess, a browser, a Slurm
+# cluster, PostgreSQL, Ray, Parsl or a Dask cluster, or the documentation build. Tests
+# marked `slow` in other modules are left out too. `make test` (and CI) runs everything.
+HEAVY_MODULES = frozenset(
+    {
+        # a `bursar serve` (or benchmark) subprocess
+        "test_accel",
+        "test_bench_restart",
+        "test_benchmarks",
+        "test_cli_conventions",
+        "test_cli_explain",
+        "test_dashboard",
+        "test_docs_commands",
+        "test_examples",
+        "test_journal_checkpoints",
+        "test_packaging",
+        "test_reliability",
+        "test_reliability_input",
+        "test_self_contained",
+        "test_service_process",
+        "test_traces_fetch",
+        "test_traces_sample",
+        # a browser
+        "test_dashboard_browser",
+        "test_sim_report",
+        # Slurm
+        "test_ray_slurm",
+        "test_slurm_accounting",
+        "test_slurm_actuation",
+        "test_slurm_backend",
+        "test_slurm_dask",
+        "test_slurm_parsl",
+        "test_slurm_service",
+        # PostgreSQL
+        "test_failover",
+        "test_journal_pg",
+        "test_standby_ops",
+        # Ray, Parsl, Dask clusters, and real worker processes on this machine
+        "test_block",
+        "test_dask_cluster",
+        "test_dask_elastic",
+        "test_dask_example",
+        "test_local_backend",
+        "test_local_service",
+        "test_parsl_elastic",
+        "test_parsl_example",
+        "test_parsl_workflow",
+        "test_ray_autoscaler",
+        "test_ray_elastic",
+        "test_ray_one_host",
+        "test_ray_provider",
+        # the documentation site's strict build
+        "test_docs_site",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    slow = pytest.mark.slow
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in HEAVY_MODULES:
+            item.add_marker(slow)
