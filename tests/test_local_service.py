@@ -9,12 +9,10 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -32,10 +30,9 @@ from local_support import (
 from bursar.broker.backends.local import LocalPool
 from bursar.broker.backends.local_discovery import parse_cpulist
 from bursar.broker.config import parse_config
-from bursar.broker.service.limits import LimitSettings
-from bursar.broker.service.server import Settings, running
 from bursar.cli.main import main
 from bursar.providers.client import Backoff, BrokerClient, LeasePath, LeaseState, Refused
+from bursar.testing import local_broker as served
 
 pytestmark = pytest.mark.skipif(nproc() < 2, reason="needs 2 CPUs in this process's affinity")
 
@@ -50,44 +47,10 @@ def local_broker(
     backend = local_pool(state_dir / "local", grace_s=grace_s, poll_s=0.2)
     spec = backend.pool_spec()
     cfg = parse_config(LOCAL_CAMPAIGNS, "toml", discover=lambda _s: spec)
-    ready = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def serve() -> None:
-        settings = Settings(
-            state_dir=state_dir,
-            config=cfg,
-            port=0,
-            metrics_port=None,
-            limits=LimitSettings(rate=10_000, burst=10_000, max_streams=64),
-            grace_s=1.0,
-            backend=backend,
-        )
-        stop = asyncio.Event()
-        async with running(settings) as r:
-            box["address"] = r.address
-            box["stop"] = (asyncio.get_running_loop(), stop)
-            ready.set()
-            await stop.wait()
-
-    def run() -> None:
-        try:
-            asyncio.run(serve())
-        except BaseException as exc:
-            box["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=run, name="bursar-local-broker", daemon=True)
-    thread.start()
-    if not ready.wait(30) or "error" in box:
-        raise RuntimeError(f"the broker did not start: {box.get('error')!r}")
-    tokens = json.loads((state_dir / "tokens.json").read_text())
     try:
-        yield str(box["address"]), tokens, backend
+        with served(state_dir=state_dir, config=cfg, backend=backend) as b:
+            yield b.address, b.tokens, backend
     finally:
-        loop, stop = box["stop"]
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
         backend.wait_reaped(10)
 
 

@@ -12,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from bursar.providers.ray.settings import (
     parse_settings,
     raylet_labels,
 )
+from bursar.testing import ManualClock
 
 GIB = 2**30
 RESOURCES = {"CPU": 1, "memory": GIB, "bursar_node": 1}
@@ -218,6 +218,7 @@ def test_a_refusal_raises_ray_launch_exception_with_reason_and_retry_after(
     server: ServerThread, tmp_path: Path
 ) -> None:
     p = make(server, "capped", tmp_path)
+    p.clock = ManualClock(1_750_000_000.0)  # the cool-down's: the test moves it past max_retry_s
     cpu = {"CPU": 1}
     try:
         (first,) = create(p, cpu)
@@ -233,7 +234,7 @@ def test_a_refusal_raises_ray_launch_exception_with_reason_and_retry_after(
         with pytest.raises(LeaseRefused, match="not asked again"):
             create(p, cpu)
         p.terminate_node(first)
-        time.sleep(0.6)
+        p.clock.advance(0.6)
         (second,) = create(p, cpu)
         assert second != first
     finally:

@@ -165,6 +165,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
+from bursar.broker.clock import SYSTEM, Clock
 from bursar.cli.console import human_duration
 from bursar.providers.block import (
     Block,
@@ -567,6 +568,9 @@ class BursarNodeProvider(NodeProvider):
         self._ended: OrderedDict[str, tuple[NodeRecord, str]] = OrderedDict()
         self._next_ip = 0
         self._refused: dict[str, tuple[float, LeaseRefused]] = {}
+        """Node type -> (until when, on ``clock``, a refused type is not asked again; why)."""
+        self.clock: Clock = SYSTEM
+        """The refusal cool-down's clock (a test hands it a ManualClock)."""
         self._reserved: set[str] = set()
         """Addresses of nodes whose lease is being asked for."""
         self._blocks: set[_Node] = set()
@@ -802,11 +806,12 @@ class BursarNodeProvider(NodeProvider):
             if self._closed:
                 raise NodeLaunchException("closed", "the provider was closed", None)
             held = self._refused.get(node_type)
-            if held is not None and time.monotonic() < held[0]:
+            now = self.clock.now()
+            if held is not None and now < held[0]:
                 raise LeaseRefused(
                     held[1].reason,
                     f"{held[1].description} (not asked again yet)",
-                    max(0.0, held[0] - time.monotonic()),
+                    max(0.0, held[0] - now),
                 )
         created: dict[str, Any] = {}
         for _ in range(count):
@@ -869,7 +874,7 @@ class BursarNodeProvider(NodeProvider):
             )
             with self._lock:
                 before = self._refused.get(node_type)
-                self._refused[node_type] = (time.monotonic() + wait, refused)
+                self._refused[node_type] = (self.clock.now() + wait, refused)
             # One INFO line per change of reason for a node type; the rest at DEBUG.
             changed = before is None or before[1].reason != refused.reason
             log.log(logging.INFO if changed else logging.DEBUG, "%s", refused.description)
