@@ -50,6 +50,13 @@ from bursar.broker.reasons import Reason
 POOL_REASONS = frozenset({Reason.POOL_FULL, Reason.GUARANTEE_RESERVED, Reason.HEAD_OF_LINE})
 
 
+def retry_after(min_retry_s: float, wait: float) -> float:
+    """The retry-after a refusal carries: the wait expected, never under the policy's
+    ``min_retry_s`` (a client told to retry at once would spin). The one place the floor
+    is applied."""
+    return max(min_retry_s, wait)
+
+
 def usage_weight(size: dims.Vec, sustained: dims.Vec) -> float:
     """A lease's weight in its campaign's fair-share usage: its size in multiples of the
     campaign's sustained rate, in the dominant dimension (0 where no rate is set)."""

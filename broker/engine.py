@@ -83,7 +83,7 @@ from bursar.broker.ledger import CampaignState, Ledger
 from bursar.broker.ledger import end_entry as ledger_end_entry
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
-from bursar.broker.pending import HeadEntry, Pending, PoolScan, Queues
+from bursar.broker.pending import HeadEntry, Pending, PoolScan, Queues, pool_group
 from bursar.broker.placement import Placement
 from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState
@@ -197,9 +197,14 @@ class Engine:
     def apply(self, event: Event) -> Outcome:
         """Apply one event; return its outcome: every decision it caused, and apart the one
         answering its own request. Bad input raises, changing nothing."""
-        validation.validate(self, event)
-        handler = _HANDLERS[type(event)]
-        out, own = self._fold(event.at, lambda: handler(self, event), 1)
+        demand = validation.validate(self, event)
+        if isinstance(event, RequestLease):
+            # The demand the checks resolved: the fold does not resolve the shape again.
+            assert demand is not None
+            out, own = self._fold(event.at, lambda: self._on_request(event, demand), 1)
+        else:
+            handler = _HANDLERS[type(event)]
+            out, own = self._fold(event.at, lambda: handler(self, event), 1)
         if isinstance(own, Queued):
             # Queued, then granted by the admission pass of the same event: the grant is the
             # answer (the caller must not wait for what it already has).
@@ -477,12 +482,11 @@ class Engine:
         retune.retune(self, e.policy)
         return self._emit(PolicySet(self.now, changed))
 
-    def _on_request(self, e: RequestLease) -> Decision:
+    def _on_request(self, e: RequestLease, demand: shape.Demand) -> Decision:
         c = self.campaigns[e.campaign]
         self._seq += 1
         rid = f"L{self._seq}"
         intent = e.intent
-        demand = shape.resolve(e.size if intent is None else intent.min, e.shape, self.pool.kinds)
         p = Pending(
             id=rid,
             campaign=e.campaign,
@@ -552,7 +556,9 @@ class Engine:
                     ls.id,
                     ls.campaign,
                     Reason.LEASE_PREEMPTING,
-                    max(self.policy.min_retry_s, (ls.preempt_deadline or self.now) - self.now),
+                    admission.retry_after(
+                        self.policy.min_retry_s, (ls.preempt_deadline or self.now) - self.now
+                    ),
                 )
             )
         new_end = max(ls.expires_at, self.now + e.duration_s)
@@ -597,7 +603,7 @@ class Engine:
                         ls.id,
                         ls.campaign,
                         Reason.HEAD_OF_LINE,
-                        max(self.policy.min_retry_s, first - self.now),
+                        admission.retry_after(self.policy.min_retry_s, first - self.now),
                         {**inputs, "reserved_from": first},
                     )
                 )
@@ -891,14 +897,14 @@ class Engine:
         if starts is None:
             starts = memo["starts"] = self._possible_starts()
         d = p.duration_s
-        bucket = p.bucket
+        bucket = p.pool_key
         if bucket is None or p.id in profile.reservations or self.exhaustive:
             return any(profile.admits(p.size, t, t + d, p.id) for t in starts)
         seen = memo.get("backfill")
         if seen is None or seen[0] is not profile:
             seen = memo["backfill"] = (profile, {})
         ends: dict[Any, tuple[tuple[float, float], ...]] = seen[1]
-        group = bucket[:5]  # one size (the demand's) for the whole group
+        group = pool_group(bucket)  # one size (the demand's) for the whole group
         until = ends.get(group)
         if until is None:
             # For each possible start, the latest end the reservations admit: every
@@ -911,7 +917,7 @@ class Engine:
             # from this duration up, not from the cut: requests the walk passes over come
             # back when the reservations change later in the pass, out of their turn.
             pending = self.queue.pending
-            holders = {pending[h].bucket for h in profile.reservations if h in pending}
+            holders = {pending[h].pool_key for h in profile.reservations if h in pending}
             scan.refuse_from(bucket, d, holders, profile)  # type: ignore[arg-type]
         return False
 
@@ -1219,7 +1225,7 @@ class Engine:
             if not math.isinf(at):
                 wait = at - self.now
         if not p.blocking:
-            retry = max(self.policy.min_retry_s, wait)
+            retry = admission.retry_after(self.policy.min_retry_s, wait)
             reject = self._emit(Rejected(self.now, p.id, p.campaign, reason, retry, inputs))
             self.idempotency.answer(p.id, reject)
             if self.elastic.waiting:
@@ -1338,14 +1344,14 @@ class Engine:
                     # More than any path could give its campaign now: still pool-blocked,
                     # for the reason it has (the scan's bound is for the whole pool).
                     if not self.exhaustive:
-                        scan.drop(cand.bucket)  # so is every request of its bucket
+                        scan.drop(cand.pool_key)  # so is every request of its bucket
                     continue
                 if queue.may_try(cand) and isinstance(self._pool_side(cand, cc)[0], Reason):
                     # No plan the pool could place: still pool-blocked, for the reason it
                     # has, and so is every other request of its bucket until the next grant
                     # (the answer depends on the bucket only).
                     if not self.exhaustive:
-                        scan.drop(cand.bucket)
+                        scan.drop(cand.pool_key)
                     continue
             else:
                 break
@@ -1396,7 +1402,7 @@ class Engine:
                 barrier = self._unblocked_queue(p, barrier, heap, seen)
             if self._pool_refused and scan is not None and not self.exhaustive:
                 # The pool's answer holds for every request of its bucket until a grant.
-                scan.drop(p.bucket)
+                scan.drop(p.pool_key)
             if reason is Reason.BUCKET_EMPTY:
                 self._schedule_wake(p)
             if barrier is None and reason in admission.POOL_REASONS and p.id in queue.aged:
@@ -1527,7 +1533,6 @@ def _nonzero(v: dims.Vec) -> dict[str, float]:
 _HANDLERS: dict[type[Event], Callable[[Engine, Any], Any]] = {
     CreateCampaign: Engine._on_create,
     UpdateCampaign: Engine._on_update,
-    RequestLease: Engine._on_request,
     CancelRequest: Engine._on_cancel,
     Renew: Engine._on_renew,
     Release: Engine._on_release,
