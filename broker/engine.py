@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from bursar.broker import (
@@ -168,7 +168,7 @@ class Engine:
         self._firm_added: set[tuple[Any, ...]] = set()
         """Firm lease ends added since the current profile was built (it reads the ends
         lazily, and must read them as they were)."""
-        self._guarantees: _GuaranteeView | None = None
+        self._guarantees: reservations.GuaranteeView | None = None
         """What the current profile reads of the guaranteed campaigns (see ``_reservations``)."""
         self._pool_refused = False
         """The last ``_try`` was refused by the pool side (not the campaign's own limits,
@@ -853,32 +853,28 @@ class Engine:
         holders = self.queue.aged_front(self.policy.reservations)
         if not holders:
             return None
-        now = self.now
         ledger = self.ledger
         on_free, boot_free, cold, _ = self.pool.totals()
-        warm_reserve = ledger.warm_reserve()
-        base = dims.vmax0(dims.sub(on_free, warm_reserve))
-        # Reserve not yet warm is booting: the cold path cannot hand it out (as _capacity_for).
-        short = dims.vmax0(dims.sub(warm_reserve, on_free))
-        cold_avail = dims.vmax0(dims.sub(dims.add(boot_free, cold), short))
-        early: list[reservations.Step] = []
         reclaim = dims.vmax0(dims.sub(ledger.reclaimable, ledger.lent()))
         if not dims.is_zero(self.elastic.held):
             # Elastic leases' extra steps come back a grace period after a warning.
             reclaim = dims.add(reclaim, self.elastic.held)
-        if not dims.is_zero(reclaim):
-            early.append((now + self.policy.grace_s, reclaim))
-        if not dims.is_zero(cold_avail):
-            early.append((now + self.pool_spec.boot_latency_s, cold_avail))
-        early.sort(key=lambda st: st[0])
-        guaranteed = self._guarantees = _GuaranteeView(ledger.guaranteed)
+        self._guarantees = reservations.GuaranteeView(ledger.guaranteed)
         self._firm_added = set()
-        ends = _firm_ends_as_built(ledger.firm_ends, self._firm_added)
-        steps = heapq.merge(early, reservations.firm_steps(ends, guaranteed), key=lambda st: st[0])
-        profile = reservations.Profile(now, base, steps)
-        for p in holders:
-            c = self.campaigns[p.campaign]
-            profile.reserve(p.id, p.size, p.duration_s, c.unmet, now)
+        profile = reservations.cut(
+            reservations.Capacity(
+                self.now,
+                on_free,
+                dims.add(boot_free, cold),
+                ledger.warm_reserve(),
+                reclaim,
+                self.policy.grace_s,
+                self.pool_spec.boot_latency_s,
+            ),
+            reservations.firm_ends_as_built(ledger.firm_ends, self._firm_added),
+            self._guarantees,
+            [(p.id, p.size, p.duration_s, self.campaigns[p.campaign].unmet) for p in holders],
+        )
         self._profile = profile
         return profile
 
@@ -1470,47 +1466,6 @@ class Engine:
     def queued(self) -> Iterator[Pending]:
         """Pending requests in admission order."""
         return iter(self.queue.ordered())
-
-
-def _firm_ends_as_built(
-    firm_ends: Any, added: set[tuple[Any, ...]]
-) -> Iterator[tuple[float, str, dims.Vec]]:
-    """(expiry, campaign, size) of the firm leases in time order, read lazily by a
-    profile: by key, not by position (leases granted meanwhile are inserted into the list),
-    leaving out those added since it was built."""
-    last = None
-    while True:
-        k = 0 if last is None else firm_ends.bisect_right(last)
-        if k >= len(firm_ends):
-            return
-        last = firm_ends[k]
-        if last not in added:
-            yield last[0], last[3], last[2]
-
-
-class _GuaranteeView:
-    """(guarantee, held) of the firm campaigns with a guarantee as they were when a profile
-    was built, read on demand (``get``): a profile reads it only for the campaigns whose
-    leases its walk reaches (the lazy steps may be read after a grant: ``freeze`` keeps
-    what a campaign held before the engine changes it)."""
-
-    __slots__ = ("_campaigns", "_frozen")
-
-    def __init__(self, campaigns: Mapping[str, CampaignState]) -> None:
-        self._campaigns = campaigns
-        self._frozen: dict[str, tuple[dims.Vec, dims.Vec]] = {}
-
-    def freeze(self, c: CampaignState) -> None:
-        name = c.spec.name
-        if name in self._campaigns and name not in self._frozen:
-            self._frozen[name] = (c.guarantee, c.held)
-
-    def get(self, name: str) -> tuple[dims.Vec, dims.Vec] | None:
-        got = self._frozen.get(name)
-        if got is not None:
-            return got
-        c = self._campaigns.get(name)
-        return None if c is None else (c.guarantee, c.held)
 
 
 _PLACED = {d: i for i, d in enumerate(dims.PLACED)}
