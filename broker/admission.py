@@ -40,7 +40,10 @@ reservation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from bursar.broker import dims
 from bursar.broker.bucket import Bucket, above_rate
@@ -48,6 +51,51 @@ from bursar.broker.policy import Enforcement
 from bursar.broker.reasons import Reason
 
 POOL_REASONS = frozenset({Reason.POOL_FULL, Reason.GUARANTEE_RESERVED, Reason.HEAD_OF_LINE})
+
+
+class Side(enum.Enum):
+    """Which side of the checks refused: the campaign's own limits (burst, bucket), the
+    pool (isolation, paths) or the reservations (head of line)."""
+
+    CAMPAIGN = "campaign"
+    POOL = "pool"
+    RESERVATIONS = "reservations"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request or a renewal may not be granted now: the reason, the details that go
+    into its decision's inputs, and which side refused (a pool refusal holds for every
+    request of its pool group until the next grant; the others do not)."""
+
+    reason: Reason
+    details: dict[str, Any] = field(default_factory=dict)
+    side: Side = Side.CAMPAIGN
+
+
+def burst_refusal(held: dims.Vec, size: dims.Vec, burst: dims.Vec) -> Refusal | None:
+    """Check 1 (burst) for a request, or a renewal (``held``: the campaign's other holdings)."""
+    return Refusal(Reason.ABOVE_BURST) if over_burst(held, size, burst) else None
+
+
+def reservations_refusal(starts: Iterable[float]) -> Refusal:
+    """Refused for the reservations (``starts``: when each begins): wait for the first."""
+    first = min(starts)
+    return Refusal(Reason.HEAD_OF_LINE, {"reserved_from": first}, Side.RESERVATIONS)
+
+
+def bucket_refusal(
+    buckets: Mapping[str, Bucket],
+    held: dims.Vec,
+    rate_need: dims.Vec,
+    span: float,
+    now: float,
+    enforcement: Enforcement,
+) -> Refusal | None:
+    """Check 2 (bucket) over ``span`` seconds: a request's whole span (with its start
+    delay once its path is known), a renewal's extension."""
+    short = bucket_short(buckets, held, rate_need, span, now, enforcement)
+    return Refusal(Reason.BUCKET_EMPTY, {"bucket_short": short}) if short else None
 
 
 def retry_after(min_retry_s: float, wait: float) -> float:

@@ -170,9 +170,6 @@ class Engine:
         lazily, and must read them as they were)."""
         self._guarantees: reservations.GuaranteeView | None = None
         """What the current profile reads of the guaranteed campaigns (see ``_reservations``)."""
-        self._pool_refused = False
-        """The last ``_try`` was refused by the pool side (not the campaign's own limits,
-        not the reservations)."""
         self._memo: dict[Any, Any] | None = None
         """During an admission pass, the pool side of ``_try`` and the campaigns' reach by
         group, as of the last grant (nothing they read changes until the next one)."""
@@ -186,7 +183,6 @@ class Engine:
             _profile=None,
             _profile_fresh=False,
             _memo=None,
-            _pool_refused=False,
             _guarantees=None,
             _firm_added=set(),
         )
@@ -517,8 +513,8 @@ class Engine:
             # the campaign's own limits: wait behind it.
             return self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
         result = self._try(p, self._reservations() if self.queue.barrier_before(p) else None)
-        if isinstance(result, tuple):
-            return self._refuse(p, *result)
+        if isinstance(result, admission.Refusal):
+            return self._refuse(p, result.reason, result.details)
         return result
 
     def _on_cancel(self, e: CancelRequest) -> Decision | None:
@@ -566,13 +562,16 @@ class Engine:
         others = dims.sub(c.held, ls.size)
         rate = admission.token_need(others, ls.size, c.sustained)
         inputs = self._inputs(c, ls.size)
-        if admission.over_burst(others, ls.size, c.burst_bound):
+        # The same checks as a request's (``_try``), on the extension: burst, then the
+        # reservations (a renewal has no path to find), then the bucket over the extension.
+        refused = admission.burst_refusal(others, ls.size, c.burst_bound)
+        if refused is not None:
             return self._emit(
                 Rejected(
                     self.now,
                     ls.id,
                     ls.campaign,
-                    Reason.ABOVE_BURST,
+                    refused.reason,
                     self.policy.min_retry_s,
                     inputs,
                 )
@@ -596,26 +595,27 @@ class Engine:
             self._profile_fresh = False
             profile = self._reservations()
             if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):
-                first = min(r.at for r in profile.reservations.values())
+                refused = admission.reservations_refusal(
+                    r.at for r in profile.reservations.values()
+                )
+                first = refused.details["reserved_from"]
                 return self._emit(
                     Rejected(
                         self.now,
                         ls.id,
                         ls.campaign,
-                        Reason.HEAD_OF_LINE,
+                        refused.reason,
                         admission.retry_after(self.policy.min_retry_s, first - self.now),
-                        {**inputs, "reserved_from": first},
+                        {**inputs, **refused.details},
                     )
                 )
-        short = admission.bucket_short(
+        refused = admission.bucket_refusal(
             c.buckets, c.held, rate, ext, self.now, self.policy.enforcement
         )
-        if short:
-            inputs = {**inputs, "bucket_short": short}
+        if refused is not None:
+            inputs = {**inputs, **refused.details}
             wait = self.ledger.bucket_wait(c, rate, ext, self.now)
-            return self._emit(
-                Rejected(self.now, ls.id, ls.campaign, Reason.BUCKET_EMPTY, wait, inputs)
-            )
+            return self._emit(Rejected(self.now, ls.id, ls.campaign, refused.reason, wait, inputs))
         price = self.ledger.price()
         credit_rate = self.ledger.credit_rate(price, ls.size)
         tokens, credits = self.ledger.charge(c, rate, credit_rate, ext, self.now)
@@ -729,28 +729,28 @@ class Engine:
             },
         }
 
-    def _try(
-        self, p: Pending, behind: reservations.Profile | None
-    ) -> Granted | tuple[Reason, dict[str, Any]]:
-        """Grant ``p`` now if every rule allows; otherwise (reason, details for the record).
+    def _try(self, p: Pending, behind: reservations.Profile | None) -> Granted | admission.Refusal:
+        """Grant ``p`` now if every rule allows; otherwise why not (``Refusal``).
         ``behind`` is the reservations ``p`` comes after, if any: it must leave them whole
         unless it fits within its campaign's own unmet guarantee."""
         c = self.campaigns[p.campaign]
         size = p.size
-        if admission.over_burst(c.held, size, c.burst_bound):
-            return Reason.ABOVE_BURST, {}
+        refused = admission.burst_refusal(c.held, size, c.burst_bound)
+        if refused is not None:
+            return refused
         rate = admission.token_need(c.held, size, c.sustained)
         enforcement = self.policy.enforcement
-        short = admission.bucket_short(c.buckets, c.held, rate, p.duration_s, self.now, enforcement)
-        if short:
-            return Reason.BUCKET_EMPTY, {"bucket_short": short}
+        refused = admission.bucket_refusal(
+            c.buckets, c.held, rate, p.duration_s, self.now, enforcement
+        )
+        if refused is not None:
+            return refused
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
         placed = self._pool_side(p, c)
         if isinstance(placed[0], Reason):
-            self._pool_refused = True
-            return placed[0], {}
+            return admission.Refusal(placed[0], {}, admission.Side.POOL)
         plan, delay = placed
         if behind is not None:
             start = self.now + delay
@@ -758,14 +758,13 @@ class Engine:
             if not behind.admits(size, start, end, p.id) or self._crowds_own_holder(
                 p, c, end, behind
             ):
-                first = min(r.at for r in behind.reservations.values())
-                return Reason.HEAD_OF_LINE, {"reserved_from": first}
+                return admission.reservations_refusal(r.at for r in behind.reservations.values())
         if delay > 0 and enforcement is Enforcement.PREPAID:
-            short = admission.bucket_short(
+            refused = admission.bucket_refusal(
                 c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
             )
-            if short:
-                return Reason.BUCKET_EMPTY, {"bucket_short": short}
+            if refused is not None:
+                return refused
         return self._grant(p, c, plan, rate, own)
 
     def _pool_side(
@@ -1374,7 +1373,6 @@ class Engine:
                     barrier = self._unblocked_queue(p, barrier, heap, seen)
                 continue
             seen.add(rid)
-            self._pool_refused = False
             result = self._try(p, profile)
             if isinstance(result, Granted):
                 self._unqueue(p)
@@ -1392,11 +1390,11 @@ class Engine:
                 if scan is not None:
                     scan.restart(cursor, self.ledger.pool_bound())
                 continue
-            reason = result[0]
+            reason = result.reason
             self._set_reason(p, reason)
             if not was_pool and reason in admission.POOL_REASONS:
                 barrier = self._unblocked_queue(p, barrier, heap, seen)
-            if self._pool_refused and scan is not None and not self.exhaustive:
+            if result.side is admission.Side.POOL and scan is not None and not self.exhaustive:
                 # The pool's answer holds for every request of its bucket until a grant.
                 scan.drop(p.pool_key)
             if reason is Reason.BUCKET_EMPTY:
