@@ -84,17 +84,9 @@ def reservations_refusal(starts: Iterable[float]) -> Refusal:
     return Refusal(Reason.HEAD_OF_LINE, {"reserved_from": first}, Side.RESERVATIONS)
 
 
-def bucket_refusal(
-    buckets: Mapping[str, Bucket],
-    held: dims.Vec,
-    rate_need: dims.Vec,
-    span: float,
-    now: float,
-    enforcement: Enforcement,
-) -> Refusal | None:
-    """Check 2 (bucket) over ``span`` seconds: a request's whole span (with its start
-    delay once its path is known), a renewal's extension."""
-    short = bucket_short(buckets, held, rate_need, span, now, enforcement)
+def bucket_refusal(short: dict[str, dict[str, float]]) -> Refusal | None:
+    """Check 2 (bucket), given ``bucket_short`` over the span checked: a request's whole
+    span (with its start delay once its path is known), a renewal's extension."""
     return Refusal(Reason.BUCKET_EMPTY, {"bucket_short": short}) if short else None
 
 

@@ -610,7 +610,7 @@ class Engine:
                     )
                 )
         refused = admission.bucket_refusal(
-            c.buckets, c.held, rate, ext, self.now, self.policy.enforcement
+            admission.bucket_short(c.buckets, c.held, rate, ext, self.now, self.policy.enforcement)
         )
         if refused is not None:
             inputs = {**inputs, **refused.details}
@@ -741,7 +741,7 @@ class Engine:
         rate = admission.token_need(c.held, size, c.sustained)
         enforcement = self.policy.enforcement
         refused = admission.bucket_refusal(
-            c.buckets, c.held, rate, p.duration_s, self.now, enforcement
+            admission.bucket_short(c.buckets, c.held, rate, p.duration_s, self.now, enforcement)
         )
         if refused is not None:
             return refused
@@ -761,7 +761,9 @@ class Engine:
                 return admission.reservations_refusal(r.at for r in behind.reservations.values())
         if delay > 0 and enforcement is Enforcement.PREPAID:
             refused = admission.bucket_refusal(
-                c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
+                admission.bucket_short(
+                    c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
+                )
             )
             if refused is not None:
                 return refused
