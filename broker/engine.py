@@ -8,7 +8,7 @@ same events always give the same decisions and the same state: the journal repla
 and audits it.
 
 The rules themselves live in small modules named for them: ``admission`` (order,
-burst, bucket), ``reservations`` (aged requests' reservations, backfill), ``isolation``
+burst, bucket, the typed refusals, and the admission pass itself, ``AdmissionPass``), ``reservations`` (aged requests' reservations, backfill), ``isolation``
 (the guarantee reserve), ``paths`` (warm, reclaim, cold), ``bucket``, ``price``, ``metering``, ``supply``, ``lease`` (life cycle).
 The state the fold keeps lives in modules named for what each holds: ``validation``
 (whether an event may apply, and why not), ``timers`` (what is due when, and whether it
@@ -16,7 +16,8 @@ still matters), ``pending`` (the queues and the indexes the admission pass reads
 ``ledger`` (holdings, reserve, reclaimable, price pressure, charges and refunds),
 ``placement`` (pieces on nodes, reclaim hand-over, leases waiting on boots), ``power``
 (boots, idle spells, power-off) and ``keys`` (idempotency keys). This module is the fold:
-the handlers, the admission pass and the decisions they emit, in order.
+the handlers, the checks a request goes through (``_try``) and the decisions they emit,
+in order.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ from bursar.broker.ledger import CampaignState, Ledger
 from bursar.broker.ledger import end_entry as ledger_end_entry
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
-from bursar.broker.pending import HeadEntry, Pending, PoolScan, Queues, pool_group
+from bursar.broker.pending import Pending, Queues
 from bursar.broker.placement import Placement
 from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState
@@ -159,20 +160,12 @@ class Engine:
         )
         self.headroom = self.power.headroom
         self._out: list[Decision] = []
-        self._profile: reservations.Profile | None = None
-        self._profile_fresh = False
-        """The reservations as of this admission pass (built lazily, see ``_reservations``)."""
+        self._cut = reservations.Current()
+        """The reservations as of this admission pass, built lazily (``_reservations``),
+        and what they read lazily: a cache, rebuilt by every event before it is read."""
         self.exhaustive = False
         """The reference admission pass: every pool-blocked request is asked on its own, as
         if no request answered for the others of its bucket (tests compare the two)."""
-        self._firm_added: set[tuple[Any, ...]] = set()
-        """Firm lease ends added since the current profile was built (it reads the ends
-        lazily, and must read them as they were)."""
-        self._guarantees: reservations.GuaranteeView | None = None
-        """What the current profile reads of the guaranteed campaigns (see ``_reservations``)."""
-        self._memo: dict[Any, Any] | None = None
-        """During an admission pass, the pool side of ``_try`` and the campaigns' reach by
-        group, as of the last grant (nothing they read changes until the next one)."""
 
     def __getstate__(self) -> dict[str, Any]:
         """The state a snapshot keeps: everything but the per-pass caches, which every
@@ -180,11 +173,7 @@ class Engine:
         state = dict(self.__dict__)
         state.update(
             _out=[],
-            _profile=None,
-            _profile_fresh=False,
-            _memo=None,
-            _guarantees=None,
-            _firm_added=set(),
+            _cut=reservations.Current(),
         )
         return state
 
@@ -252,7 +241,7 @@ class Engine:
         decision answering the event, if any), then settle: the decisions made, in order,
         and ``act``'s own."""
         self._out = []
-        self._profile_fresh = False
+        self._cut.stale()
         self._advance(at)
         own = act()
         self._settle()
@@ -299,7 +288,7 @@ class Engine:
     def reservation(self, request_id: str) -> float | None:
         """When a waiting request's reservation starts, if it holds one. A pure read: the
         profile is derived state, built afresh here from the state as it is."""
-        self._profile_fresh = False
+        self._cut.stale()
         profile = self._reservations()
         r = profile.reservations.get(request_id) if profile is not None else None
         return None if r is None else r.at
@@ -307,7 +296,7 @@ class Engine:
     def reservation_starts(self) -> dict[str, float]:
         """When each reservation held now starts, by request id (as ``reservation``, for
         every holder at once: the profile is built once)."""
-        self._profile_fresh = False
+        self._cut.stale()
         profile = self._reservations()
         if profile is None:
             return {}
@@ -448,8 +437,7 @@ class Engine:
     # ------------------------------------------------------------------ holding
 
     def _set_held(self, c: CampaignState, held: dims.Vec) -> None:
-        if self._guarantees is not None:
-            self._guarantees.freeze(c)
+        self._cut.holding_changes(c)
         self.ledger.set_held(c, held, self.now)
         self.queue.rekey(c.spec.name)
 
@@ -592,7 +580,7 @@ class Engine:
             # later (the lease's capacity was counted as returning at its old expiry).
             # Leases of a campaign within its guarantee hold their own share and are exempt,
             # and a policy may let every renewal push (``renewals_push_reservations``).
-            self._profile_fresh = False
+            self._cut.stale()
             profile = self._reservations()
             if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):
                 refused = admission.reservations_refusal(
@@ -624,7 +612,7 @@ class Engine:
         self.ledger.firm_renewed(ls, new_end)
         self._charge_usage(c, ls.size, ls.expires_at, new_end, +1)
         self.queue.rekey(c.spec.name)
-        self._profile_fresh = False
+        self._cut.stale()
         ls.expires_at = new_end
         self.timers.push(new_end, TimerKind.EXPIRE, ls.id)
         if self.elastic.by_lease and ls.id in self.elastic.by_lease:
@@ -729,10 +717,16 @@ class Engine:
             },
         }
 
-    def _try(self, p: Pending, behind: reservations.Profile | None) -> Granted | admission.Refusal:
+    def _try(
+        self,
+        p: Pending,
+        behind: reservations.Profile | None,
+        memo: dict[Any, Any] | None = None,
+    ) -> Granted | admission.Refusal:
         """Grant ``p`` now if every rule allows; otherwise why not (``Refusal``).
         ``behind`` is the reservations ``p`` comes after, if any: it must leave them whole
-        unless it fits within its campaign's own unmet guarantee."""
+        unless it fits within its campaign's own unmet guarantee. ``memo``: the admission
+        pass's answers of the pool side, as of its last grant."""
         c = self.campaigns[p.campaign]
         size = p.size
         refused = admission.burst_refusal(c.held, size, c.burst_bound)
@@ -748,7 +742,7 @@ class Engine:
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
-        placed = self._pool_side(p, c)
+        placed = self._pool_side(p, c, memo)
         if isinstance(placed[0], Reason):
             return admission.Refusal(placed[0], {}, admission.Side.POOL)
         plan, delay = placed
@@ -770,13 +764,12 @@ class Engine:
         return self._grant(p, c, plan, rate, own)
 
     def _pool_side(
-        self, p: Pending, c: CampaignState
+        self, p: Pending, c: CampaignState, memo: dict[Any, Any] | None = None
     ) -> tuple[paths.Plan, float] | tuple[Reason, None]:
         """``_place_check``, asked once per campaign group and demand between grants in an
         admission pass: it depends on the pool and ledger (unchanged until the next grant),
         the campaign's group and the demand only, and a long queue asks it for the same
         few demands again and again."""
-        memo = self._memo
         if memo is None:
             return self._place_check(p, c)
         key = (c.spec.preemptible, c.spec.lease_class, c.unmet, p.demand or p.size)
@@ -847,10 +840,10 @@ class Engine:
         """The reservations of the first aged requests (``PolicySpec.reservations`` of them)
         and the capacity profile they were cut from; None when no request holds one. Built
         at most once per event and admission pass, and again after a holder is granted."""
-        if self._profile_fresh:
-            return self._profile
-        self._profile_fresh = True
-        self._profile = None
+        if self._cut.fresh:
+            return self._cut.profile
+        self._cut.fresh = True
+        self._cut.profile = None
         holders = self.queue.aged_front(self.policy.reservations)
         if not holders:
             return None
@@ -860,8 +853,9 @@ class Engine:
         if not dims.is_zero(self.elastic.held):
             # Elastic leases' extra steps come back a grace period after a warning.
             reclaim = dims.add(reclaim, self.elastic.held)
-        self._guarantees = reservations.GuaranteeView(ledger.guaranteed)
-        self._firm_added = set()
+        cut = self._cut
+        cut.guarantees = reservations.GuaranteeView(ledger.guaranteed)
+        cut.added = set()
         profile = reservations.cut(
             reservations.Capacity(
                 self.now,
@@ -872,82 +866,12 @@ class Engine:
                 self.policy.grace_s,
                 self.pool_spec.boot_latency_s,
             ),
-            reservations.firm_ends_as_built(ledger.firm_ends, self._firm_added),
-            self._guarantees,
+            reservations.firm_ends_as_built(ledger.firm_ends, cut.added),
+            cut.guarantees,
             [(p.id, p.size, p.duration_s, self.campaigns[p.campaign].unmet) for p in holders],
         )
-        self._profile = profile
+        self._cut.profile = profile
         return profile
-
-    def _backfills(
-        self,
-        p: Pending,
-        profile: reservations.Profile,
-        memo: dict[Any, Any],
-        scan: PoolScan | None,
-    ) -> bool:
-        """May ``p`` start on some path now and leave the reservations whole? The answer
-        depends on the size and the span only, so between grants the latest end admitted
-        from each possible start, looked up once per group, answers every request of the
-        group (a holder is asked on its own: its own reservation does not count)."""
-        starts = memo.get("starts")
-        if starts is None:
-            starts = memo["starts"] = self._possible_starts()
-        d = p.duration_s
-        bucket = p.pool_key
-        if bucket is None or p.id in profile.reservations or self.exhaustive:
-            return any(profile.admits(p.size, t, t + d, p.id) for t in starts)
-        seen = memo.get("backfill")
-        if seen is None or seen[0] is not profile:
-            seen = memo["backfill"] = (profile, {})
-        ends: dict[Any, tuple[tuple[float, float], ...]] = seen[1]
-        group = pool_group(bucket)  # one size (the demand's) for the whole group
-        until = ends.get(group)
-        if until is None:
-            # For each possible start, the latest end the reservations admit: every
-            # request of the group is answered from it, exactly as ``admits`` would.
-            until = ends[group] = tuple((t, profile.admits_until(p.size, t)) for t in starts)
-        if any(t + d <= end for t, end in until):
-            return True
-        if scan is not None:
-            # Refused from every start: so is anything of its group at least as long. Only
-            # from this duration up, not from the cut: requests the walk passes over come
-            # back when the reservations change later in the pass, out of their turn.
-            pending = self.queue.pending
-            holders = {pending[h].pool_key for h in profile.reservations if h in pending}
-            scan.refuse_from(bucket, d, holders, profile)  # type: ignore[arg-type]
-        return False
-
-    def _reach(self, p: Pending) -> dims.Vec:
-        """What ``p``'s campaign could get now on any path, per dimension, in aggregate: the
-        warm limit, what it may reclaim, and the cold capacity (what ``paths.plan`` checks
-        against; the scan's own bound is one for the whole pool)."""
-        c = self.campaigns[p.campaign]
-        limit, cold_avail = self._capacity_for(c)
-        reach = dims.add(dims.vmax0(limit), cold_avail)
-        if not c.spec.preemptible:
-            reach = dims.add(reach, self.ledger.reclaimable_for(c))
-        return reach
-
-    def _possible_starts(self) -> tuple[float, ...]:
-        """When a lease granted now could start, by the paths open: warm now, reclaim after
-        the grace period, cold after the boot latency."""
-        now = self.now
-        _, boot_free, cold, _ = self.pool.totals()
-        grace = self.policy.grace_s if not dims.is_zero(self.ledger.reclaimable) else None
-        boot = (
-            self.pool_spec.boot_latency_s
-            if not (dims.is_zero(boot_free) and dims.is_zero(cold))
-            else None
-        )
-        delays = {0.0}
-        if grace is not None:
-            delays.add(grace)
-        if boot is not None:
-            delays.add(boot)
-            if grace is not None:
-                delays.add(max(grace, boot))
-        return tuple(sorted(now + d for d in delays))
 
     def _crowds_own_holder(
         self, p: Pending, c: CampaignState, end: float, profile: reservations.Profile
@@ -970,12 +894,12 @@ class Engine:
         """Keep this pass's reservations true after a grant: a holder's grant frees its
         reservation (the next aged request may take its place); any other grant past them
         holds its capacity over its span."""
-        if not self._profile_fresh or self._profile is None:
+        if not self._cut.fresh or self._cut.profile is None:
             return
-        if p.id in self._profile.reservations:
-            self._profile_fresh = False
+        if p.id in self._cut.profile.reservations:
+            self._cut.stale()
         elif not isolation.within_own_guarantee(p.size, own):
-            self._profile.take(p.size, ls.starts_at, ls.expires_at)
+            self._cut.profile.take(p.size, ls.starts_at, ls.expires_at)
 
     def _charge_usage(
         self, c: CampaignState, size: dims.Vec, start: float, end: float, sign: int
@@ -1108,10 +1032,10 @@ class Engine:
             self.elastic.held = dims.add(self.elastic.held, ls.size)
         else:
             self.ledger.firm_started(ls)
-        if self._guarantees is not None and not ls.preemptible and not quiet:
+        if not ls.preemptible and not quiet:
             # Granted past the reservations: the profile counts it with a window over its
             # span (``_reserved_granted``), not as capacity returning at its expiry.
-            self._firm_added.add(ledger_end_entry(ls, ls.expires_at))
+            self._cut.firm_granted(ledger_end_entry(ls, ls.expires_at))
         self._reserved_granted(p, ls, own)
         if ls.ready:
             self.placement.activate(ls)
@@ -1216,9 +1140,9 @@ class Engine:
         inputs = {**self._inputs(self.campaigns[p.campaign], p.size), **details}
         c = self.campaigns[p.campaign]
         wait = self.ledger.estimate_wait(c, p.size, p.duration_s, reason, self.now)
-        if reason is Reason.HEAD_OF_LINE and self._profile_fresh and self._profile is not None:
+        if reason is Reason.HEAD_OF_LINE and self._cut.fresh and self._cut.profile is not None:
             # Waiting for the reservations: the earliest start they leave it.
-            at = self._profile.earliest(p.size, p.duration_s, c.unmet, self.now)
+            at = self._cut.profile.earliest(p.size, p.duration_s, c.unmet, self.now)
             if not math.isinf(at):
                 wait = at - self.now
         if not p.blocking:
@@ -1239,9 +1163,9 @@ class Engine:
         request waiting on its own campaign's burst or bucket does not raise the price."""
         self.queue.set_reason(p, reason, self.now)
         count = reason in admission.POOL_REASONS
-        if not count and self._profile is not None and p.id in self._profile.reservations:
+        if not count and self._cut.profile is not None and p.id in self._cut.profile.reservations:
             # A holder now waits on its own campaign's limits: it holds no reservation.
-            self._profile_fresh = False
+            self._cut.stale()
         if count != p.counted:
             p.counted = count
             self.ledger.add_demand(self.campaigns[p.campaign], p.size, +1 if count else -1)
@@ -1287,7 +1211,7 @@ class Engine:
             queue.dirty.clear()
             return
         scan_pool = queue.pool_dirty
-        self._profile_fresh = False
+        self._cut.stale()
         heap = queue.dirty_heads()
         heapq.heapify(heap)
         queue.pool_dirty = False
@@ -1301,148 +1225,7 @@ class Engine:
                 extra.append(queue.barrier_head())
             for rid in extra:
                 heapq.heappush(heap, (queue.key(pending[rid]), rid))
-        memo = self._memo = {}
-        scan = queue.pool_scan(self.ledger.pool_bound()) if scan_pool else None
-        cursor: HeadEntry | None = None
-        seen: set[str] = set()
-        while True:
-            # Every pool-blocked head is a candidate, behind the reservations or not: those
-            # behind may still start if they leave the reservations whole (backfill).
-            nxt = (
-                scan.peek(seen, self._profile if self._profile_fresh else None)
-                if scan is not None
-                else None
-            )
-            if heap and (nxt is None or heap[0][0] < nxt[:3]):
-                key, rid = heapq.heappop(heap)
-                if rid in seen or rid not in pending:
-                    continue
-                if scan is not None:
-                    # The walk is at this head's turn now: what it passed over before it
-                    # (left out for its bucket or for the reservations) does not come back
-                    # later in this pass, after a grant, out of its turn.
-                    entry = (*key, rid)
-                    if cursor is None or entry > cursor:
-                        cursor = entry
-                        scan.pass_to(entry)
-            elif nxt is not None and scan is not None:
-                scan.advance()
-                cursor = nxt
-                rid = nxt[3]
-                cand = pending[rid]
-                cc = self.campaigns[cand.campaign]
-                group = (cc.spec.preemptible, cc.spec.lease_class, cc.unmet)
-                reach = memo.get(group)
-                if reach is None:
-                    reach = memo[group] = self._reach(cand)
-                # A request the walk passes over untried is not "seen": if it is also a
-                # head whose campaign changed, it is still tried in full from the heap.
-                if not dims.fits(cand.size, reach):
-                    # More than any path could give its campaign now: still pool-blocked,
-                    # for the reason it has (the scan's bound is for the whole pool).
-                    if not self.exhaustive:
-                        scan.drop(cand.pool_key)  # so is every request of its bucket
-                    continue
-                if queue.may_try(cand) and isinstance(self._pool_side(cand, cc)[0], Reason):
-                    # No plan the pool could place: still pool-blocked, for the reason it
-                    # has, and so is every other request of its bucket until the next grant
-                    # (the answer depends on the bucket only).
-                    if not self.exhaustive:
-                        scan.drop(cand.pool_key)
-                    continue
-            else:
-                break
-            p = pending[rid]
-            if not queue.may_try(p):
-                continue
-            # Every request of the holders' class or lower must leave the reservations
-            # whole, older ones too (one that waited on its own campaign's limits has no
-            # claim of its own on the capacity); a holder only those made before its own.
-            behind = barrier is not None and barrier[0] <= -p.lease_class.rank
-            profile = self._reservations() if behind else None
-            if profile is not None and not isolation.within_own_guarantee(
-                p.size, self.campaigns[p.campaign].unmet
-            ):
-                admitted = self._backfills(p, profile, memo, scan)
-            else:
-                admitted = True
-            was_pool = p.reason in admission.POOL_REASONS
-            if not admitted:
-                # Whichever path served it, the reservations say no: skip the full check
-                # (the common case in a long queue, where most candidates stay blocked).
-                self._set_reason(p, Reason.HEAD_OF_LINE)
-                if not was_pool:
-                    barrier = self._unblocked_queue(p, barrier, heap, seen)
-                continue
-            seen.add(rid)
-            result = self._try(p, profile)
-            if isinstance(result, Granted):
-                self._unqueue(p)
-                head = queue.head(p.campaign, p.lease_class)
-                if head is not None:
-                    heapq.heappush(heap, (queue.key(head), head.id))
-                if barrier is not None and barrier[1] == p.seq:
-                    barrier = queue.barrier()
-                    if scan_pool and barrier is not None:
-                        # The next aged head is the new barrier: try it in this pass too,
-                        # or it waits with capacity free until the next release.
-                        rid = queue.barrier_head()
-                        heapq.heappush(heap, (queue.key(pending[rid]), rid))
-                memo = self._memo = {}
-                if scan is not None:
-                    scan.restart(cursor, self.ledger.pool_bound())
-                continue
-            reason = result.reason
-            self._set_reason(p, reason)
-            if not was_pool and reason in admission.POOL_REASONS:
-                barrier = self._unblocked_queue(p, barrier, heap, seen)
-            if result.side is admission.Side.POOL and scan is not None and not self.exhaustive:
-                # The pool's answer holds for every request of its bucket until a grant.
-                scan.drop(p.pool_key)
-            if reason is Reason.BUCKET_EMPTY:
-                self._schedule_wake(p)
-            if barrier is None and reason in admission.POOL_REASONS and p.id in queue.aged:
-                barrier = queue.barrier()
-                self._profile_fresh = False
-        # Heads that became heads during this pass were pushed and looked at already.
-        queue.dirty.clear()
-        queue.touched.clear()
-        self._memo = None
-
-    def _unblocked_queue(
-        self,
-        p: Pending,
-        barrier: tuple[int, int] | None,
-        heap: list[tuple[tuple[int, float, int], str]],
-        seen: set[str],
-    ) -> tuple[int, int] | None:
-        """``p`` waited on its campaign's own limits and, tried in this pass, now waits
-        only for the pool: the requests behind it in its queue, held back until now, may
-        be tried, so they are, in their turn; and ``p``, aged, takes back its place among
-        the reservations from the younger requests that held them meanwhile. Returns the
-        head-of-line barrier as it now is.
-
-        Without this a request of the same queue that took the reservation while ``p``
-        waited on its bucket could keep ``p`` out for good: ``p`` is refused for that
-        reservation, and the holder, behind ``p``, is tried only when capacity is freed
-        again, which on an idle pool is never."""
-        queue = self.queue
-        pending = queue.pending
-        if queue.is_head(p):
-            for other in queue.behind(p):
-                if other not in seen:
-                    heapq.heappush(heap, (queue.key(pending[other]), other))
-        if p.id not in queue.aged:
-            return barrier
-        now_barrier = queue.barrier()
-        if now_barrier != barrier:
-            # The reservations are cut again, ``p``'s among them, for the rest of the pass.
-            self._profile_fresh = False
-            if p.reason is Reason.HEAD_OF_LINE and now_barrier == (-p.lease_class.rank, p.seq):
-                # ``p`` was refused for a reservation it now holds itself: try it again.
-                seen.discard(p.id)
-                heapq.heappush(heap, (queue.key(p), p.id))
-        return now_barrier
+        admission.AdmissionPass(self, heap, barrier, scan_pool).run()
 
     def _emit(self, d: D) -> D:
         self._out.append(d)

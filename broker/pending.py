@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sortedcontainers import SortedList
 
 from bursar.broker import admission, dims, isolation
+from bursar.broker.admission import pool_group
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.reasons import Reason
 from bursar.broker.shape import Demand
@@ -50,11 +51,6 @@ the request's demand; then the request's own class (which reservations bind it) 
 duration's band (``_band``: how long it would hold what it gets). Every request
 of the first five gets the same answer from the pool; the reservations' answer only gets
 harder with the duration."""
-
-
-def pool_group(key: PoolKey) -> tuple[Any, ...]:
-    """The part of a pool key the pool's answer depends on (all but the duration band)."""
-    return key[:5]
 
 
 @dataclass(slots=True)

@@ -347,6 +347,39 @@ def firm_ends_as_built(
             yield last[0], last[3], last[2]
 
 
+class Current:
+    """The engine's reservations as of its current admission pass: the profile (built
+    lazily, at most once per pass and again after a holder is granted), whether it is
+    still fresh, and what it reads lazily as it was when built (the firm ends added since,
+    left out; the guaranteed campaigns' holdings, frozen before they change). A cache:
+    every event rebuilds it before reading, and a snapshot keeps none of it."""
+
+    __slots__ = ("added", "fresh", "guarantees", "profile")
+
+    def __init__(self) -> None:
+        self.profile: Profile | None = None
+        self.fresh = False
+        self.added: set[tuple[Any, ...]] = set()
+        """Firm lease ends added since the profile was built."""
+        self.guarantees: GuaranteeView | None = None
+        """What the profile reads of the guaranteed campaigns."""
+
+    def stale(self) -> None:
+        """What the profile was cut from changed: the next read builds it again."""
+        self.fresh = False
+
+    def holding_changes(self, c: CampaignState) -> None:
+        """``c``'s holding is about to change: the profile reads it as it was."""
+        if self.guarantees is not None:
+            self.guarantees.freeze(c)
+
+    def firm_granted(self, end: tuple[Any, ...]) -> None:
+        """A firm lease was granted (its end entry ``end``): the profile, which counts it
+        with a window over its span, must not read it as capacity returning."""
+        if self.guarantees is not None:
+            self.added.add(end)
+
+
 class GuaranteeView:
     """(guarantee, held) of the firm campaigns with a guarantee as they were when a profile
     was built, read on demand (``get``): a profile reads it only for the campaigns whose
