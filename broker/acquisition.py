@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bursar.broker import admission
 from bursar.broker.decisions import Granted, Queued, Rejected
 from bursar.broker.engine import Engine, request_fingerprint
 from bursar.broker.errors import RequestError
@@ -103,5 +104,5 @@ class AcquireCall:
         p = self._engine().pending.get(w.request_id)
         reason = p.reason if p is not None and p.reason else w.reason
         if self.reserved_at is not None and math.isfinite(self.reserved_at):
-            return reason, max(min_retry_s, self.reserved_at - at), waited
-        return reason, max(min_retry_s, w.estimated_wait_s - waited), waited
+            return reason, admission.retry_after(min_retry_s, self.reserved_at - at), waited
+        return reason, admission.retry_after(min_retry_s, w.estimated_wait_s - waited), waited

@@ -8,7 +8,7 @@ same events always give the same decisions and the same state: the journal repla
 and audits it.
 
 The rules themselves live in small modules named for them: ``admission`` (order,
-burst, bucket), ``reservations`` (aged requests' reservations, backfill), ``isolation``
+burst, bucket, the typed refusals, and the admission pass itself, ``AdmissionPass``), ``reservations`` (aged requests' reservations, backfill), ``isolation``
 (the guarantee reserve), ``paths`` (warm, reclaim, cold), ``bucket``, ``price``, ``metering``, ``supply``, ``lease`` (life cycle).
 The state the fold keeps lives in modules named for what each holds: ``validation``
 (whether an event may apply, and why not), ``timers`` (what is due when, and whether it
@@ -16,7 +16,8 @@ still matters), ``pending`` (the queues and the indexes the admission pass reads
 ``ledger`` (holdings, reserve, reclaimable, price pressure, charges and refunds),
 ``placement`` (pieces on nodes, reclaim hand-over, leases waiting on boots), ``power``
 (boots, idle spells, power-off) and ``keys`` (idempotency keys). This module is the fold:
-the handlers, the admission pass and the decisions they emit, in order.
+the handlers, the checks a request goes through (``_try``) and the decisions they emit,
+in order.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from bursar.broker import (
@@ -83,7 +84,7 @@ from bursar.broker.ledger import CampaignState, Ledger
 from bursar.broker.ledger import end_entry as ledger_end_entry
 from bursar.broker.metering import meter
 from bursar.broker.outcome import Outcome
-from bursar.broker.pending import HeadEntry, Pending, PoolScan, Queues
+from bursar.broker.pending import Pending, Queues
 from bursar.broker.placement import Placement
 from bursar.broker.policy import ENDED_LEASES_KEPT, Enforcement, PolicySpec, PoolSpec
 from bursar.broker.pool import PoolState
@@ -173,23 +174,12 @@ class Engine:
         )
         self.headroom = self.power.headroom
         self._out: list[Decision] = []
-        self._profile: reservations.Profile | None = None
-        self._profile_fresh = False
-        """The reservations as of this admission pass (built lazily, see ``_reservations``)."""
+        self._cut = reservations.Current()
+        """The reservations as of this admission pass, built lazily (``_reservations``),
+        and what they read lazily: a cache, rebuilt by every event before it is read."""
         self.exhaustive = False
         """The reference admission pass: every pool-blocked request is asked on its own, as
         if no request answered for the others of its bucket (tests compare the two)."""
-        self._firm_added: set[tuple[Any, ...]] = set()
-        """Firm lease ends added since the current profile was built (it reads the ends
-        lazily, and must read them as they were)."""
-        self._guarantees: _GuaranteeView | None = None
-        """What the current profile reads of the guaranteed campaigns (see ``_reservations``)."""
-        self._pool_refused = False
-        """The last ``_try`` was refused by the pool side (not the campaign's own limits,
-        not the reservations)."""
-        self._memo: dict[Any, Any] | None = None
-        """During an admission pass, the pool side of ``_try`` and the campaigns' reach by
-        group, as of the last grant (nothing they read changes until the next one)."""
 
     def __getstate__(self) -> dict[str, Any]:
         """The state a snapshot keeps: everything but the per-pass caches, which every
@@ -197,12 +187,7 @@ class Engine:
         state = dict(self.__dict__)
         state.update(
             _out=[],
-            _profile=None,
-            _profile_fresh=False,
-            _memo=None,
-            _pool_refused=False,
-            _guarantees=None,
-            _firm_added=set(),
+            _cut=reservations.Current(),
         )
         return state
 
@@ -211,9 +196,14 @@ class Engine:
     def apply(self, event: Event) -> Outcome:
         """Apply one event; return its outcome: every decision it caused, and apart the one
         answering its own request. Bad input raises, changing nothing."""
-        validation.validate(self, event)
-        handler = _HANDLERS[type(event)]
-        out, own = self._fold(event.at, lambda: handler(self, event), 1)
+        demand = validation.validate(self, event)
+        if isinstance(event, RequestLease):
+            # The demand the checks resolved: the fold does not resolve the shape again.
+            assert demand is not None
+            out, own = self._fold(event.at, lambda: self._on_request(event, demand), 1)
+        else:
+            handler = _HANDLERS[type(event)]
+            out, own = self._fold(event.at, lambda: handler(self, event), 1)
         if isinstance(own, Queued):
             # Queued, then granted by the admission pass of the same event: the grant is the
             # answer (the caller must not wait for what it already has).
@@ -265,7 +255,7 @@ class Engine:
         decision answering the event, if any), then settle: the decisions made, in order,
         and ``act``'s own."""
         self._out = []
-        self._profile_fresh = False
+        self._cut.stale()
         self._advance(at)
         own = act()
         self._settle()
@@ -313,7 +303,7 @@ class Engine:
     def reservation(self, request_id: str) -> float | None:
         """When a waiting request's reservation starts, if it holds one. A pure read: the
         profile is derived state, built afresh here from the state as it is."""
-        self._profile_fresh = False
+        self._cut.stale()
         profile = self._reservations()
         r = profile.reservations.get(request_id) if profile is not None else None
         return None if r is None else r.at
@@ -321,7 +311,7 @@ class Engine:
     def reservation_starts(self) -> dict[str, float]:
         """When each reservation held now starts, by request id (as ``reservation``, for
         every holder at once: the profile is built once)."""
-        self._profile_fresh = False
+        self._cut.stale()
         profile = self._reservations()
         if profile is None:
             return {}
@@ -462,8 +452,7 @@ class Engine:
     # ------------------------------------------------------------------ holding
 
     def _set_held(self, c: CampaignState, held: dims.Vec) -> None:
-        if self._guarantees is not None:
-            self._guarantees.freeze(c)
+        self._cut.holding_changes(c)
         self.ledger.set_held(c, held, self.now)
         self.queue.rekey(c.spec.name)
 
@@ -492,12 +481,11 @@ class Engine:
         retune.retune(self, e.policy)
         return self._emit(PolicySet(self.now, changed))
 
-    def _on_request(self, e: RequestLease) -> Decision:
+    def _on_request(self, e: RequestLease, demand: shape.Demand) -> Decision:
         c = self.campaigns[e.campaign]
         self._seq += 1
         rid = f"L{self._seq}"
         intent = e.intent
-        demand = shape.resolve(e.size if intent is None else intent.min, e.shape, self.pool.kinds)
         p = Pending(
             id=rid,
             campaign=e.campaign,
@@ -528,8 +516,8 @@ class Engine:
             # the campaign's own limits: wait behind it.
             return self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
         result = self._try(p, self._reservations() if self.queue.barrier_before(p) else None)
-        if isinstance(result, tuple):
-            return self._refuse(p, *result)
+        if isinstance(result, admission.Refusal):
+            return self._refuse(p, result.reason, result.details)
         return result
 
     def _on_cancel(self, e: CancelRequest) -> Decision | None:
@@ -567,7 +555,9 @@ class Engine:
                     ls.id,
                     ls.campaign,
                     Reason.LEASE_PREEMPTING,
-                    max(self.policy.min_retry_s, (ls.preempt_deadline or self.now) - self.now),
+                    admission.retry_after(
+                        self.policy.min_retry_s, (ls.preempt_deadline or self.now) - self.now
+                    ),
                 )
             )
         new_end = max(ls.expires_at, self.now + e.duration_s)
@@ -575,13 +565,16 @@ class Engine:
         others = dims.sub(c.held, ls.size)
         rate = admission.token_need(others, ls.size, c.sustained)
         inputs = self._inputs(c, ls.size)
-        if admission.over_burst(others, ls.size, c.burst_bound):
+        # The same checks as a request's (``_try``), on the extension: burst, then the
+        # reservations (a renewal has no path to find), then the bucket over the extension.
+        refused = admission.burst_refusal(others, ls.size, c.burst_bound)
+        if refused is not None:
             return self._emit(
                 Rejected(
                     self.now,
                     ls.id,
                     ls.campaign,
-                    Reason.ABOVE_BURST,
+                    refused.reason,
                     self.policy.min_retry_s,
                     inputs,
                 )
@@ -602,29 +595,30 @@ class Engine:
             # later (the lease's capacity was counted as returning at its old expiry).
             # Leases of a campaign within its guarantee hold their own share and are exempt,
             # and a policy may let every renewal push (``renewals_push_reservations``).
-            self._profile_fresh = False
+            self._cut.stale()
             profile = self._reservations()
             if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):
-                first = min(r.at for r in profile.reservations.values())
+                refused = admission.reservations_refusal(
+                    r.at for r in profile.reservations.values()
+                )
+                first = refused.details["reserved_from"]
                 return self._emit(
                     Rejected(
                         self.now,
                         ls.id,
                         ls.campaign,
-                        Reason.HEAD_OF_LINE,
-                        max(self.policy.min_retry_s, first - self.now),
-                        {**inputs, "reserved_from": first},
+                        refused.reason,
+                        admission.retry_after(self.policy.min_retry_s, first - self.now),
+                        {**inputs, **refused.details},
                     )
                 )
-        short = admission.bucket_short(
-            c.buckets, c.held, rate, ext, self.now, self.policy.enforcement
+        refused = admission.bucket_refusal(
+            admission.bucket_short(c.buckets, c.held, rate, ext, self.now, self.policy.enforcement)
         )
-        if short:
-            inputs = {**inputs, "bucket_short": short}
+        if refused is not None:
+            inputs = {**inputs, **refused.details}
             wait = self.ledger.bucket_wait(c, rate, ext, self.now)
-            return self._emit(
-                Rejected(self.now, ls.id, ls.campaign, Reason.BUCKET_EMPTY, wait, inputs)
-            )
+            return self._emit(Rejected(self.now, ls.id, ls.campaign, refused.reason, wait, inputs))
         price = self.ledger.price()
         credit_rate = self.ledger.credit_rate(price, ls.size)
         tokens, credits = self.ledger.charge(c, rate, credit_rate, ext, self.now)
@@ -633,7 +627,7 @@ class Engine:
         self.ledger.firm_renewed(ls, new_end)
         self._charge_usage(c, ls.size, ls.expires_at, new_end, +1)
         self.queue.rekey(c.spec.name)
-        self._profile_fresh = False
+        self._cut.stale()
         ls.expires_at = new_end
         self.timers.push(new_end, TimerKind.EXPIRE, ls.id)
         if self.elastic.by_lease and ls.id in self.elastic.by_lease:
@@ -739,27 +733,33 @@ class Engine:
         }
 
     def _try(
-        self, p: Pending, behind: reservations.Profile | None
-    ) -> Granted | tuple[Reason, dict[str, Any]]:
-        """Grant ``p`` now if every rule allows; otherwise (reason, details for the record).
+        self,
+        p: Pending,
+        behind: reservations.Profile | None,
+        memo: dict[Any, Any] | None = None,
+    ) -> Granted | admission.Refusal:
+        """Grant ``p`` now if every rule allows; otherwise why not (``Refusal``).
         ``behind`` is the reservations ``p`` comes after, if any: it must leave them whole
-        unless it fits within its campaign's own unmet guarantee."""
+        unless it fits within its campaign's own unmet guarantee. ``memo``: the admission
+        pass's answers of the pool side, as of its last grant."""
         c = self.campaigns[p.campaign]
         size = p.size
-        if admission.over_burst(c.held, size, c.burst_bound):
-            return Reason.ABOVE_BURST, {}
+        refused = admission.burst_refusal(c.held, size, c.burst_bound)
+        if refused is not None:
+            return refused
         rate = admission.token_need(c.held, size, c.sustained)
         enforcement = self.policy.enforcement
-        short = admission.bucket_short(c.buckets, c.held, rate, p.duration_s, self.now, enforcement)
-        if short:
-            return Reason.BUCKET_EMPTY, {"bucket_short": short}
+        refused = admission.bucket_refusal(
+            admission.bucket_short(c.buckets, c.held, rate, p.duration_s, self.now, enforcement)
+        )
+        if refused is not None:
+            return refused
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
-        placed = self._pool_side(p, c)
+        placed = self._pool_side(p, c, memo)
         if isinstance(placed[0], Reason):
-            self._pool_refused = True
-            return placed[0], {}
+            return admission.Refusal(placed[0], {}, admission.Side.POOL)
         plan, delay = placed
         if behind is not None:
             start = self.now + delay
@@ -767,24 +767,24 @@ class Engine:
             if not behind.admits(size, start, end, p.id) or self._crowds_own_holder(
                 p, c, end, behind
             ):
-                first = min(r.at for r in behind.reservations.values())
-                return Reason.HEAD_OF_LINE, {"reserved_from": first}
+                return admission.reservations_refusal(r.at for r in behind.reservations.values())
         if delay > 0 and enforcement is Enforcement.PREPAID:
-            short = admission.bucket_short(
-                c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
+            refused = admission.bucket_refusal(
+                admission.bucket_short(
+                    c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
+                )
             )
-            if short:
-                return Reason.BUCKET_EMPTY, {"bucket_short": short}
+            if refused is not None:
+                return refused
         return self._grant(p, c, plan, rate, own)
 
     def _pool_side(
-        self, p: Pending, c: CampaignState
+        self, p: Pending, c: CampaignState, memo: dict[Any, Any] | None = None
     ) -> tuple[paths.Plan, float] | tuple[Reason, None]:
         """``_place_check``, asked once per campaign group and demand between grants in an
         admission pass: it depends on the pool and ledger (unchanged until the next grant),
         the campaign's group and the demand only, and a long queue asks it for the same
         few demands again and again."""
-        memo = self._memo
         if memo is None:
             return self._place_check(p, c)
         key = (c.spec.preemptible, c.spec.lease_class, c.unmet, p.demand or p.size)
@@ -855,111 +855,38 @@ class Engine:
         """The reservations of the first aged requests (``PolicySpec.reservations`` of them)
         and the capacity profile they were cut from; None when no request holds one. Built
         at most once per event and admission pass, and again after a holder is granted."""
-        if self._profile_fresh:
-            return self._profile
-        self._profile_fresh = True
-        self._profile = None
+        if self._cut.fresh:
+            return self._cut.profile
+        self._cut.fresh = True
+        self._cut.profile = None
         holders = self.queue.aged_front(self.policy.reservations)
         if not holders:
             return None
-        now = self.now
         ledger = self.ledger
         on_free, boot_free, cold, _ = self.pool.totals()
-        warm_reserve = ledger.warm_reserve()
-        base = dims.vmax0(dims.sub(on_free, warm_reserve))
-        # Reserve not yet warm is booting: the cold path cannot hand it out (as _capacity_for).
-        short = dims.vmax0(dims.sub(warm_reserve, on_free))
-        cold_avail = dims.vmax0(dims.sub(dims.add(boot_free, cold), short))
-        early: list[reservations.Step] = []
         reclaim = dims.vmax0(dims.sub(ledger.reclaimable, ledger.lent()))
         if not dims.is_zero(self.elastic.held):
             # Elastic leases' extra steps come back a grace period after a warning.
             reclaim = dims.add(reclaim, self.elastic.held)
-        if not dims.is_zero(reclaim):
-            early.append((now + self.policy.grace_s, reclaim))
-        if not dims.is_zero(cold_avail):
-            early.append((now + self.pool_spec.boot_latency_s, cold_avail))
-        early.sort(key=lambda st: st[0])
-        guaranteed = self._guarantees = _GuaranteeView(ledger.guaranteed)
-        self._firm_added = set()
-        ends = _firm_ends_as_built(ledger.firm_ends, self._firm_added)
-        steps = heapq.merge(early, reservations.firm_steps(ends, guaranteed), key=lambda st: st[0])
-        profile = reservations.Profile(now, base, steps)
-        for p in holders:
-            c = self.campaigns[p.campaign]
-            profile.reserve(p.id, p.size, p.duration_s, c.unmet, now)
-        self._profile = profile
-        return profile
-
-    def _backfills(
-        self,
-        p: Pending,
-        profile: reservations.Profile,
-        memo: dict[Any, Any],
-        scan: PoolScan | None,
-    ) -> bool:
-        """May ``p`` start on some path now and leave the reservations whole? The answer
-        depends on the size and the span only, so between grants the latest end admitted
-        from each possible start, looked up once per group, answers every request of the
-        group (a holder is asked on its own: its own reservation does not count)."""
-        starts = memo.get("starts")
-        if starts is None:
-            starts = memo["starts"] = self._possible_starts()
-        d = p.duration_s
-        bucket = p.bucket
-        if bucket is None or p.id in profile.reservations or self.exhaustive:
-            return any(profile.admits(p.size, t, t + d, p.id) for t in starts)
-        seen = memo.get("backfill")
-        if seen is None or seen[0] is not profile:
-            seen = memo["backfill"] = (profile, {})
-        ends: dict[Any, tuple[tuple[float, float], ...]] = seen[1]
-        group = bucket[:5]  # one size (the demand's) for the whole group
-        until = ends.get(group)
-        if until is None:
-            # For each possible start, the latest end the reservations admit: every
-            # request of the group is answered from it, exactly as ``admits`` would.
-            until = ends[group] = tuple((t, profile.admits_until(p.size, t)) for t in starts)
-        if any(t + d <= end for t, end in until):
-            return True
-        if scan is not None:
-            # Refused from every start: so is anything of its group at least as long. Only
-            # from this duration up, not from the cut: requests the walk passes over come
-            # back when the reservations change later in the pass, out of their turn.
-            pending = self.queue.pending
-            holders = {pending[h].bucket for h in profile.reservations if h in pending}
-            scan.refuse_from(bucket, d, holders, profile)  # type: ignore[arg-type]
-        return False
-
-    def _reach(self, p: Pending) -> dims.Vec:
-        """What ``p``'s campaign could get now on any path, per dimension, in aggregate: the
-        warm limit, what it may reclaim, and the cold capacity (what ``paths.plan`` checks
-        against; the scan's own bound is one for the whole pool)."""
-        c = self.campaigns[p.campaign]
-        limit, cold_avail = self._capacity_for(c)
-        reach = dims.add(dims.vmax0(limit), cold_avail)
-        if not c.spec.preemptible:
-            reach = dims.add(reach, self.ledger.reclaimable_for(c))
-        return reach
-
-    def _possible_starts(self) -> tuple[float, ...]:
-        """When a lease granted now could start, by the paths open: warm now, reclaim after
-        the grace period, cold after the boot latency."""
-        now = self.now
-        _, boot_free, cold, _ = self.pool.totals()
-        grace = self.policy.grace_s if not dims.is_zero(self.ledger.reclaimable) else None
-        boot = (
-            self.pool_spec.boot_latency_s
-            if not (dims.is_zero(boot_free) and dims.is_zero(cold))
-            else None
+        cut = self._cut
+        cut.guarantees = reservations.GuaranteeView(ledger.guaranteed)
+        cut.added = set()
+        profile = reservations.cut(
+            reservations.Capacity(
+                self.now,
+                on_free,
+                dims.add(boot_free, cold),
+                ledger.warm_reserve(),
+                reclaim,
+                self.policy.grace_s,
+                self.pool_spec.boot_latency_s,
+            ),
+            reservations.firm_ends_as_built(ledger.firm_ends, cut.added),
+            cut.guarantees,
+            [(p.id, p.size, p.duration_s, self.campaigns[p.campaign].unmet) for p in holders],
         )
-        delays = {0.0}
-        if grace is not None:
-            delays.add(grace)
-        if boot is not None:
-            delays.add(boot)
-            if grace is not None:
-                delays.add(max(grace, boot))
-        return tuple(sorted(now + d for d in delays))
+        self._cut.profile = profile
+        return profile
 
     def _crowds_own_holder(
         self, p: Pending, c: CampaignState, end: float, profile: reservations.Profile
@@ -982,12 +909,12 @@ class Engine:
         """Keep this pass's reservations true after a grant: a holder's grant frees its
         reservation (the next aged request may take its place); any other grant past them
         holds its capacity over its span."""
-        if not self._profile_fresh or self._profile is None:
+        if not self._cut.fresh or self._cut.profile is None:
             return
-        if p.id in self._profile.reservations:
-            self._profile_fresh = False
+        if p.id in self._cut.profile.reservations:
+            self._cut.stale()
         elif not isolation.within_own_guarantee(p.size, own):
-            self._profile.take(p.size, ls.starts_at, ls.expires_at)
+            self._cut.profile.take(p.size, ls.starts_at, ls.expires_at)
 
     def _charge_usage(
         self, c: CampaignState, size: dims.Vec, start: float, end: float, sign: int
@@ -1120,10 +1047,10 @@ class Engine:
             self.elastic.held = dims.add(self.elastic.held, ls.size)
         else:
             self.ledger.firm_started(ls)
-        if self._guarantees is not None and not ls.preemptible and not quiet:
+        if not ls.preemptible and not quiet:
             # Granted past the reservations: the profile counts it with a window over its
             # span (``_reserved_granted``), not as capacity returning at its expiry.
-            self._firm_added.add(ledger_end_entry(ls, ls.expires_at))
+            self._cut.firm_granted(ledger_end_entry(ls, ls.expires_at))
         self._reserved_granted(p, ls, own)
         if ls.ready:
             self.placement.activate(ls)
@@ -1228,13 +1155,13 @@ class Engine:
         inputs = {**self._inputs(self.campaigns[p.campaign], p.size), **details}
         c = self.campaigns[p.campaign]
         wait = self.ledger.estimate_wait(c, p.size, p.duration_s, reason, self.now)
-        if reason is Reason.HEAD_OF_LINE and self._profile_fresh and self._profile is not None:
+        if reason is Reason.HEAD_OF_LINE and self._cut.fresh and self._cut.profile is not None:
             # Waiting for the reservations: the earliest start they leave it.
-            at = self._profile.earliest(p.size, p.duration_s, c.unmet, self.now)
+            at = self._cut.profile.earliest(p.size, p.duration_s, c.unmet, self.now)
             if not math.isinf(at):
                 wait = at - self.now
         if not p.blocking:
-            retry = max(self.policy.min_retry_s, wait)
+            retry = admission.retry_after(self.policy.min_retry_s, wait)
             reject = self._emit(Rejected(self.now, p.id, p.campaign, reason, retry, inputs))
             self.idempotency.answer(p.id, reject)
             if self.elastic.waiting:
@@ -1251,9 +1178,9 @@ class Engine:
         request waiting on its own campaign's burst or bucket does not raise the price."""
         self.queue.set_reason(p, reason, self.now)
         count = reason in admission.POOL_REASONS
-        if not count and self._profile is not None and p.id in self._profile.reservations:
+        if not count and self._cut.profile is not None and p.id in self._cut.profile.reservations:
             # A holder now waits on its own campaign's limits: it holds no reservation.
-            self._profile_fresh = False
+            self._cut.stale()
         if count != p.counted:
             p.counted = count
             self.ledger.add_demand(self.campaigns[p.campaign], p.size, +1 if count else -1)
@@ -1299,7 +1226,7 @@ class Engine:
             queue.dirty.clear()
             return
         scan_pool = queue.pool_dirty
-        self._profile_fresh = False
+        self._cut.stale()
         heap = queue.dirty_heads()
         heapq.heapify(heap)
         queue.pool_dirty = False
@@ -1313,149 +1240,7 @@ class Engine:
                 extra.append(queue.barrier_head())
             for rid in extra:
                 heapq.heappush(heap, (queue.key(pending[rid]), rid))
-        memo = self._memo = {}
-        scan = queue.pool_scan(self.ledger.pool_bound()) if scan_pool else None
-        cursor: HeadEntry | None = None
-        seen: set[str] = set()
-        while True:
-            # Every pool-blocked head is a candidate, behind the reservations or not: those
-            # behind may still start if they leave the reservations whole (backfill).
-            nxt = (
-                scan.peek(seen, self._profile if self._profile_fresh else None)
-                if scan is not None
-                else None
-            )
-            if heap and (nxt is None or heap[0][0] < nxt[:3]):
-                key, rid = heapq.heappop(heap)
-                if rid in seen or rid not in pending:
-                    continue
-                if scan is not None:
-                    # The walk is at this head's turn now: what it passed over before it
-                    # (left out for its bucket or for the reservations) does not come back
-                    # later in this pass, after a grant, out of its turn.
-                    entry = (*key, rid)
-                    if cursor is None or entry > cursor:
-                        cursor = entry
-                        scan.pass_to(entry)
-            elif nxt is not None and scan is not None:
-                scan.advance()
-                cursor = nxt
-                rid = nxt[3]
-                cand = pending[rid]
-                cc = self.campaigns[cand.campaign]
-                group = (cc.spec.preemptible, cc.spec.lease_class, cc.unmet)
-                reach = memo.get(group)
-                if reach is None:
-                    reach = memo[group] = self._reach(cand)
-                # A request the walk passes over untried is not "seen": if it is also a
-                # head whose campaign changed, it is still tried in full from the heap.
-                if not dims.fits(cand.size, reach):
-                    # More than any path could give its campaign now: still pool-blocked,
-                    # for the reason it has (the scan's bound is for the whole pool).
-                    if not self.exhaustive:
-                        scan.drop(cand.bucket)  # so is every request of its bucket
-                    continue
-                if queue.may_try(cand) and isinstance(self._pool_side(cand, cc)[0], Reason):
-                    # No plan the pool could place: still pool-blocked, for the reason it
-                    # has, and so is every other request of its bucket until the next grant
-                    # (the answer depends on the bucket only).
-                    if not self.exhaustive:
-                        scan.drop(cand.bucket)
-                    continue
-            else:
-                break
-            p = pending[rid]
-            if not queue.may_try(p):
-                continue
-            # Every request of the holders' class or lower must leave the reservations
-            # whole, older ones too (one that waited on its own campaign's limits has no
-            # claim of its own on the capacity); a holder only those made before its own.
-            behind = barrier is not None and barrier[0] <= -p.lease_class.rank
-            profile = self._reservations() if behind else None
-            if profile is not None and not isolation.within_own_guarantee(
-                p.size, self.campaigns[p.campaign].unmet
-            ):
-                admitted = self._backfills(p, profile, memo, scan)
-            else:
-                admitted = True
-            was_pool = p.reason in admission.POOL_REASONS
-            if not admitted:
-                # Whichever path served it, the reservations say no: skip the full check
-                # (the common case in a long queue, where most candidates stay blocked).
-                self._set_reason(p, Reason.HEAD_OF_LINE)
-                if not was_pool:
-                    barrier = self._unblocked_queue(p, barrier, heap, seen)
-                continue
-            seen.add(rid)
-            self._pool_refused = False
-            result = self._try(p, profile)
-            if isinstance(result, Granted):
-                self._unqueue(p)
-                head = queue.head(p.campaign, p.lease_class)
-                if head is not None:
-                    heapq.heappush(heap, (queue.key(head), head.id))
-                if barrier is not None and barrier[1] == p.seq:
-                    barrier = queue.barrier()
-                    if scan_pool and barrier is not None:
-                        # The next aged head is the new barrier: try it in this pass too,
-                        # or it waits with capacity free until the next release.
-                        rid = queue.barrier_head()
-                        heapq.heappush(heap, (queue.key(pending[rid]), rid))
-                memo = self._memo = {}
-                if scan is not None:
-                    scan.restart(cursor, self.ledger.pool_bound())
-                continue
-            reason = result[0]
-            self._set_reason(p, reason)
-            if not was_pool and reason in admission.POOL_REASONS:
-                barrier = self._unblocked_queue(p, barrier, heap, seen)
-            if self._pool_refused and scan is not None and not self.exhaustive:
-                # The pool's answer holds for every request of its bucket until a grant.
-                scan.drop(p.bucket)
-            if reason is Reason.BUCKET_EMPTY:
-                self._schedule_wake(p)
-            if barrier is None and reason in admission.POOL_REASONS and p.id in queue.aged:
-                barrier = queue.barrier()
-                self._profile_fresh = False
-        # Heads that became heads during this pass were pushed and looked at already.
-        queue.dirty.clear()
-        queue.touched.clear()
-        self._memo = None
-
-    def _unblocked_queue(
-        self,
-        p: Pending,
-        barrier: tuple[int, int] | None,
-        heap: list[tuple[tuple[int, float, int], str]],
-        seen: set[str],
-    ) -> tuple[int, int] | None:
-        """``p`` waited on its campaign's own limits and, tried in this pass, now waits
-        only for the pool: the requests behind it in its queue, held back until now, may
-        be tried, so they are, in their turn; and ``p``, aged, takes back its place among
-        the reservations from the younger requests that held them meanwhile. Returns the
-        head-of-line barrier as it now is.
-
-        Without this a request of the same queue that took the reservation while ``p``
-        waited on its bucket could keep ``p`` out for good: ``p`` is refused for that
-        reservation, and the holder, behind ``p``, is tried only when capacity is freed
-        again, which on an idle pool is never."""
-        queue = self.queue
-        pending = queue.pending
-        if queue.is_head(p):
-            for other in queue.behind(p):
-                if other not in seen:
-                    heapq.heappush(heap, (queue.key(pending[other]), other))
-        if p.id not in queue.aged:
-            return barrier
-        now_barrier = queue.barrier()
-        if now_barrier != barrier:
-            # The reservations are cut again, ``p``'s among them, for the rest of the pass.
-            self._profile_fresh = False
-            if p.reason is Reason.HEAD_OF_LINE and now_barrier == (-p.lease_class.rank, p.seq):
-                # ``p`` was refused for a reservation it now holds itself: try it again.
-                seen.discard(p.id)
-                heapq.heappush(heap, (queue.key(p), p.id))
-        return now_barrier
+        admission.AdmissionPass(self, heap, barrier, scan_pool).run()
 
     def _emit(self, d: D) -> D:
         self._out.append(d)
@@ -1481,47 +1266,6 @@ class Engine:
         return iter(self.queue.ordered())
 
 
-def _firm_ends_as_built(
-    firm_ends: Any, added: set[tuple[Any, ...]]
-) -> Iterator[tuple[float, str, dims.Vec]]:
-    """(expiry, campaign, size) of the firm leases in time order, read lazily by a
-    profile: by key, not by position (leases granted meanwhile are inserted into the list),
-    leaving out those added since it was built."""
-    last = None
-    while True:
-        k = 0 if last is None else firm_ends.bisect_right(last)
-        if k >= len(firm_ends):
-            return
-        last = firm_ends[k]
-        if last not in added:
-            yield last[0], last[3], last[2]
-
-
-class _GuaranteeView:
-    """(guarantee, held) of the firm campaigns with a guarantee as they were when a profile
-    was built, read on demand (``get``): a profile reads it only for the campaigns whose
-    leases its walk reaches (the lazy steps may be read after a grant: ``freeze`` keeps
-    what a campaign held before the engine changes it)."""
-
-    __slots__ = ("_campaigns", "_frozen")
-
-    def __init__(self, campaigns: Mapping[str, CampaignState]) -> None:
-        self._campaigns = campaigns
-        self._frozen: dict[str, tuple[dims.Vec, dims.Vec]] = {}
-
-    def freeze(self, c: CampaignState) -> None:
-        name = c.spec.name
-        if name in self._campaigns and name not in self._frozen:
-            self._frozen[name] = (c.guarantee, c.held)
-
-    def get(self, name: str) -> tuple[dims.Vec, dims.Vec] | None:
-        got = self._frozen.get(name)
-        if got is not None:
-            return got
-        c = self._campaigns.get(name)
-        return None if c is None else (c.guarantee, c.held)
-
-
 _PLACED = {d: i for i, d in enumerate(dims.PLACED)}
 assert dims.PLACED == ("gpu", "cpu", "mem_gb")  # the names _nonzero writes out
 
@@ -1542,7 +1286,6 @@ def _nonzero(v: dims.Vec) -> dict[str, float]:
 _HANDLERS: dict[type[Event], Callable[[Engine, Any], Any]] = {
     CreateCampaign: Engine._on_create,
     UpdateCampaign: Engine._on_update,
-    RequestLease: Engine._on_request,
     CancelRequest: Engine._on_cancel,
     Renew: Engine._on_renew,
     Release: Engine._on_release,

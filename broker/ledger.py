@@ -492,7 +492,7 @@ class Ledger:
             if t is None:
                 t = self._own_first_expiry(c, now)
             worst = max(worst, t)
-        return max(worst, policy.min_retry_s)
+        return admission.retry_after(policy.min_retry_s, worst)
 
     def _own_first_expiry(self, c: CampaignState, now: float) -> float:
         ends = [self._leases[lid].expires_at for lid in c.leases]

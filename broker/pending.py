@@ -7,10 +7,10 @@ are tried like any other (a pool-blocked request may be passed, within its campa
 across campaigns; the reservations keep that from starving it). Beside the queues
 ``Queues`` keeps, incrementally:
 
-* the requests blocked for a pool reason, by bucket (``Bucket``: what the pool's answer
-  depends on, plus the request's class and duration band), each bucket in admission order
+* the requests blocked for a pool reason, by pool key (``PoolKey``: what the pool's answer
+  depends on, plus the request's class and duration band), each key's requests in admission order
   and by duration, with its size in the primary dimension; a pass walks them in admission
-  order bucket by bucket (``PoolScan``), and which of them lie within their campaign's
+  order key by key (``PoolScan``), and which of them lie within their campaign's
   unmet guarantee (exempt from the reservations);
 * the aged requests (their head-of-line patience ran out) and, by (-class rank, arrival),
   those still blocked for a pool reason: the top is the head-of-line barrier;
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sortedcontainers import SortedList
 
 from bursar.broker import admission, dims, isolation
+from bursar.broker.admission import pool_group
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.reasons import Reason
 from bursar.broker.shape import Demand
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 HeadEntry = tuple[int, float, int, str]
 """A pool-blocked head's place: its admission order key, then its id."""
 
-Bucket = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass, int]
+PoolKey = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass, int]
 """What the pool side of an admission try depends on besides the pool (see
 ``Engine._place_check``): the campaign's preemptibility, class and unmet guarantee, and
 the request's demand; then the request's own class (which reservations bind it) and its
@@ -76,8 +77,8 @@ class Pending:
     head_entry: HeadEntry | None = None
     """Its entry in the pool-blocked index while it is blocked for a pool reason; None
     otherwise."""
-    bucket: Bucket | None = None
-    """The pool-blocked bucket it is in (with ``head_entry``)."""
+    pool_key: PoolKey | None = None
+    """The pool-blocked key it is in (with ``head_entry``)."""
 
 
 class Queues:
@@ -85,8 +86,8 @@ class Queues:
 
     __slots__ = (
         "_aged_heap",
-        "_buckets",
         "_by_campaign",
+        "_by_key",
         "_campaigns",
         "_durations",
         "_indexed",
@@ -125,13 +126,13 @@ class Queues:
         self._aged_heap: SortedList = SortedList()
         """(-class rank, arrival, id) of the aged requests blocked for a pool reason, with
         stale entries (gone, or blocked for their own reasons now) dropped when met."""
-        self._buckets: dict[Bucket, SortedList] = {}
-        """The pool-blocked requests by bucket, each in admission order."""
-        self._sizes: dict[Bucket, float] = {}
-        """Each bucket's size in the primary dimension (its demand's)."""
-        self._durations: dict[Bucket, SortedList] = {}
-        """Each bucket's requests by duration: (duration, arrival, id)."""
-        """The durations of each bucket's requests."""
+        self._by_key: dict[PoolKey, SortedList] = {}
+        """The pool-blocked requests by key, each in admission order."""
+        self._sizes: dict[PoolKey, float] = {}
+        """Each key's size in the primary dimension (its demand's)."""
+        self._durations: dict[PoolKey, SortedList] = {}
+        """Each key's requests by duration: (duration, arrival, id)."""
+        """The durations of each key's requests."""
         self.guarantee_heads: dict[str, None] = {}
         self._indexed: dict[str, dict[str, None]] = {}
         self._limited: dict[tuple[str, LeaseClass], set[str]] = {}
@@ -144,9 +145,9 @@ class Queues:
         """Campaigns whose queue heads the next admission pass must try."""
         self.pool_dirty = False
         """Capacity was freed: the next pass scans the pool-blocked heads."""
-        self.touched: set[Bucket] = set()
-        """The buckets whose requests changed (added, removed, moved) since the pass's
-        scan last looked at every bucket (``PoolScan.restart`` looks at these only)."""
+        self.touched: set[PoolKey] = set()
+        """The keys whose requests changed (added, removed, moved) since the pass's
+        scan last looked at every key (``PoolScan.restart`` looks at these only)."""
 
     def __getstate__(self) -> tuple[None, dict[str, object]]:
         # ``touched`` is the current pass's scratch (empty between events): not state.
@@ -259,24 +260,24 @@ class Queues:
         c = self._campaigns[campaign]
         pending = self.pending
         first = pending[next(iter(ids))]
-        entry, bucket = first.head_entry, first.bucket
-        if entry is None or bucket is None:
+        entry, key = first.head_entry, first.pool_key
+        if entry is None or key is None:
             return
-        if bucket[:3] != (c.spec.preemptible, c.spec.lease_class, c.unmet):
+        if key[:3] != (c.spec.preemptible, c.spec.lease_class, c.unmet):
             for rid in list(ids):
                 self._index_head(pending[rid], True)
         elif entry[1] != c.fair:
             # Only its place in the order moved (the fair-share usage of every grant): each
-            # entry moves within its bucket.
+            # entry moves within its key.
             fair = c.fair
-            buckets = self._buckets
+            keys = self._by_key
             for rid in ids:
                 p = pending[rid]
                 old = p.head_entry
-                assert old is not None and p.bucket is not None
+                assert old is not None and p.pool_key is not None
                 new = (old[0], fair, old[2], old[3])
-                self.touched.add(p.bucket)
-                entries = buckets[p.bucket]
+                self.touched.add(p.pool_key)
+                entries = keys[p.pool_key]
                 entries.remove(old)
                 entries.add(new)
                 p.head_entry = new
@@ -307,17 +308,17 @@ class Queues:
 
     def _index_head(self, p: Pending, on: bool) -> None:
         if p.head_entry is not None:
-            assert p.bucket is not None
-            self.touched.add(p.bucket)
-            bucket = self._buckets[p.bucket]
-            bucket.remove(p.head_entry)
-            self._durations[p.bucket].remove((p.duration_s, p.seq, p.id))
-            if not bucket:
-                del self._buckets[p.bucket]
-                del self._durations[p.bucket]
-                del self._sizes[p.bucket]
+            assert p.pool_key is not None
+            self.touched.add(p.pool_key)
+            entries = self._by_key[p.pool_key]
+            entries.remove(p.head_entry)
+            self._durations[p.pool_key].remove((p.duration_s, p.seq, p.id))
+            if not entries:
+                del self._by_key[p.pool_key]
+                del self._durations[p.pool_key]
+                del self._sizes[p.pool_key]
             p.head_entry = None
-            p.bucket = None
+            p.pool_key = None
             ids = self._indexed[p.campaign]
             del ids[p.id]
             if not ids:
@@ -326,7 +327,7 @@ class Queues:
         if on:
             c = self._campaigns[p.campaign]
             p.head_entry = (*self.key(p), p.id)
-            p.bucket = (
+            p.pool_key = (
                 c.spec.preemptible,
                 c.spec.lease_class,
                 c.unmet,
@@ -334,14 +335,14 @@ class Queues:
                 p.lease_class,
                 _band(p.duration_s),
             )
-            self.touched.add(p.bucket)
-            bucket = self._buckets.get(p.bucket)
-            if bucket is None:
-                bucket = self._buckets[p.bucket] = SortedList()
-                self._durations[p.bucket] = SortedList()
-                self._sizes[p.bucket] = p.size[self._primary]
-            bucket.add(p.head_entry)
-            self._durations[p.bucket].add((p.duration_s, p.seq, p.id))
+            self.touched.add(p.pool_key)
+            entries = self._by_key.get(p.pool_key)
+            if entries is None:
+                entries = self._by_key[p.pool_key] = SortedList()
+                self._durations[p.pool_key] = SortedList()
+                self._sizes[p.pool_key] = p.size[self._primary]
+            entries.add(p.head_entry)
+            self._durations[p.pool_key].add((p.duration_s, p.seq, p.id))
             self._indexed.setdefault(p.campaign, {})[p.id] = None
             if isolation.within_own_guarantee(p.size, self._campaigns[p.campaign].unmet):
                 self.guarantee_heads[p.id] = None
@@ -420,16 +421,16 @@ class Queues:
 
     def pool_scan(self, bound: float) -> PoolScan:
         """The pool-blocked requests no bigger than ``bound`` in the primary dimension, in
-        admission order, bucket by bucket (see ``PoolScan``)."""
+        admission order, key by key (see ``PoolScan``)."""
         return PoolScan(
-            self._buckets, self._durations, self._sizes, self.pending, bound, self.touched
+            self._by_key, self._durations, self._sizes, self.pending, bound, self.touched
         )
 
 
 def _band(duration: float) -> int:
     """A duration's band: half a binary order of magnitude (two sub-bands of equal width
     within each octave), so that a refusal of one duration leaves out most longer
-    requests of its group without a look at each. Narrower bands make more buckets for a
+    requests of its group without a look at each. Narrower bands make more keys for a
     pass to walk past; wider ones more requests to look through in the band a refusal
     cuts (half an octave measured 1.13-1.23x a quarter with 10,000 waiting requests, in
     benchmarks/bench_engine.py)."""
@@ -440,27 +441,27 @@ def _band(duration: float) -> int:
 class PoolScan:
     """An admission pass's walk over the pool-blocked requests in admission order.
 
-    The requests come from their buckets (``Bucket``), merged by admission order. Once the
-    pool has said no to one request of a bucket, it says no to every other one until the
-    next grant: ``drop`` leaves the rest of that bucket out of the walk, so that a pass over
-    a long queue looks at a few requests per bucket rather than every one. Once the
+    The requests come from their keys (``PoolKey``), merged by admission order. Once the
+    pool has said no to one request of a key, it says no to every other one until the
+    next grant: ``drop`` leaves the rest of that key out of the walk, so that a pass over
+    a long queue looks at a few requests per key rather than every one. Once the
     reservations refused a request of some duration, they refuse every longer one of its
-    group while they stay as they are: after ``refuse_from``, the walk goes from a bucket's
-    request straight to its next one that is shorter than that (by the bucket's duration
-    index), and leaves out a bucket none of whose requests is; all of it comes back when
-    the reservations change. ``restart`` (after a grant) brings every bucket back from a
+    group while they stay as they are: after ``refuse_from``, the walk goes from a key's
+    request straight to its next one that is shorter than that (by the key's duration
+    index), and leaves out a key none of whose requests is; all of it comes back when
+    the reservations change. ``restart`` (after a grant) brings every key back from a
     cursor on: it walks as a fresh scan from the cursor would, but re-reads only the
-    buckets that left the walk or were moved past since, and those whose requests changed
+    keys that left the walk or were moved past since, and those whose requests changed
     (``Queues.touched``); the others' places are still right. O(B log B) for the first
-    fill over B buckets, O(k log B) per restart for k such buckets, O(log n) per request
-    looked at, and a pass over a bucket's shorter requests per jump.
+    fill over B keys, O(k log B) per restart for k such keys, O(log n) per request
+    looked at, and a pass over a key's shorter requests per jump.
     """
 
     __slots__ = (
         "_above",
         "_at",
         "_bound",
-        "_buckets",
+        "_by_key",
         "_cursor",
         "_dropped",
         "_durations",
@@ -477,35 +478,35 @@ class PoolScan:
 
     def __init__(
         self,
-        buckets: dict[Bucket, SortedList],
-        durations: dict[Bucket, SortedList],
-        sizes: Mapping[Bucket, float],
+        keys: dict[PoolKey, SortedList],
+        durations: dict[PoolKey, SortedList],
+        sizes: Mapping[PoolKey, float],
         pending: Mapping[str, Pending],
         bound: float,
-        touched: set[Bucket],
+        touched: set[PoolKey],
     ) -> None:
-        self._buckets = buckets
+        self._by_key = keys
         self._durations = durations
         self._sizes = sizes
         self._pending = pending
         self._bound = bound
         self._touched = touched
-        """The queue's record of changed buckets (``Queues.touched``), emptied at each fill
+        """The queue's record of changed keys (``Queues.touched``), emptied at each fill
         and restart."""
-        self._heap: list[tuple[HeadEntry, Bucket]] = []
-        """(entry, bucket) for the buckets in the walk, with stale pairs (whose bucket has
+        self._heap: list[tuple[HeadEntry, PoolKey]] = []
+        """(entry, key) for the keys in the walk, with stale pairs (whose key has
         another place in ``_at`` now, or none) dropped when met."""
-        self._at: dict[Bucket, HeadEntry] = {}
-        """Each bucket in the walk: its place (the entry the heap holds for it)."""
-        self._moved: set[Bucket] = set()
+        self._at: dict[PoolKey, HeadEntry] = {}
+        """Each key in the walk: its place (the entry the heap holds for it)."""
+        self._moved: set[PoolKey] = set()
         """Buckets that left the walk or jumped ahead since the last fill or restart."""
-        self._above: list[tuple[float, int, Bucket]] = []
-        """A heap of the buckets left out for being larger than the bound, by size (then a
-        number, so that buckets are never compared)."""
+        self._above: list[tuple[float, int, PoolKey]] = []
+        """A heap of the keys left out for being larger than the bound, by size (then a
+        number, so that keys are never compared)."""
         self._n = itertools.count()
         self._cursor: HeadEntry | None = None
         self._dropped: set[tuple[Any, ...]] = set()
-        self._refused: dict[tuple[Any, ...], tuple[float, set[Bucket]]] = {}
+        self._refused: dict[tuple[Any, ...], tuple[float, set[PoolKey]]] = {}
         self._refused_by: object = None
         """The reservations (profile) the refusals came from."""
         self._skipped = False
@@ -514,10 +515,10 @@ class PoolScan:
         self._fill()
 
     def restart(self, cursor: HeadEntry | None, bound: float) -> None:
-        """Every bucket again (those small enough for ``bound``), from after ``cursor``:
-        the walk a fresh fill from ``cursor`` would make. A bucket still in the walk and
+        """Every key again (those small enough for ``bound``), from after ``cursor``:
+        the walk a fresh fill from ``cursor`` would make. A key still in the walk and
         unchanged is at its first request after ``cursor`` already, but for requests the
-        walk skipped as seen (which it skips again); every other bucket is placed afresh."""
+        walk skipped as seen (which it skips again); every other key is placed afresh."""
         old = self._bound
         self._reset(cursor, bound)
         again = self._moved
@@ -543,12 +544,12 @@ class PoolScan:
         self._refused_by = None
         self._skipped = False
 
-    def _place(self, key: Bucket) -> None:
-        """Put bucket ``key`` back in the walk at its first request after the cursor (or
+    def _place(self, key: PoolKey) -> None:
+        """Put key ``key`` back in the walk at its first request after the cursor (or
         out of it: empty from there, or too large for the bound)."""
         at = self._at
         size = self._sizes.get(key)
-        entries = self._buckets.get(key)
+        entries = self._by_key.get(key)
         if size is None or not entries:
             at.pop(key, None)
             return
@@ -569,12 +570,12 @@ class PoolScan:
     def _fill(self) -> None:
         heap = []
         above = []
-        at: dict[Bucket, HeadEntry] = {}
+        at: dict[PoolKey, HeadEntry] = {}
         bound, cursor = self._bound, self._cursor
         sizes = self._sizes
-        # Every bucket once, kept to a look-up or two each (``restart`` re-reads only
+        # Every key once, kept to a look-up or two each (``restart`` re-reads only
         # what moved; a refusal's revival comes here).
-        for key, entries in self._buckets.items():
+        for key, entries in self._by_key.items():
             size = sizes[key]
             if size > bound:
                 above.append((size, next(self._n), key))
@@ -596,21 +597,23 @@ class PoolScan:
         self._moved = set()
         self._touched.clear()
 
-    def drop(self, key: Bucket | None) -> None:
-        """The pool refused a request of bucket ``key``: leave out the rest of it and of
-        every bucket that differs from it only in duration."""
+    def drop(self, key: PoolKey | None) -> None:
+        """The pool refused a request of key ``key``: leave out the rest of it and of
+        every key that differs from it only in duration."""
         if key is not None:
-            self._dropped.add(key[:5])
+            self._dropped.add(pool_group(key))
 
-    def refuse_from(self, key: Bucket, duration: float, keep: set[Bucket], profile: object) -> None:
+    def refuse_from(
+        self, key: PoolKey, duration: float, keep: set[PoolKey], profile: object
+    ) -> None:
         """The reservations ``profile`` refused a request of ``key`` lasting ``duration``:
         while they stay as they are, pass over the requests of its group that last at
-        least that long, except in the buckets in ``keep`` (they hold a reservation
+        least that long, except in the keys in ``keep`` (they hold a reservation
         holder, which is asked on its own)."""
         if profile is not self._refused_by:
             self._revive()
             self._refused_by = profile
-        self._refused[key[:5]] = (duration, keep)
+        self._refused[pool_group(key)] = (duration, keep)
 
     def _revive(self) -> None:
         """The reservations changed: what was passed over for them comes back, from after
@@ -621,8 +624,8 @@ class PoolScan:
         self._refused_by = None
         self._skipped = False
 
-    def _shorter(self, key: Bucket, after: HeadEntry, limit: float) -> HeadEntry | None:
-        """The first request of bucket ``key`` after ``after`` in admission order that
+    def _shorter(self, key: PoolKey, after: HeadEntry, limit: float) -> HeadEntry | None:
+        """The first request of key ``key`` after ``after`` in admission order that
         lasts less than ``limit``, or None."""
         pending = self._pending
         best: HeadEntry | None = None
@@ -646,7 +649,7 @@ class PoolScan:
         while heap:
             entry, key = heap[0]
             if at.get(key) != entry:
-                heapq.heappop(heap)  # stale: its bucket has another place, or left
+                heapq.heappop(heap)  # stale: its key has another place, or left
                 continue
             size = sizes.get(key)
             if size is not None and size > bound:
@@ -655,7 +658,7 @@ class PoolScan:
                 del at[key]
                 heapq.heappush(self._above, (size, next(self._n), key))
                 continue
-            group = key[:5]
+            group = pool_group(key)
             if group in dropped:
                 heapq.heappop(heap)
                 del at[key]
@@ -668,7 +671,7 @@ class PoolScan:
                 and self._pending[entry[3]].duration_s >= refused[0]
             ):
                 # Refused like every request of its group this long: on to the next
-                # shorter one of its bucket.
+                # shorter one of its key.
                 self._skipped = True
                 self._moved.add(key)
                 nxt = self._shorter(key, entry, refused[0])
@@ -694,11 +697,11 @@ class PoolScan:
             self._cursor = entry
 
     def advance(self) -> None:
-        """Move past the entry ``peek`` returned: the next one of its bucket takes its place."""
+        """Move past the entry ``peek`` returned: the next one of its key takes its place."""
         heap = self._heap
         entry, key = heap[0]
         self._cursor = entry
-        entries = self._buckets.get(key)
+        entries = self._by_key.get(key)
         k = entries.bisect_right(entry) if entries is not None else 0
         if entries is not None and k < len(entries):
             nxt = entries[k]

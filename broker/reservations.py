@@ -24,8 +24,9 @@ lease's extension (its capacity was counted as returning at its old expiry): one
 push a reservation later is refused. Requests and renewals within their campaign's own
 unmet guarantee are exempt: they draw on their own reserve, which the profile never counts.
 
-The profile is pure arithmetic over vectors the engine hands in; it is rebuilt by the
-engine whenever a reservation holder is granted, and lazily once per admission pass.
+The profile is pure arithmetic over vectors the engine hands in (``cut``: the pool as it
+is now, ``Capacity``, and the firm leases' ends); it is rebuilt by the engine whenever a
+reservation holder is granted, and lazily once per admission pass.
 Approximations, each erring towards later reservations rather than broken ones: booting
 nodes count from the full boot latency; a preemptible lease that ends on its own before
 the grace period is counted at the grace period; the own-guarantee reserve of a holder's
@@ -35,12 +36,16 @@ campaign is taken at its value now.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bursar.broker import dims
+
+if TYPE_CHECKING:
+    from bursar.broker.ledger import CampaignState
 
 Step = tuple[float, dims.Vec]
 """An instant and the capacity that returns then."""
@@ -279,3 +284,122 @@ def firm_steps(
             dims.vmax0(dims.sub(guarantee, after)), dims.vmax0(dims.sub(guarantee, before))
         )
         yield at, dims.vmax0(dims.sub(size, grown))
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a profile is cut from besides the firm leases' ends: the pool as it is now."""
+
+    now: float
+    on_free: dims.Vec
+    """Free capacity on powered-on nodes."""
+    cold: dims.Vec
+    """Free capacity on booting and powered-off nodes."""
+    warm_reserve: dims.Vec
+    """The guarantee reserve (and headroom) that must stay warm."""
+    reclaim: dims.Vec
+    """What the reclaim path could take back within a grace period."""
+    grace_s: float
+    boot_latency_s: float
+
+
+def cut(
+    cap: Capacity,
+    ends: Iterator[tuple[float, str, dims.Vec]],
+    guaranteed: HeldOf,
+    holders: Iterable[tuple[str, dims.Vec, float, dims.Vec]],
+) -> Profile:
+    """The profile of the pool's future free capacity and the reservations of
+    ``holders`` (id, size, duration, its campaign's unmet guarantee), in their order, cut
+    from it. ``ends`` are the firm leases' (expiry, campaign, size) in time order, read
+    lazily (see ``firm_ends_as_built``)."""
+    now = cap.now
+    base = dims.vmax0(dims.sub(cap.on_free, cap.warm_reserve))
+    # Reserve not yet warm is booting: the cold path cannot hand it out.
+    short = dims.vmax0(dims.sub(cap.warm_reserve, cap.on_free))
+    cold_avail = dims.vmax0(dims.sub(cap.cold, short))
+    early: list[Step] = []
+    if not dims.is_zero(cap.reclaim):
+        early.append((now + cap.grace_s, cap.reclaim))
+    if not dims.is_zero(cold_avail):
+        early.append((now + cap.boot_latency_s, cold_avail))
+    early.sort(key=lambda st: st[0])
+    steps = heapq.merge(early, firm_steps(ends, guaranteed), key=lambda st: st[0])
+    profile = Profile(now, base, steps)
+    for rid, size, duration, own in holders:
+        profile.reserve(rid, size, duration, own, now)
+    return profile
+
+
+def firm_ends_as_built(
+    firm_ends: Any, added: set[tuple[Any, ...]]
+) -> Iterator[tuple[float, str, dims.Vec]]:
+    """(expiry, campaign, size) of the firm leases in time order, read lazily by a
+    profile: by key, not by position (leases granted meanwhile are inserted into the list),
+    leaving out those added since it was built."""
+    last = None
+    while True:
+        k = 0 if last is None else firm_ends.bisect_right(last)
+        if k >= len(firm_ends):
+            return
+        last = firm_ends[k]
+        if last not in added:
+            yield last[0], last[3], last[2]
+
+
+class Current:
+    """The engine's reservations as of its current admission pass: the profile (built
+    lazily, at most once per pass and again after a holder is granted), whether it is
+    still fresh, and what it reads lazily as it was when built (the firm ends added since,
+    left out; the guaranteed campaigns' holdings, frozen before they change). A cache:
+    every event rebuilds it before reading, and a snapshot keeps none of it."""
+
+    __slots__ = ("added", "fresh", "guarantees", "profile")
+
+    def __init__(self) -> None:
+        self.profile: Profile | None = None
+        self.fresh = False
+        self.added: set[tuple[Any, ...]] = set()
+        """Firm lease ends added since the profile was built."""
+        self.guarantees: GuaranteeView | None = None
+        """What the profile reads of the guaranteed campaigns."""
+
+    def stale(self) -> None:
+        """What the profile was cut from changed: the next read builds it again."""
+        self.fresh = False
+
+    def holding_changes(self, c: CampaignState) -> None:
+        """``c``'s holding is about to change: the profile reads it as it was."""
+        if self.guarantees is not None:
+            self.guarantees.freeze(c)
+
+    def firm_granted(self, end: tuple[Any, ...]) -> None:
+        """A firm lease was granted (its end entry ``end``): the profile, which counts it
+        with a window over its span, must not read it as capacity returning."""
+        if self.guarantees is not None:
+            self.added.add(end)
+
+
+class GuaranteeView:
+    """(guarantee, held) of the firm campaigns with a guarantee as they were when a profile
+    was built, read on demand (``get``): a profile reads it only for the campaigns whose
+    leases its walk reaches (the lazy steps may be read after a grant: ``freeze`` keeps
+    what a campaign held before the engine changes it)."""
+
+    __slots__ = ("_campaigns", "_frozen")
+
+    def __init__(self, campaigns: Mapping[str, CampaignState]) -> None:
+        self._campaigns = campaigns
+        self._frozen: dict[str, tuple[dims.Vec, dims.Vec]] = {}
+
+    def freeze(self, c: CampaignState) -> None:
+        name = c.spec.name
+        if name in self._campaigns and name not in self._frozen:
+            self._frozen[name] = (c.guarantee, c.held)
+
+    def get(self, name: str) -> tuple[dims.Vec, dims.Vec] | None:
+        got = self._frozen.get(name)
+        if got is not None:
+            return got
+        c = self._campaigns.get(name)
+        return None if c is None else (c.guarantee, c.held)

@@ -58,8 +58,10 @@ def unknown_lease(ended: Mapping[str, EndedLease], lease_id: str) -> RequestErro
     return bad("lease_id", f"no lease {lease_id!r}", ErrorCode.NOT_FOUND)
 
 
-def validate(eng: Engine, event: Event) -> None:
-    """Raise ``RequestError`` if ``event`` may not apply to ``eng`` now; change nothing."""
+def validate(eng: Engine, event: Event) -> shape.Demand | None:
+    """Raise ``RequestError`` if ``event`` may not apply to ``eng`` now; change nothing.
+    Returns a ``RequestLease``'s demand, resolved against the pool in the checking (the
+    fold uses it rather than resolving it again); None for any other event."""
     at = event.at
     if not isinstance(at, int | float) or not math.isfinite(at):
         raise bad("at", f"time must be a finite number of seconds (got {at!r})")
@@ -67,7 +69,8 @@ def validate(eng: Engine, event: Event) -> None:
         raise bad("at", f"time {at} is before the engine's clock {eng.now}; time never goes back")
     validator = _VALIDATORS.get(type(event))
     if validator is not None:
-        validator(eng, event)
+        return validator(eng, event)
+    return None
 
 
 def _campaign(eng: Engine, name: str) -> CampaignState:
@@ -175,7 +178,7 @@ def _update(eng: Engine, e: UpdateCampaign) -> None:
     _spec(eng, e.spec, creating=False)
 
 
-def _request(eng: Engine, e: RequestLease) -> None:
+def _request(eng: Engine, e: RequestLease) -> shape.Demand:
     c = _campaign(eng, e.campaign)
     sized, where = e.size, "size"
     if e.intent is not None:
@@ -265,6 +268,7 @@ def _request(eng: Engine, e: RequestLease) -> None:
                 f"ask for a higher class ({e.lease_class.value})",
                 ErrorCode.FAILED_PRECONDITION,
             )
+    return demand
 
 
 def _number(where: str, x: object, lo: float, hi: float, lo_open: bool, hi_open: bool) -> float:
@@ -560,7 +564,7 @@ def _apply_policy(eng: Engine, e: ApplyPolicy) -> None:
         raise bad(f"policy.{key}", message + also)
 
 
-_VALIDATORS: dict[type, Callable[[Engine, Any], None]] = {
+_VALIDATORS: dict[type, Callable[[Engine, Any], shape.Demand | None]] = {
     CreateCampaign: _create,
     UpdateCampaign: _update,
     RequestLease: _request,

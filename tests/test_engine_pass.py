@@ -25,7 +25,7 @@ from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import RequestError
 from bursar.broker.pending import PoolScan
-from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
+from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
 from bursar.broker.shape import Shape
 
 
@@ -37,6 +37,32 @@ def test_the_bucketed_pass_decides_as_the_exhaustive_one(sc):
     eng.exhaustive = True
     lines = [codec.dumps([codec.to_dict(d) for d in eng.apply(e)]) for e in run.events]
     assert lines == encoded(run)
+
+
+def _in_step(sc) -> None:
+    """Drive the pass and the reference pass side by side on the same events: after every
+    event the decisions, the reservations held and the state digest must be the same."""
+    run = drive(sc, check=False)
+    fast, reference = new_engine(sc), new_engine(sc)
+    reference.exhaustive = True
+    for i, e in enumerate(run.events):
+        got = [codec.to_dict(d) for d in fast.apply(e)]
+        want = [codec.to_dict(d) for d in reference.apply(e)]
+        assert got == want, (i, e)
+        assert fast.reservation_starts() == reference.reservation_starts(), (i, e)
+        assert fast.state_digest() == reference.state_digest(), (i, e)
+
+
+@SETTINGS
+@given(scenarios(enforcement=st.just(Enforcement.GRANT_INSTANT)))
+def test_every_decision_and_reservation_is_the_reference_passs_grant_instant(sc):
+    _in_step(sc)
+
+
+@SETTINGS
+@given(scenarios(elastic=True))
+def test_every_decision_and_reservation_is_the_reference_passs_with_elastic_leases(sc):
+    _in_step(sc)
 
 
 def _apply(eng: Engine, e: ev.Event, out: list[str]) -> None:
