@@ -5,9 +5,11 @@ the fixtures hand out the same builders to tests that prefer fixtures."""
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,6 +27,34 @@ settings.load_profile("bursar")
 
 # The reliability suite's helpers (its `Server` process wrapper) are the tests' too: one copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "reliability"))
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def missing_system_part(why: str) -> None:
+    """Skip a test whose system part (Chromium, PostgreSQL, Slurm, ...) is not here; fail
+    instead under BURSAR_REQUIRE_SYSTEM_TESTS=1, as CI runs."""
+    if os.environ.get("BURSAR_REQUIRE_SYSTEM_TESTS") == "1":
+        pytest.fail(f"{why}: run scripts/system-deps.sh (as root) and install the dev extra")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's headless Chromium driven by Playwright (the dashboard's page tests)."""
+    if not CHROMIUM.exists():
+        missing_system_part(f"{CHROMIUM} is not installed (scripts/system-deps.sh installs it)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing_system_part("playwright is not installed (the dev extra has it)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
 
 
 def build_engine(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
+from conftest import CHROMIUM, missing_system_part
 from service_support import START, config
 
 from bursar.broker.clock import SYSTEM, Clock, ManualClock
@@ -29,30 +28,6 @@ from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.server import Running, Settings, running
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
-
-CHROMIUM = Path("/usr/bin/chromium")
-
-
-def _missing(why: str) -> None:
-    if os.environ.get("BURSAR_REQUIRE_SYSTEM_TESTS") == "1":
-        pytest.fail(f"{why}: run scripts/system-deps.sh (as root) and install the dev extra")
-    pytest.skip(why)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        _missing(f"{CHROMIUM} is not installed (scripts/system-deps.sh installs it)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("playwright is not installed (the dev extra has it)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 @contextmanager
@@ -399,7 +374,7 @@ def test_the_login_link_signs_in_once_with_a_cookie_scripts_cannot_read(
 
 def test_the_screenshot_script_photographs_the_dashboard(tmp_path: Path) -> None:
     if not CHROMIUM.exists():
-        _missing(f"{CHROMIUM} is not installed (scripts/system-deps.sh installs it)")
+        missing_system_part(f"{CHROMIUM} is not installed (scripts/system-deps.sh installs it)")
     out = tmp_path / "dashboard.png"
     script = Path(__file__).resolve().parent.parent / "scripts" / "dashboard_screenshot.py"
     done = subprocess.run(

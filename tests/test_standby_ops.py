@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from pg_support import PgServer, postgres_server
 from prometheus_client.parser import text_string_to_metric_families
 from service_support import serve
+from test_dashboard_browser import _open
 from test_failover import Broker, _pair, _token, logged
 
 from bursar.cli.main import main
@@ -250,3 +251,50 @@ def test_systemd_analyze_accepts_the_standby_unit(tmp_path: Path) -> None:
     res = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert unit.name not in res.stderr, res.stderr
+
+
+def test_a_page_open_on_the_leader_follows_the_lead_when_it_dies(
+    pg: PgServer, browser: Any, tmp_path: Path
+) -> None:
+    """In Chromium: the standby's page names the leader and links its dashboard; a page
+    signed in on the leader, when the leader is killed, finds the broker that took the lead
+    (its ``/api/role``) and opens that one's dashboard."""
+    url = pg.new_database()
+    a, b = _pair(tmp_path, url, ops=True)
+    admin = (tmp_path / "admin.token").read_text().strip()
+    a_page = f"http://127.0.0.1:{a.dashboard_port}/"
+    b_page = f"http://127.0.0.1:{b.dashboard_port}/"
+    with logged(a, b):
+        standby = browser.new_page()
+        standby.goto(b_page)
+        banner = standby.locator(".banner").inner_text()
+        assert "standby" in banner and a.address in banner, banner
+        assert standby.locator(".banner a").get_attribute("href") == a_page
+        standby.close()
+        # Where the lead is, for any origin and without a token: the one route that says so.
+        with urllib.request.urlopen(f"{b_page}api/role", timeout=5) as r:
+            assert r.headers["Access-Control-Allow-Origin"] == "*"
+            assert json.loads(r.read()) == {
+                "role": "standby",
+                "leader": a.address,
+                "dashboard": a_page,
+            }
+
+        # The leader's state lists both brokers and their dashboards once b has reported.
+        _until(lambda: len(_status(a, admin).brokers) == 2)
+        page = _open(browser, a_page, admin)
+        page.wait_for_function(
+            "() => brokers.filter((b) => b.dashboard).length === 2", timeout=15_000
+        )
+
+        a.kill()
+        b.wait("SERVING", 30)
+        page.wait_for_url(b_page, timeout=30_000)
+        # The new leader's page: a token pasted on a's origin stays there; sign in again.
+        page.fill("#token", admin)
+        page.click("#signin button")
+        page.wait_for_selector("#live.on")
+        assert page.locator("#failover").is_hidden()
+        assert page.errors == [], page.errors
+        with urllib.request.urlopen(f"{b_page}api/role", timeout=5) as r:
+            assert json.loads(r.read())["role"] == "leader"

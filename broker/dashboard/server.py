@@ -7,8 +7,9 @@ It reads the broker only through the service core's read paths (the ones the RPC
 
 Routes (every ``/api`` route wants ``Authorization: Bearer <token>`` or the session
 cookie a one-time login link sets (``login``); the cookie is HttpOnly and SameSite=Strict,
-a POST with it must come from this origin, and no route sends CORS headers, so another
-origin can neither call it with the operator's credentials nor read its answers):
+a POST with it must come from this origin, and no route sends CORS headers but
+``/api/role``, which takes no credentials, so another origin can neither call it with the
+operator's credentials nor read its answers):
 
 * ``GET /`` and ``/static/...``: the page and its assets (self-contained, no CDN).
   ``GET /?login=CODE`` trades a one-time code for the session cookie and redirects to
@@ -23,6 +24,9 @@ origin can neither call it with the operator's credentials nor read its answers)
   whole state after changes (at most one per ``STATE_INTERVAL_S``). A client that
   reconnects with ``Last-Event-ID`` gets every lease event after that position from the
   journal, then follows live, as Watch's ``from_seq``/``from_index`` would.
+* ``GET /api/role`` (no token, readable from any origin): ``{"role", "leader",
+  "dashboard"}``, where the lead is (``role_response``): a page whose broker
+  stopped answering asks the journal's other brokers, and follows the leader.
 * ``POST /api/whatif``: a WhatIf of an Acquire (``{"campaign", "size", "duration_s"}``).
 * ``POST /api/revoke`` (admin): ``{"lease_id", "reason"}``, as Admin.RevokeLease.
 * ``POST /api/pause`` (admin): ``{"campaign", "paused"}``. The engine has no pause: a
@@ -141,6 +145,15 @@ def parse_event_id(value: str) -> tuple[int, int]:
     return seq, index + 1
 
 
+def role_response(role: str, leader: str, dashboard: str) -> web.Response:
+    """``GET /api/role``'s answer: readable from any origin (the pages of the journal's
+    other brokers ask it), with no credentials and nothing but where the lead is."""
+    body = {"role": role, "leader": leader, "dashboard": dashboard}
+    return web.json_response(
+        body, headers={"Access-Control-Allow-Origin": "*", "Cache-Control": "no-store"}
+    )
+
+
 async def listen(
     app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None
 ) -> tuple[web.AppRunner, int]:
@@ -181,6 +194,7 @@ class Dashboard:
         app.router.add_get("/api/state", self._api(self._state))
         app.router.add_get("/api/lease/{lease_id}", self._api(self._lease))
         app.router.add_get("/api/events", self._events)
+        app.router.add_get("/api/role", self._role)
         app.router.add_post("/api/whatif", self._api(self._whatif))
         app.router.add_post("/api/revoke", self._api(self._revoke, admin=True))
         app.router.add_post("/api/pause", self._api(self._pause, admin=True))
@@ -345,6 +359,12 @@ class Dashboard:
         resp = _json({"signed_out": sid is not None})
         resp.del_cookie(self.cookie, path="/")
         return resp
+
+    async def _role(self, _request: web.Request) -> web.Response:
+        top = self.core.topology
+        if top is None:  # a broker alone on its journal (SQLite): it is the leader
+            return role_response("leader", "", "")
+        return role_response("leader", top.leader, top.leader_dashboard)
 
     async def _state(self, _request: web.Request, who: Principal) -> dict[str, Any]:
         return self.state_for(who, fresh=True)

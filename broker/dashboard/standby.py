@@ -9,6 +9,13 @@ health probe does not take a standby for a serving dashboard; ``/api/...`` 503 w
 on this port stops showing old state. Once the broker takes the lead, the server stops
 this and starts the real dashboard on the same port.
 
+``GET /api/role`` is the one route without a token, on this page and on the real
+dashboard alike (``server.role_response``): the broker's role, the leader and its
+dashboard's URL, and nothing else, with ``Access-Control-Allow-Origin: *``. It is what a
+page left open on a broker that stopped answering asks the other brokers of its journal,
+so that it can follow the lead to whichever took it (``static/app.js``: ``findLeader``);
+the same facts a standby's banner already shows anyone, and its gRPC health.
+
 The leader's address is the journal's leadership record; its dashboard's URL is what
 the leader reports to the store with its role (``journal_pg.Topology.leader_dashboard``:
 its advertised host, its dashboard port). A leader without a dashboard gets no link.
@@ -23,7 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bursar.broker.dashboard.server import listen
+from bursar.broker.dashboard.server import listen, role_response
 
 __all__ = ["StandbyPage"]
 
@@ -52,6 +59,8 @@ class StandbyPage:
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         leader, url = self._leader()
+        if request.path == "/api/role":
+            return role_response("standby", leader, url)
         if request.path.startswith("/api/"):
             body: dict[str, Any] = {"error": "standby", "leader": leader, "dashboard": url}
             return web.json_response(body, status=503, headers={"Retry-After": "1"})

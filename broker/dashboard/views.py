@@ -277,4 +277,15 @@ def state_view(
         "journal": journal_tail(core, who),
         "time_to_usable": time_to_usable(core, who) if usable is None else usable,
         "series": (series if series is not None else build(core)).view(who, core.now()),
+        "brokers": brokers_view(core),
     }
+
+
+def brokers_view(core: ServiceCore) -> list[dict[str, str]]:
+    """The brokers on this broker's journal with their dashboards (PostgreSQL: the leader
+    and its standbys; SQLite: none): where the page looks for the lead if this broker
+    stops answering."""
+    top = core.topology
+    if top is None:
+        return []
+    return [{"address": p.address, "role": p.role, "dashboard": p.dashboard} for p in top.brokers]

@@ -436,6 +436,7 @@ function dispatch(chunk) {
   const msg = JSON.parse(data);
   if (event === "state") {
     state = msg;
+    brokers = state.brokers || brokers;
     offset = state.now - Date.now() / 1000;
     // A state shared between streams may predate lease events this page already has.
     recent = recent.filter((ev) => Number(ev.seq) > state.journal_seq);
@@ -461,7 +462,13 @@ async function follow() {
         return;
       }
       if (r.status === 416) lastId = "";  // too far behind: start afresh from a new state
+      if (r.status === 503) {
+        // This broker is now a standby (another took the lead): it names the leader.
+        const { error, dashboard } = await r.json().catch(() => ({}));
+        if (error === "standby" && await followLead(dashboard || "")) return;
+      }
       if (!r.ok) throw new Error(r.statusText);
+      $("#failover").hidden = true;
       showBoard();
       $("#live").className = "on"; $("#live").textContent = "live";
       const reader = r.body.getReader();
@@ -478,8 +485,44 @@ async function follow() {
       if (mine.signal.aborted) return;
     }
     $("#live").className = "off"; $("#live").textContent = "reconnecting";
+    if (await followLead("")) return;
     await new Promise((res) => setTimeout(res, 1000));
   }
+}
+
+// ---------------------------------------------------------------- following the leader
+// On a journal shared by several brokers (PostgreSQL), the state lists them with their
+// dashboards. When this broker stops answering, or answers as a standby, the page asks
+// the others' /api/role (no token, readable from any origin) and opens the dashboard of
+// the one that says it leads. A pasted token stays with this origin (sessionStorage), so
+// the leader's page asks for a sign-in: its login link or the same token.
+let brokers = [];
+const here = () => location.origin + "/";
+
+async function findLeader(hint) {
+  if (hint && hint !== here()) return hint;  // this broker's own word: it follows that one
+  for (const b of brokers) {
+    if (!b.dashboard || b.dashboard === here()) continue;
+    try {
+      const r = await fetch(b.dashboard + "api/role", { cache: "no-store" });
+      const role = await r.json();
+      // Only a broker's word about itself: a standby's record of the leader may be the
+      // broker that just died.
+      if (role.role === "leader") return role.dashboard || b.dashboard;
+    } catch (e) { /* that one does not answer either */ }
+  }
+  return "";
+}
+
+async function followLead(hint) {
+  const url = await findLeader(hint);
+  if (!url || url === here()) return false;
+  const note = $("#failover");
+  note.replaceChildren("This broker no longer leads; opening the leader's dashboard: ",
+    el("a", { href: url }, url));
+  note.hidden = false;
+  location.assign(url);
+  return true;
 }
 
 let signedIn = false;  // the board has been shown in this page's life
