@@ -11,7 +11,7 @@ the built site, so nothing here is written twice:
 * ``reference/grpc.md``: the services, RPCs, messages, fields and enums of
   ``protos/bursar/v1/*.proto``, each with its leading comment.
 
-The functions are pure (text in, Markdown out) so that ``tests/test_docs_site.py`` can
+The functions are pure (text in, Markdown out) so that ``tests/project/test_docs_site.py`` can
 call them without a build. The CLI reference is ``reference/cli.md`` (mkdocs-click).
 """
 

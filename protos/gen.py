@@ -18,7 +18,7 @@ generated classes' module ``bursar.v1.broker_pb2``; this script rewrites that pr
 generated code imports, and its messages pickle, inside the installed package.
 
 The generated files are committed and must match what this script produces byte for
-byte (``tests/test_protos.py`` checks); the ``grpcio-tools`` version is pinned in
+byte (``tests/service/test_protos.py`` checks); the ``grpcio-tools`` version is pinned in
 ``pyproject.toml`` because protoc's output differs between versions.
 """
 

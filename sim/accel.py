@@ -9,7 +9,7 @@ ignored with one warning (rebuild it, or ``make accel-clean``). ``BURSAR_PURE=1`
 loads the source.
 
 The pure-Python modules stay the reference and the fallback: both give the same
-schedules, byte for byte (``tests/test_accel.py`` compares their digests). Where no C
+schedules, byte for byte (``tests/engine/test_accel.py`` compares their digests). Where no C
 compiler or Python headers are present the build stops with a message and everything
 runs as pure Python, with the same results.
 

@@ -57,6 +57,20 @@ def browser() -> Iterator[Any]:
             b.close()
 
 
+def open_dashboard(browser: Any, url: str, token: str) -> Any:
+    """A new page on the dashboard at ``url``, signed in with ``token`` and live; its
+    JavaScript errors collect in ``page.errors``."""
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(url)
+    page.fill("#token", token)
+    page.click("#signin button")
+    page.wait_for_selector("#live.on")
+    page.errors = errors  # type: ignore[attr-defined]
+    return page
+
+
 def build_engine(
     *,
     nodes: int = 8,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from server import Server as SharedServer
 
 from bursar.broker.clock import ManualClock
 from bursar.broker.config import Config, parse_config
@@ -243,3 +245,19 @@ async def asleep_until(clock: ManualClock, t: float, timeout_s: float = 5.0) -> 
 
 async def next_event(stream: Any, timeout_s: float = 5.0) -> Any:
     return await asyncio.wait_for(stream.read(), timeout_s)
+
+
+class Server(SharedServer):
+    """The reliability suite's ``bursar serve`` process helper, with a 3 s shutdown grace."""
+
+    def __init__(self, state_dir: Path, *args: str) -> None:
+        super().__init__(state_dir, "--grace", "3", *args, timeout_s=20)
+
+
+def worker_pythonpath() -> str:
+    """PYTHONPATH for the worker processes Parsl, Dask and Ray start for a test: they
+    import the functions a test hands them by module name, from the test modules in any
+    folder of tests/ and from the support modules in tests/ itself."""
+    tests = Path(__file__).resolve().parent
+    folders = sorted(d for d in tests.iterdir() if d.is_dir() and any(d.glob("test_*.py")))
+    return os.pathsep.join(str(d) for d in (tests, *folders))

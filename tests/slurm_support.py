@@ -15,13 +15,11 @@ Slurm's commands against it with ``env=cluster.env()``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -32,10 +30,12 @@ from typing import Any
 
 import pytest
 from common import free_port_block
+from conftest import missing_system_part
 
 from bursar.broker.backends.slurm import SlurmCli, SlurmPool, discover_pool
 from bursar.broker.config import Config, parse_config
 from bursar.broker.service.limits import LimitSettings
+from bursar.broker.service.local import on_thread
 from bursar.broker.service.server import Settings, running
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,9 +71,7 @@ def _missing(binaries: Sequence[str] = _BINARIES) -> str | None:
 def _require(binaries: Sequence[str]) -> None:
     why = _missing(binaries)
     if why:
-        if os.environ.get("BURSAR_REQUIRE_SYSTEM_TESTS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        missing_system_part(why)
 
 
 def _start(request: pytest.FixtureRequest, *flags: str, ports: int) -> Cluster:
@@ -267,42 +265,16 @@ def slurm_broker(
     Slurm commands run through ``cli`` if given)."""
     cfg = slurm_config(job_prefix, **kw)
     backend = slurm_backend(cfg, cli)
-    ready = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def serve() -> None:
-        settings = Settings(
-            state_dir=state_dir,
-            config=cfg,
-            port=0,
-            metrics_port=None,
-            limits=LimitSettings(rate=10_000, burst=10_000, max_streams=64),
-            grace_s=1.0,
-            backend=backend,
-        )
-        stop = asyncio.Event()
-        async with running(settings) as r:
-            box["address"] = r.address
-            box["admin"] = r.core.admin_token_path.read_text().strip()
-            box["stop"] = (asyncio.get_running_loop(), stop)
-            ready.set()
-            await stop.wait()
-
-    def main() -> None:
-        try:
-            asyncio.run(serve())
-        except BaseException as exc:
-            box["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=main, name="bursar-slurm-broker", daemon=True)
-    thread.start()
-    if not ready.wait(30) or "error" in box:
-        raise RuntimeError(f"the broker did not start: {box.get('error')!r}")
-    tokens = json.loads((state_dir / "tokens.json").read_text())
-    try:
-        yield Served(str(box["address"]), tokens, str(box["admin"]), backend)
-    finally:
-        loop, stop = box["stop"]
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
+    settings = Settings(
+        state_dir=state_dir,
+        config=cfg,
+        port=0,
+        metrics_port=None,
+        limits=LimitSettings(rate=10_000, burst=10_000, max_streams=64),
+        grace_s=1.0,
+        backend=backend,
+    )
+    with on_thread(lambda: running(settings), name="bursar-slurm-broker") as r:
+        tokens = json.loads((state_dir / "tokens.json").read_text())
+        admin = r.core.admin_token_path.read_text().strip()
+        yield Served(r.address, tokens, admin, backend)
