@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from server import Server as SharedServer
 
 from bursar.broker.clock import ManualClock
 from bursar.broker.config import Config, parse_config
@@ -245,13 +244,6 @@ async def asleep_until(clock: ManualClock, t: float, timeout_s: float = 5.0) -> 
 
 async def next_event(stream: Any, timeout_s: float = 5.0) -> Any:
     return await asyncio.wait_for(stream.read(), timeout_s)
-
-
-class Server(SharedServer):
-    """The reliability suite's ``bursar serve`` process helper, with a 3 s shutdown grace."""
-
-    def __init__(self, state_dir: Path, *args: str) -> None:
-        super().__init__(state_dir, "--grace", "3", *args, timeout_s=20)
 
 
 def worker_pythonpath() -> str:

@@ -214,7 +214,7 @@ def test_a_parsl_block_on_a_one_cpu_lease_runs_its_tasks_on_that_cpu(
 
 
 def test_bursar_serve_backend_local_as_a_process(tmp_path: Path) -> None:
-    from service_support import Server
+    from server_support import Server
 
     cfg = tmp_path / "site.toml"
     cfg.write_text(LOCAL_CAMPAIGNS)

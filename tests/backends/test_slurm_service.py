@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from client_support import until
-from service_support import Server
+from server_support import Server
 from slurm_support import (
     job_prefix_fixture,  # noqa: F401  (fixtures: job_prefix, slurm_cluster)
     job_state,

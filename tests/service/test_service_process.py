@@ -12,7 +12,8 @@ from pathlib import Path
 
 import grpc
 from click.testing import CliRunner
-from service_support import LIFECYCLE, Server, details, fails, md, next_event, run
+from server_support import Server
+from service_support import LIFECYCLE, details, fails, md, next_event, run
 
 from bursar.cli.main import main
 from bursar.protos.bursar.v1 import broker_pb2 as pb
