@@ -35,32 +35,26 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from bursar.broker import codec, dims, policy_apply, safe_pickle, snapshot, validation
+from bursar.broker import codec, policy_apply, safe_pickle, snapshot, validation
 from bursar.broker.acquisition import AcquireCall
 from bursar.broker.actuator import actuator_for
-from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
+from bursar.broker.backends.base import PoolBackend, placed_by
 from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
 from bursar.broker.clock import wait_for as wait_for_clock
-from bursar.broker.codec import decision_from_dict
 from bursar.broker.config import Config, default_config
 from bursar.broker.decisions import (
-    Activated,
     Allocated,
-    Decision,
     Expired,
     Granted,
     Metered,
-    PreemptWarned,
     Rejected,
     Released,
     Renewed,
-    Resized,
-    ResizeWarned,
     Revoked,
 )
 from bursar.broker.engine import Engine
@@ -74,26 +68,25 @@ from bursar.broker.events import (
     Meter,
     Release,
     Renew,
-    Tick,
     UpdateCampaign,
 )
 from bursar.broker.journal import JOURNAL_FILENAME, Journal, JournalStore
-from bursar.broker.lease import Lease, LeaseState
 from bursar.broker.outcome import Outcome
 from bursar.broker.policy import PolicySpec
 from bursar.broker.policy_apply import Applied
 from bursar.broker.runtime import Follower, Runtime
 from bursar.broker.service import convert
 from bursar.broker.service.auth import TOKENS_DB, Principal, TokenStore, load_admin_token
+from bursar.broker.service.batcher import CommitBatcher
 from bursar.broker.service.errors import (
     PermissionDenied,
     Refused,
     ShuttingDown,
-    StreamOverflow,
     Unauthenticated,
 )
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
+from bursar.broker.service.watch import Subscription, WatchHub
 from bursar.broker.snapshot import EVERY
 from bursar.broker.state_lock import LOCK_FILE, try_lock
 from bursar.broker.supply import supply
@@ -106,51 +99,11 @@ log = logging.getLogger(__name__)
 MAX_WAIT_S = convert.MAX_WAIT_S
 """Longest a blocking Acquire may wait (AcquireRequest.timeout_s)."""
 
-STREAM_BACKLOG = 10_000
-"""Events a Watch stream may fall behind before it is closed (StreamOverflow)."""
-
 INDEX_SLICE = 200
 """Journal entries the background task adds to the decision index at a time (about 0.7 ms)."""
 
-REPLAY_LIMIT = 10_000
-"""Journal entries a Watch with ``from_seq`` may replay before following live."""
-
 CHECKPOINT_INTERVAL_S = 1.0
 """How often the journal's WAL is checkpointed, on a worker thread (see ``run_checkpoints``)."""
-
-MAX_BATCH_WAIT_S = 0.002
-"""Longest the first entry of a commit batch waits for the others (see ``durable``): a
-gathering batch commits at the latest this long after it opened, and a batch that is not
-gathering, on a loop that never runs dry, commits this often on the service's clock."""
-
-MAX_BATCH_ENTRIES = 512
-"""Entries after which a commit batch commits whatever else is ready."""
-
-_EVENT_KIND = {
-    Granted: pb.LEASE_EVENT_KIND_GRANTED,
-    Activated: pb.LEASE_EVENT_KIND_ACTIVATED,
-    PreemptWarned: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
-    Renewed: pb.LEASE_EVENT_KIND_RENEWED,
-    Revoked: pb.LEASE_EVENT_KIND_REVOKED,
-    Expired: pb.LEASE_EVENT_KIND_EXPIRED,
-    Released: pb.LEASE_EVENT_KIND_RELEASED,
-    Allocated: pb.LEASE_EVENT_KIND_ALLOCATED,
-    Resized: pb.LEASE_EVENT_KIND_RESIZED,
-    ResizeWarned: pb.LEASE_EVENT_KIND_RESIZE_WARNING,
-}
-_END_KIND = {
-    LeaseState.RELEASED: pb.LEASE_EVENT_KIND_RELEASED,
-    LeaseState.EXPIRED: pb.LEASE_EVENT_KIND_EXPIRED,
-    LeaseState.REVOKED: pb.LEASE_EVENT_KIND_REVOKED,
-}
-_END_KINDS = frozenset(_END_KIND.values())
-_LIVE_KIND = {
-    LeaseState.STARTING: pb.LEASE_EVENT_KIND_GRANTED,
-    LeaseState.ACTIVE: pb.LEASE_EVENT_KIND_ACTIVATED,
-    LeaseState.PREEMPTING: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
-}
-_LEASE_KINDS = frozenset(cls.kind for cls in _EVENT_KIND)
-
 
 MAX_REVOKE_REASON = 200
 """Longest reason Admin.RevokeLease accepts (it is journaled and sent to the holder)."""
@@ -188,70 +141,6 @@ class _Placing:
             self.done.add_done_callback(lambda f: f.exception())
 
 
-@dataclass(eq=False)
-class Subscription:
-    """One Watch stream: the leases it follows and the events not yet sent."""
-
-    campaign: str | None
-    """Only this campaign's leases; None: every campaign's (admin)."""
-    remaining: set[str] | None
-    """The explicit leases still live; None: open-ended (every lease of the campaign)."""
-    holder: str | None = None
-    """The campaign whose token opened it (None: the admin): a rotation of that token ends
-    the stream."""
-    snapshot: list[pb.LeaseEvent] = field(default_factory=list)
-    _queue: asyncio.Queue[pb.LeaseEvent | None] = field(default_factory=asyncio.Queue)
-    _error: BaseException | None = None
-
-    def wants(self, campaign: str, lease_id: str) -> bool:
-        if self.campaign is not None and campaign != self.campaign:
-            return False
-        return self.remaining is None or lease_id in self.remaining
-
-    @property
-    def finished(self) -> bool:
-        return self.remaining is not None and not self.remaining
-
-    def push(self, event: pb.LeaseEvent) -> None:
-        if self._error is not None:
-            return
-        if self._queue.qsize() >= STREAM_BACKLOG:
-            self.close(StreamOverflow(self._queue.qsize()))
-            return
-        self._queue.put_nowait(event)
-        if self.remaining is not None and event.kind in _END_KINDS:
-            self.remaining.discard(event.lease.lease_id)
-            if not self.remaining:
-                self._queue.put_nowait(None)
-
-    def close(self, error: BaseException) -> None:
-        if self._error is None:
-            self._error = error
-            self._queue.put_nowait(None)
-
-    def ready(self, limit: int) -> list[pb.LeaseEvent]:
-        """Up to ``limit`` events already queued, without waiting: a stream that sends
-        several at once (the dashboard's) pays one write for them. The end of the stream
-        stays queued for ``next``."""
-        out: list[pb.LeaseEvent] = []
-        while len(out) < limit and not self._queue.empty():
-            item = self._queue.get_nowait()
-            if item is None:
-                self._queue.put_nowait(None)  # nothing follows the end: it stays last
-                break
-            out.append(item)
-        return out
-
-    async def next(self) -> pb.LeaseEvent | None:
-        """The next event; None once every watched lease has ended. Raises what closed it."""
-        if self._error is not None and self._queue.empty():
-            raise self._error
-        item = await self._queue.get()
-        if item is None and self._error is not None:
-            raise self._error
-        return item
-
-
 class ServiceCore:
     def __init__(
         self,
@@ -279,7 +168,8 @@ class ServiceCore:
         self._last = runtime.engine.now
         self.started_at = self.now()
         self._waiters: dict[str, _Waiter] = {}
-        self._subs: set[Subscription] = set()
+        self.watches = WatchHub(runtime, self.now)
+        """The open Watch streams."""
         self._wake = asyncio.Event()
         self._sleeping_until = -math.inf
         """When the timer task wakes unless woken earlier; -inf while it is not asleep."""
@@ -294,27 +184,13 @@ class ServiceCore:
         self._fatal: BaseException | None = None
         self._lock: int | None = None
         self._placing: dict[str, _Placing] = {}
-        self._batch: asyncio.Future[None] | None = None
-        """Resolved once the journal entries left uncommitted so far are committed."""
-        self._batch_opened = 0.0
-        self._joined = 0
-        """Calls waiting for the open batch to commit (counted in ``durable``)."""
-        self._expect = 0
-        """Calls the open batch gathers for: those the last batch held, if it held more than
-        one; 0 when batches do not gather (see ``durable``)."""
-        self._window: asyncio.TimerHandle | None = None
-        """Commits a gathering batch once ``batch_window_s`` has passed."""
-        self.batch_window_s = MAX_BATCH_WAIT_S
-        """Longest a gathering batch waits, in seconds of the event loop's clock."""
-        self.commits = 0
-        """Commit batches written while serving (with ``committed``: entries per commit)."""
-        self.committed = 0
+        self.batcher = CommitBatcher(
+            runtime, self._clock, on_commit=self._after_commit, on_failure=self._failed
+        )
+        """Every entry is committed by a batch: the requests that arrive together share one
+        commit instead of paying one each."""
+        runtime.deferral = self.batcher
         runtime.listen(self._on_decisions)
-        # Every entry is committed by a batch (see ``durable``): the requests that arrive
-        # together share one commit instead of paying one each.
-        runtime.defer_commits = True
-        runtime.on_uncommitted = self._open_batch
-        runtime.on_committed = self._on_committed
 
     # ------------------------------------------------------------------ opening
 
@@ -520,8 +396,7 @@ class ServiceCore:
         for w in self._waiters.values():
             if not w.future.done():
                 w.future.set_exception(ShuttingDown("the queued request"))
-        for sub in list(self._subs):
-            sub.close(ShuttingDown("the stream"))
+        self.watches.close_all(ShuttingDown("the stream"))
         for placing in self._placing.values():
             placing.cut_off()  # an Acquire waiting for its allocation, like a queued one
         self._placing.clear()
@@ -529,18 +404,20 @@ class ServiceCore:
 
     def stop_background(self) -> None:
         self._stop.set()
+        self.batcher.hurry = True
         self._wake.set()
         self._notify_supply()
 
     def close(self) -> None:
         """Close the journal (what is left uncommitted is committed first) and the token
         store."""
-        if self.commits:
+        b = self.batcher
+        if b.commits:
             log.info(
                 "%d journal entries in %d commits (%.2f per commit)",
-                self.committed,
-                self.commits,
-                self.committed / self.commits,
+                b.committed,
+                b.commits,
+                b.committed / b.commits,
             )
         self.metrics.stop_http()
         self.tokens.close()
@@ -562,144 +439,14 @@ class ServiceCore:
             self._failed(exc)
             raise
 
-    # ------------------------------------------------------------------ commit batches
-    #
-    # An applied event's journal entry is inserted at once but committed later, together
-    # with the entries of whatever other requests arrive meanwhile; nothing about an event
-    # is answered, published or handed to the backend before its commit (the runtime holds
-    # the outcomes back until then). How much later adapts to the load:
-    #
-    # * Not gathering (a lone client, light load): a batch commits as soon as the event loop
-    #   has nothing else ready to run, which for a lone request is at once. A loop that
-    #   never runs dry commits after MAX_BATCH_WAIT_S on the service's clock, or at
-    #   MAX_BATCH_ENTRIES entries.
-    # * Gathering: the last batch held more than one call, so requests are arriving faster
-    #   than a commit and its answers go out. A client waiting for its answer sends nothing
-    #   more, so committing on an idle loop answers each burst before the rest of the
-    #   clients' next requests have arrived. The batch instead waits for as many calls as
-    #   the last one held, then commits once the loop is idle, and commits anyway
-    #   ``batch_window_s`` (MAX_BATCH_WAIT_S) after it opened. A batch that ends up holding
-    #   one call (the load has gone) stops the gathering, so a lone client pays at most
-    #   one window, once.
-    #
-    # The window is timed on the event loop's clock, not the service's: it decides only
-    # when answers leave, never what is decided or journaled, and a test's manual clock
-    # must not hold a commit back. One commit for many answers saves the commit and, more,
-    # the event loop's and gRPC's wake-ups per answer (see benchmarks/bench_service.py).
-
     async def durable(self) -> None:
-        """Return once every journal entry appended so far is committed (at once if all
-        are). Raises ``JournalError`` if the commit failed: those events never happened."""
-        if not self.runtime.uncommitted:
-            return
-        batch = self._batch
-        if batch is None:
-            self._commit_batch()
-            return
-        self._joined += 1
-        if not self._expect:
-            if _loop_idle():
-                self._commit_batch()
-                return
-        elif self.runtime.uncommitted >= MAX_BATCH_ENTRIES:
-            self._commit_batch()
-            return
-        elif self._joined == self._expect:
-            # Everyone the last batch held is here: commit once what is ready has joined.
-            asyncio.get_running_loop().call_soon(self._check_batch)
-        await asyncio.shield(batch)
+        """Return once every journal entry appended so far is committed (see
+        ``CommitBatcher.durable``)."""
+        await self.batcher.durable()
 
     async def settled(self) -> None:
-        """Return with nothing left uncommitted (``durable`` may return with entries that
-        other calls appended while this one waited): for a caller that reads state next,
-        in the same step, and must see committed state only (a Watch opening on it)."""
-        while self.runtime.uncommitted:
-            await self.durable()
-
-    @property
-    def gathering(self) -> int:
-        """Calls the next commit batch waits for before it commits (0: it commits as soon as
-        the event loop is idle)."""
-        return self._expect
-
-    def _open_batch(self) -> None:
-        """The runtime's hook: an entry is waiting for its commit and none was before."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            # Called off the event loop (a direct caller, not a request): nobody gathers.
-            self._commit_batch()
-            return
-        self._batch = loop.create_future()
-        self._batch_opened = self._clock.now()
-        self._joined = 0
-        if self._expect:
-            self._window = loop.call_later(self.batch_window_s, self._window_over)
-        else:
-            loop.call_soon(self._check_batch)
-
-    def _check_batch(self) -> None:
-        if self._batch is None:
-            return  # committed meanwhile (by a request that found the loop idle)
-        if (
-            _loop_idle()
-            or self.runtime.uncommitted >= MAX_BATCH_ENTRIES
-            or self._clock.now() - self._batch_opened >= MAX_BATCH_WAIT_S
-            or self._stop.is_set()
-        ):
-            # A failed commit is already on the batch's future, for the callers to raise.
-            with contextlib.suppress(JournalError):
-                self._commit_batch()
-        else:
-            asyncio.get_running_loop().call_soon(self._check_batch)
-
-    def _window_over(self) -> None:
-        self._window = None
-        if self._batch is not None:
-            with contextlib.suppress(JournalError):
-                self._commit_batch()
-
-    def _commit_batch(self) -> None:
-        try:
-            self.runtime.commit()
-        except JournalError as exc:
-            self._failed(exc)  # fails the batch's callers too
-            raise
-        if self._batch is not None and not self.runtime.uncommitted:
-            self._on_committed([])  # there was nothing left to commit
-
-    def _on_committed(self, outcomes: list[Outcome]) -> None:
-        """The runtime's hook after each commit (ours, or one it made before the backend
-        reports): the calls waiting for it go on."""
-        if outcomes:
-            self.commits += 1
-            self.committed += len(outcomes)
-            self.metrics.on_commit(len(outcomes))
-            self._after_commit()
-        batch = self._batch
-        if batch is not None and not self.runtime.uncommitted:
-            self._close_batch()
-            if not batch.done():
-                batch.set_result(None)
-
-    def _close_batch(self) -> None:
-        """The open batch is done with (committed or dropped): the next one gathers for as
-        many calls as this one held, if that was more than one."""
-        self._batch = None
-        self._expect = self._joined if self._joined > 1 else 0
-        if self._window is not None:
-            self._window.cancel()
-            self._window = None
-
-    def _drop_batch(self, exc: BaseException) -> None:
-        """An append failed: the runtime dropped the uncommitted entries with it, so the
-        calls waiting for them fail as well."""
-        batch = self._batch
-        if batch is not None and not self.runtime.uncommitted:
-            self._close_batch()
-            if not batch.done():
-                batch.set_exception(exc)
-                batch.add_done_callback(_retrieve)
+        """Return with nothing left uncommitted (see ``CommitBatcher.settled``)."""
+        await self.batcher.settled()
 
     def _submit_catch_up(self) -> None:
         try:
@@ -712,7 +459,6 @@ class ServiceCore:
         # An append the journal refused was rolled back (the engine is as the journal has
         # it): that call fails, the next may work. Only a broker that could not roll back
         # stops the service.
-        self._drop_batch(exc)
         if not self.runtime.broken:
             return
         if self._fatal is None:
@@ -740,12 +486,12 @@ class ServiceCore:
                 self._placing[lease_id] = placing
             if isinstance(d, Allocated | Revoked | Expired | Released):
                 self._placed(d.lease_id)  # allocated, or ended first (the allocation failed)
-            if self._subs and type(d) in _EVENT_KIND:
-                self._publish(d, outcome.seq, index)
+            self.watches.publish(d, outcome.seq, index)
 
-    def _after_commit(self) -> None:
-        """Once per commit batch, not per event: wake the timer task if it must, tell the
-        supply streams."""
+    def _after_commit(self, outcomes: list[Outcome]) -> None:
+        """Once per commit batch, not per event: count it, wake the timer task if it must,
+        tell the supply streams."""
+        self.metrics.on_commit(len(outcomes))
         # Wake the timer task only if what is due next moved: earlier than it sleeps until,
         # or away from the timer it sleeps for (that one died: a renewal, a release). Most
         # requests move neither, and a wake-up costs more (a task and a timer on the loop)
@@ -789,20 +535,10 @@ class ServiceCore:
     # ------------------------------------------------------------------ leases
 
     def lease_proto(self, lease_id: str) -> pb.Lease:
-        ls = self.engine.leases.get(lease_id)
-        if ls is not None and lease_id not in self.engine.elastic.parent_of:
-            return self._live_lease_proto(ls)
-        ended = self.engine.ended.get(lease_id)
-        if ended is not None:
-            return convert.ended_lease_to_proto(ended)
-        raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
-
-    def _live_lease_proto(self, ls: Lease) -> pb.Lease:
-        out = convert.lease_to_proto(self.engine, ls)
-        # A real backend (Slurm) says how to run inside the lease's resources.
-        allocation = self.runtime.backend.allocation(ls.id)
-        if allocation:  # the simulated pool has none: skip the proto map's update
-            out.allocation.update(allocation)
+        """The lease as it is now, live or ended."""
+        out = convert.lease_by_id(self.engine, lease_id, self.runtime.backend.allocation)
+        if out is None:
+            raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
         return out
 
     def _lease_campaign(self, lease_id: str) -> str | None:
@@ -829,7 +565,12 @@ class ServiceCore:
             principal.acting_for(campaign)
         only = principal.campaign or campaign or None
         leases = sorted(self.engine.holders_leases(), key=lambda ls: int(ls.id[1:]))
-        return [self._live_lease_proto(ls) for ls in leases if only is None or ls.campaign == only]
+        allocation = self.runtime.backend.allocation
+        return [
+            convert.live_lease_to_proto(self.engine, ls, allocation(ls.id))
+            for ls in leases
+            if only is None or ls.campaign == only
+        ]
 
     def list_pending(
         self, principal: Principal, campaign: str, request_id: str, key: str
@@ -853,8 +594,6 @@ class ServiceCore:
         now = self.now()
         self._catch_up(now)
         engine = self.engine
-        # The estimates are from the engine's clock; the caller asks from ours.
-        lag = now - engine.now
         queue = engine.queue
         pending = engine.pending
         if request_id or key:
@@ -878,36 +617,12 @@ class ServiceCore:
                 for i, p in enumerate(queue.ordered(), start=1)
                 if only is None or p.campaign == only
             ]
-        # Only aged requests hold reservations: the profile is built only for them.
-        aged = any(p.id in queue.aged for _, p in places)
-        reserved = engine.reservation_starts() if aged else {}
-        out = pb.ListPendingResponse(at=now)
-        for position, p in places:
-            at = reserved.get(p.id)
-            if at is not None and math.isfinite(at):
-                wait = at - now
-            else:
-                wait = engine.estimated_wait(p.id) - lag
-            item = out.requests.add(
-                request_id=p.id,
-                campaign=p.campaign,
-                size=dims.as_dict(p.size),
-                duration_s=p.duration_s,
-                lease_class=convert.lease_class_to_proto(p.lease_class),
-                queued_at=p.queued_at,
-                waited_s=max(0.0, now - p.queued_at),
-                reason=convert.reason_to_proto(p.reason),
-                estimated_wait_s=max(0.0, wait),
-                position=position,
-                labels=p.labels,
-                idempotency_key=p.key,
-            )
-            if at is not None and math.isfinite(at):
-                item.reserved_at = at
-        return out
+        return convert.pending_to_proto(engine, now, places)
 
     async def acquire(self, args: convert.AcquireArgs) -> tuple[Granted, float]:
-        """Request a lease; return the grant and the seconds it waited in the queue.
+        """Request a lease; return the grant and the seconds it waited in the queue, once
+        every entry the answer reports is committed (one ``durable`` on each way out; a
+        queued request's grant is heard of at its commit).
 
         With an idempotency key (``args.key``) already used by this campaign, nothing is
         submitted: the call gets the first one's answer (its grant or refusal), or waits
@@ -951,9 +666,11 @@ class ServiceCore:
             if waiter.calls > 0 and not isinstance(exc, ShuttingDown):
                 grant = None  # another call still waits for this request: leave it queued
             else:
-                if not call.withdraw(self.now()) and not waiter.future.done():
-                    # Granted in a batch not committed yet: the waiter hears of it at the
-                    # commit, and the grant is this call's (or given back, below).
+                withdrawn = call.withdraw(self.now())
+                if not gone or (not withdrawn and not waiter.future.done()):
+                    # The answer waits for the withdrawal's commit; or the request was
+                    # granted in a batch not committed yet: the waiter hears of it at
+                    # the commit, and the grant is this call's (or given back, below).
                     await self.durable()
                 grant = call.live(_result(waiter.future))
             if gone:
@@ -1111,11 +828,7 @@ class ServiceCore:
         # engine checks it again anyway.
         validation.validate(self.engine, event)
         engine = _engine_copy(self.engine)
-        while (due := engine.next_timer()) is not None and due <= now:
-            if self.runtime.coalesce_ticks:
-                engine.apply(Tick(at=now))  # one Tick to now, as the runtime's catch-up
-                break
-            engine.apply(Tick(at=due))
+        self.runtime.catch_up_timers(engine, now)
         return engine.apply(event), engine
 
     # ------------------------------------------------------------------ watch
@@ -1144,148 +857,10 @@ class ServiceCore:
                 raise PermissionDenied(
                     "OTHER_CAMPAIGN", f"lease {lid} is not campaign {scope}'s", str(principal)
                 )
-        sub = Subscription(scope, set(ids) if ids else None, principal.campaign)
-        if from_seq:
-            self._replay_into(sub, from_seq, from_index)
-        else:
-            self._snapshot_into(sub, ids)
-        if not sub.finished:
-            self._subs.add(sub)
-        return sub
-
-    def _snapshot_into(self, sub: Subscription, ids: list[str]) -> None:
-        at = self.now()
-        scope = sub.campaign
-        if ids:
-            targets = ids
-        else:
-            targets = sorted(
-                (ls.id for ls in self.engine.holders_leases() if scope in (None, ls.campaign)),
-                key=lambda x: int(x[1:]),
-            )
-        for lid in targets:
-            ls = self.engine.leases.get(lid)
-            if ls is not None:
-                lease = self._live_lease_proto(ls)
-                ev = pb.LeaseEvent(kind=_LIVE_KIND[ls.state], at=at, lease=lease, snapshot=True)
-                if ls.preempt_deadline is not None:
-                    ev.deadline = ls.preempt_deadline
-            else:
-                ended = self.engine.ended[lid]
-                ev = pb.LeaseEvent(
-                    kind=_END_KIND[ended.state],
-                    at=ended.at,
-                    lease=convert.ended_lease_to_proto(ended),
-                    cause=ended.cause if ended.state is LeaseState.REVOKED else "",
-                    snapshot=True,
-                )
-                assert sub.remaining is not None
-                sub.remaining.discard(lid)
-            sub.snapshot.append(ev)
-
-    def _replay_into(self, sub: Subscription, from_seq: int, from_index: int) -> None:
-        last = self.runtime.journal.last_seq
-        if from_seq > last + 1:
-            raise RequestError(
-                ErrorCode.OUT_OF_RANGE,
-                "from_seq",
-                f"entry {from_seq} is past the journal's end ({last}); resume from at most "
-                f"{last + 1}",
-            )
-        archived = self.runtime.journal.archived_through
-        if 0 < from_seq <= archived:
-            raise RequestError(
-                ErrorCode.OUT_OF_RANGE,
-                "from_seq",
-                f"entries up to {archived} were moved to an archive; resume from at least "
-                f"{archived + 1}, or open the stream without from_seq for a snapshot",
-            )
-        if last - from_seq >= REPLAY_LIMIT:
-            raise RequestError(
-                ErrorCode.OUT_OF_RANGE,
-                "from_seq",
-                f"entry {from_seq} is more than {REPLAY_LIMIT} entries behind the journal's "
-                f"end ({last}); open the stream without from_seq for a snapshot",
-            )
-        for seq, decisions in self.runtime.journal.decisions_from(from_seq, REPLAY_LIMIT):
-            for index, d in enumerate(decisions):
-                if d["kind"] not in _LEASE_KINDS or (seq, index) < (from_seq, from_index):
-                    continue
-                if not sub.wants(d["campaign"], d["lease_id"]):
-                    continue
-                ev = self._event_for(decision_from_dict(d), seq, index)
-                sub.snapshot.append(ev)
-                if sub.remaining is not None and ev.kind in _END_KINDS:
-                    sub.remaining.discard(d["lease_id"])
-        if sub.remaining is not None:
-            # A watched lease that ended before from_seq: its end was delivered before the
-            # position the caller resumes from.
-            sub.remaining.intersection_update(self.engine.leases)
+        return self.watches.open(scope, ids, principal.campaign, from_seq, from_index)
 
     def unwatch(self, sub: Subscription) -> None:
-        self._subs.discard(sub)
-
-    def _event_for(self, d: Decision, seq: int, index: int) -> pb.LeaseEvent:
-        """The Watch event for lease decision ``d``, journal entry ``seq`` position ``index``.
-
-        What happened (kind, time, deadline, cause, new expiry, nodes) comes from the
-        decision; the lease's fixed facts (size, class, labels) from its record."""
-        lease_id: str = d.lease_id  # type: ignore[attr-defined]
-        kind = _EVENT_KIND[type(d)]
-        try:
-            lease = self.lease_proto(lease_id)
-        except RequestError:  # forgotten (ended long ago): the decision is all there is
-            lease = pb.Lease(lease_id=lease_id, campaign=d.campaign)  # type: ignore[attr-defined]
-        ev = pb.LeaseEvent(kind=kind, at=d.at, seq=seq, index=index)
-        if isinstance(d, Granted):
-            lease.state = convert.state_to_proto(
-                LeaseState.ACTIVE if active_at_grant(d) else LeaseState.STARTING
-            )
-            lease.starts_at, lease.expires_at = d.starts_at, d.expires_at
-        elif isinstance(d, Activated):
-            lease.state = convert.state_to_proto(LeaseState.ACTIVE)
-            lease.nodes[:] = list(d.nodes)
-        elif isinstance(d, Renewed):
-            lease.expires_at = d.expires_at
-        elif isinstance(d, Allocated):
-            lease.allocation.clear()
-            lease.allocation.update(d.allocation)
-        elif isinstance(d, Resized):
-            lease.size.clear()
-            lease.size.update(d.size)
-            lease.nodes[:] = list(d.nodes)
-        elif isinstance(d, ResizeWarned):
-            ev.deadline = d.deadline
-            ev.resize_to.update(d.to)
-        elif isinstance(d, PreemptWarned):
-            lease.state = convert.state_to_proto(LeaseState.PREEMPTING)
-            lease.preempt_deadline = d.deadline
-            ev.deadline = d.deadline
-            ev.for_request = d.for_request
-        else:
-            state = {
-                pb.LEASE_EVENT_KIND_RELEASED: LeaseState.RELEASED,
-                pb.LEASE_EVENT_KIND_EXPIRED: LeaseState.EXPIRED,
-            }.get(kind, LeaseState.REVOKED)
-            lease.state = convert.state_to_proto(state)
-            lease.ended_at = d.at
-            if isinstance(d, Revoked):
-                ev.cause = d.cause
-                lease.end_cause = d.cause
-        ev.lease.CopyFrom(lease)
-        return ev
-
-    def _publish(self, d: Decision, seq: int, index: int) -> None:
-        lease_id: str = d.lease_id  # type: ignore[attr-defined]
-        campaign: str = d.campaign  # type: ignore[attr-defined]
-        targets = [s for s in self._subs if s.wants(campaign, lease_id)]
-        if not targets:
-            return
-        ev = self._event_for(d, seq, index)
-        for s in targets:
-            s.push(ev)
-            if s.finished:
-                self._subs.discard(s)
+        self.watches.unwatch(sub)
 
     # ------------------------------------------------------------------ supply, meter
 
@@ -1355,9 +930,7 @@ class ServiceCore:
         self._share_tokens()
         # The old token stops working at once, streams it opened included.
         self._token_gen[name] = self._token_gen.get(name, 0) + 1
-        for sub in [s for s in self._subs if s.holder == name]:
-            self._subs.discard(sub)
-            sub.close(_rotated(name))
+        self.watches.end_holder(name, _rotated(name))
         self._notify_supply()
         return token, now
 
@@ -1433,23 +1006,6 @@ def _lock_state_dir(state: Path) -> int:
             "or choose another --state-dir"
         )
     return fd
-
-
-def _loop_idle() -> bool:
-    """True if the running event loop has nothing else ready to run: a commit now makes
-    nobody wait who could have joined it.
-
-    Reads the loop's ready queue, which asyncio keeps private: a loop without one (another
-    implementation) counts as idle, so that entries are committed at once rather than late.
-    """
-    ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    return not ready
-
-
-def _retrieve(fut: asyncio.Future[None]) -> None:
-    # The error reaches the callers that wait; one nobody waited for is not "never retrieved".
-    if not fut.cancelled():
-        fut.exception()
 
 
 def _result(fut: asyncio.Future[Granted]) -> Granted | None:
