@@ -18,7 +18,7 @@ from rich.console import Console
 
 from bursar.broker.errors import ConfigError
 from bursar.cli.policies import PolicyChoice, warn_refused_plugins
-from bursar.cli.traces import default_traces_dir, resolve_trace, trace_option
+from bursar.cli.traces import node_power_option, node_power_table, resolve_trace, trace_option
 from bursar.sim.power.readers import read_m100_node_power
 from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
@@ -41,9 +41,6 @@ from bursar.sim.replay.whatif import (
 )
 
 __all__ = ["whatif_command"]
-
-M100_TABLE = Path("m100-node-power-daily") / "cov_all.csv.gz"
-"""The Marconi100 node-day power table, in the traces directory."""
 
 
 def _caps(
@@ -77,7 +74,7 @@ def _power_sweep(
     tau_s: float,
     fmt: str | None,
 ) -> None:
-    table = node_power or (traces_dir or default_traces_dir()) / M100_TABLE
+    table = node_power_table(node_power, traces_dir)
     console = Console(stderr=True, log_path=False)
     command = "bursar whatif " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     try:
@@ -209,12 +206,7 @@ def _power_sweep(
     "energy, peak draw, hours above the cap (and the uncapped run's), jobs stranded, the "
     "knee and the feasibility floor.",
 )
-@click.option(
-    "--node-power",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The node-day power table the node model is derived from (Marconi100's "
-    "cov_all.csv.gz; default: m100-node-power-daily/ in the traces directory).",
-)
+@node_power_option
 def whatif_command(
     trace: Path,
     config_path: Path | None,

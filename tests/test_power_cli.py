@@ -80,3 +80,23 @@ def test_bad_sweeps_are_usage_errors(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "Missing option '--candidate'" in r.output
     r = run(main, [*base[:-2], "--power-sweep", "auto", "--node-power", str(tmp_path / "none.csv")])
     assert r.exit_code == 1 and "no such file" in r.output
+
+
+def test_replay_keeps_a_power_cap_and_reports_the_draw(tmp_path: Path) -> None:
+    swf, table = _inputs(tmp_path)
+    out = tmp_path / "run"
+    args = ["replay", "--trace", str(swf), "--policy", "easy", "--node-power", str(table)]
+    r = CliRunner().invoke(main, [*args, "--meter-power", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    metered = json.loads((out / "metrics.json").read_text())["power"]
+    assert metered["stranded"] == 0
+    # A cap just under the largest job's own draw strands it.
+    cap = metered["floor_kw"] - 0.01
+    r = CliRunner().invoke(main, [*args, "--power-cap", str(cap), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "stranded" in r.output
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["power"]["stranded"] == 1 and m["power"]["peak_kw"] <= cap
+    assert m["manifest"]["config"]["power"]["cap_w"] == cap * 1e3
+    r = CliRunner().invoke(main, [*args, "--power-cap", "50", "--policy", "bursar"])
+    assert r.exit_code == 1 and "a power cap is kept by" in r.output
