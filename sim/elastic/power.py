@@ -40,9 +40,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bursar.broker.codec import json_safe
 from bursar.sim.elastic.trace import Curves, Job, load_curves, load_jobs, time_on
 from bursar.sim.power.model import ZEUS_MODELS, GpuProfile, facility_draw
 from bursar.sim.power.readers import read_zeus_profiles
+from bursar.sim.replay.manifest import canonical, sha256
 from bursar.sim.replay.table import TraceError
 
 MODES = ("wait", "throttle")
@@ -247,9 +249,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     today = datetime.now(UTC).date().isoformat()
     text = "\n".join(markdown(n, r) for n, r in reports.items())
-    (a.out / "elastic-power.md").write_text(f"Measured {today}.\n\n{text}")
+    # The run hash: every trace's report, canonical JSON.
+    run_hash = sha256(canonical(json_safe(reports)))
+    (a.out / "elastic-power.md").write_text(
+        f"Measured {today} (run hash `{run_hash[:16]}`).\n\n{text}"
+    )
     (a.out / "elastic-power.json").write_text(
-        json.dumps({"date": today, **reports}, indent=1) + "\n"
+        json.dumps({"date": today, "run_sha256": run_hash, **reports}, indent=1) + "\n"
     )
     print(text)
     return 0
