@@ -59,6 +59,7 @@ __all__ = [
     "check_id",
     "check_labels",
     "check_number",
+    "check_pending_filters",
     "decision_kind_to_proto",
     "decision_record",
     "granted_lease_to_proto",
@@ -69,8 +70,10 @@ __all__ = [
     "lease_to_proto",
     "live_lease_to_proto",
     "path_to_proto",
+    "pending_places",
     "pending_to_proto",
     "reason_to_proto",
+    "revoke_reason",
     "shape_from_proto",
     "snapshot_event",
     "spec_from_proto",
@@ -384,6 +387,32 @@ def check_number(value: float, field: str, *, low: float = 0.0, high: float = ma
     return value
 
 
+MAX_REVOKE_REASON = 200
+"""Longest reason Admin.RevokeLease accepts (it is journaled and sent to the holder)."""
+
+
+def revoke_reason(reason: str) -> str:
+    """Admin.RevokeLease's reason, stripped: required, printable, bounded."""
+    reason = reason.strip()
+    if not reason:
+        raise _bad(
+            "reason",
+            "required: say why the lease is revoked (it is journaled and sent to its holder)",
+        )
+    if len(reason) > MAX_REVOKE_REASON or not reason.isprintable():
+        raise _bad(
+            "reason", f"at most {MAX_REVOKE_REASON} printable characters (got {len(reason)})"
+        )
+    return reason
+
+
+def check_pending_filters(request_id: str, key: str) -> None:
+    """ListPending's request id and idempotency key filters."""
+    for value, name in ((request_id, "request_id"), (key, "idempotency_key")):
+        if len(value) > 128 or not value.isprintable():
+            raise _bad(name, "at most 128 printable characters")
+
+
 def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """The labels as a dict (each key and value was checked with the request)."""
     if len(labels) > MAX_LABELS:
@@ -686,6 +715,33 @@ def lease_by_id(
         return live_lease_to_proto(engine, ls, allocation(lease_id))
     ended = engine.ended.get(lease_id)
     return ended_lease_to_proto(ended) if ended is not None else None
+
+
+def pending_places(
+    engine: Engine, only: str | None, request_id: str, key: str
+) -> list[tuple[int, Pending]]:
+    """The waiting requests ListPending shows, each with its place in the admission order:
+    those of campaign ``only`` (None: every campaign's), or the one ``request_id`` names,
+    or those with idempotency key ``key``."""
+    queue, pending = engine.queue, engine.pending
+    if not (request_id or key):
+        ordered = enumerate(queue.ordered(), start=1)
+        return [(i, p) for i, p in ordered if only is None or p.campaign == only]
+    # One request (an on_queued poll, every second per waiting client): its place is
+    # counted, not sorted for.
+    if request_id:
+        picked = [pending[request_id]] if request_id in pending else []
+    else:
+        picked = list(pending.values())
+    if key:
+        picked = [p for p in picked if p.key == key]
+    if only is not None:
+        picked = [p for p in picked if p.campaign == only]
+    places = []
+    for p in picked:
+        mine = queue.key(p)
+        places.append((1 + sum(queue.key(q) < mine for q in pending.values()), p))
+    return places
 
 
 def pending_to_proto(
