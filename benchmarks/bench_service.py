@@ -254,7 +254,7 @@ def _export(rev: str, into: Path) -> dict[str, str]:
     under ``into``, a ``bursar`` package of links to its folders first on the path."""
     root = Path(__file__).resolve().parent.parent
     tree = into / "tree"
-    tree.mkdir()
+    tree.mkdir(parents=True)
     archive = subprocess.run(
         ["git", "-C", str(root), "archive", rev], check=True, capture_output=True
     ).stdout
@@ -288,7 +288,7 @@ def _run(args: argparse.Namespace) -> None:
                 "--rate-limit", "1e9", "--rate-burst", "1e9",
             ]
         )  # fmt: skip
-        pg = old = None
+        pg = old = empty = None
         try:
             empty = Subprocess([sys.executable, os.path.abspath(__file__), "--serve-empty"])
             if args.before:
@@ -313,7 +313,9 @@ def _run(args: argparse.Namespace) -> None:
                 )  # fmt: skip
                 pg_token = json.loads((pg_state / "tokens.json").read_text())["bench"]
         except BaseException:
-            bursar.stop()
+            for started in (bursar, empty, old, pg):
+                if started is not None:
+                    started.stop()
             raise
         token = json.loads((state / "tokens.json").read_text())["bench"]
         try:
@@ -388,12 +390,17 @@ def _run(args: argparse.Namespace) -> None:
             )
     if args.before:
         print(f"bursar serve as of {args.before} (before) and this tree (after), same rounds:")
-        print(f"{'clients':>7} | {'before ops/s [range]':>22} | {'after ops/s [range]':>22}")
+        print(
+            f"{'clients':>7} | {'before ops/s [range]':>22} | {'after ops/s [range]':>22} | "
+            "CPU us per pair before / after"
+        )
         for c in levels:
             b, a = sorted(x.rate for x in before[c]), sorted(x.rate for x in ours[c])
             print(
                 f"{c:>7} | {_med(b):>8.0f} [{b[0]:.0f}-{b[-1]:.0f}]{'':>3} | "
-                f"{_med(a):>8.0f} [{a[0]:.0f}-{a[-1]:.0f}]"
+                f"{_med(a):>8.0f} [{a[0]:.0f}-{a[-1]:.0f}]{'':>3} | "
+                f"{_med(x.cpu_us_per_op for x in before[c]):.0f} / "
+                f"{_med(x.cpu_us_per_op for x in ours[c]):.0f}"
             )
     for c in levels:
         print(

@@ -18,7 +18,7 @@ from bursar.broker.events import RequestLease
 from bursar.broker.journal import JOURNAL_FILENAME
 from bursar.broker.outcome import Outcome
 from bursar.broker.runtime import Runtime
-from bursar.broker.service.batcher import MAX_BATCH_ENTRIES, CommitBatcher
+from bursar.broker.service.batcher import MAX_BATCH_ENTRIES, QUIET_TURNS, CommitBatcher
 
 
 def _committed(state: Path) -> int:
@@ -85,12 +85,28 @@ def test_calls_ready_together_share_one_commit_and_nothing_is_heard_before_it(
     run(scenario())
 
 
-def test_a_lone_call_commits_at_the_first_quiet_turn(setup: Setup) -> None:
+def test_a_lone_call_commits_alone_once_the_loop_is_quiet(setup: Setup) -> None:
     async def scenario() -> None:
         for i in range(3):
             assert await setup.call() == setup.before + i + 1
         assert [len(c) for c in setup.commits] == [1, 1, 1]
         assert setup.batcher.gathering == 0
+
+    run(scenario())
+
+
+@pytest.mark.parametrize(("late", "commits"), [(QUIET_TURNS - 2, 1), (QUIET_TURNS + 2, 2)])
+def test_a_call_a_few_turns_late_joins_the_batch_a_later_one_opens_its_own(
+    setup: Setup, late: int, commits: int
+) -> None:
+    async def after(turns: int) -> int:
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        return await setup.call()
+
+    async def scenario() -> None:
+        await asyncio.gather(setup.call(), after(late))
+        assert len(setup.commits) == commits
 
     run(scenario())
 
