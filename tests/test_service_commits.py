@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from service_support import POOL, START, config, run, until
+from service_support import POOL, START, config, run, serve, until
 
 from bursar.broker import snapshot
 from bursar.broker.clock import ManualClock
@@ -23,6 +23,7 @@ from bursar.broker.runtime import HeldBack, Runtime
 from bursar.broker.service.batcher import MAX_BATCH_WAIT_S
 from bursar.broker.service.convert import AcquireArgs
 from bursar.broker.service.core import ServiceCore
+from bursar.protos.bursar.v1 import broker_pb2 as pb
 
 
 class Reader:
@@ -336,3 +337,35 @@ def test_a_fresh_broker_is_the_engine_a_replay_builds(tmp_path: Path) -> None:
         assert snapshot.fingerprint(core.engine) == snapshot.fingerprint(replayed)
     finally:
         core.close()
+
+
+def test_each_call_waits_for_one_commit_and_an_acquire_answers_from_its_grant(
+    tmp_path: Path,
+) -> None:
+    """Over gRPC: an Acquire awaits the batch once (the core's wait; the servicer adds
+    none), as every other call does, and its lease, built from the grant, is the lease
+    GetLease reads back."""
+
+    async def scenario() -> None:
+        async with serve(tmp_path, clock=ManualClock(START)) as c:
+            batcher = c.core.batcher
+            waits: list[int] = []
+            durable = batcher.durable
+
+            async def counted() -> None:  # the real wait, counted
+                waits.append(batcher.held)
+                await durable()
+
+            batcher.durable = counted  # type: ignore[method-assign]
+            got = await c.acquire("sci", 1)
+            assert len(waits) == 1 and waits[0] == 1  # its own entry, held
+            read = await c.broker.GetLease(
+                pb.GetLeaseRequest(lease_id=got.lease.lease_id), metadata=c.as_("sci")
+            )
+            assert got.lease == read and len(waits) == 2
+            await c.broker.Release(
+                pb.ReleaseRequest(lease_id=got.lease.lease_id), metadata=c.as_("sci")
+            )
+            assert len(waits) == 3
+
+    run(scenario())
