@@ -787,7 +787,12 @@ class Engine:
         few demands again and again."""
         if memo is None:
             return self._place_check(p, c)
-        key = (c.spec.preemptible, c.spec.lease_class, c.unmet, p.demand or p.size)
+        key = (
+            c.spec.preemptible,
+            c.spec.lease_class,
+            c.unmet,
+            p.size if p.demand is None else p.demand.ident,
+        )
         placed = memo.get(key)
         if placed is None:
             placed = memo[key] = self._place_check(p, c)
