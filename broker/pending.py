@@ -45,7 +45,7 @@ HeadEntry = tuple[int, float, int, str]
 
 PoolKey = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass, int]
 """What the pool side of an admission try depends on besides the pool (see
-``Engine._place_check``): the campaign's preemptibility, class and unmet guarantee, and
+``pool_side.place_check``): the campaign's preemptibility, class and unmet guarantee, and
 the request's demand (its ``Demand.ident``, or its size); then the request's own class
 (which reservations bind it) and its duration's band (``_band``: how long it would hold
 what it gets). Every request of the first five gets the same answer from the pool; the
