@@ -13,13 +13,13 @@ engine's state as the engine's own handlers do.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bursar.broker import admission, dims, rule_inputs
 from bursar.broker import elastic_fold as fold
 from bursar.broker.decisions import Decision, Rejected, Renewed
 from bursar.broker.events import Renew
-from bursar.broker.lease import LeaseState, Segment
+from bursar.broker.lease import Lease, LeaseState, Segment
 from bursar.broker.reasons import Reason
 from bursar.broker.timers import TimerKind
 
@@ -34,16 +34,9 @@ def renew(eng: Engine, e: Renew) -> Decision | None:
 
     c = eng.campaigns[ls.campaign]
     if ls.state is LeaseState.PREEMPTING:
-        return eng._emit(
-            Rejected(
-                eng.now,
-                ls.id,
-                ls.campaign,
-                Reason.LEASE_PREEMPTING,
-                admission.retry_after(
-                    eng.policy.min_retry_s, (ls.preempt_deadline or eng.now) - eng.now
-                ),
-            )
+        wait = (ls.preempt_deadline or eng.now) - eng.now
+        return _reject(
+            eng, ls, Reason.LEASE_PREEMPTING, admission.retry_after(eng.policy.min_retry_s, wait)
         )
     new_end = max(ls.expires_at, eng.now + e.duration_s)
     ext = new_end - ls.expires_at
@@ -54,16 +47,7 @@ def renew(eng: Engine, e: Renew) -> Decision | None:
     # reservations (a renewal has no path to find), then the bucket over the extension.
     refused = admission.burst_refusal(others, ls.size, c.burst_bound)
     if refused is not None:
-        return eng._emit(
-            Rejected(
-                eng.now,
-                ls.id,
-                ls.campaign,
-                refused.reason,
-                eng.policy.min_retry_s,
-                inputs,
-            )
-        )
+        return _reject(eng, ls, refused.reason, eng.policy.min_retry_s, inputs)
     pushes = (
         ext > 0
         and not ls.preemptible
@@ -85,23 +69,15 @@ def renew(eng: Engine, e: Renew) -> Decision | None:
         if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):
             refused = admission.reservations_refusal(r.at for r in profile.reservations.values())
             first = refused.details["reserved_from"]
-            return eng._emit(
-                Rejected(
-                    eng.now,
-                    ls.id,
-                    ls.campaign,
-                    refused.reason,
-                    admission.retry_after(eng.policy.min_retry_s, first - eng.now),
-                    {**inputs, **refused.details},
-                )
-            )
+            retry = admission.retry_after(eng.policy.min_retry_s, first - eng.now)
+            return _reject(eng, ls, refused.reason, retry, {**inputs, **refused.details})
     refused = admission.bucket_refusal(
         admission.bucket_short(c.buckets, c.held, rate, ext, eng.now, eng.policy.enforcement)
     )
     if refused is not None:
         inputs = {**inputs, **refused.details}
         wait = eng.ledger.bucket_wait(c, rate, ext, eng.now)
-        return eng._emit(Rejected(eng.now, ls.id, ls.campaign, refused.reason, wait, inputs))
+        return _reject(eng, ls, refused.reason, wait, inputs)
     price = eng.ledger.price()
     credit_rate = eng.ledger.credit_rate(price, ls.size)
     tokens, credits = eng.ledger.charge(c, rate, credit_rate, ext, eng.now)
@@ -120,3 +96,10 @@ def renew(eng: Engine, e: Renew) -> Decision | None:
     return eng._emit(
         Renewed(eng.now, ls.id, ls.campaign, new_end, tokens, credits, {**inputs, "price": price})
     )
+
+
+def _reject(
+    eng: Engine, ls: Lease, reason: Reason, retry_after: float, *inputs: dict[str, Any]
+) -> Decision:
+    """Refuse the renewal of ``ls``: it keeps its old expiry."""
+    return eng._emit(Rejected(eng.now, ls.id, ls.campaign, reason, retry_after, *inputs))
