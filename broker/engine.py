@@ -615,6 +615,8 @@ class Engine:
         return self._grant(p, c, plan, rate, own)
 
     # ------------------------------------------------------------------ reservations
+    # (the two methods below are how ``elastic_fold`` asks the pool side and the
+    # reservations; the fold itself calls the modules)
 
     def _capacity_for(self, c: CampaignState, borrow: bool = True) -> tuple[dims.Vec, dims.Vec]:
         """(warm limit, cold capacity) a request of ``c`` may use (``pool_side.capacity_for``)."""
