@@ -1,7 +1,13 @@
 """gRPC service throughput and latency: Acquire + Release pairs against `bursar serve`.
 
 Run: ``.venv/bin/python benchmarks/bench_service.py [--clients 1,16,64] [--seconds 3]
-[--rounds 3] [--postgres URL|private]``.
+[--rounds 3] [--postgres URL|private] [--before REV]``.
+
+With ``--before REV`` (a git revision of this repository), another ``bursar serve`` takes
+its turn in every round: the same command and config, run from REV's tree (exported with
+``git archive`` to a temporary directory and put first on its ``PYTHONPATH``), so that a
+change's before and after are measured in one run, on the same machine at the same time;
+its pairs/s per round are printed beside this tree's.
 
 With ``--postgres``, a third server takes its turn in every round: ``bursar serve
 --journal URL`` (an empty database; ``private``: a PostgreSQL server started for the run
@@ -114,8 +120,8 @@ async def _empty_server() -> None:
 
 
 class Subprocess:
-    def __init__(self, args: list[str]) -> None:
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -221,6 +227,11 @@ def main() -> None:
         help="Also drive bursar serve on a PostgreSQL journal (an empty database), or "
         "'private' for a server started for the run.",
     )
+    parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="Also drive bursar serve as of git revision REV (e.g. HEAD~1), in the same rounds.",
+    )
     parser.add_argument("--serve-empty", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.postgres == "private":
@@ -234,6 +245,28 @@ def main() -> None:
     _run(args)
 
 
+PACKAGES = ("broker", "cli", "protos", "providers", "sim", "testing", "workflows")
+"""The repository's folders that make up the ``bursar`` package (see pyproject.toml)."""
+
+
+def _export(rev: str, into: Path) -> dict[str, str]:
+    """The environment that runs ``bursar`` as of git revision ``rev``: its tree exported
+    under ``into``, a ``bursar`` package of links to its folders first on the path."""
+    root = Path(__file__).resolve().parent.parent
+    tree = into / "tree"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    package = into / "path" / "bursar"
+    package.mkdir(parents=True)
+    for name in PACKAGES:
+        if (tree / name).is_dir():
+            (package / name).symlink_to(tree / name)
+    return {**os.environ, "PYTHONPATH": str(into / "path")}
+
+
 def _run(args: argparse.Namespace) -> None:
     if args.serve_empty:
         asyncio.run(_empty_server())
@@ -242,6 +275,7 @@ def _run(args: argparse.Namespace) -> None:
     ours: dict[int, list[Result]] = {c: [] for c in levels}
     base: dict[int, list[Result]] = {c: [] for c in levels}
     on_pg: dict[int, list[Result]] = {c: [] for c in levels}
+    before: dict[int, list[Result]] = {c: [] for c in levels}
 
     with tempfile.TemporaryDirectory(prefix="bursar-bench-") as tmp:
         cfg = Path(tmp) / "pool.toml"
@@ -254,9 +288,20 @@ def _run(args: argparse.Namespace) -> None:
                 "--rate-limit", "1e9", "--rate-burst", "1e9",
             ]
         )  # fmt: skip
-        pg = None
+        pg = old = empty = None
         try:
             empty = Subprocess([sys.executable, os.path.abspath(__file__), "--serve-empty"])
+            if args.before:
+                old_state = Path(tmp) / "before-state"
+                old = Subprocess(
+                    [
+                        sys.executable, "-m", "bursar.broker.service", "--state-dir", str(old_state),
+                        "--config", str(cfg), "--port", "0", "--no-metrics", "--no-dashboard",
+                        "--durability", "normal", "--rate-limit", "1e9", "--rate-burst", "1e9",
+                    ],
+                    env=_export(args.before, Path(tmp) / "before"),
+                )  # fmt: skip
+                old_token = json.loads((old_state / "tokens.json").read_text())["bench"]
             if args.postgres:
                 pg_state = Path(tmp) / "pg-state"
                 pg = Subprocess(
@@ -268,7 +313,9 @@ def _run(args: argparse.Namespace) -> None:
                 )  # fmt: skip
                 pg_token = json.loads((pg_state / "tokens.json").read_text())["bench"]
         except BaseException:
-            bursar.stop()
+            for started in (bursar, empty, old, pg):
+                if started is not None:
+                    started.stop()
             raise
         token = json.loads((state / "tokens.json").read_text())["bench"]
         try:
@@ -280,6 +327,8 @@ def _run(args: argparse.Namespace) -> None:
                     pair = [(ours, bursar, token), (base, empty, token)]
                     if pg is not None:
                         pair.insert(1, (on_pg, pg, pg_token))
+                    if old is not None:
+                        pair.insert(1, (before, old, old_token))
                     for results, server, key in pair if r % 2 == 0 else pair[::-1]:
                         results[c].append(
                             asyncio.run(
@@ -291,6 +340,8 @@ def _run(args: argparse.Namespace) -> None:
             empty.stop()
             if pg is not None:
                 pg.stop()
+            if old is not None:
+                old.stop()
         entries = _journal_entries(state)
 
     print(
@@ -336,6 +387,20 @@ def _run(args: argparse.Namespace) -> None:
                 f"{c:>7} | {_med(x.rate for x in ours[c]):>12.0f} "
                 f"{_med(x.pct(99) for x in ours[c]):>7.2f} | "
                 f"{_med(x.rate for x in on_pg[c]):>16.0f} {_med(x.pct(99) for x in on_pg[c]):>7.2f}"
+            )
+    if args.before:
+        print(f"bursar serve as of {args.before} (before) and this tree (after), same rounds:")
+        print(
+            f"{'clients':>7} | {'before ops/s [range]':>22} | {'after ops/s [range]':>22} | "
+            "CPU us per pair before / after"
+        )
+        for c in levels:
+            b, a = sorted(x.rate for x in before[c]), sorted(x.rate for x in ours[c])
+            print(
+                f"{c:>7} | {_med(b):>8.0f} [{b[0]:.0f}-{b[-1]:.0f}]{'':>3} | "
+                f"{_med(a):>8.0f} [{a[0]:.0f}-{a[-1]:.0f}]{'':>3} | "
+                f"{_med(x.cpu_us_per_op for x in before[c]):.0f} / "
+                f"{_med(x.cpu_us_per_op for x in ours[c]):.0f}"
             )
     for c in levels:
         print(

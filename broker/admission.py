@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import dims, isolation
+from bursar.broker import dims, isolation, pool_side, queueing, reservation_cut
 from bursar.broker.bucket import Bucket, above_rate
 from bursar.broker.decisions import Granted
 from bursar.broker.policy import Enforcement
@@ -237,7 +237,9 @@ class AdmissionPass:
                     if not eng.exhaustive:
                         scan.drop(cand.pool_key)  # so is every request of its bucket
                     continue
-                if queue.may_try(cand) and isinstance(eng._pool_side(cand, cc, memo)[0], Reason):
+                if queue.may_try(cand) and isinstance(
+                    pool_side.pool_side(eng, cand, cc, memo)[0], Reason
+                ):
                     # No plan the pool could place: still pool-blocked, for the reason it
                     # has, and so is every other request of its bucket until the next grant
                     # (the answer depends on the bucket only).
@@ -253,7 +255,7 @@ class AdmissionPass:
             # whole, older ones too (one that waited on its own campaign's limits has no
             # claim of its own on the capacity); a holder only those made before its own.
             behind = barrier is not None and barrier[0] <= -p.lease_class.rank
-            profile = eng._reservations() if behind else None
+            profile = reservation_cut.build(eng) if behind else None
             if profile is not None and not isolation.within_own_guarantee(
                 p.size, eng.campaigns[p.campaign].unmet
             ):
@@ -264,14 +266,14 @@ class AdmissionPass:
             if not admitted:
                 # Whichever path served it, the reservations say no: skip the full check
                 # (the common case in a long queue, where most candidates stay blocked).
-                eng._set_reason(p, Reason.HEAD_OF_LINE)
+                queueing.set_reason(eng, p, Reason.HEAD_OF_LINE)
                 if not was_pool:
                     barrier = self._unblocked_queue(p, barrier, heap, seen)
                 continue
             seen.add(rid)
             result = eng._try(p, profile, memo)
             if isinstance(result, Granted):
-                eng._unqueue(p)
+                queueing.unqueue(eng, p)
                 head = queue.head(p.campaign, p.lease_class)
                 if head is not None:
                     heapq.heappush(heap, (queue.key(head), head.id))
@@ -287,14 +289,14 @@ class AdmissionPass:
                     scan.restart(cursor, eng.ledger.pool_bound())
                 continue
             reason = result.reason
-            eng._set_reason(p, reason)
+            queueing.set_reason(eng, p, reason)
             if not was_pool and reason in POOL_REASONS:
                 barrier = self._unblocked_queue(p, barrier, heap, seen)
             if result.side is Side.POOL and scan is not None and not eng.exhaustive:
                 # The pool's answer holds for every request of its bucket until a grant.
                 scan.drop(p.pool_key)
             if reason is Reason.BUCKET_EMPTY:
-                eng._schedule_wake(p)
+                queueing.schedule_wake(eng, p)
             if barrier is None and reason in POOL_REASONS and p.id in queue.aged:
                 barrier = queue.barrier()
                 eng._cut.stale()
@@ -384,7 +386,7 @@ class AdmissionPass:
         against; the scan's own bound is one for the whole pool)."""
         eng = self.eng
         c = eng.campaigns[p.campaign]
-        limit, cold_avail = eng._capacity_for(c)
+        limit, cold_avail = pool_side.capacity_for(eng, c)
         reach = dims.add(dims.vmax0(limit), cold_avail)
         if not c.spec.preemptible:
             reach = dims.add(reach, eng.ledger.reclaimable_for(c))

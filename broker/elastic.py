@@ -285,6 +285,10 @@ class ElasticLease:
     """The step counts above min it may hold (its allowed sizes), ascending."""
     speeds: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
     """Speed by step count, as worked out (the intent does not change: a cache)."""
+    fastest: int = field(default=-1, repr=False, compare=False)
+    """:meth:`fastest_steps`, once worked out (-1: not yet; it depends on the intent only)."""
+    all_modes: tuple[DegradeMode, ...] = field(default=(), repr=False, compare=False)
+    """:func:`modes` of the intent (the intent does not change)."""
 
     def __post_init__(self) -> None:
         per = self.step[self.dim]
@@ -292,6 +296,7 @@ class ElasticLease:
             self.allowed = tuple(
                 round((u - self.base_units) / per) for u in allowed_units(self.intent)
             ) or (0,)
+        self.all_modes = modes(self.intent)
 
     @property
     def steps(self) -> int:
@@ -304,15 +309,17 @@ class ElasticLease:
 
     def ups(self, k: int) -> tuple[int, ...]:
         """The allowed step counts above ``k``."""
-        return tuple(a for a in self.allowed if a > k)
+        return self.allowed[bisect.bisect_right(self.allowed, k) :]
 
     def down(self, k: int) -> int:
         """The largest allowed step count below ``k`` (0, min, when none)."""
-        return max((a for a in self.allowed if a < k), default=0)
+        i = bisect.bisect_left(self.allowed, k)
+        return self.allowed[i - 1] if i else 0
 
     def floor(self, k: int) -> int:
         """The largest allowed step count at or below ``k``."""
-        return max((a for a in self.allowed if a <= k), default=0)
+        i = bisect.bisect_right(self.allowed, k)
+        return self.allowed[i - 1] if i else 0
 
     def units(self, steps: int | None = None) -> float:
         k = self.steps if steps is None else steps
@@ -339,7 +346,7 @@ class ElasticLease:
         return self.deadline - now - self.time_left(steps)
 
     def value_at(self, finish: float) -> float:
-        m = modes(self.intent)[self.mode]
+        m = self.all_modes[self.mode]
         return self.intent.value * m.value_factor * self.intent.decay.factor(finish - self.deadline)
 
     def risk(self, now: float, use_risk: bool = True, k: int | None = None) -> float:
@@ -349,7 +356,7 @@ class ElasticLease:
         tl = self.time_left(k)
         if math.isinf(tl) or tl <= 0:
             return 1.0
-        return 1.0 / (1.0 + max(0.0, self.slack(now, k)) / tl)
+        return 1.0 / (1.0 + max(0.0, self.deadline - now - tl) / tl)
 
     def gain(self, now: float, use_risk: bool, k: int, to: int) -> float:
         """The normalised marginal utility per step of the jump from ``k`` to ``to``
@@ -366,11 +373,32 @@ class ElasticLease:
 
     def jumps(self, now: float, use_risk: bool, k: int) -> list[tuple[float, int]]:
         """Every allowed jump up from ``k`` that gains: (gain per step, target), best
-        first, ties to the smaller jump."""
+        first, ties to the smaller jump. (:meth:`gain` for each, with what they share
+        worked out once: the same numbers.)"""
         if self.work_left <= 0:
             return []
-        out = [(g, a) for a in self.ups(k) if (g := self.gain(now, use_risk, k, a)) > 0]
-        out.sort(key=lambda x: (-x[0], x[1]))
+        sp = self.speed(k)
+        if sp <= 0:
+            return []
+        out: list[tuple[float, int]] = []
+        r = -1.0
+        far = -1.0
+        for a in self.ups(k):
+            sp1 = self.speed(a)
+            if sp1 <= sp:
+                continue
+            v = self.value_at(now + self.work_left / sp1)
+            if v <= 0:
+                if far < 0:
+                    far = self.value_at(now + self.time_left(self.fastest_steps()))
+                v = far
+            if r < 0:
+                r = self.risk(now, use_risk, k)
+            g = v * r * (sp1 - sp) / sp / (a - k)
+            if g > 0:
+                out.append((g, a))
+        if len(out) > 1:
+            out.sort(key=lambda x: (-x[0], x[1]))
         return out
 
     def nmu(self, now: float, use_risk: bool = True, k: int | None = None) -> float:
@@ -393,15 +421,28 @@ class ElasticLease:
         """The sizes (step counts) the lease would grow to, in the order to try them: under
         dmug every gaining jump, best per step first; under the other rules the next
         allowed size that adds speed."""
+        return self.keyed_targets(rule, now, use_risk)[1]
+
+    def keyed_targets(
+        self, rule: str, now: float, use_risk: bool = True
+    ) -> tuple[tuple[float, ...], list[int]]:
+        """:meth:`priority` and :meth:`targets` together, the jumps worked out once (the
+        key is meaningless when the targets are empty)."""
         k = self.steps
         if k >= self.max_steps or self.work_left <= 0:
-            return []
+            return (), []
         if rule == "dmug":
-            jumps = [a for _, a in self.jumps(now, use_risk, k)]
+            jumps = self.jumps(now, use_risk, k)
             save = self.rescue(now)
-            return jumps if save is None else [save, *(a for a in jumps if a != save)]
+            if save is not None:
+                key = (0.0, self.deadline, self.deadline, float(self.seq))
+                return key, [save, *(a for _, a in jumps if a != save)]
+            if not jumps:
+                return (), []
+            return (1.0, -jumps[0][0], self.deadline, float(self.seq)), [a for _, a in jumps]
         sp = self.speed(k)
-        return next(([a] for a in self.ups(k) if self.speed(a) > sp), [])
+        ts = next(([a] for a in self.ups(k) if self.speed(a) > sp), [])
+        return self.priority(rule, now, use_risk, ts), ts
 
     def rescue(self, now: float) -> int | None:
         """The fewest allowed steps above those held at which the work left meets the
@@ -444,11 +485,14 @@ class ElasticLease:
 
     def fastest_steps(self) -> int:
         """The allowed steps at which the work goes fastest (see :func:`fastest_units`)."""
+        if self.fastest >= 0:
+            return self.fastest
         best, best_k = self.speed(0), 0
         for k in self.allowed:
             sp = self.speed(k)
             if sp > best:
                 best, best_k = sp, k
+        self.fastest = best_k
         return best_k
 
     def needed(self, now: float) -> float | None:
@@ -560,7 +604,7 @@ class ElasticLeases:
     """Every elastic lease's allocator state, the extra steps each holds, and the intents
     of elastic requests still waiting. The one place the engine keeps them."""
 
-    __slots__ = ("by_lease", "held", "parent_of", "waiting", "warned_held")
+    __slots__ = ("by_lease", "held", "parent_of", "plan_jobs", "waiting", "warned_held")
 
     def __init__(self) -> None:
         self.by_lease: dict[str, ElasticLease] = {}
@@ -573,6 +617,9 @@ class ElasticLeases:
         """What every extra step holds, together."""
         self.warned_held: dims.Vec = dims.ZERO
         """What the steps announced to end hold, together."""
+        self.plan_jobs: dict[str, tuple[Intent, int, PlanJob, str]] = {}
+        """Request id -> a waiting request as admission control plans it (its intent, mode,
+        plan job and scale dimension): a cache, rebuilt when the intent or mode differs."""
 
     def warned_at(self, extent: str) -> float | None:
         """When an announced shrink ends this extent (None: not announced)."""

@@ -12,7 +12,7 @@ compiled engine was measured and is not part of the accelerated build: see the R
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bursar.broker import admission, dims, elastic, isolation
@@ -105,10 +105,30 @@ def elastic_crowded(
                 e.seq,
             )
         )
+    cache = el.plan_jobs
+    if len(cache) > 2 * len(el.waiting) + 64:
+        # Requests no longer waiting leave the cache (it stays within twice the queue).
+        for wid in [w for w in cache if w not in el.waiting]:
+            del cache[wid]
     for wid, (other, m) in el.waiting.items():
+        hit = cache.get(wid)
         asked = eng.pending[wid]
-        job = _waiting_job(wid, asked.seq, asked.queued_at, other, m)
-        if elastic.scale_dim(elastic.resolve_step(other) or other.min) != name:
+        if (
+            hit is None
+            or hit[0] is not other
+            or hit[1] != m
+            or hit[2].order != asked.seq
+            or hit[2].deadline != asked.queued_at + other.deadline_s
+        ):
+            job = _waiting_job(wid, asked.seq, asked.queued_at, other, m)
+            hit = cache[wid] = (
+                other,
+                m,
+                job,
+                elastic.scale_dim(elastic.resolve_step(other) or other.min),
+            )
+        job = hit[2]
+        if hit[3] != name:
             continue
         if elastic.constant_need(job, now) is None:
             if job.sizes:
@@ -456,16 +476,25 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
     first by the rule; then, with nothing announced in flight, move steps from where
     they are worth least to the best lease that could not grow. Each lease's jumps are
     worked out once per turn; a jump larger than its campaign's spare warm capacity is
-    not tried (no placement is planned for it)."""
+    not tried (no placement is planned for it). When no lease's smallest jump fits the
+    spare capacity (a full pool: the common case), no grant can happen in the turn, and
+    only what the moves read is worked out (:func:`_grow_none`): the same decisions."""
     now = eng.now
     rule, risk = eng.policy.elastic_rule, eng.policy.elastic_risk
+    leases = eng.leases
+    live = [
+        e
+        for e in eng.elastic.by_lease.values()
+        if not e.warned and leases[e.lease_id].state is LeaseState.ACTIVE
+    ]
+    if _no_jump_fits(eng, live):
+        _grow_none(eng, live)
+        return
     heap: list[tuple[tuple[float, ...], str, list[int]]] = []
-    for e in eng.elastic.by_lease.values():
-        if e.warned or eng.leases[e.lease_id].state is not LeaseState.ACTIVE:
-            continue
-        ts = e.targets(rule, now, risk)
+    for e in live:
+        key, ts = e.keyed_targets(rule, now, risk)
         if ts:
-            heap.append((e.priority(rule, now, risk, ts), e.lease_id, ts))
+            heap.append((key, e.lease_id, ts))
     heapq.heapify(heap)
     blocked: list[tuple[tuple[float, ...], str]] = []
     spare: dict[str, float] = {}
@@ -492,9 +521,9 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
             acc[0] = dims.add(acc[0], e.step)
             acc[1] += grant.tokens
             acc[2] += grant.credits
-        ts = e.targets(rule, now, risk)
+        key, ts = e.keyed_targets(rule, now, risk)
         if ts:
-            heapq.heappush(heap, (e.priority(rule, now, risk, ts), lid, ts))
+            heapq.heappush(heap, (key, lid, ts))
     if not blocked:
         return
     if not any(e.warned for e in eng.elastic.by_lease.values()):
@@ -503,6 +532,58 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
         # Shrinks are in flight: only leases whose deadline is lost at their size move
         # more steps (each once what is in flight and free is counted for those before).
         rescue_all(eng, [lid for key, lid in sorted(blocked) if key[0] == 0.0])
+
+
+def _no_jump_fits(eng: Engine, live: list[elastic.ElasticLease]) -> bool:
+    """Is every live lease's smallest jump up larger than the most spare warm capacity its
+    campaign has in any dimension? Then :func:`elastic_grow` grants nothing this turn
+    (the spare it compares a jump with is one of those, and a larger jump needs more)."""
+    most: dict[str, float] = {}
+    for e in live:
+        k = e.steps
+        ups = e.ups(k)
+        per = e.step[e.dim]
+        if not ups or per <= 0:
+            continue  # no jump up at all (at max): it tries none
+        free = most.get(e.campaign)
+        if free is None:
+            free = most[e.campaign] = max(eng._capacity_for(eng.campaigns[e.campaign])[0])
+        if (ups[0] - k) * per <= free + 1e-9:
+            return False
+    return True
+
+
+def _grow_none(eng: Engine, live: list[elastic.ElasticLease]) -> None:
+    """:func:`elastic_grow`'s turn when no jump fits: every lease that wants to grow is
+    blocked, in the rule's order. With no shrink in flight the first of them is
+    rebalanced (a lease whose deadline is lost at its size comes first under dmug, so the
+    others' gains are worked out only when there is none); with shrinks in flight, under
+    dmug, those whose deadline is lost at their size are rescued (their keys need no
+    gains); else nothing moves."""
+    now = eng.now
+    rule, risk = eng.policy.elastic_rule, eng.policy.elastic_risk
+    in_flight = any(e.warned for e in eng.elastic.by_lease.values())
+    if in_flight and rule != "dmug":
+        return
+    if rule == "dmug":
+        first: list[tuple[tuple[float, ...], str]] = []
+        for e in live:
+            if e.steps < e.max_steps and e.rescue(now) is not None:
+                first.append(((0.0, e.deadline, e.deadline, float(e.seq)), e.lease_id))
+        if in_flight:
+            if first:
+                rescue_all(eng, [lid for _, lid in sorted(first)])
+            return
+        if first:
+            rebalance(eng, min(first)[1])
+            return
+    best: tuple[tuple[float, ...], str] | None = None
+    for e in live:
+        key, ts = e.keyed_targets(rule, now, risk)
+        if ts and (best is None or (key, e.lease_id) < best):
+            best = (key, e.lease_id)
+    if best is not None:
+        rebalance(eng, best[1])
 
 
 def rescue_all(eng: Engine, lids: list[str]) -> None:
@@ -669,34 +750,24 @@ def rebalance(eng: Engine, lid: str) -> None:
             gain = 0.0
         got = spare
         taken: dict[str, int] = {}
-        while got < to - k:
-            best: tuple[float, str] | None = None
-            for xl, xk in held.items():
-                xk -= taken.get(xl, 0)
-                if xk <= 0:
-                    continue
-                x = eng.elastic.by_lease[xl]
-                if save is not None:
-                    worth = x.worth(now, risk, xk)
-                    ok = now + x.time_left(x.down(xk)) <= x.deadline
-                elif rule == "dmug":
-                    worth = x.worth(now, risk, xk)
-                    ok = gain >= policy.elastic_hysteresis * worth
-                elif rule == "edf":
-                    worth, ok = -x.deadline, b.deadline < x.deadline
-                elif rule == "value":
-                    worth, ok = x.intent.value, b.intent.value > x.intent.value
-                else:
-                    worth, ok = -float(xk), to <= x.down(xk)
-                if ok and (best is None or worth < best[0]):
-                    best = (worth, xl)
-            if best is None:
-                break
-            xl = best[1]
-            xk = held[xl] - taken.get(xl, 0)
-            d = eng.elastic.by_lease[xl].down(xk)
-            taken[xl] = taken.get(xl, 0) + xk - d
-            got += xk - d
+        if got < to - k:
+            # The shrinks least worth first, ties to the lease granted first (``held``'s
+            # order): a heap of each lease's next shrink, changed only where one is taken.
+            judge = _judge(eng, b, save, gain, to)
+            heap = [
+                (w, pos, xl)
+                for pos, (xl, xk) in enumerate(held.items())
+                if xk > 0 and (w := judge(xl, xk)) is not None
+            ]
+            heapq.heapify(heap)
+            while got < to - k and heap:
+                _, pos, xl = heapq.heappop(heap)
+                xk = held[xl] - taken.get(xl, 0)
+                d = eng.elastic.by_lease[xl].down(xk)
+                taken[xl] = taken.get(xl, 0) + xk - d
+                got += xk - d
+                if d > 0 and (w := judge(xl, d)) is not None:
+                    heapq.heappush(heap, (w, pos, xl))
         if got < to - k:
             break
         for xl, n in taken.items():
@@ -708,3 +779,32 @@ def rebalance(eng: Engine, lid: str) -> None:
     deadline = now + policy.grace_s
     for xl, xs in chosen.items():
         warn(eng, eng.elastic.by_lease[xl], xs, deadline, "", f"to {lid}")
+
+
+def _judge(
+    eng: Engine, b: elastic.ElasticLease, save: int | None, gain: float, to: int
+) -> Callable[[str, int], float | None]:
+    """How :func:`rebalance` weighs taking a shrink from lease ``xl`` at ``xk`` steps for
+    ``b``'s jump to ``to``: what the shrink gives up (least first), or None when the rule
+    does not take it."""
+    now, policy = eng.now, eng.policy
+    rule, risk = policy.elastic_rule, policy.elastic_risk
+    by_lease = eng.elastic.by_lease
+
+    def judge(xl: str, xk: int) -> float | None:
+        x = by_lease[xl]
+        if save is not None:
+            worth = x.worth(now, risk, xk)
+            ok = now + x.time_left(x.down(xk)) <= x.deadline
+        elif rule == "dmug":
+            worth = x.worth(now, risk, xk)
+            ok = gain >= policy.elastic_hysteresis * worth
+        elif rule == "edf":
+            worth, ok = -x.deadline, b.deadline < x.deadline
+        elif rule == "value":
+            worth, ok = x.intent.value, b.intent.value > x.intent.value
+        else:
+            worth, ok = -float(xk), to <= x.down(xk)
+        return worth if ok else None
+
+    return judge

@@ -8,23 +8,28 @@ same events always give the same decisions and the same state: the journal repla
 and audits it.
 
 The rules themselves live in small modules named for them: ``admission`` (order,
-burst, bucket, the typed refusals, and the admission pass itself, ``AdmissionPass``), ``reservations`` (aged requests' reservations, backfill), ``isolation``
-(the guarantee reserve), ``paths`` (warm, reclaim, cold), ``bucket``, ``price``, ``metering``, ``supply``, ``lease`` (life cycle).
-The state the fold keeps lives in modules named for what each holds: ``validation``
-(whether an event may apply, and why not), ``timers`` (what is due when, and whether it
-still matters), ``pending`` (the queues and the indexes the admission pass reads),
-``ledger`` (holdings, reserve, reclaimable, price pressure, charges and refunds),
-``placement`` (pieces on nodes, reclaim hand-over, leases waiting on boots), ``power``
-(boots, idle spells, power-off) and ``keys`` (idempotency keys). This module is the fold:
-the handlers, the checks a request goes through (``_try``) and the decisions they emit,
-in order.
+burst, bucket, the typed refusals, and the admission pass itself, ``AdmissionPass``),
+``pool_side`` (the plan a request could be placed on now, and what a campaign may use),
+``reservations`` (aged requests' reservations, backfill; ``reservation_cut`` cuts them
+from the engine's state), ``renewal`` (a lease's extension, checked as a request is),
+``queueing`` (what becomes of a refused request: queued or rejected, its reason and its
+wake-up), ``isolation`` (the guarantee reserve), ``paths`` (warm, reclaim, cold),
+``bucket``, ``price``, ``metering``, ``supply``, ``lease`` (life cycle); ``rule_inputs``
+(what a decision records of them) and ``state_view`` (the state as data). The state the
+fold keeps lives in modules named for what each holds: ``validation`` (whether an event
+may apply, and why not), ``timers`` (what is due when, and whether it still matters),
+``pending`` (the queues and the indexes the admission pass reads), ``ledger``
+(holdings, reserve, reclaimable, price pressure, charges and refunds), ``placement``
+(pieces on nodes, reclaim hand-over, leases waiting on boots), ``power`` (boots, idle
+spells, power-off) and ``keys`` (idempotency keys). This module is the fold: the
+handlers, the checks a request goes through (``_try``), grants and ends, and the
+decisions they emit, in order.
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -36,9 +41,15 @@ from bursar.broker import (
     isolation,
     paths,
     policy_change,
+    pool_side,
+    queueing,
+    renewal,
+    reservation_cut,
     reservations,
     retune,
+    rule_inputs,
     shape,
+    state_view,
     validation,
 )
 from bursar.broker import elastic_fold as fold
@@ -51,17 +62,13 @@ from bursar.broker.decisions import (
     Decision,
     Expired,
     Granted,
-    LeasePath,
     Metered,
     PolicySet,
     Queued,
-    Rejected,
     Released,
-    Renewed,
     Revoked,
 )
 from bursar.broker.ended import EndedLeases
-from bursar.broker.envelope import LeaseClass
 from bursar.broker.events import (
     AllocationReady,
     ApplyPolicy,
@@ -175,7 +182,7 @@ class Engine:
         self.headroom = self.power.headroom
         self._out: list[Decision] = []
         self._cut = reservations.Current()
-        """The reservations as of this admission pass, built lazily (``_reservations``),
+        """The reservations as of this admission pass, built lazily (``reservation_cut.build``),
         and what they read lazily: a cache, rebuilt by every event before it is read."""
         self.exhaustive = False
         """The reference admission pass: every pool-blocked request is asked on its own, as
@@ -358,53 +365,8 @@ class Engine:
         return {d: self.bucket_level(campaign, d, at) for d in names}  # type: ignore[misc]
 
     def state_dict(self) -> dict[str, Any]:
-        """The whole state as canonical JSON-able data (for replay checks and digests)."""
-        d = {
-            "now": self.now,
-            "seq": self._seq,
-            "nodes": [[n.name, n.power.value, list(n.used), n.ready_at] for n in self.pool.nodes],
-            "campaigns": {
-                name: {
-                    "held": list(c.held),
-                    "credits": c.credits,
-                    "buckets": {d: [b.level, b.at] for d, b in sorted(c.buckets.items())},
-                    "rate_buckets": {d: [b.level, b.at] for d, b in sorted(c.rate_buckets.items())},
-                    "leases": sorted(c.leases),
-                    "usage": c.usage,
-                }
-                for name, c in sorted(self.campaigns.items())
-            },
-            "leases": {
-                lid: {
-                    "campaign": ls.campaign,
-                    "state": ls.state.value,
-                    "size": list(ls.size),
-                    "path": ls.path.value,
-                    "starts_at": ls.starts_at,
-                    "expires_at": ls.expires_at,
-                    "pieces": {str(i): list(p) for i, p in sorted(ls.pieces.items())},
-                    "claims": {k: list(v) for k, v in sorted(ls.claims.items())},
-                    "waiting": sorted(ls.waiting_nodes),
-                    "deadline": ls.preempt_deadline,
-                }
-                for lid, ls in sorted(self.leases.items())
-            },
-            "ended": {k: [v.state.value, v.at, v.cause] for k, v in sorted(self.ended.items())},
-            "keys": sorted(
-                [c, k, r.request_id, r.at, r.answer.kind if r.answer else None]
-                for (c, k), r in self.keys.items()
-            ),
-            "pending": [
-                [p.id, p.campaign, list(p.size), p.duration_s, p.queued_at]
-                for p in sorted(self.queue.pending.values(), key=lambda p: p.seq)
-            ],
-            "aged": sorted(self.queue.aged),
-            "usage_ref": self.ledger.usage_ref,
-        }
-        if self.elastic.by_lease or self.elastic.waiting:
-            # Only with elastic leases: a state without them keeps the digest it had.
-            d["elastic"] = self.elastic.state()
-        return d
+        """The whole state as canonical JSON-able data (``state_view.state_dict``)."""
+        return state_view.state_dict(self)
 
     def state_digest(self) -> str:
         return hashlib.sha256(dumps(plain(self.state_dict())).encode()).hexdigest()
@@ -514,10 +476,10 @@ class Engine:
         if head is not None:
             # First come, first served within a campaign and class while the head waits on
             # the campaign's own limits: wait behind it.
-            return self._refuse(p, head.reason or Reason.POOL_FULL, {"behind": head.id})
+            return queueing.refuse(self, p, head.reason or Reason.POOL_FULL, {"behind": head.id})
         result = self._try(p, self._reservations() if self.queue.barrier_before(p) else None)
         if isinstance(result, admission.Refusal):
-            return self._refuse(p, result.reason, result.details)
+            return queueing.refuse(self, p, result.reason, result.details)
         return result
 
     def _on_cancel(self, e: CancelRequest) -> Decision | None:
@@ -536,111 +498,11 @@ class Engine:
             if ls is not None:
                 return self._end(ls, LeaseState.RELEASED, "cancelled")
             return None
-        self._unqueue(p)
+        queueing.unqueue(self, p)
         self.idempotency.withdraw(p.id)
         self.elastic.waiting.pop(p.id, None)
         self.queue.pool_dirty = True
         return self._emit(Cancelled(self.now, p.id, p.campaign))
-
-    def _on_renew(self, e: Renew) -> Decision | None:
-        ls = self.leases.get(e.lease_id)
-        if ls is None:
-            return None  # revoked while the clock advanced to this event; see _on_release
-
-        c = self.campaigns[ls.campaign]
-        if ls.state is LeaseState.PREEMPTING:
-            return self._emit(
-                Rejected(
-                    self.now,
-                    ls.id,
-                    ls.campaign,
-                    Reason.LEASE_PREEMPTING,
-                    admission.retry_after(
-                        self.policy.min_retry_s, (ls.preempt_deadline or self.now) - self.now
-                    ),
-                )
-            )
-        new_end = max(ls.expires_at, self.now + e.duration_s)
-        ext = new_end - ls.expires_at
-        others = dims.sub(c.held, ls.size)
-        rate = admission.token_need(others, ls.size, c.sustained)
-        inputs = self._inputs(c, ls.size)
-        # The same checks as a request's (``_try``), on the extension: burst, then the
-        # reservations (a renewal has no path to find), then the bucket over the extension.
-        refused = admission.burst_refusal(others, ls.size, c.burst_bound)
-        if refused is not None:
-            return self._emit(
-                Rejected(
-                    self.now,
-                    ls.id,
-                    ls.campaign,
-                    refused.reason,
-                    self.policy.min_retry_s,
-                    inputs,
-                )
-            )
-        pushes = (
-            ext > 0
-            and not ls.preemptible
-            and not self.policy.renewals_push_reservations
-            and not dims.fits(c.held, c.guarantee)
-        )
-        promise = fold.deadline_promise(self, ls.id) if pushes else None
-        if promise is not None:
-            # An admitted deadline lease before its deadline is renewed whatever it pushes:
-            # admission control counted its capacity to its deadline (the promise it gave).
-            inputs = {**inputs, "deadline_promise": promise}
-        elif pushes:
-            # The extension is an admission decision too: it may not push a reservation
-            # later (the lease's capacity was counted as returning at its old expiry).
-            # Leases of a campaign within its guarantee hold their own share and are exempt,
-            # and a policy may let every renewal push (``renewals_push_reservations``).
-            self._cut.stale()
-            profile = self._reservations()
-            if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):
-                refused = admission.reservations_refusal(
-                    r.at for r in profile.reservations.values()
-                )
-                first = refused.details["reserved_from"]
-                return self._emit(
-                    Rejected(
-                        self.now,
-                        ls.id,
-                        ls.campaign,
-                        refused.reason,
-                        admission.retry_after(self.policy.min_retry_s, first - self.now),
-                        {**inputs, **refused.details},
-                    )
-                )
-        refused = admission.bucket_refusal(
-            admission.bucket_short(c.buckets, c.held, rate, ext, self.now, self.policy.enforcement)
-        )
-        if refused is not None:
-            inputs = {**inputs, **refused.details}
-            wait = self.ledger.bucket_wait(c, rate, ext, self.now)
-            return self._emit(Rejected(self.now, ls.id, ls.campaign, refused.reason, wait, inputs))
-        price = self.ledger.price()
-        credit_rate = self.ledger.credit_rate(price, ls.size)
-        tokens, credits = self.ledger.charge(c, rate, credit_rate, ext, self.now)
-        if ext > 0:
-            ls.segments.append(Segment(ls.expires_at, new_end, rate, credit_rate))
-        self.ledger.firm_renewed(ls, new_end)
-        self._charge_usage(c, ls.size, ls.expires_at, new_end, +1)
-        self.queue.rekey(c.spec.name)
-        self._cut.stale()
-        ls.expires_at = new_end
-        self.timers.push(new_end, TimerKind.EXPIRE, ls.id)
-        if self.elastic.by_lease and ls.id in self.elastic.by_lease:
-            more_tokens, more_credits = fold.renew_extents(
-                self, self.elastic.by_lease[ls.id], new_end
-            )
-            tokens += more_tokens
-            credits += more_credits
-        return self._emit(
-            Renewed(
-                self.now, ls.id, ls.campaign, new_end, tokens, credits, {**inputs, "price": price}
-            )
-        )
 
     def _on_release(self, e: Release) -> Decision | None:
         ls = self.leases.get(e.lease_id)
@@ -706,32 +568,6 @@ class Engine:
 
     # ------------------------------------------------------------------ admission
 
-    def _inputs(self, c: CampaignState, size: dims.Vec) -> dict[str, Any]:
-        # Built for every grant, queueing and renewal: what bucket_level and dims.as_dict
-        # compute, written out (the same values, keys and order).
-        on_free, boot_free, cold, _ = self.pool.totals()
-        ledger = self.ledger
-        tokens: dict[str, float | None] = {}
-        if c.buckets:
-            now, held, enforcement = self.now, c.held, self.policy.enforcement
-            for d, b in sorted(c.buckets.items()):
-                # None stands for an unlimited bucket: inputs stay plain JSON data.
-                tokens[d] = (
-                    None if b.capacity is None else b.level_at(now, held[_PLACED[d]], enforcement)
-                )
-        return {
-            "class_rank": c.spec.lease_class.rank,
-            "usage_s": ledger.decayed_usage(c, self.now),
-            "held": _nonzero(c.held),
-            "tokens": tokens,
-            "pool": {
-                "warm_free": _nonzero(on_free),
-                "reserve": _nonzero(ledger.reserve),
-                "reclaimable": _nonzero(ledger.reclaimable),
-                "cold": _nonzero(dims.add(boot_free, cold)),
-            },
-        }
-
     def _try(
         self,
         p: Pending,
@@ -757,15 +593,15 @@ class Engine:
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
-        placed = self._pool_side(p, c, memo)
+        placed = pool_side.pool_side(self, p, c, memo)
         if isinstance(placed[0], Reason):
             return admission.Refusal(placed[0], {}, admission.Side.POOL)
         plan, delay = placed
         if behind is not None:
             start = self.now + delay
             end = start + p.duration_s
-            if not behind.admits(size, start, end, p.id) or self._crowds_own_holder(
-                p, c, end, behind
+            if not behind.admits(size, start, end, p.id) or reservation_cut.crowds_own_holder(
+                self, p, c, end, behind
             ):
                 return admission.reservations_refusal(r.at for r in behind.reservations.values())
         if delay > 0 and enforcement is Enforcement.PREPAID:
@@ -778,143 +614,17 @@ class Engine:
                 return refused
         return self._grant(p, c, plan, rate, own)
 
-    def _pool_side(
-        self, p: Pending, c: CampaignState, memo: dict[Any, Any] | None = None
-    ) -> tuple[paths.Plan, float] | tuple[Reason, None]:
-        """``_place_check``, asked once per campaign group and demand between grants in an
-        admission pass: it depends on the pool and ledger (unchanged until the next grant),
-        the campaign's group and the demand only, and a long queue asks it for the same
-        few demands again and again."""
-        if memo is None:
-            return self._place_check(p, c)
-        key = (c.spec.preemptible, c.spec.lease_class, c.unmet, p.demand or p.size)
-        placed = memo.get(key)
-        if placed is None:
-            placed = memo[key] = self._place_check(p, c)
-        return placed  # type: ignore[no-any-return]
-
-    def _place_check(
-        self, p: Pending, c: CampaignState
-    ) -> tuple[paths.Plan, float] | tuple[Reason, None]:
-        """The pool side of ``_try``: a plan whose pieces can be placed now under the
-        isolation rule, with its start delay; else why not (reserved or full). A function
-        of the pool and ledger, the campaign's preemptibility, class and unmet guarantee,
-        and the request's demand."""
-        size = p.size
-        preemptible = c.spec.preemptible
-        on_free, _, _, _ = self.pool.totals()
-        limit, cold_avail = self._capacity_for(c)
-        reclaimable = self.ledger.reclaimable_for(c)
-        # A batch campaign whose own reserve is lent takes it back before booting more.
-        reclaim_first = (
-            not preemptible
-            and c.spec.lease_class is not LeaseClass.INTERACTIVE
-            and not dims.is_zero(dims.vmin(c.unmet, self.ledger.lent()))
-        )
-        plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable, reclaim_first)
-        if (
-            preemptible
-            and plan is not None
-            and plan.path is not LeasePath.WARM
-            and not dims.is_zero(self.ledger.batch_reserve)
-        ):
-            # Only a lease active at once is reclaimable: one that waits for a boot may not
-            # hold any of the batch reserve meanwhile.
-            limit, cold_avail = self._capacity_for(c, borrow=False)
-            plan = self.placement.plan(p, limit, cold_avail, preemptible, reclaimable)
-        if plan is not None and not preemptible and not self._keeps_lent(c, plan):
-            plan = None
-        if (
-            plan is None
-            and not preemptible
-            and c.spec.lease_class is not LeaseClass.INTERACTIVE
-            and isolation.within_own_guarantee(size, c.unmet)
-            and not dims.is_zero(dims.vmin(c.unmet, self.ledger.lent()))
-        ):
-            # Its own reserve is lent and the lease backing it already drains for another
-            # request: it takes its part of what that lease returns (the isolation bound
-            # for a batch guarantee, when no node is left to boot).
-            plan = self.placement.plan_draining(p)
-        if plan is None:
-            unreserved = dims.sub(on_free, self.headroom) if preemptible else on_free
-            everything = dims.add(
-                dims.add(dims.vmax0(unreserved), cold_avail),
-                dims.ZERO if preemptible else reclaimable,
-            )
-            # Reserved only if the pieces could be placed without the reserve: a request
-            # that no node shape fits is blocked by the pool, whatever the aggregates say.
-            reserved = dims.fits(size, everything) and (
-                self.placement.plan(p, unreserved, cold_avail, preemptible) is not None
-            )
-            return (Reason.GUARANTEE_RESERVED if reserved else Reason.POOL_FULL), None
-        return plan, self._start_delay(plan)
-
     # ------------------------------------------------------------------ reservations
+    # (the two methods below are how ``elastic_fold`` asks the pool side and the
+    # reservations; the fold itself calls the modules)
+
+    def _capacity_for(self, c: CampaignState, borrow: bool = True) -> tuple[dims.Vec, dims.Vec]:
+        """(warm limit, cold capacity) a request of ``c`` may use (``pool_side.capacity_for``)."""
+        return pool_side.capacity_for(self, c, borrow)
 
     def _reservations(self) -> reservations.Profile | None:
-        """The reservations of the first aged requests (``PolicySpec.reservations`` of them)
-        and the capacity profile they were cut from; None when no request holds one. Built
-        at most once per event and admission pass, and again after a holder is granted."""
-        if self._cut.fresh:
-            return self._cut.profile
-        self._cut.fresh = True
-        self._cut.profile = None
-        holders = self.queue.aged_front(self.policy.reservations)
-        if not holders:
-            return None
-        ledger = self.ledger
-        on_free, boot_free, cold, _ = self.pool.totals()
-        reclaim = dims.vmax0(dims.sub(ledger.reclaimable, ledger.lent()))
-        if not dims.is_zero(self.elastic.held):
-            # Elastic leases' extra steps come back a grace period after a warning.
-            reclaim = dims.add(reclaim, self.elastic.held)
-        cut = self._cut
-        cut.guarantees = reservations.GuaranteeView(ledger.guaranteed)
-        cut.added = set()
-        profile = reservations.cut(
-            reservations.Capacity(
-                self.now,
-                on_free,
-                dims.add(boot_free, cold),
-                ledger.warm_reserve(),
-                reclaim,
-                self.policy.grace_s,
-                self.pool_spec.boot_latency_s,
-            ),
-            reservations.firm_ends_as_built(ledger.firm_ends, cut.added),
-            cut.guarantees,
-            [(p.id, p.size, p.duration_s, self.campaigns[p.campaign].unmet) for p in holders],
-        )
-        self._cut.profile = profile
-        return profile
-
-    def _crowds_own_holder(
-        self, p: Pending, c: CampaignState, end: float, profile: reservations.Profile
-    ) -> bool:
-        """Would ``p``, still held when a reservation of its own campaign begins, push that
-        request over the campaign's burst then (so that its reservation is lost)?"""
-        for rid, r in profile.reservations.items():
-            if rid == p.id or end <= r.at:
-                continue
-            holder = self.queue.pending.get(rid)
-            if (
-                holder is not None
-                and holder.campaign == p.campaign
-                and admission.over_burst(dims.add(c.held, p.size), holder.size, c.burst_bound)
-            ):
-                return True
-        return False
-
-    def _reserved_granted(self, p: Pending, ls: Lease, own: dims.Vec) -> None:
-        """Keep this pass's reservations true after a grant: a holder's grant frees its
-        reservation (the next aged request may take its place); any other grant past them
-        holds its capacity over its span."""
-        if not self._cut.fresh or self._cut.profile is None:
-            return
-        if p.id in self._cut.profile.reservations:
-            self._cut.stale()
-        elif not isolation.within_own_guarantee(p.size, own):
-            self._cut.profile.take(p.size, ls.starts_at, ls.expires_at)
+        """The reservations as of this pass (``reservation_cut.build``)."""
+        return reservation_cut.build(self)
 
     def _charge_usage(
         self, c: CampaignState, size: dims.Vec, start: float, end: float, sign: int
@@ -927,61 +637,6 @@ class Engine:
                 self.queue.rekey(name)
         ledger.charge_usage(c, size, start, end, sign)
 
-    def _keeps_lent(self, c: CampaignState, plan: paths.Plan) -> bool:
-        """Does a reclaim leave enough reclaimable capacity behind for the owners of the
-        lent reserve to reclaim it within a grace period? Victims are warned whole, so a
-        reclaim can take more than it needs; what a warned lease drains back by its deadline
-        still backs the reserve's accounting (``Ledger.lent``), but its owner cannot be
-        granted it until then. Its owner itself may take its own part."""
-        if dims.is_zero(plan.reclaim):
-            return True
-        ledger = self.ledger
-        lent = ledger.lent()
-        if dims.is_zero(lent):
-            return True
-        if c.spec.lease_class is not LeaseClass.INTERACTIVE:
-            lent = dims.vmax0(dims.sub(lent, c.unmet))
-        left = dims.vmax0(dims.sub(ledger.reclaimable, self.placement.warned(plan)))
-        return dims.fits(lent, left)
-
-    def _capacity_for(self, c: CampaignState, borrow: bool = True) -> tuple[dims.Vec, dims.Vec]:
-        """(warm limit, cold capacity) a request of ``c`` may use under the isolation rule.
-        ``borrow=False``: a preemptible request that may not fill the batch reserve (one that
-        also waits for a boot); it keeps off the reserve that must stay warm, less what
-        active preemptible leases already hold of it."""
-        on_free, boot_free, cold, _ = self.pool.totals()
-        ledger = self.ledger
-        if c.spec.preemptible and not borrow:
-            limit = isolation.warm_limit(
-                on_free, ledger.warm_reserve(), c.unmet, self.headroom, True
-            )
-        elif c.spec.preemptible:
-            limit = isolation.warm_limit(
-                on_free, ledger.reserve, c.unmet, self.headroom, True, ledger.batch_reserve
-            )
-        else:
-            # What preemptible leases hold of the batch reserve is not free warm capacity
-            # to set aside; of this campaign's own part, only what is not lent is warm.
-            lent = ledger.lent()
-            own = c.unmet
-            if not dims.is_zero(lent) and c.spec.lease_class is not LeaseClass.INTERACTIVE:
-                own = dims.vmax0(dims.sub(own, lent))
-            limit = isolation.warm_limit(
-                on_free, dims.vmax0(dims.sub(ledger.reserve, lent)), own, self.headroom, False
-            )
-        # A negative limit is reserve (or headroom) not yet warm: it is booting, kept warm
-        # by PowerControl.keep_warm, so the cold path may not hand it out either.
-        cold_avail = dims.vmax0(dims.add(dims.add(boot_free, cold), dims.vmin(limit, dims.ZERO)))
-        return limit, cold_avail
-
-    def _start_delay(self, plan: paths.Plan) -> float:
-        delay = 0.0
-        if not dims.is_zero(plan.reclaim):
-            delay = self.policy.grace_s
-        if not dims.is_zero(plan.cold):
-            delay = max(delay, self.pool_spec.boot_latency_s)
-        return delay
-
     def _grant(
         self,
         p: Pending,
@@ -993,7 +648,7 @@ class Engine:
     ) -> Granted:
         """Grant ``p`` on ``plan``. ``quiet``: an elastic lease's extra step, announced by
         the Resized of the lease it belongs to rather than by a Granted of its own."""
-        inputs = self._inputs(c, p.size)
+        inputs = rule_inputs.inputs(self, c, p.size)
         inputs["path_split"] = {
             "warm": dims.as_dict(plan.warm),
             "reclaim": dims.as_dict(plan.reclaim),
@@ -1042,16 +697,16 @@ class Engine:
         self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
         if quiet:
             # An extra step comes back within a grace period whenever a waiting request
-            # needs it: the reservations count the steps so (``_reservations``), not as
+            # needs it: the reservations count the steps so (``reservation_cut.build``), not as
             # capacity held to their expiry.
             self.elastic.held = dims.add(self.elastic.held, ls.size)
         else:
             self.ledger.firm_started(ls)
         if not ls.preemptible and not quiet:
             # Granted past the reservations: the profile counts it with a window over its
-            # span (``_reserved_granted``), not as capacity returning at its expiry.
+            # span (``reservation_cut.granted``), not as capacity returning at its expiry.
             self._cut.firm_granted(ledger_end_entry(ls, ls.expires_at))
-        self._reserved_granted(p, ls, own)
+        reservation_cut.granted(self, p, ls, own)
         if ls.ready:
             self.placement.activate(ls)
         grant = Granted(
@@ -1149,62 +804,6 @@ class Engine:
         self.queue.pool_dirty = True
         return decision
 
-    # ------------------------------------------------------------------ queue
-
-    def _refuse(self, p: Pending, reason: Reason, details: dict[str, Any]) -> Decision:
-        inputs = {**self._inputs(self.campaigns[p.campaign], p.size), **details}
-        c = self.campaigns[p.campaign]
-        wait = self.ledger.estimate_wait(c, p.size, p.duration_s, reason, self.now)
-        if reason is Reason.HEAD_OF_LINE and self._cut.fresh and self._cut.profile is not None:
-            # Waiting for the reservations: the earliest start they leave it.
-            at = self._cut.profile.earliest(p.size, p.duration_s, c.unmet, self.now)
-            if not math.isinf(at):
-                wait = at - self.now
-        if not p.blocking:
-            retry = admission.retry_after(self.policy.min_retry_s, wait)
-            reject = self._emit(Rejected(self.now, p.id, p.campaign, reason, retry, inputs))
-            self.idempotency.answer(p.id, reject)
-            if self.elastic.waiting:
-                self.elastic.waiting.pop(p.id, None)
-            return reject
-        self.queue.add(p)
-        self._set_reason(p, reason)
-        if reason is Reason.BUCKET_EMPTY:
-            self._schedule_wake(p)
-        return self._emit(Queued(self.now, p.id, p.campaign, reason, wait, inputs))
-
-    def _set_reason(self, p: Pending, reason: Reason) -> None:
-        """Record why ``p`` waits. Only demand the pool cannot serve is congestion: a
-        request waiting on its own campaign's burst or bucket does not raise the price."""
-        self.queue.set_reason(p, reason, self.now)
-        count = reason in admission.POOL_REASONS
-        if not count and self._cut.profile is not None and p.id in self._cut.profile.reservations:
-            # A holder now waits on its own campaign's limits: it holds no reservation.
-            self._cut.stale()
-        if count != p.counted:
-            p.counted = count
-            self.ledger.add_demand(self.campaigns[p.campaign], p.size, +1 if count else -1)
-
-    def _unqueue(self, p: Pending) -> None:
-        """Take ``p`` out of the queue (granted or cancelled); the next one heads it."""
-        self.queue.remove(p)
-        if p.counted:
-            p.counted = False
-            self.ledger.add_demand(self.campaigns[p.campaign], p.size, -1)
-
-    def _schedule_wake(self, p: Pending) -> None:
-        c = self.campaigns[p.campaign]
-        rate = admission.token_need(c.held, p.size, c.sustained)
-        # The tokens must cover the span the lease would be charged for: its duration plus
-        # the start delay of the path that would serve it now.
-        limit, cold_avail = self._capacity_for(c)
-        plan = self.placement.plan(
-            p, limit, cold_avail, c.spec.preemptible, self.ledger.reclaimable_for(c)
-        )
-        delay = self._start_delay(plan) if plan is not None else 0.0
-        at = self.now + self.ledger.bucket_wait(c, rate, p.duration_s + delay, self.now)
-        self.queue.wake_by(p.campaign, at)
-
     def _settle(self) -> None:
         """Admission pass, the elastic leases' pass, then keep the guarantee reserve and
         headroom warm."""
@@ -1266,28 +865,11 @@ class Engine:
         return iter(self.queue.ordered())
 
 
-_PLACED = {d: i for i, d in enumerate(dims.PLACED)}
-assert dims.PLACED == ("gpu", "cpu", "mem_gb")  # the names _nonzero writes out
-
-
-def _nonzero(v: dims.Vec) -> dict[str, float]:
-    """``dims.as_dict`` for the three placed dimensions, unrolled (decision inputs)."""
-    gpu, cpu, mem = v
-    out: dict[str, float] = {}
-    if gpu:
-        out["gpu"] = gpu
-    if cpu:
-        out["cpu"] = cpu
-    if mem:
-        out["mem_gb"] = mem
-    return out
-
-
 _HANDLERS: dict[type[Event], Callable[[Engine, Any], Any]] = {
     CreateCampaign: Engine._on_create,
     UpdateCampaign: Engine._on_update,
     CancelRequest: Engine._on_cancel,
-    Renew: Engine._on_renew,
+    Renew: renewal.renew,
     Release: Engine._on_release,
     Tick: Engine._on_tick,
     NodeReady: Engine._on_node_ready,

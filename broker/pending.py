@@ -21,10 +21,9 @@ across campaigns; the reservations keep that from starving it). Beside the queue
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,11 +45,11 @@ HeadEntry = tuple[int, float, int, str]
 
 PoolKey = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass, int]
 """What the pool side of an admission try depends on besides the pool (see
-``Engine._place_check``): the campaign's preemptibility, class and unmet guarantee, and
-the request's demand; then the request's own class (which reservations bind it) and its
-duration's band (``_band``: how long it would hold what it gets). Every request
-of the first five gets the same answer from the pool; the reservations' answer only gets
-harder with the duration."""
+``pool_side.place_check``): the campaign's preemptibility, class and unmet guarantee, and
+the request's demand (its ``Demand.ident``, or its size); then the request's own class
+(which reservations bind it) and its duration's band (``_band``: how long it would hold
+what it gets). Every request of the first five gets the same answer from the pool; the
+reservations' answer only gets harder with the duration."""
 
 
 @dataclass(slots=True)
@@ -128,8 +127,8 @@ class Queues:
         stale entries (gone, or blocked for their own reasons now) dropped when met."""
         self._by_key: dict[PoolKey, SortedList] = {}
         """The pool-blocked requests by key, each in admission order."""
-        self._sizes: dict[PoolKey, float] = {}
-        """Each key's size in the primary dimension (its demand's)."""
+        self._sizes = KeySizes()
+        """Each key's size in the primary dimension (its demand's), and the keys by size."""
         self._durations: dict[PoolKey, SortedList] = {}
         """Each key's requests by duration: (duration, arrival, id)."""
         """The durations of each key's requests."""
@@ -157,6 +156,12 @@ class Queues:
         self.touched = set()
         for k, v in state[1].items():
             setattr(self, k, v)
+        if isinstance(self._sizes, dict):
+            # Written before the keys were kept in size order: put them in order now.
+            sizes = KeySizes()
+            for key, size in self._sizes.items():
+                sizes.add(key, size)
+            self._sizes = sizes
 
     def retune(self, policy: PolicySpec) -> None:
         """A new policy is in force: requests that start waiting on the pool from now on
@@ -316,7 +321,7 @@ class Queues:
             if not entries:
                 del self._by_key[p.pool_key]
                 del self._durations[p.pool_key]
-                del self._sizes[p.pool_key]
+                self._sizes.remove(p.pool_key)
             p.head_entry = None
             p.pool_key = None
             ids = self._indexed[p.campaign]
@@ -331,7 +336,7 @@ class Queues:
                 c.spec.preemptible,
                 c.spec.lease_class,
                 c.unmet,
-                p.demand or p.size,
+                p.size if p.demand is None else p.demand.ident,
                 p.lease_class,
                 _band(p.duration_s),
             )
@@ -340,7 +345,7 @@ class Queues:
             if entries is None:
                 entries = self._by_key[p.pool_key] = SortedList()
                 self._durations[p.pool_key] = SortedList()
-                self._sizes[p.pool_key] = p.size[self._primary]
+                self._sizes.add(p.pool_key, p.size[self._primary])
             entries.add(p.head_entry)
             self._durations[p.pool_key].add((p.duration_s, p.seq, p.id))
             self._indexed.setdefault(p.campaign, {})[p.id] = None
@@ -427,6 +432,49 @@ class Queues:
         )
 
 
+class KeySizes:
+    """Each pool key's size in the primary dimension, and the keys in size order: a pass
+    reads only the keys no bigger than what the pool could give (its bound), however
+    many larger ones wait."""
+
+    __slots__ = ("_key", "_next", "_no", "_order", "of")
+
+    def __init__(self) -> None:
+        self.of: dict[PoolKey, float] = {}
+        """Each key's size (read directly where every look-up counts)."""
+        self._no: dict[PoolKey, int] = {}
+        """A number per key, so that the order never compares keys."""
+        self._key: dict[int, PoolKey] = {}
+        self._order: SortedList = SortedList()
+        """(size, number) of every key."""
+        self._next = 0
+
+    def add(self, key: PoolKey, size: float) -> None:
+        self.of[key] = size
+        self._no[key] = no = self._next
+        self._next += 1
+        self._key[no] = key
+        self._order.add((size, no))
+
+    def remove(self, key: PoolKey) -> None:
+        size = self.of.pop(key)
+        no = self._no.pop(key)
+        del self._key[no]
+        self._order.remove((size, no))
+
+    def upto(self, bound: float) -> Iterator[PoolKey]:
+        """The keys of size at most ``bound``, smallest first."""
+        key = self._key
+        for _, no in self._order.irange(maximum=(bound, math.inf)):
+            yield key[no]
+
+    def between(self, low: float, high: float) -> Iterator[PoolKey]:
+        """The keys of size above ``low`` and at most ``high``."""
+        key = self._key
+        for _, no in self._order.irange((low, math.inf), (high, math.inf), (False, True)):
+            yield key[no]
+
+
 def _band(duration: float) -> int:
     """A duration's band: half a binary order of magnitude (two sub-bands of equal width
     within each octave), so that a refusal of one duration leaves out most longer
@@ -458,7 +506,6 @@ class PoolScan:
     """
 
     __slots__ = (
-        "_above",
         "_at",
         "_bound",
         "_by_key",
@@ -466,8 +513,8 @@ class PoolScan:
         "_dropped",
         "_durations",
         "_heap",
+        "_index",
         "_moved",
-        "_n",
         "_pending",
         "_refused",
         "_refused_by",
@@ -480,14 +527,15 @@ class PoolScan:
         self,
         keys: dict[PoolKey, SortedList],
         durations: dict[PoolKey, SortedList],
-        sizes: Mapping[PoolKey, float],
+        sizes: KeySizes,
         pending: Mapping[str, Pending],
         bound: float,
         touched: set[PoolKey],
     ) -> None:
         self._by_key = keys
         self._durations = durations
-        self._sizes = sizes
+        self._index = sizes
+        self._sizes = sizes.of
         self._pending = pending
         self._bound = bound
         self._touched = touched
@@ -500,10 +548,6 @@ class PoolScan:
         """Each key in the walk: its place (the entry the heap holds for it)."""
         self._moved: set[PoolKey] = set()
         """Buckets that left the walk or jumped ahead since the last fill or restart."""
-        self._above: list[tuple[float, int, PoolKey]] = []
-        """A heap of the keys left out for being larger than the bound, by size (then a
-        number, so that keys are never compared)."""
-        self._n = itertools.count()
         self._cursor: HeadEntry | None = None
         self._dropped: set[tuple[Any, ...]] = set()
         self._refused: dict[tuple[Any, ...], tuple[float, set[PoolKey]]] = {}
@@ -524,13 +568,9 @@ class PoolScan:
         again = self._moved
         again |= self._touched
         self._touched.clear()
-        above = self._above
         if bound > old:
-            sizes = self._sizes
-            while above and above[0][0] <= bound:
-                key = heapq.heappop(above)[2]
-                if sizes.get(key) is not None:
-                    again.add(key)
+            # The keys the old bound left out (or would have): back in the walk.
+            again.update(self._index.between(old, bound))
         self._moved = set()
         for key in again:
             self._place(key)
@@ -554,8 +594,7 @@ class PoolScan:
             at.pop(key, None)
             return
         if size > self._bound:
-            at.pop(key, None)
-            heapq.heappush(self._above, (size, next(self._n), key))
+            at.pop(key, None)  # back when a restart raises the bound past its size
             return
         cursor = self._cursor
         k = 0 if cursor is None else entries.bisect_right(cursor)
@@ -569,17 +608,14 @@ class PoolScan:
 
     def _fill(self) -> None:
         heap = []
-        above = []
         at: dict[PoolKey, HeadEntry] = {}
         bound, cursor = self._bound, self._cursor
-        sizes = self._sizes
-        # Every key once, kept to a look-up or two each (``restart`` re-reads only
-        # what moved; a refusal's revival comes here).
-        for key, entries in self._by_key.items():
-            size = sizes[key]
-            if size > bound:
-                above.append((size, next(self._n), key))
-                continue
+        by_key = self._by_key
+        # Every key no bigger than the bound once, kept to a look-up or two each, read in
+        # size order so that the keys above the bound cost nothing (``restart`` re-reads
+        # only what moved; a refusal's revival comes here).
+        for key in self._index.upto(bound):
+            entries = by_key[key]
             if cursor is None:
                 entry = entries[0]
             else:
@@ -590,9 +626,7 @@ class PoolScan:
             heap.append((entry, key))
             at[key] = entry
         heapq.heapify(heap)
-        heapq.heapify(above)
         self._heap = heap
-        self._above = above
         self._at = at
         self._moved = set()
         self._touched.clear()
@@ -656,7 +690,6 @@ class PoolScan:
                 # Too large since a restart lowered the bound: back when it rises again.
                 heapq.heappop(heap)
                 del at[key]
-                heapq.heappush(self._above, (size, next(self._n), key))
                 continue
             group = pool_group(key)
             if group in dropped:

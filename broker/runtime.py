@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
-from bursar.broker import codec
+from bursar.broker import codec, safe_pickle, snapshot, validation
 from bursar.broker.actuator import Actuator, InlineActuator, Placed
 from bursar.broker.backends.base import NodeState, PoolBackend
 from bursar.broker.backends.simulated import SimulatedPool
@@ -62,6 +63,61 @@ def pool_view(
         for n in engine.pool.nodes
     }
     return nodes, placements
+
+
+class Deferral(Protocol):
+    """Where a runtime leaves its applied events until they are committed (the service's
+    commit batcher, ``broker/service/batcher.py``): the runtime appends each entry
+    uncommitted and hands it here; whoever holds them calls :meth:`Runtime.commit` with
+    them when it chooses."""
+
+    def hold(self, event: Event, outcome: Outcome) -> None:
+        """An event applied and appended, its entry not committed yet."""
+
+    def flush(self) -> None:
+        """Commit what is held now (``Runtime.commit``): the backend is about to report,
+        or the runtime closes."""
+
+    def drop(self, cause: BaseException) -> None:
+        """The journal rolled back: what is held never happened (``cause`` says why)."""
+
+
+class HeldBack:
+    """The plainest :class:`Deferral`: holds every entry until :meth:`commit` (a tool or a
+    test that commits by hand)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.entries: list[tuple[Event, Outcome]] = []
+
+    def hold(self, event: Event, outcome: Outcome) -> None:
+        self.entries.append((event, outcome))
+
+    def flush(self) -> None:
+        self.commit()
+
+    def drop(self, cause: BaseException) -> None:
+        self.entries = []
+
+    def commit(self) -> list[Outcome]:
+        entries, self.entries = self.entries, []
+        return self.runtime.commit(entries)
+
+
+def _next_step(
+    engine: Engine, to: float, reports_at: float | None, coalesce: bool
+) -> tuple[float, bool, bool] | None:
+    """The next step of catching ``engine`` up to ``to``, given the backend's next report
+    (``reports_at``): (its time, whether it is the backend's reports rather than a Tick,
+    whether it is the last one); None when caught up. ``coalesce``: one Tick to ``to``
+    for all the timers, unless a report falls due first."""
+    due = [t for t in (engine.next_timer(), reports_at) if t is not None and t <= to]
+    if not due:
+        return None
+    t = min(due)
+    if coalesce and (reports_at is None or reports_at > to):
+        return to, False, True
+    return t, reports_at is not None and reports_at == t, False
 
 
 class Follower:
@@ -111,17 +167,12 @@ class Runtime:
         self._broken: BaseException | None = None
         self.snapshots = snapshots
         """Writes the engine's state every so many entries (None: never)."""
-        self.defer_commits = False
-        """Leave each applied event's journal entry uncommitted until :meth:`commit` (the
-        service: requests arriving together share one commit). Until then the engine is
-        ahead of the journal, and nothing of those events reaches the backend, the
-        snapshots or the listeners; :meth:`commit` hands them on in order."""
-        self.on_uncommitted: Callable[[], None] | None = None
-        """Called when an entry is left uncommitted and none was before: whoever set
-        ``defer_commits`` arranges for :meth:`commit` to run soon."""
-        self.on_committed: Callable[[list[Outcome]], None] | None = None
-        """Called after :meth:`commit` has handed a batch on, with its outcomes."""
-        self._uncommitted: list[tuple[Event, Outcome]] = []
+        self.deferral: Deferral | None = None
+        """Where each applied event's uncommitted entry goes until it is committed (the
+        service: requests arriving together share one commit); None: each is committed as
+        it is appended. Until its commit the engine is ahead of the journal, and nothing of
+        those events reaches the backend, the snapshots or the listeners; :meth:`commit`
+        hands them on in order."""
         self.coalesce_ticks = False
         """Catch up with one Tick to the time given, not one per timer instant (the service:
         after a downtime, one journal entry instead of one per power-down re-check; the
@@ -213,70 +264,95 @@ class Runtime:
         engine's timers due by ``to``."""
         out: list[Decision] = []
         while True:
-            t_engine = self.engine.next_timer()
-            t_reports = self.actuator.next_report_time()
-            due = [t for t in (t_engine, t_reports) if t is not None and t <= to]
-            if not due:
+            step = _next_step(
+                self.engine, to, self.actuator.next_report_time(), self.coalesce_ticks
+            )
+            if step is None:
                 return out
-            t = min(due)
-            if self.coalesce_ticks and (t_reports is None or t_reports > to):
-                return out + self._apply(Tick(at=to))
-            if t_reports is not None and t_reports == t:
-                # The backend must have acted on every decision before it reports what
-                # happened next (its clock only moves forward): the entries waiting for
-                # their commit are committed, and so actuated, first.
-                self.commit()
-                for r in self.actuator.due(t):
-                    if isinstance(r, Placed):
-                        # Journaled like any report, so that the holder hears of the
-                        # allocation in journal order (and a resumed Watch replays it).
-                        r = AllocationReady(
-                            at=r.at,
-                            lease_id=r.lease_id,
-                            allocation=dict(self.backend.allocation(r.lease_id) or {}),
-                        )
-                    if r.at < self.engine.now:
-                        # A worker thread's report, stamped before the engine moved on.
-                        r = dataclasses.replace(r, at=self.engine.now)
-                    out += self._apply(r)
-            else:
+            t, reports, last = step
+            if not reports:
                 out += self._apply(Tick(at=t))
+                if last:
+                    return out
+                continue
+            # The backend must have acted on every decision before it reports what
+            # happened next (its clock only moves forward): the entries waiting for
+            # their commit are committed, and so actuated, first.
+            if self.deferral is not None:
+                self.deferral.flush()
+            for r in self.actuator.due(t):
+                if isinstance(r, Placed):
+                    # Journaled like any report, so that the holder hears of the
+                    # allocation in journal order (and a resumed Watch replays it).
+                    r = AllocationReady(
+                        at=r.at,
+                        lease_id=r.lease_id,
+                        allocation=dict(self.backend.allocation(r.lease_id) or {}),
+                    )
+                if r.at < self.engine.now:
+                    # A worker thread's report, stamped before the engine moved on.
+                    r = dataclasses.replace(r, at=self.engine.now)
+                out += self._apply(r)
+
+    def what_if(self, event: Event) -> tuple[Outcome, Engine]:
+        """Decide ``event`` on a copy of the engine: its outcome, and the copy as it would
+        be after it. The engine, the journal and everything listening to them are left as
+        they were; bad input raises as it would for the real event (checked before the copy
+        is paid for: whether an event is valid does not depend on the timers the copy
+        catches up with first, and the copy's engine checks it again anyway).
+
+        The copy first catches up with the timers due by ``event.at``, as :meth:`submit`
+        would, so that the event meets the state the real one would meet."""
+        validation.validate(self.engine, event)
+        # The snapshot's own capture (its ``__getstate__`` leaves the per-pass caches out)
+        # read back: about twice as fast as ``copy.deepcopy``, which walks the same state
+        # object by object in Python (``benchmarks/bench_whatif.py``).
+        engine = safe_pickle.loads(snapshot.capture(self.engine))
+        self.catch_up_timers(engine, event.at)
+        return engine.apply(event), engine
+
+    def catch_up_timers(self, engine: Engine, to: float) -> None:
+        """Catch ``engine`` (a copy of this runtime's, for a what-if) up with its timers
+        due by ``to``, as :meth:`catch_up` would, but journaling nothing and anticipating
+        no backend report (those are delivered as they fall due)."""
+        while (step := _next_step(engine, to, None, self.coalesce_ticks)) is not None:
+            t, _, last = step
+            engine.apply(Tick(at=t))
+            if last:
+                return
 
     def supply(self) -> Supply:
         return supply(self.engine)
 
     @property
-    def uncommitted(self) -> int:
-        """Applied events whose journal entries wait for :meth:`commit`."""
-        return len(self._uncommitted)
+    def uncommitted(self) -> bool:
+        """True while applied events' journal entries wait for their commit (``deferral``)."""
+        return self.journal.uncommitted
 
-    def commit(self) -> list[Outcome]:
-        """Commit the entries left uncommitted (``defer_commits``), then hand their outcomes
-        on, in order, as an immediate commit would have; returns those outcomes.
+    def commit(self, entries: Sequence[tuple[Event, Outcome]]) -> list[Outcome]:
+        """Commit the journal's open entries, which are ``entries`` (what ``deferral`` was
+        handed), then hand their outcomes on, in order, as an immediate commit would have;
+        returns those outcomes.
 
         A failed commit raises ``JournalError`` and rebuilds the engine from the journal, as
         a failed append does: none of those events happened."""
-        if not self._uncommitted:
+        if not entries:
             return []
-        batch, self._uncommitted = self._uncommitted, []
         try:
             self.journal.commit()
         except BaseException as exc:
             self._roll_back(exc)
             raise
         if self.snapshots is not None:
-            # The engine is at the batch's last entry (everything applied is in the batch).
-            self.snapshots.after_commit(batch[-1][1].seq, self.engine)
-        for event, outcome in batch:
+            # The engine is at the last entry (everything applied is in ``entries``).
+            self.snapshots.after_commit(entries[-1][1].seq, self.engine)
+        for event, outcome in entries:
             self._hand_on(event, outcome)
-        outcomes = [outcome for _, outcome in batch]
-        if self.on_committed is not None:
-            self.on_committed(outcomes)
-        return outcomes
+        return [outcome for _, outcome in entries]
 
     def close(self) -> None:
-        if self._broken is None and self._uncommitted:
-            self.commit()
+        if self._broken is None and self.deferral is not None:
+            self.deferral.flush()
         self.actuator.close()
         if self.snapshots is not None and self._broken is None:
             self.snapshots.close(self.journal.last_seq, self.engine)
@@ -295,17 +371,15 @@ class Runtime:
                 "restart it to resume from the journal"
             )
         outcome = self.engine.apply(event)
-        defer = self.defer_commits
+        deferral = self.deferral
         try:
-            seq = self.journal.append(event, outcome.decisions, commit=not defer)
+            seq = self.journal.append(event, outcome.decisions, commit=deferral is None)
         except BaseException as exc:
             self._roll_back(exc)
             raise
         outcome = outcome.committed(seq)
-        if defer:
-            self._uncommitted.append((event, outcome))
-            if len(self._uncommitted) == 1 and self.on_uncommitted is not None:
-                self.on_uncommitted()
+        if deferral is not None:
+            deferral.hold(event, outcome)
             return outcome
         if self.snapshots is not None:
             self.snapshots.after_commit(seq, self.engine)
@@ -321,7 +395,6 @@ class Runtime:
         """Undo an event the journal did not take: rebuild the engine from what it holds.
         Entries still waiting for their commit are dropped with it (the events of a batch
         stand or fall together)."""
-        self._uncommitted = []
         self.journal.rollback()
         try:
             self.engine = restore(self.journal, self.state_dir)[0]
@@ -330,3 +403,5 @@ class Runtime:
             self._broken = cause
         else:
             log.error("journal append failed; the event was not applied: %s", cause)
+        if self.deferral is not None:
+            self.deferral.drop(cause)

@@ -108,12 +108,18 @@ class Demand:
     """The lease's size: ``count`` x ``unit``."""
 
     _hash: int = field(init=False, repr=False, compare=False)
-    """Demands key the engine's per-pass memos and the queue's buckets, hashed many times
-    per event: the hash is computed once (and again on load, never stored: member hashes
-    differ between processes)."""
+    """The hash, computed once (and again on load, never stored: member hashes differ
+    between processes)."""
+    ident: tuple[Any, ...] = field(init=False, repr=False, compare=False)
+    """The fields as a plain tuple, equal exactly when the demands are: what the queue's
+    pool keys and the pass's memos hold instead of the demand itself, since a key is
+    hashed many times per event and a plain tuple hashes without calling Python code
+    (``__hash__`` above does, once per look-up)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash(_fields(self)))
+        ident = _fields(self)
+        object.__setattr__(self, "ident", ident)
+        object.__setattr__(self, "_hash", hash(ident))
 
     def __hash__(self) -> int:
         return self._hash

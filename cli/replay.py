@@ -15,10 +15,13 @@ from bursar.broker.errors import ConfigError
 from bursar.cli.policies import PolicyChoice, policies_help, warn_refused_plugins
 from bursar.cli.traces import (
     default_traces_dir,
+    node_power_option,
+    node_power_table,
     resolve_trace,
     trace_option,
     traces_dir_option,
 )
+from bursar.sim.power.readers import read_m100_node_power
 from bursar.sim.replay.estimate import ESTIMATES, EXTENDS
 from bursar.sim.replay.fidelity import Fidelity, fidelity, gate_rows
 from bursar.sim.replay.ingest import FORMATS
@@ -27,6 +30,7 @@ from bursar.sim.replay.mapping import ReplayConfig, load_replay_config
 from bursar.sim.replay.matrix import run_matrix, write_matrix
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
 from bursar.sim.replay.policies import POLICIES, plugin
+from bursar.sim.replay.power import PowerSpec
 from bursar.sim.replay.run import replay_trace, write_run
 from bursar.sim.replay.table import QualityReport, TraceError
 
@@ -131,6 +135,21 @@ def quality_table(q: QualityReport, title: str = "trace quality") -> Table:
     "predict extra: scikit-learn). For "
     f"{', '.join(EXTENDS)}. A job outliving its estimate has it extended to its request.",
 )
+@click.option(
+    "--power-cap",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="KW",
+    help="A facility power cap (kW) the policy keeps (fifo, easy, conservative): a job "
+    "starts only if the machine's draw (idle nodes and running jobs, each capacity unit "
+    "one node of the --node-power model) stays under it; one whose own draw cannot fit "
+    "is stranded. metrics.json then has power: energy, peak, hours above the cap.",
+)
+@click.option(
+    "--meter-power",
+    is_flag=True,
+    help="Meter the draw (metrics.json: power) without a cap; implied by --power-cap.",
+)
+@node_power_option
 def replay_command(
     trace: Path,
     policy: str,
@@ -142,13 +161,20 @@ def replay_command(
     limit: int | None,
     fmt: str | None,
     estimate: str,
+    power_cap: float | None,
+    meter_power: bool,
+    node_power: Path | None,
     traces_dir: Path | None,
 ) -> None:
     trace = resolve_trace(trace, traces_dir)
     console = Console(stderr=True)
     warn_refused_plugins()
     config = _config(config_path)
+    power = None
     try:
+        if power_cap is not None or meter_power:
+            node = read_m100_node_power(node_power_table(node_power, traces_dir))
+            power = PowerSpec(node, None if power_cap is None else power_cap * 1e3)
         with console.status(f"replaying {trace.name} under {policy}"):
             result = replay_trace(
                 trace,
@@ -160,6 +186,7 @@ def replay_command(
                 limit=limit,
                 fmt=fmt,
                 estimate=estimate,
+                power=power,
             )
     except (TraceError, ValueError) as e:
         raise click.ClickException(str(e)) from None
@@ -180,7 +207,16 @@ def replay_command(
     table.add_row(
         "killed", f"{m['killed']:,} ({m['killed_unit_seconds']:,.0f} {m['unit']}-seconds lost)"
     )
-    if m["refused"]:
+    if power is not None:
+        pw = m["power"]
+        table.add_row(
+            "power",
+            f"energy {pw['energy_kwh']:,.0f} kWh, peak {pw['peak_kw']:,.1f} kW, idle "
+            f"{pw['idle_kw']:,.1f} kW, floor {pw['floor_kw']:,.1f} kW",
+        )
+    if m["refused"] and power is not None and power.cap_w is not None:
+        table.add_row("stranded", f"{m['refused']:,} (their own draw cannot fit under the cap)")
+    elif m["refused"]:
         table.add_row("refused", f"{m['refused']:,} (larger than the pool can ever give them)")
     table.add_row(
         "wall", f"{result.wall_s:.2f} s ({len(result.workload) / result.wall_s:,.0f} jobs/s)"

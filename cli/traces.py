@@ -61,6 +61,26 @@ def default_traces_dir() -> Path:
     return shared if shared.is_dir() else DEFAULT_DIR
 
 
+M100_TABLE = Path("m100-node-power-daily") / "cov_all.csv.gz"
+"""Marconi100's node power per node per day, in the traces directory: the node power
+model's source (``bursar whatif --power-sweep``, ``bursar replay --power-cap``)."""
+
+
+def node_power_table(given: Path | None, traces_dir: Path | None) -> Path:
+    """``--node-power`` if given, else the Marconi100 table in the traces directory."""
+    return given or (traces_dir or default_traces_dir()) / M100_TABLE
+
+
+def node_power_option(f: F) -> F:
+    """``--node-power FILE``: the node-day power table the node power model comes from."""
+    return click.option(
+        "--node-power",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The node-day power table the node power model is derived from (Marconi100's "
+        "cov_all.csv.gz; default: m100-node-power-daily/ in the traces directory).",
+    )(f)
+
+
 def search_dirs(traces_dir: Path | None) -> list[Path]:
     """Where a catalogue name is looked for, in order: the fetch folder (``--traces DIR``,
     else ``./traces``), then :func:`default_traces_dir`."""

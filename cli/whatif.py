@@ -7,8 +7,10 @@ this replays recorded history under each config and reports the deltas and verdi
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -16,10 +18,14 @@ from rich.console import Console
 
 from bursar.broker.errors import ConfigError
 from bursar.cli.policies import PolicyChoice, warn_refused_plugins
-from bursar.cli.traces import resolve_trace, trace_option
+from bursar.cli.traces import node_power_option, node_power_table, resolve_trace, trace_option
+from bursar.sim.power.readers import read_m100_node_power
 from bursar.sim.replay.ingest import FORMATS
 from bursar.sim.replay.kernel import InvariantViolation
 from bursar.sim.replay.metrics import DEFAULT_TAU_S
+from bursar.sim.replay.policies.powercap import power_policy
+from bursar.sim.replay.power_sweep import markdown as power_markdown
+from bursar.sim.replay.power_sweep import sweep
 from bursar.sim.replay.stress import SCENARIOS, scenario_params, summary
 from bursar.sim.replay.stress import markdown as stress_markdown
 from bursar.sim.replay.synth import write_swf
@@ -35,6 +41,76 @@ from bursar.sim.replay.whatif import (
 )
 
 __all__ = ["whatif_command"]
+
+
+def _caps(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> list[float] | bool | None:
+    """False: no sweep; None: auto caps; else the caps in watts."""
+    if value is None:
+        return False
+    if value.strip() == "auto":
+        return None
+    try:
+        caps = [float(v) * 1e3 for v in value.split(",")]
+    except ValueError:
+        caps = []
+    if not caps or any(not math.isfinite(c) or c <= 0 for c in caps):
+        raise click.BadParameter(
+            f"{value!r}: give auto or caps in kW > 0 joined by commas (150,120,100)"
+        )
+    return caps
+
+
+def _power_sweep(
+    trace: Path,
+    policy: str,
+    caps: list[float] | None,
+    node_power: Path | None,
+    traces_dir: Path | None,
+    capacity: int | None,
+    limit: int | None,
+    out: Path,
+    tau_s: float,
+    fmt: str | None,
+) -> None:
+    table = node_power_table(node_power, traces_dir)
+    console = Console(stderr=True, log_path=False)
+    command = "bursar whatif " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    try:
+        power_policy(policy)
+        with console.status(f"node power from {table.name}"):
+            node = read_m100_node_power(table)
+        with console.status(f"replaying {trace.name} under each cap"):
+            rep = sweep(
+                trace,
+                policy,
+                node,
+                caps,
+                capacity=capacity,
+                limit=limit,
+                tau_s=tau_s,
+                fmt=fmt,
+                progress=lambda label: console.log(f"done {label}"),
+            )
+    except (TraceError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    except InvariantViolation as e:
+        raise click.ClickException(f"{trace}: {e}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    today = datetime.now(UTC).date().isoformat()
+    md = out / "power-sweep.md"
+    md.write_text(power_markdown(rep, command.strip(), today))
+    (out / "power-sweep.json").write_text(
+        json.dumps({"command": command.strip(), "date": today, **rep}, indent=1) + "\n"
+    )
+    click.echo(f"wrote {md}")
+    knee = rep["knee_kw"]
+    click.echo(
+        f"floor {rep['floor_kw']:,.1f} kW, knee "
+        + ("none" if knee is None else f"{knee:,.1f} kW")
+        + f", uncapped peak {rep['uncapped_peak_kw']:,.1f} kW"
+    )
 
 
 @click.command(
@@ -62,8 +138,8 @@ __all__ = ["whatif_command"]
     "--candidate",
     "candidates",
     multiple=True,
-    required=True,
-    help="A candidate: a replay config path, capacity=N, policy=NAME (repeat).",
+    help="A candidate: a replay config path, capacity=N, policy=NAME (repeat). Required "
+    "unless --power-sweep.",
 )
 @click.option(
     "--policy",
@@ -118,6 +194,19 @@ __all__ = ["whatif_command"]
     help="Jobs in each generated workload.",
 )
 @click.option("--stress-seed", type=int, default=1, show_default=True)
+@click.option(
+    "--power-sweep",
+    "power_sweep",
+    metavar="auto|KW,KW,...",
+    callback=_caps,
+    help="Instead of candidates: replay the trace uncapped and under each facility power "
+    "cap (kW; auto: 100% down to 40% of the uncapped peak draw), each capacity unit one "
+    "node of the --node-power model, under --policy (fifo, easy or conservative; default "
+    "here easy), and write DIR/power-sweep.md and .json: per cap p95 bounded slowdown, "
+    "energy, peak draw, hours above the cap (and the uncapped run's), jobs stranded, the "
+    "knee and the feasibility floor.",
+)
+@node_power_option
 def whatif_command(
     trace: Path,
     config_path: Path | None,
@@ -133,10 +222,24 @@ def whatif_command(
     stress: bool,
     stress_jobs: int,
     stress_seed: int,
+    power_sweep: list[float] | bool | None,
+    node_power: Path | None,
     traces_dir: Path | None,
 ) -> None:
     trace = resolve_trace(trace, traces_dir)
     warn_refused_plugins()
+    if power_sweep is not False:
+        if candidates or stress:
+            raise click.UsageError("--power-sweep runs alone: no --candidate, no --stress")
+        ctx = click.get_current_context()
+        if ctx.get_parameter_source("policy") == click.core.ParameterSource.DEFAULT:
+            policy = "easy"
+        _power_sweep(
+            trace, policy, power_sweep, node_power, traces_dir, capacity, limit, out, bsld_tau, fmt
+        )
+        return
+    if not candidates:
+        raise click.UsageError("Missing option '--candidate' (or --power-sweep).")
     try:
         cands = [parse_candidate(c) for c in candidates]
     except ValueError as e:

@@ -4,11 +4,16 @@ The wire contract is ``protos/bursar/v1/*.proto`` (package ``bursar.v1``, servic
 ``Broker`` and ``Admin``). The pieces, each small:
 
 * ``servicer``: thin servicers, proto in and out, one decorator for what every call shares;
-* ``core``: the ``Broker`` runtime on the event loop (clock, timers, waiters, streams);
+* ``core``: the lease operations on the runtime, on the event loop (clock, waiters);
+* ``batcher``: commit batches (every entry not yet committed, and the calls waiting);
+* ``watch``: the Watch hub (streams, snapshot, replay from the journal, publish);
+* ``opening``: the state directory's lock, the runtime resumed, the tokens;
+* ``placing``: the placements an asynchronous actuator (Slurm) is making;
+* ``background``: the timer task, the metrics refresh, the WAL checkpoints;
 * ``errors``: the one exception → gRPC status table, with google.rpc details;
 * ``auth``: campaign tokens (stored hashed) and the admin token;
 * ``limits``: per-client request rate and open-stream limits;
-* ``convert``: proto ↔ engine values;
+* ``convert``: proto ↔ engine values (every outbound proto is built here);
 * ``metrics``: Prometheus on a side port;
 * ``stalls``: what held the event loop (``BURSAR_STALL_LOG=1``; off by default);
 * ``server``: ``create_server``, ``running``, ``serve``; ``cli``: the ``serve`` command.

@@ -39,6 +39,7 @@ __all__ = [
     "TOKENS_JSON",
     "DigestCache",
     "Principal",
+    "Rotations",
     "TokenStore",
     "bearer_token",
     "digest",
@@ -288,3 +289,34 @@ class TokenStore:
         merged = {k: v for k, v in current.items() if k not in drop}
         merged.update(add)
         _write_private(path, json.dumps(merged, indent=2, sort_keys=True) + "\n")
+
+
+class Rotations:
+    """How many times each campaign's token was rotated while serving: a stream remembers
+    the count it opened with, and a rotation since ends it (the old token stops working
+    at once, streams it opened included)."""
+
+    def __init__(self) -> None:
+        self._count: dict[str, int] = {}
+
+    def rotated(self, campaign: str) -> Unauthenticated:
+        """Count a rotation of ``campaign``'s token; the error its streams end with."""
+        self._count[campaign] = self._count.get(campaign, 0) + 1
+        return _rotated(campaign)
+
+    def generation(self, campaign: str | None) -> int:
+        """Rotations of ``campaign``'s token (0 for the admin)."""
+        return 0 if campaign is None else self._count.get(campaign, 0)
+
+    def check(self, campaign: str | None, opened_with: int) -> None:
+        """Raise UNAUTHENTICATED if ``campaign``'s token was rotated since ``opened_with``."""
+        if self.generation(campaign) != opened_with:
+            assert campaign is not None
+            raise _rotated(campaign)
+
+
+def _rotated(campaign: str) -> Unauthenticated:
+    return Unauthenticated(
+        "TOKEN_ROTATED",
+        f"campaign {campaign}'s token was rotated: reconnect with the new token",
+    )

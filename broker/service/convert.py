@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,12 +22,27 @@ from google.protobuf import descriptor
 from google.protobuf.message import Message
 
 from bursar.broker import codec, dims, elastic
-from bursar.broker.decisions import LeasePath
+from bursar.broker.backends.base import active_at_grant
+from bursar.broker.decisions import (
+    Activated,
+    Allocated,
+    Decision,
+    Expired,
+    Granted,
+    LeasePath,
+    PreemptWarned,
+    Released,
+    Renewed,
+    Resized,
+    ResizeWarned,
+    Revoked,
+)
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CAMPAIGN_NAME, CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import RequestLease
 from bursar.broker.lease import EndedLease, Lease, LeaseState
+from bursar.broker.pending import Pending
 from bursar.broker.reasons import Reason
 from bursar.broker.shape import MAX_NODES, Shape
 from bursar.broker.supply import Supply
@@ -44,14 +59,23 @@ __all__ = [
     "check_id",
     "check_labels",
     "check_number",
+    "check_pending_filters",
     "decision_kind_to_proto",
     "decision_record",
+    "granted_lease_to_proto",
+    "lease_by_id",
     "lease_class_from_proto",
     "lease_class_to_proto",
+    "lease_event",
     "lease_to_proto",
+    "live_lease_to_proto",
     "path_to_proto",
+    "pending_places",
+    "pending_to_proto",
     "reason_to_proto",
+    "revoke_reason",
     "shape_from_proto",
+    "snapshot_event",
     "spec_from_proto",
     "spec_to_proto",
     "state_to_proto",
@@ -363,6 +387,32 @@ def check_number(value: float, field: str, *, low: float = 0.0, high: float = ma
     return value
 
 
+MAX_REVOKE_REASON = 200
+"""Longest reason Admin.RevokeLease accepts (it is journaled and sent to the holder)."""
+
+
+def revoke_reason(reason: str) -> str:
+    """Admin.RevokeLease's reason, stripped: required, printable, bounded."""
+    reason = reason.strip()
+    if not reason:
+        raise _bad(
+            "reason",
+            "required: say why the lease is revoked (it is journaled and sent to its holder)",
+        )
+    if len(reason) > MAX_REVOKE_REASON or not reason.isprintable():
+        raise _bad(
+            "reason", f"at most {MAX_REVOKE_REASON} printable characters (got {len(reason)})"
+        )
+    return reason
+
+
+def check_pending_filters(request_id: str, key: str) -> None:
+    """ListPending's request id and idempotency key filters."""
+    for value, name in ((request_id, "request_id"), (key, "idempotency_key")):
+        if len(value) > 128 or not value.isprintable():
+            raise _bad(name, "at most 128 printable characters")
+
+
 def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """The labels as a dict (each key and value was checked with the request)."""
     if len(labels) > MAX_LABELS:
@@ -572,6 +622,233 @@ def ended_lease_to_proto(rec: EndedLease) -> pb.Lease:
         ended_at=rec.at,
         end_cause=rec.cause,
     )
+
+
+# --------------------------------------------------------------------------- watch events
+
+EVENT_KIND = {
+    Granted: pb.LEASE_EVENT_KIND_GRANTED,
+    Activated: pb.LEASE_EVENT_KIND_ACTIVATED,
+    PreemptWarned: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
+    Renewed: pb.LEASE_EVENT_KIND_RENEWED,
+    Revoked: pb.LEASE_EVENT_KIND_REVOKED,
+    Expired: pb.LEASE_EVENT_KIND_EXPIRED,
+    Released: pb.LEASE_EVENT_KIND_RELEASED,
+    Allocated: pb.LEASE_EVENT_KIND_ALLOCATED,
+    Resized: pb.LEASE_EVENT_KIND_RESIZED,
+    ResizeWarned: pb.LEASE_EVENT_KIND_RESIZE_WARNING,
+}
+"""The Watch event each lease decision is sent as."""
+_END_KIND = {
+    LeaseState.RELEASED: pb.LEASE_EVENT_KIND_RELEASED,
+    LeaseState.EXPIRED: pb.LEASE_EVENT_KIND_EXPIRED,
+    LeaseState.REVOKED: pb.LEASE_EVENT_KIND_REVOKED,
+}
+END_KINDS = frozenset(_END_KIND.values())
+"""The events after which a lease sends no more."""
+_LIVE_KIND = {
+    LeaseState.STARTING: pb.LEASE_EVENT_KIND_GRANTED,
+    LeaseState.ACTIVE: pb.LEASE_EVENT_KIND_ACTIVATED,
+    LeaseState.PREEMPTING: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
+}
+LEASE_KINDS = frozenset(cls.kind for cls in EVENT_KIND)
+"""The journal's ``kind`` of every decision a Watch sends."""
+
+
+def live_lease_to_proto(
+    engine: Engine, ls: Lease, allocation: Mapping[str, str] | None
+) -> pb.Lease:
+    """A live lease, with how to run inside its resources where a real backend (Slurm)
+    says (``allocation``; the simulated pool has none)."""
+    out = lease_to_proto(engine, ls)
+    if allocation:  # none: skip the proto map's update
+        out.allocation.update(allocation)
+    return out
+
+
+def granted_lease_to_proto(
+    engine: Engine, grant: Granted, allocation: Mapping[str, str] | None
+) -> pb.Lease:
+    """The lease an Acquire answers with, as its grant made it: size, path, times and (on
+    the warm path, active at once) nodes from the decision; the lease's fixed facts
+    (class, preemptibility, labels) from its record (an elastic lease: all of it);
+    ``allocation``, the backend's, once placed. A lease that has ended since (its
+    placement failed) is answered as it ended."""
+    ls = engine.leases.get(grant.lease_id)
+    if ls is None:
+        ended = engine.ended.get(grant.lease_id)
+        if ended is not None:
+            return ended_lease_to_proto(ended)
+    elif ls.id in engine.elastic.by_lease:
+        # Grown in the step that granted it (its Resized is in the grant's entry): as its
+        # record holds it, with every step.
+        return live_lease_to_proto(engine, ls, allocation)
+    active = active_at_grant(grant)
+    out = pb.Lease(
+        lease_id=grant.lease_id,
+        campaign=grant.campaign,
+        state=_STATE[LeaseState.ACTIVE if active else LeaseState.STARTING],
+        size=grant.size,
+        path=_PATH[grant.path],
+        granted_at=grant.at,
+        starts_at=grant.starts_at,
+        expires_at=grant.expires_at,
+        nodes=grant.nodes if active else (),
+    )
+    if ls is not None:
+        out.lease_class = _CLASS[ls.lease_class]
+        out.preemptible = ls.preemptible
+        out.labels.update(ls.labels)
+    if allocation:
+        out.allocation.update(allocation)
+    return out
+
+
+def lease_by_id(
+    engine: Engine, lease_id: str, allocation: Callable[[str], Mapping[str, str] | None]
+) -> pb.Lease | None:
+    """The lease as the engine holds it now, live or ended (an elastic lease's extra step
+    is no lease of its own); None if it never was or was forgotten. ``allocation``: the
+    backend's, for a live lease."""
+    ls = engine.leases.get(lease_id)
+    if ls is not None and lease_id not in engine.elastic.parent_of:
+        return live_lease_to_proto(engine, ls, allocation(lease_id))
+    ended = engine.ended.get(lease_id)
+    return ended_lease_to_proto(ended) if ended is not None else None
+
+
+def pending_places(
+    engine: Engine, only: str | None, request_id: str, key: str
+) -> list[tuple[int, Pending]]:
+    """The waiting requests ListPending shows, each with its place in the admission order:
+    those of campaign ``only`` (None: every campaign's), or the one ``request_id`` names,
+    or those with idempotency key ``key``."""
+    queue, pending = engine.queue, engine.pending
+    if not (request_id or key):
+        ordered = enumerate(queue.ordered(), start=1)
+        return [(i, p) for i, p in ordered if only is None or p.campaign == only]
+    # One request (an on_queued poll, every second per waiting client): its place is
+    # counted, not sorted for.
+    if request_id:
+        picked = [pending[request_id]] if request_id in pending else []
+    else:
+        picked = list(pending.values())
+    if key:
+        picked = [p for p in picked if p.key == key]
+    if only is not None:
+        picked = [p for p in picked if p.campaign == only]
+    places = []
+    for p in picked:
+        mine = queue.key(p)
+        places.append((1 + sum(queue.key(q) < mine for q in pending.values()), p))
+    return places
+
+
+def pending_to_proto(
+    engine: Engine, now: float, places: Iterable[tuple[int, Pending]]
+) -> pb.ListPendingResponse:
+    """The waiting requests ``places`` (each with its place in the admission order) as of
+    ``now`` on the service's clock: each one's estimated wait from its reservation if it
+    holds one, else from the engine's estimate (made on the engine's clock)."""
+    places = list(places)
+    # Only aged requests hold reservations: the profile is built only for them.
+    aged = any(p.id in engine.queue.aged for _, p in places)
+    reserved = engine.reservation_starts() if aged else {}
+    lag = now - engine.now
+    out = pb.ListPendingResponse(at=now)
+    for position, p in places:
+        at = reserved.get(p.id)
+        if at is not None and math.isfinite(at):
+            wait = at - now
+        else:
+            wait = engine.estimated_wait(p.id) - lag
+        item = out.requests.add(
+            request_id=p.id,
+            campaign=p.campaign,
+            size=dims.as_dict(p.size),
+            duration_s=p.duration_s,
+            lease_class=_CLASS[p.lease_class],
+            queued_at=p.queued_at,
+            waited_s=max(0.0, now - p.queued_at),
+            reason=reason_to_proto(p.reason),
+            estimated_wait_s=max(0.0, wait),
+            position=position,
+            labels=p.labels,
+            idempotency_key=p.key,
+        )
+        if at is not None and math.isfinite(at):
+            item.reserved_at = at
+    return out
+
+
+def snapshot_event(
+    engine: Engine, lease_id: str, at: float, allocation: Mapping[str, str] | None
+) -> pb.LeaseEvent:
+    """What a Watch opening without ``from_seq`` sends first for a lease: its state now."""
+    ls = engine.leases.get(lease_id)
+    if ls is not None:
+        lease = live_lease_to_proto(engine, ls, allocation)
+        ev = pb.LeaseEvent(kind=_LIVE_KIND[ls.state], at=at, lease=lease, snapshot=True)
+        if ls.preempt_deadline is not None:
+            ev.deadline = ls.preempt_deadline
+        return ev
+    ended = engine.ended[lease_id]
+    return pb.LeaseEvent(
+        kind=_END_KIND[ended.state],
+        at=ended.at,
+        lease=ended_lease_to_proto(ended),
+        cause=ended.cause if ended.state is LeaseState.REVOKED else "",
+        snapshot=True,
+    )
+
+
+def lease_event(d: Decision, seq: int, index: int, lease: pb.Lease | None) -> pb.LeaseEvent:
+    """The Watch event for lease decision ``d``, journal entry ``seq`` position ``index``.
+
+    What happened (kind, time, deadline, cause, new expiry, nodes) comes from the
+    decision; the lease's fixed facts (size, class, labels) from ``lease``, its record
+    (None: forgotten, ended long ago; the decision is all there is). ``lease`` is
+    changed."""
+    lease_id: str = d.lease_id  # type: ignore[attr-defined]
+    if lease is None:
+        lease = pb.Lease(lease_id=lease_id, campaign=d.campaign)  # type: ignore[attr-defined]
+    kind = EVENT_KIND[type(d)]
+    ev = pb.LeaseEvent(kind=kind, at=d.at, seq=seq, index=index)
+    if isinstance(d, Granted):
+        lease.state = _STATE[LeaseState.ACTIVE if active_at_grant(d) else LeaseState.STARTING]
+        lease.starts_at, lease.expires_at = d.starts_at, d.expires_at
+    elif isinstance(d, Activated):
+        lease.state = _STATE[LeaseState.ACTIVE]
+        lease.nodes[:] = list(d.nodes)
+    elif isinstance(d, Renewed):
+        lease.expires_at = d.expires_at
+    elif isinstance(d, Allocated):
+        lease.allocation.clear()
+        lease.allocation.update(d.allocation)
+    elif isinstance(d, Resized):
+        lease.size.clear()
+        lease.size.update(d.size)
+        lease.nodes[:] = list(d.nodes)
+    elif isinstance(d, ResizeWarned):
+        ev.deadline = d.deadline
+        ev.resize_to.update(d.to)
+    elif isinstance(d, PreemptWarned):
+        lease.state = _STATE[LeaseState.PREEMPTING]
+        lease.preempt_deadline = d.deadline
+        ev.deadline = d.deadline
+        ev.for_request = d.for_request
+    else:
+        state = {
+            pb.LEASE_EVENT_KIND_RELEASED: LeaseState.RELEASED,
+            pb.LEASE_EVENT_KIND_EXPIRED: LeaseState.EXPIRED,
+        }.get(kind, LeaseState.REVOKED)
+        lease.state = _STATE[state]
+        lease.ended_at = d.at
+        if isinstance(d, Revoked):
+            ev.cause = d.cause
+            lease.end_cause = d.cause
+    ev.lease.CopyFrom(lease)
+    return ev
 
 
 # --------------------------------------------------------------------------- campaigns

@@ -1,27 +1,25 @@
-"""The service core: the ``Runtime`` (the shell around the engine) on the event loop, and
-what calls wait for.
+"""The service core: the lease operations on the ``Runtime`` (the shell around the
+engine), on one asyncio event loop, and the parts each call goes through.
 
-Everything here runs on one asyncio event loop: the engine is single-threaded, and
-``Runtime.submit`` (engine, then journal commit, then backend) is called only from
-coroutines on that loop, never from a thread. The core owns
+The engine is single-threaded: ``Runtime.submit`` is called only from coroutines on the
+loop, never from a thread. The core holds the clock (``now()`` never goes back, also
+across a restart whose journal ends later than the clock reads), the waiters of blocking
+Acquire calls (resolved by the Granted decision the runtime's listener hears at its
+commit), the tokens, the per-client limits and the metrics; and these parts, each in its
+own module:
 
-* the clock (a ``bursar.broker.clock.Clock``, the wall clock unless a test gives a
-  manual one): ``now()`` is ``max(clock.now(), engine.now)``, so time never goes back,
-  also across a restart whose journal ends later than the clock reads;
-* a background timer task that sleeps until the engine's next timer (expiry, revocation,
-  wake-up) or the backend's next event (a node ready) and then catches up;
-* the waiters of blocking Acquire calls (a future per queued request, resolved by the
-  Granted decision the runtime's listener sees);
-* the Watch subscriptions (lease events) and the supply-change signal for WatchSupply;
-* the tokens, the per-client limits and the metrics;
-* for a slow backend (Slurm), the leases whose placement is under way: the actuator makes
-  their allocations on worker threads, off the event loop, so other calls go on meanwhile.
-  The Acquire that got such a lease answers, and its Watch event (GRANTED or ACTIVATED) is
-  sent, once the allocation is ready, so that both carry it; a failed allocation ends the
-  lease (LeaseLost) and the answer is the revoked lease.
+* ``opening.py``: the state directory's lock, the runtime resumed, the tokens;
+* ``batcher.py``: the commit batches (every entry not yet committed, and who waits);
+* ``watch.py``: the Watch streams (snapshot, replay from the journal, publish);
+* ``placing.py``: the placements an asynchronous actuator (Slurm) is making;
+* ``background.py``: the timer task, the metrics refresh, the WAL checkpoints;
+* ``convert.py``: every outbound proto, built from engine values.
 
-Its methods take and return engine values (events, decisions, leases) or proto
-messages where a stream needs them; translating requests is the servicer's job.
+One Acquire: the servicer checks the request and calls :meth:`ServiceCore.acquire`; the
+runtime catches up, the engine decides, the journal entry is appended and handed to the
+batcher; the call awaits ``durable()`` once, the batch commits and the runtime hands the
+decision on (backend, listeners: the Watch hub publishes it); the servicer builds the
+answer from the Granted decision (``convert.granted_lease_to_proto``).
 """
 
 from __future__ import annotations
@@ -30,72 +28,67 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bursar.broker import codec, dims, policy_apply, safe_pickle, snapshot, validation
+from bursar.broker import codec, policy_apply
 from bursar.broker.acquisition import AcquireCall
-from bursar.broker.actuator import actuator_for
-from bursar.broker.backends.base import PoolBackend, active_at_grant, placed_by
-from bursar.broker.clock import SYSTEM, Clock, as_clock, wait_event_until
+from bursar.broker.backends.base import PoolBackend
+from bursar.broker.clock import SYSTEM, Clock, as_clock
 from bursar.broker.clock import wait_for as wait_for_clock
-from bursar.broker.codec import decision_from_dict
-from bursar.broker.config import Config, default_config
+from bursar.broker.config import Config
 from bursar.broker.decisions import (
-    Activated,
-    Allocated,
-    Decision,
-    Expired,
     Granted,
     Metered,
-    PreemptWarned,
     Rejected,
     Released,
     Renewed,
-    Resized,
-    ResizeWarned,
-    Revoked,
 )
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec
-from bursar.broker.errors import DISTRIBUTION, ErrorCode, JournalError, RequestError
+from bursar.broker.errors import ErrorCode, JournalError, RequestError
 from bursar.broker.events import (
-    CancelRequest,
     CreateCampaign,
     Event,
     LeaseLost,
     Meter,
     Release,
     Renew,
-    Tick,
     UpdateCampaign,
 )
-from bursar.broker.journal import JOURNAL_FILENAME, Journal, JournalStore
-from bursar.broker.lease import Lease, LeaseState
+from bursar.broker.journal import JournalStore
 from bursar.broker.outcome import Outcome
 from bursar.broker.policy import PolicySpec
 from bursar.broker.policy_apply import Applied
 from bursar.broker.runtime import Follower, Runtime
 from bursar.broker.service import convert
-from bursar.broker.service.auth import TOKENS_DB, Principal, TokenStore, load_admin_token
+from bursar.broker.service.auth import Principal, Rotations, TokenStore
+from bursar.broker.service.background import (
+    CHECKPOINT_INTERVAL_S,
+    Signal,
+    TimerTask,
+    checkpoints,
+    refreshes,
+)
+from bursar.broker.service.batcher import CommitBatcher
 from bursar.broker.service.errors import (
     PermissionDenied,
     Refused,
     ShuttingDown,
-    StreamOverflow,
-    Unauthenticated,
 )
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
+from bursar.broker.service.opening import (
+    lock_state_dir as _lock_state_dir,  # noqa: F401 - cli/journal.py imports it from here
+)
+from bursar.broker.service.opening import open_state, push_tokens, version_string
+from bursar.broker.service.placing import Placements
+from bursar.broker.service.watch import Subscription, WatchHub
 from bursar.broker.snapshot import EVERY
-from bursar.broker.state_lock import LOCK_FILE, try_lock
 from bursar.broker.supply import supply
 from bursar.protos.bursar.v1 import broker_pb2 as pb
 
@@ -106,62 +99,6 @@ log = logging.getLogger(__name__)
 MAX_WAIT_S = convert.MAX_WAIT_S
 """Longest a blocking Acquire may wait (AcquireRequest.timeout_s)."""
 
-STREAM_BACKLOG = 10_000
-"""Events a Watch stream may fall behind before it is closed (StreamOverflow)."""
-
-INDEX_SLICE = 200
-"""Journal entries the background task adds to the decision index at a time (about 0.7 ms)."""
-
-REPLAY_LIMIT = 10_000
-"""Journal entries a Watch with ``from_seq`` may replay before following live."""
-
-CHECKPOINT_INTERVAL_S = 1.0
-"""How often the journal's WAL is checkpointed, on a worker thread (see ``run_checkpoints``)."""
-
-MAX_BATCH_WAIT_S = 0.002
-"""Longest the first entry of a commit batch waits for the others (see ``durable``): a
-gathering batch commits at the latest this long after it opened, and a batch that is not
-gathering, on a loop that never runs dry, commits this often on the service's clock."""
-
-MAX_BATCH_ENTRIES = 512
-"""Entries after which a commit batch commits whatever else is ready."""
-
-_EVENT_KIND = {
-    Granted: pb.LEASE_EVENT_KIND_GRANTED,
-    Activated: pb.LEASE_EVENT_KIND_ACTIVATED,
-    PreemptWarned: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
-    Renewed: pb.LEASE_EVENT_KIND_RENEWED,
-    Revoked: pb.LEASE_EVENT_KIND_REVOKED,
-    Expired: pb.LEASE_EVENT_KIND_EXPIRED,
-    Released: pb.LEASE_EVENT_KIND_RELEASED,
-    Allocated: pb.LEASE_EVENT_KIND_ALLOCATED,
-    Resized: pb.LEASE_EVENT_KIND_RESIZED,
-    ResizeWarned: pb.LEASE_EVENT_KIND_RESIZE_WARNING,
-}
-_END_KIND = {
-    LeaseState.RELEASED: pb.LEASE_EVENT_KIND_RELEASED,
-    LeaseState.EXPIRED: pb.LEASE_EVENT_KIND_EXPIRED,
-    LeaseState.REVOKED: pb.LEASE_EVENT_KIND_REVOKED,
-}
-_END_KINDS = frozenset(_END_KIND.values())
-_LIVE_KIND = {
-    LeaseState.STARTING: pb.LEASE_EVENT_KIND_GRANTED,
-    LeaseState.ACTIVE: pb.LEASE_EVENT_KIND_ACTIVATED,
-    LeaseState.PREEMPTING: pb.LEASE_EVENT_KIND_PREEMPT_WARNING,
-}
-_LEASE_KINDS = frozenset(cls.kind for cls in _EVENT_KIND)
-
-
-MAX_REVOKE_REASON = 200
-"""Longest reason Admin.RevokeLease accepts (it is journaled and sent to the holder)."""
-
-
-def _version() -> str:
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0+unknown"
-
 
 @dataclass(slots=True)
 class _Waiter:
@@ -171,85 +108,6 @@ class _Waiter:
     queued_at: float
     estimate_s: float
     calls: int = 1
-
-
-@dataclass(slots=True)
-class _Placing:
-    """A lease whose placement an asynchronous actuator is making, and what waits for it."""
-
-    done: asyncio.Future[None]
-    """Resolved by the lease's Allocated decision (or its end)."""
-
-    def cut_off(self) -> None:
-        """End the wait with UNAVAILABLE (a shutdown): the client retries, with its key,
-        against the restarted server, which re-adopts the job."""
-        if not self.done.done():
-            self.done.set_exception(ShuttingDown("the wait for the allocation"))
-            self.done.add_done_callback(lambda f: f.exception())
-
-
-@dataclass(eq=False)
-class Subscription:
-    """One Watch stream: the leases it follows and the events not yet sent."""
-
-    campaign: str | None
-    """Only this campaign's leases; None: every campaign's (admin)."""
-    remaining: set[str] | None
-    """The explicit leases still live; None: open-ended (every lease of the campaign)."""
-    holder: str | None = None
-    """The campaign whose token opened it (None: the admin): a rotation of that token ends
-    the stream."""
-    snapshot: list[pb.LeaseEvent] = field(default_factory=list)
-    _queue: asyncio.Queue[pb.LeaseEvent | None] = field(default_factory=asyncio.Queue)
-    _error: BaseException | None = None
-
-    def wants(self, campaign: str, lease_id: str) -> bool:
-        if self.campaign is not None and campaign != self.campaign:
-            return False
-        return self.remaining is None or lease_id in self.remaining
-
-    @property
-    def finished(self) -> bool:
-        return self.remaining is not None and not self.remaining
-
-    def push(self, event: pb.LeaseEvent) -> None:
-        if self._error is not None:
-            return
-        if self._queue.qsize() >= STREAM_BACKLOG:
-            self.close(StreamOverflow(self._queue.qsize()))
-            return
-        self._queue.put_nowait(event)
-        if self.remaining is not None and event.kind in _END_KINDS:
-            self.remaining.discard(event.lease.lease_id)
-            if not self.remaining:
-                self._queue.put_nowait(None)
-
-    def close(self, error: BaseException) -> None:
-        if self._error is None:
-            self._error = error
-            self._queue.put_nowait(None)
-
-    def ready(self, limit: int) -> list[pb.LeaseEvent]:
-        """Up to ``limit`` events already queued, without waiting: a stream that sends
-        several at once (the dashboard's) pays one write for them. The end of the stream
-        stays queued for ``next``."""
-        out: list[pb.LeaseEvent] = []
-        while len(out) < limit and not self._queue.empty():
-            item = self._queue.get_nowait()
-            if item is None:
-                self._queue.put_nowait(None)  # nothing follows the end: it stays last
-                break
-            out.append(item)
-        return out
-
-    async def next(self) -> pb.LeaseEvent | None:
-        """The next event; None once every watched lease has ended. Raises what closed it."""
-        if self._error is not None and self._queue.empty():
-            raise self._error
-        item = await self._queue.get()
-        if item is None and self._error is not None:
-            raise self._error
-        return item
 
 
 class ServiceCore:
@@ -275,46 +133,28 @@ class ServiceCore:
         self.topology: Any = None
         """On a journal shared in PostgreSQL, the brokers on it as this leader's last lock
         check read them (``journal_pg.Topology``, set by the server); None on SQLite."""
-        self.version = _version()
+        self.version = version_string()
         self._last = runtime.engine.now
         self.started_at = self.now()
         self._waiters: dict[str, _Waiter] = {}
-        self._subs: set[Subscription] = set()
-        self._wake = asyncio.Event()
-        self._sleeping_until = -math.inf
-        """When the timer task wakes unless woken earlier; -inf while it is not asleep."""
-        self._sleeping_for: float | None = None
-        """The timer it sleeps for (None: it sleeps for the one-minute cap)."""
+        self.watches = WatchHub(runtime, self.now)
+        """The open Watch streams."""
+        self.timers = TimerTask(runtime, self._clock)
+        self._wake = self.timers.wake
         self._stop = asyncio.Event()
-        self._supply_changed = asyncio.Event()
-        self._supply_waiters = 0
-        self._token_gen: dict[str, int] = {}
-        """Token rotations per campaign while serving (see ``token_generation``)."""
+        self.supply_signal = Signal()
+        """Set by every commit batch and shutdown: WatchSupply streams send again."""
+        self.rotations = Rotations()
         self._closing = False
-        self._fatal: BaseException | None = None
         self._lock: int | None = None
-        self._placing: dict[str, _Placing] = {}
-        self._batch: asyncio.Future[None] | None = None
-        """Resolved once the journal entries left uncommitted so far are committed."""
-        self._batch_opened = 0.0
-        self._joined = 0
-        """Calls waiting for the open batch to commit (counted in ``durable``)."""
-        self._expect = 0
-        """Calls the open batch gathers for: those the last batch held, if it held more than
-        one; 0 when batches do not gather (see ``durable``)."""
-        self._window: asyncio.TimerHandle | None = None
-        """Commits a gathering batch once ``batch_window_s`` has passed."""
-        self.batch_window_s = MAX_BATCH_WAIT_S
-        """Longest a gathering batch waits, in seconds of the event loop's clock."""
-        self.commits = 0
-        """Commit batches written while serving (with ``committed``: entries per commit)."""
-        self.committed = 0
+        self.placements = Placements()
+        self.batcher = CommitBatcher(
+            runtime, self._clock, on_commit=self._after_commit, on_failure=self._failed
+        )
+        """Every entry is committed by a batch: the requests that arrive together share one
+        commit instead of paying one each."""
+        runtime.deferral = self.batcher
         runtime.listen(self._on_decisions)
-        # Every entry is committed by a batch (see ``durable``): the requests that arrive
-        # together share one commit instead of paying one each.
-        runtime.defer_commits = True
-        runtime.on_uncommitted = self._open_batch
-        runtime.on_committed = self._on_committed
 
     # ------------------------------------------------------------------ opening
 
@@ -333,102 +173,36 @@ class ServiceCore:
         store: JournalStore | None = None,
         follower: Follower | None = None,
     ) -> ServiceCore:
-        """Open (or create) the broker in ``state_dir``.
+        """Open (or create) the broker in ``state_dir`` (see ``opening.open_state``).
 
         ``store``: the journal when it is not ``state_dir``'s SQLite file (PostgreSQL,
         opened and led by the caller; ``state_dir`` keeps the snapshots and tokens);
-        ``follower``: the standby's engine, current with it (see ``server.py``).
-
-        A new state directory starts from ``config`` (default: the packaged demo pool)
-        and creates its campaigns. An existing one resumes from its journal; ``config``
-        may then be omitted (the journal holds the pool and policy it was written with),
-        and if given, its pool and policy must match the journal's.
-        """
-        state = Path(state_dir)
-        state.mkdir(parents=True, exist_ok=True)
-        lock = _lock_state_dir(state)
-        try:
-            return cls._open_locked(
-                state,
-                lock,
-                config,
-                durability,
-                as_clock(clock),
-                admin_token_file,
-                limits,
-                backend,
-                snapshot_every,
-                store,
-                follower,
-            )
-        except BaseException:
-            os.close(lock)
-            raise
-
-    @classmethod
-    def _open_locked(
-        cls,
-        state: Path,
-        lock: int,
-        config: Config | None,
-        durability: str,
-        clock: Clock,
-        admin_token_file: Path | None,
-        limits: LimitSettings | None,
-        backend: PoolBackend | None = None,
-        snapshot_every: int = EVERY,
-        store: JournalStore | None = None,
-        follower: Follower | None = None,
-    ) -> ServiceCore:
-        journal_path = state / JOURNAL_FILENAME
-        resumed = journal_path.exists() if store is None else store.last_seq > 0
-        if config is None:
-            if store is not None and resumed:
-                config = Config(pool=store.pool, policy=store.current_policy)
-            elif resumed:
-                with Journal.open(journal_path) as j:
-                    config = Config(pool=j.pool, policy=j.current_policy)
-            else:
-                config = default_config()
-        # A slow backend (Slurm) is driven from worker threads, never from the event loop.
-        broker = Runtime.open(
-            state,
+        ``follower``: the standby's engine, current with it (see ``server.py``). A new
+        state directory starts from ``config`` (default: the packaged demo pool); an
+        existing one resumes from its journal, whose pool and policy ``config`` (if given)
+        must match."""
+        clock = as_clock(clock)
+        opened = open_state(
+            Path(state_dir),
             config,
-            backend,
-            at=clock.now(),
             durability=durability,
             snapshot_every=snapshot_every,
-            actuator=lambda pool: actuator_for(pool, clock),
-            journal=store,
-            engine=follower,
+            clock=clock,
+            admin_token_file=admin_token_file,
+            backend=backend,
+            store=store,
+            follower=follower,
         )
-        broker.coalesce_ticks = True
-        try:
-            if resumed:
-                _withdraw_orphans(broker)
-                # The downtime, before serving: the leases that ended meanwhile are ended
-                # by the time anyone can ask.
-                broker.catch_up(clock.now())
-            admin_token, admin_path, _ = load_admin_token(state, admin_token_file)
-            if hasattr(store, "share_tokens"):
-                _pull_tokens(state, store)
-            tokens = TokenStore(state, admin_token)
-            issued = tokens.issue_missing(sorted(broker.engine.campaigns), clock.now())
-            if hasattr(store, "share_tokens"):
-                _push_tokens(state, store)
-        except BaseException:
-            broker.close()
-            raise
         core = cls(
-            broker,
-            tokens,
+            opened.runtime,
+            opened.tokens,
             limits=limits or LimitSettings(),
             clock=clock,
-            state_dir=state,
-            admin_token_path=admin_path,
-            issued_at_start=sorted(issued),
+            state_dir=Path(state_dir),
+            admin_token_path=opened.admin_token_path,
+            issued_at_start=opened.issued,
         )
-        core._lock = lock
+        core._lock = opened.lock
         return core
 
     @property
@@ -445,74 +219,19 @@ class ServiceCore:
 
     async def run_timers(self) -> None:
         """Catch up with the engine's timers and the backend's events as they fall due."""
-        loop = asyncio.get_running_loop()
-
-        def reported() -> None:  # from an actuator thread: a report is waiting
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to wake
-                loop.call_soon_threadsafe(self._wake.set)
-
-        self.runtime.actuator.on_report(reported)
-        try:
-            await self._run_timers()
-        finally:
-            self.runtime.actuator.on_report(None)
-
-    async def _run_timers(self) -> None:
-        while not self._stop.is_set():
-            if self._fatal is not None:
-                raise self._fatal
-            self._wake.clear()
-            self._sleeping_until = -math.inf  # awake: decisions need not wake it
-            due = self._next_due()
-            wall = self._clock.now()
-            if due is not None and due <= wall:
-                self._submit_catch_up()
-                continue
-            # Until the next timer on the clock or a decision's wake-up; a minute at most, as
-            # a backend's next event may move without one.
-            until = wall + 60.0 if due is None else min(wall + 60.0, due)
-            self._sleeping_until = until
-            self._sleeping_for = due if until == due else None
-            try:
-                await wait_event_until(self._clock, self._wake, until)
-            finally:
-                self._sleeping_until = -math.inf
-        if self._fatal is not None:
-            raise self._fatal
+        await self.timers.run(lambda: self._catch_up(self.now()))
 
     async def run_metrics(self, interval_s: float = 1.0) -> None:
-        """Refresh the metrics, and the journal's decision index (in bulk, off the requests'
-        path, so that a ListDecisions after a busy spell has little left to index)."""
-        while not self._stop.is_set():
+        """Refresh the metrics and the journal's decision index until stopped."""
+
+        def refresh() -> None:
             self.metrics.refresh(self.runtime, self.now(), self.limits.open_streams)
-            try:
-                # In slices, yielding between them: one second of a busy broker's entries
-                # at once would hold up its requests for milliseconds.
-                while self.runtime.journal.update_index(INDEX_SLICE) == INDEX_SLICE:
-                    await asyncio.sleep(0)
-            except JournalError as exc:  # the next query tries again (and says why)
-                log.warning("could not update the journal's decision index: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), interval_s)
+
+        await refreshes(self.runtime.journal, refresh, self._stop, interval_s)
 
     async def run_checkpoints(self, interval_s: float = CHECKPOINT_INTERVAL_S) -> None:
-        """Checkpoint the journal's WAL on a worker thread, instead of inside whichever
-        commit takes it past SQLite's threshold: a checkpoint fsyncs, and on a busy disk the
-        commit doing it held the event loop, and every call, for up to seconds."""
-        journal = self.runtime.journal
-        journal.manual_checkpoints()
-        while not self._stop.is_set():
-            try:
-                await asyncio.to_thread(journal.checkpoint)
-            except JournalError as exc:  # the next round tries again; appends go on
-                log.warning("journal checkpoint failed: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), interval_s)
-
-    def _next_due(self) -> float | None:
-        times = [self.engine.next_timer(), self.runtime.actuator.next_report_time()]
-        present = [t for t in times if t is not None]
-        return min(present) if present else None
+        """Checkpoint the journal's WAL on a worker thread until stopped."""
+        await checkpoints(self.runtime.journal, self._stop, interval_s)
 
     def begin_shutdown(self) -> None:
         """Stop taking new work: blocking Acquires and streams end with UNAVAILABLE."""
@@ -520,27 +239,26 @@ class ServiceCore:
         for w in self._waiters.values():
             if not w.future.done():
                 w.future.set_exception(ShuttingDown("the queued request"))
-        for sub in list(self._subs):
-            sub.close(ShuttingDown("the stream"))
-        for placing in self._placing.values():
-            placing.cut_off()  # an Acquire waiting for its allocation, like a queued one
-        self._placing.clear()
-        self._notify_supply()
+        self.watches.close_all(ShuttingDown("the stream"))
+        self.placements.cut_off()
+        self.supply_signal.notify()
 
     def stop_background(self) -> None:
         self._stop.set()
-        self._wake.set()
-        self._notify_supply()
+        self.batcher.hurry = True
+        self.timers.stop()
+        self.supply_signal.notify()
 
     def close(self) -> None:
         """Close the journal (what is left uncommitted is committed first) and the token
         store."""
-        if self.commits:
+        b = self.batcher
+        if b.commits:
             log.info(
                 "%d journal entries in %d commits (%.2f per commit)",
-                self.committed,
-                self.commits,
-                self.committed / self.commits,
+                b.committed,
+                b.commits,
+                b.committed / b.commits,
             )
         self.metrics.stop_http()
         self.tokens.close()
@@ -562,163 +280,24 @@ class ServiceCore:
             self._failed(exc)
             raise
 
-    # ------------------------------------------------------------------ commit batches
-    #
-    # An applied event's journal entry is inserted at once but committed later, together
-    # with the entries of whatever other requests arrive meanwhile; nothing about an event
-    # is answered, published or handed to the backend before its commit (the runtime holds
-    # the outcomes back until then). How much later adapts to the load:
-    #
-    # * Not gathering (a lone client, light load): a batch commits as soon as the event loop
-    #   has nothing else ready to run, which for a lone request is at once. A loop that
-    #   never runs dry commits after MAX_BATCH_WAIT_S on the service's clock, or at
-    #   MAX_BATCH_ENTRIES entries.
-    # * Gathering: the last batch held more than one call, so requests are arriving faster
-    #   than a commit and its answers go out. A client waiting for its answer sends nothing
-    #   more, so committing on an idle loop answers each burst before the rest of the
-    #   clients' next requests have arrived. The batch instead waits for as many calls as
-    #   the last one held, then commits once the loop is idle, and commits anyway
-    #   ``batch_window_s`` (MAX_BATCH_WAIT_S) after it opened. A batch that ends up holding
-    #   one call (the load has gone) stops the gathering, so a lone client pays at most
-    #   one window, once.
-    #
-    # The window is timed on the event loop's clock, not the service's: it decides only
-    # when answers leave, never what is decided or journaled, and a test's manual clock
-    # must not hold a commit back. One commit for many answers saves the commit and, more,
-    # the event loop's and gRPC's wake-ups per answer (see benchmarks/bench_service.py).
-
     async def durable(self) -> None:
-        """Return once every journal entry appended so far is committed (at once if all
-        are). Raises ``JournalError`` if the commit failed: those events never happened."""
-        if not self.runtime.uncommitted:
-            return
-        batch = self._batch
-        if batch is None:
-            self._commit_batch()
-            return
-        self._joined += 1
-        if not self._expect:
-            if _loop_idle():
-                self._commit_batch()
-                return
-        elif self.runtime.uncommitted >= MAX_BATCH_ENTRIES:
-            self._commit_batch()
-            return
-        elif self._joined == self._expect:
-            # Everyone the last batch held is here: commit once what is ready has joined.
-            asyncio.get_running_loop().call_soon(self._check_batch)
-        await asyncio.shield(batch)
+        """Return once every journal entry appended so far is committed (see
+        ``CommitBatcher.durable``)."""
+        await self.batcher.durable()
 
     async def settled(self) -> None:
-        """Return with nothing left uncommitted (``durable`` may return with entries that
-        other calls appended while this one waited): for a caller that reads state next,
-        in the same step, and must see committed state only (a Watch opening on it)."""
-        while self.runtime.uncommitted:
-            await self.durable()
-
-    @property
-    def gathering(self) -> int:
-        """Calls the next commit batch waits for before it commits (0: it commits as soon as
-        the event loop is idle)."""
-        return self._expect
-
-    def _open_batch(self) -> None:
-        """The runtime's hook: an entry is waiting for its commit and none was before."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            # Called off the event loop (a direct caller, not a request): nobody gathers.
-            self._commit_batch()
-            return
-        self._batch = loop.create_future()
-        self._batch_opened = self._clock.now()
-        self._joined = 0
-        if self._expect:
-            self._window = loop.call_later(self.batch_window_s, self._window_over)
-        else:
-            loop.call_soon(self._check_batch)
-
-    def _check_batch(self) -> None:
-        if self._batch is None:
-            return  # committed meanwhile (by a request that found the loop idle)
-        if (
-            _loop_idle()
-            or self.runtime.uncommitted >= MAX_BATCH_ENTRIES
-            or self._clock.now() - self._batch_opened >= MAX_BATCH_WAIT_S
-            or self._stop.is_set()
-        ):
-            # A failed commit is already on the batch's future, for the callers to raise.
-            with contextlib.suppress(JournalError):
-                self._commit_batch()
-        else:
-            asyncio.get_running_loop().call_soon(self._check_batch)
-
-    def _window_over(self) -> None:
-        self._window = None
-        if self._batch is not None:
-            with contextlib.suppress(JournalError):
-                self._commit_batch()
-
-    def _commit_batch(self) -> None:
-        try:
-            self.runtime.commit()
-        except JournalError as exc:
-            self._failed(exc)  # fails the batch's callers too
-            raise
-        if self._batch is not None and not self.runtime.uncommitted:
-            self._on_committed([])  # there was nothing left to commit
-
-    def _on_committed(self, outcomes: list[Outcome]) -> None:
-        """The runtime's hook after each commit (ours, or one it made before the backend
-        reports): the calls waiting for it go on."""
-        if outcomes:
-            self.commits += 1
-            self.committed += len(outcomes)
-            self.metrics.on_commit(len(outcomes))
-            self._after_commit()
-        batch = self._batch
-        if batch is not None and not self.runtime.uncommitted:
-            self._close_batch()
-            if not batch.done():
-                batch.set_result(None)
-
-    def _close_batch(self) -> None:
-        """The open batch is done with (committed or dropped): the next one gathers for as
-        many calls as this one held, if that was more than one."""
-        self._batch = None
-        self._expect = self._joined if self._joined > 1 else 0
-        if self._window is not None:
-            self._window.cancel()
-            self._window = None
-
-    def _drop_batch(self, exc: BaseException) -> None:
-        """An append failed: the runtime dropped the uncommitted entries with it, so the
-        calls waiting for them fail as well."""
-        batch = self._batch
-        if batch is not None and not self.runtime.uncommitted:
-            self._close_batch()
-            if not batch.done():
-                batch.set_exception(exc)
-                batch.add_done_callback(_retrieve)
-
-    def _submit_catch_up(self) -> None:
-        try:
-            self.runtime.catch_up(self.now())
-        except JournalError as exc:
-            self._failed(exc)
-            raise
+        """Return with nothing left uncommitted (see ``CommitBatcher.settled``)."""
+        await self.batcher.settled()
 
     def _failed(self, exc: BaseException) -> None:
         # An append the journal refused was rolled back (the engine is as the journal has
         # it): that call fails, the next may work. Only a broker that could not roll back
         # stops the service.
-        self._drop_batch(exc)
         if not self.runtime.broken:
             return
-        if self._fatal is None:
+        if self.timers.fatal is None:
             log.error("journal write failed; the broker stops taking requests: %s", exc)
-            self._fatal = exc
-            self._wake.set()
+            self.timers.fail(exc)
 
     def _on_decisions(self, _event: Event, outcome: Outcome) -> None:
         """The runtime's listener: called after each applied event's journal commit."""
@@ -729,80 +308,28 @@ class ServiceCore:
                 w = self._waiters.get(d.lease_id)
                 if w is not None and not w.future.done():
                     w.future.set_result(d)
-            lease_id = placed_by(d) if asynchronous else None
-            if lease_id is not None and lease_id not in self._placing:
-                # Its allocation is being made: its Acquire answers once it is ready.
-                placing = _Placing(asyncio.get_running_loop().create_future())
-                if self._closing:
-                    # The shutdown began while this grant was being committed, after it cut
-                    # off the waits under way: cut this one off too, as it would have.
-                    placing.cut_off()
-                self._placing[lease_id] = placing
-            if isinstance(d, Allocated | Revoked | Expired | Released):
-                self._placed(d.lease_id)  # allocated, or ended first (the allocation failed)
-            if self._subs and type(d) in _EVENT_KIND:
-                self._publish(d, outcome.seq, index)
+            if asynchronous:
+                self.placements.heard(d)
+            self.watches.publish(d, outcome.seq, index)
 
-    def _after_commit(self) -> None:
-        """Once per commit batch, not per event: wake the timer task if it must, tell the
-        supply streams."""
-        # Wake the timer task only if what is due next moved: earlier than it sleeps until,
-        # or away from the timer it sleeps for (that one died: a renewal, a release). Most
-        # requests move neither, and a wake-up costs more (a task and a timer on the loop)
-        # than looking.
-        if self._sleeping_until > -math.inf:
-            due = self._next_due()
-            if (due is not None and due < self._sleeping_until) or (
-                self._sleeping_for is not None and due != self._sleeping_for
-            ):
-                self._wake.set()
-        self._notify_supply()
-
-    def _placed(self, lease_id: str) -> None:
-        """A lease's placement is over (allocated, or the lease ended first): let its
-        Acquire answer."""
-        placing = self._placing.pop(lease_id, None)
-        if placing is not None and not placing.done.done():
-            placing.done.set_result(None)
-
-    async def _until_placed(self, lease_id: str) -> None:
-        """Wait until the lease's placement is over (at once if none is under way)."""
-        placing = self._placing.get(lease_id)
-        if placing is not None:
-            await asyncio.shield(placing.done)
-
-    def _notify_supply(self) -> None:
-        if not self._supply_waiters:
-            return  # nobody waits: no new event per decision
-        ev, self._supply_changed = self._supply_changed, asyncio.Event()
-        ev.set()
+    def _after_commit(self, outcomes: list[Outcome]) -> None:
+        """Once per commit batch, not per event: count it, wake the timer task if it must,
+        tell the supply streams."""
+        self.metrics.on_commit(len(outcomes))
+        self.timers.moved()
+        self.supply_signal.notify()
 
     async def supply_changed(self, timeout_s: float) -> None:
         """Wait until a decision changes the pool (or ``timeout_s`` passes)."""
-        self._supply_waiters += 1
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._supply_changed.wait(), timeout_s)
-        finally:
-            self._supply_waiters -= 1
+        await self.supply_signal.wait(timeout_s)
 
     # ------------------------------------------------------------------ leases
 
     def lease_proto(self, lease_id: str) -> pb.Lease:
-        ls = self.engine.leases.get(lease_id)
-        if ls is not None and lease_id not in self.engine.elastic.parent_of:
-            return self._live_lease_proto(ls)
-        ended = self.engine.ended.get(lease_id)
-        if ended is not None:
-            return convert.ended_lease_to_proto(ended)
-        raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
-
-    def _live_lease_proto(self, ls: Lease) -> pb.Lease:
-        out = convert.lease_to_proto(self.engine, ls)
-        # A real backend (Slurm) says how to run inside the lease's resources.
-        allocation = self.runtime.backend.allocation(ls.id)
-        if allocation:  # the simulated pool has none: skip the proto map's update
-            out.allocation.update(allocation)
+        """The lease as it is now, live or ended."""
+        out = convert.lease_by_id(self.engine, lease_id, self.runtime.backend.allocation)
+        if out is None:
+            raise RequestError(ErrorCode.NOT_FOUND, "lease_id", f"no lease {lease_id!r}")
         return out
 
     def _lease_campaign(self, lease_id: str) -> str | None:
@@ -829,17 +356,18 @@ class ServiceCore:
             principal.acting_for(campaign)
         only = principal.campaign or campaign or None
         leases = sorted(self.engine.holders_leases(), key=lambda ls: int(ls.id[1:]))
-        return [self._live_lease_proto(ls) for ls in leases if only is None or ls.campaign == only]
+        allocation = self.runtime.backend.allocation
+        return [
+            convert.live_lease_to_proto(self.engine, ls, allocation(ls.id))
+            for ls in leases
+            if only is None or ls.campaign == only
+        ]
 
     def list_pending(
         self, principal: Principal, campaign: str, request_id: str, key: str
     ) -> pb.ListPendingResponse:
         """The waiting requests the caller may see, in admission order (ListPending)."""
-        for value, name in ((request_id, "request_id"), (key, "idempotency_key")):
-            if len(value) > 128 or not value.isprintable():
-                raise RequestError(
-                    ErrorCode.INVALID_ARGUMENT, name, "at most 128 printable characters"
-                )
+        convert.check_pending_filters(request_id, key)
         if campaign:
             principal.acting_for(campaign)
             self.require_campaign(campaign)
@@ -852,62 +380,13 @@ class ServiceCore:
             )
         now = self.now()
         self._catch_up(now)
-        engine = self.engine
-        # The estimates are from the engine's clock; the caller asks from ours.
-        lag = now - engine.now
-        queue = engine.queue
-        pending = engine.pending
-        if request_id or key:
-            # One request (an on_queued poll, every second per waiting client): its place
-            # is counted, not sorted for.
-            if request_id:
-                picked = [pending[request_id]] if request_id in pending else []
-            else:
-                picked = list(pending.values())
-            if key:
-                picked = [p for p in picked if p.key == key]
-            if only is not None:
-                picked = [p for p in picked if p.campaign == only]
-            places = []
-            for p in picked:
-                mine = queue.key(p)
-                places.append((1 + sum(queue.key(q) < mine for q in pending.values()), p))
-        else:
-            places = [
-                (i, p)
-                for i, p in enumerate(queue.ordered(), start=1)
-                if only is None or p.campaign == only
-            ]
-        # Only aged requests hold reservations: the profile is built only for them.
-        aged = any(p.id in queue.aged for _, p in places)
-        reserved = engine.reservation_starts() if aged else {}
-        out = pb.ListPendingResponse(at=now)
-        for position, p in places:
-            at = reserved.get(p.id)
-            if at is not None and math.isfinite(at):
-                wait = at - now
-            else:
-                wait = engine.estimated_wait(p.id) - lag
-            item = out.requests.add(
-                request_id=p.id,
-                campaign=p.campaign,
-                size=dims.as_dict(p.size),
-                duration_s=p.duration_s,
-                lease_class=convert.lease_class_to_proto(p.lease_class),
-                queued_at=p.queued_at,
-                waited_s=max(0.0, now - p.queued_at),
-                reason=convert.reason_to_proto(p.reason),
-                estimated_wait_s=max(0.0, wait),
-                position=position,
-                labels=p.labels,
-                idempotency_key=p.key,
-            )
-            if at is not None and math.isfinite(at):
-                item.reserved_at = at
-        return out
+        places = convert.pending_places(self.engine, only, request_id, key)
+        return convert.pending_to_proto(self.engine, now, places)
 
     async def acquire(self, args: convert.AcquireArgs) -> tuple[Granted, float]:
-        """Request a lease; return the grant and the seconds it waited in the queue.
+        """Request a lease; return the grant and the seconds it waited in the queue, once
+        every entry the answer reports is committed (one ``durable`` on each way out; a
+        queued request's grant is heard of at its commit).
 
         With an idempotency key (``args.key``) already used by this campaign, nothing is
         submitted: the call gets the first one's answer (its grant or refusal), or waits
@@ -925,7 +404,7 @@ class ServiceCore:
             await self.durable()
             if not call.replayed:
                 self._observe_grant(first, t0)
-            await self._until_placed(first.lease_id)
+            await self.placements.until_placed(first.lease_id)
             return first, first.at - call.request.at if not call.replayed else 0.0
         if isinstance(first, Rejected):
             await self.durable()
@@ -951,9 +430,11 @@ class ServiceCore:
             if waiter.calls > 0 and not isinstance(exc, ShuttingDown):
                 grant = None  # another call still waits for this request: leave it queued
             else:
-                if not call.withdraw(self.now()) and not waiter.future.done():
-                    # Granted in a batch not committed yet: the waiter hears of it at the
-                    # commit, and the grant is this call's (or given back, below).
+                withdrawn = call.withdraw(self.now())
+                if not gone or (not withdrawn and not waiter.future.done()):
+                    # The answer waits for the withdrawal's commit; or the request was
+                    # granted in a batch not committed yet: the waiter hears of it at
+                    # the commit, and the grant is this call's (or given back, below).
                     await self.durable()
                 grant = call.live(_result(waiter.future))
             if gone:
@@ -972,7 +453,7 @@ class ServiceCore:
             if waiter.calls <= 0 or waiter.future.done():
                 self._waiters.pop(rid, None)
         self._observe_grant(grant, t0)
-        await self._until_placed(grant.lease_id)
+        await self.placements.until_placed(grant.lease_id)
         return grant, grant.at - waiter.queued_at
 
     def _release_quietly(self, lease_id: str) -> None:
@@ -1005,19 +486,7 @@ class ServiceCore:
         """An operator ends a live lease at once (Admin.RevokeLease). Checked before
         anything is journaled, so a refused call leaves state and journal as they were."""
         convert.check_id(lease_id, "lease_id")
-        reason = reason.strip()
-        if not reason:
-            raise RequestError(
-                ErrorCode.INVALID_ARGUMENT,
-                "reason",
-                "required: say why the lease is revoked (it is journaled and sent to its holder)",
-            )
-        if len(reason) > MAX_REVOKE_REASON or not reason.isprintable():
-            raise RequestError(
-                ErrorCode.INVALID_ARGUMENT,
-                "reason",
-                f"at most {MAX_REVOKE_REASON} printable characters (got {len(reason)})",
-            )
+        reason = convert.revoke_reason(reason)
         now = self.now()
         self._catch_up(now)
         if lease_id not in self.engine.leases:
@@ -1085,15 +554,9 @@ class ServiceCore:
         return await self.what_if(lambda at: _update_event(spec, at))
 
     async def what_if(self, make: Callable[[float], Event]) -> tuple[Outcome, Engine]:
-        """Decide the event ``make(now)`` on a copy of the engine's committed state: its
-        outcome, and the copy as it would be after it. The live engine, the journal and
-        everything listening to them are left as they were. Bad input raises as it would
-        for the real call.
-
-        The copy first catches up with the timers due by now, as ``Runtime.catch_up``
-        would before the real call, so that the event meets the state that call would
-        meet; backend reports not yet delivered are not anticipated (the timer task
-        delivers them as they fall due)."""
+        """Decide the event ``make(now)`` on a copy of the engine's committed state
+        (``Runtime.what_if``): its outcome, and the copy as it would be after it. Backend
+        reports not yet delivered are not anticipated (the timer task delivers them)."""
         if self._closing:
             raise ShuttingDown("the request")
         # Committed state only: an entry of an open batch may yet be rolled back. Nothing
@@ -1104,19 +567,7 @@ class ServiceCore:
                 "the broker stopped after a journal write failed; restart it to resume "
                 "from the journal"
             )
-        now = self.now()
-        event = make(now)
-        # Bad input is refused before the copy is paid for. Whether a request or a spec is
-        # valid does not depend on the timers the copy catches up with first; the copy's
-        # engine checks it again anyway.
-        validation.validate(self.engine, event)
-        engine = _engine_copy(self.engine)
-        while (due := engine.next_timer()) is not None and due <= now:
-            if self.runtime.coalesce_ticks:
-                engine.apply(Tick(at=now))  # one Tick to now, as the runtime's catch-up
-                break
-            engine.apply(Tick(at=due))
-        return engine.apply(event), engine
+        return self.runtime.what_if(make(self.now()))
 
     # ------------------------------------------------------------------ watch
 
@@ -1144,148 +595,10 @@ class ServiceCore:
                 raise PermissionDenied(
                     "OTHER_CAMPAIGN", f"lease {lid} is not campaign {scope}'s", str(principal)
                 )
-        sub = Subscription(scope, set(ids) if ids else None, principal.campaign)
-        if from_seq:
-            self._replay_into(sub, from_seq, from_index)
-        else:
-            self._snapshot_into(sub, ids)
-        if not sub.finished:
-            self._subs.add(sub)
-        return sub
-
-    def _snapshot_into(self, sub: Subscription, ids: list[str]) -> None:
-        at = self.now()
-        scope = sub.campaign
-        if ids:
-            targets = ids
-        else:
-            targets = sorted(
-                (ls.id for ls in self.engine.holders_leases() if scope in (None, ls.campaign)),
-                key=lambda x: int(x[1:]),
-            )
-        for lid in targets:
-            ls = self.engine.leases.get(lid)
-            if ls is not None:
-                lease = self._live_lease_proto(ls)
-                ev = pb.LeaseEvent(kind=_LIVE_KIND[ls.state], at=at, lease=lease, snapshot=True)
-                if ls.preempt_deadline is not None:
-                    ev.deadline = ls.preempt_deadline
-            else:
-                ended = self.engine.ended[lid]
-                ev = pb.LeaseEvent(
-                    kind=_END_KIND[ended.state],
-                    at=ended.at,
-                    lease=convert.ended_lease_to_proto(ended),
-                    cause=ended.cause if ended.state is LeaseState.REVOKED else "",
-                    snapshot=True,
-                )
-                assert sub.remaining is not None
-                sub.remaining.discard(lid)
-            sub.snapshot.append(ev)
-
-    def _replay_into(self, sub: Subscription, from_seq: int, from_index: int) -> None:
-        last = self.runtime.journal.last_seq
-        if from_seq > last + 1:
-            raise RequestError(
-                ErrorCode.OUT_OF_RANGE,
-                "from_seq",
-                f"entry {from_seq} is past the journal's end ({last}); resume from at most "
-                f"{last + 1}",
-            )
-        archived = self.runtime.journal.archived_through
-        if 0 < from_seq <= archived:
-            raise RequestError(
-                ErrorCode.OUT_OF_RANGE,
-                "from_seq",
-                f"entries up to {archived} were moved to an archive; resume from at least "
-                f"{archived + 1}, or open the stream without from_seq for a snapshot",
-            )
-        if last - from_seq >= REPLAY_LIMIT:
-            raise RequestError(
-                ErrorCode.OUT_OF_RANGE,
-                "from_seq",
-                f"entry {from_seq} is more than {REPLAY_LIMIT} entries behind the journal's "
-                f"end ({last}); open the stream without from_seq for a snapshot",
-            )
-        for seq, decisions in self.runtime.journal.decisions_from(from_seq, REPLAY_LIMIT):
-            for index, d in enumerate(decisions):
-                if d["kind"] not in _LEASE_KINDS or (seq, index) < (from_seq, from_index):
-                    continue
-                if not sub.wants(d["campaign"], d["lease_id"]):
-                    continue
-                ev = self._event_for(decision_from_dict(d), seq, index)
-                sub.snapshot.append(ev)
-                if sub.remaining is not None and ev.kind in _END_KINDS:
-                    sub.remaining.discard(d["lease_id"])
-        if sub.remaining is not None:
-            # A watched lease that ended before from_seq: its end was delivered before the
-            # position the caller resumes from.
-            sub.remaining.intersection_update(self.engine.leases)
+        return self.watches.open(scope, ids, principal.campaign, from_seq, from_index)
 
     def unwatch(self, sub: Subscription) -> None:
-        self._subs.discard(sub)
-
-    def _event_for(self, d: Decision, seq: int, index: int) -> pb.LeaseEvent:
-        """The Watch event for lease decision ``d``, journal entry ``seq`` position ``index``.
-
-        What happened (kind, time, deadline, cause, new expiry, nodes) comes from the
-        decision; the lease's fixed facts (size, class, labels) from its record."""
-        lease_id: str = d.lease_id  # type: ignore[attr-defined]
-        kind = _EVENT_KIND[type(d)]
-        try:
-            lease = self.lease_proto(lease_id)
-        except RequestError:  # forgotten (ended long ago): the decision is all there is
-            lease = pb.Lease(lease_id=lease_id, campaign=d.campaign)  # type: ignore[attr-defined]
-        ev = pb.LeaseEvent(kind=kind, at=d.at, seq=seq, index=index)
-        if isinstance(d, Granted):
-            lease.state = convert.state_to_proto(
-                LeaseState.ACTIVE if active_at_grant(d) else LeaseState.STARTING
-            )
-            lease.starts_at, lease.expires_at = d.starts_at, d.expires_at
-        elif isinstance(d, Activated):
-            lease.state = convert.state_to_proto(LeaseState.ACTIVE)
-            lease.nodes[:] = list(d.nodes)
-        elif isinstance(d, Renewed):
-            lease.expires_at = d.expires_at
-        elif isinstance(d, Allocated):
-            lease.allocation.clear()
-            lease.allocation.update(d.allocation)
-        elif isinstance(d, Resized):
-            lease.size.clear()
-            lease.size.update(d.size)
-            lease.nodes[:] = list(d.nodes)
-        elif isinstance(d, ResizeWarned):
-            ev.deadline = d.deadline
-            ev.resize_to.update(d.to)
-        elif isinstance(d, PreemptWarned):
-            lease.state = convert.state_to_proto(LeaseState.PREEMPTING)
-            lease.preempt_deadline = d.deadline
-            ev.deadline = d.deadline
-            ev.for_request = d.for_request
-        else:
-            state = {
-                pb.LEASE_EVENT_KIND_RELEASED: LeaseState.RELEASED,
-                pb.LEASE_EVENT_KIND_EXPIRED: LeaseState.EXPIRED,
-            }.get(kind, LeaseState.REVOKED)
-            lease.state = convert.state_to_proto(state)
-            lease.ended_at = d.at
-            if isinstance(d, Revoked):
-                ev.cause = d.cause
-                lease.end_cause = d.cause
-        ev.lease.CopyFrom(lease)
-        return ev
-
-    def _publish(self, d: Decision, seq: int, index: int) -> None:
-        lease_id: str = d.lease_id  # type: ignore[attr-defined]
-        campaign: str = d.campaign  # type: ignore[attr-defined]
-        targets = [s for s in self._subs if s.wants(campaign, lease_id)]
-        if not targets:
-            return
-        ev = self._event_for(d, seq, index)
-        for s in targets:
-            s.push(ev)
-            if s.finished:
-                self._subs.discard(s)
+        self.watches.unwatch(sub)
 
     # ------------------------------------------------------------------ supply, meter
 
@@ -1354,29 +667,24 @@ class ServiceCore:
         token = self.tokens.rotate(name, now)
         self._share_tokens()
         # The old token stops working at once, streams it opened included.
-        self._token_gen[name] = self._token_gen.get(name, 0) + 1
-        for sub in [s for s in self._subs if s.holder == name]:
-            self._subs.discard(sub)
-            sub.close(_rotated(name))
-        self._notify_supply()
+        self.watches.end_holder(name, self.rotations.rotated(name))
+        self.supply_signal.notify()
         return token, now
 
     def _share_tokens(self) -> None:
         """On a shared (PostgreSQL) journal: the tokens issued here, for the standbys."""
         journal = self.runtime.journal
         if hasattr(journal, "share_tokens"):
-            _push_tokens(self.state_dir, journal)
+            push_tokens(self.state_dir, journal)
 
     def token_generation(self, campaign: str | None) -> int:
         """How many times ``campaign``'s token was rotated while serving (0 for the admin):
         a stream compares it with the value it opened with."""
-        return 0 if campaign is None else self._token_gen.get(campaign, 0)
+        return self.rotations.generation(campaign)
 
     def check_token_generation(self, campaign: str | None, opened_with: int) -> None:
         """Raise UNAUTHENTICATED if ``campaign``'s token was rotated since ``opened_with``."""
-        if self.token_generation(campaign) != opened_with:
-            assert campaign is not None
-            raise _rotated(campaign)
+        self.rotations.check(campaign, opened_with)
 
 
 def _update_event(spec: CampaignSpec, at: float) -> UpdateCampaign:
@@ -1385,90 +693,8 @@ def _update_event(spec: CampaignSpec, at: float) -> UpdateCampaign:
     return UpdateCampaign(at=at, spec=codec.campaign_from_dict(codec.plain(spec)))
 
 
-def _engine_copy(engine: Engine) -> Engine:
-    """A copy of ``engine`` sharing no mutable state with it: the snapshot's own capture
-    (its ``__getstate__`` leaves the per-pass caches out) read back. About twice as fast
-    as ``copy.deepcopy``, which walks the same state object by object in Python
-    (``benchmarks/bench_whatif.py``)."""
-    return safe_pickle.loads(snapshot.capture(engine))
-
-
-def _rotated(campaign: str) -> Unauthenticated:
-    return Unauthenticated(
-        "TOKEN_ROTATED",
-        f"campaign {campaign}'s token was rotated: reconnect with the new token",
-    )
-
-
-def _pull_tokens(state: Path, store: Any) -> None:
-    """Copy the brokers' shared token digests into this broker's token store (before it
-    opens it), so that it accepts the tokens another leader issued."""
-    rows = store.shared_tokens()
-    if not rows:
-        return
-    with contextlib.closing(sqlite3.connect(state / TOKENS_DB)) as conn, conn:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS tokens (campaign TEXT PRIMARY KEY, "
-            "sha256 TEXT NOT NULL UNIQUE, issued_at REAL NOT NULL)"
-        )
-        # A token rotated elsewhere replaces this broker's copy; its old digest goes first,
-        # so that the UNIQUE digest never clashes.
-        conn.executemany("DELETE FROM tokens WHERE campaign = ?", [(c,) for c, _, _ in rows])
-        conn.executemany("INSERT INTO tokens (campaign, sha256, issued_at) VALUES (?, ?, ?)", rows)
-
-
-def _push_tokens(state: Path, store: Any) -> None:
-    with contextlib.closing(sqlite3.connect(state / TOKENS_DB)) as conn:
-        rows = conn.execute("SELECT campaign, sha256, issued_at FROM tokens").fetchall()
-    store.share_tokens(rows)
-
-
-def _lock_state_dir(state: Path) -> int:
-    """Hold the state directory's lock while serving (``broker/state_lock.py``): one server
-    per state directory."""
-    fd = try_lock(state)
-    if fd is None:
-        raise ValueError(
-            f"another bursar serve is using {state} (it holds {state / LOCK_FILE}); stop it "
-            "or choose another --state-dir"
-        )
-    return fd
-
-
-def _loop_idle() -> bool:
-    """True if the running event loop has nothing else ready to run: a commit now makes
-    nobody wait who could have joined it.
-
-    Reads the loop's ready queue, which asyncio keeps private: a loop without one (another
-    implementation) counts as idle, so that entries are committed at once rather than late.
-    """
-    ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    return not ready
-
-
-def _retrieve(fut: asyncio.Future[None]) -> None:
-    # The error reaches the callers that wait; one nobody waited for is not "never retrieved".
-    if not fut.cancelled():
-        fut.exception()
-
-
 def _result(fut: asyncio.Future[Granted]) -> Granted | None:
     """The future's grant, if it has one."""
     if fut.done() and not fut.cancelled() and fut.exception() is None:
         return fut.result()
     return None
-
-
-def _withdraw_orphans(broker: Runtime) -> None:
-    """Cancel the requests that were queued when the last server stopped.
-
-    Each belonged to a blocking Acquire call that the stop cut off: nobody is waiting for
-    its grant any more (the client retries against the new server), and a grant nobody
-    hears of would hold capacity until it expired.
-    """
-    # Withdrawn as of the last journaled instant, when the old server was still alive:
-    # first catching up on the downtime could grant one of them (a lease ending then frees
-    # capacity) to nobody. All in one step, so that withdrawing one cannot grant the next.
-    ids = [p.id for p in sorted(broker.engine.pending.values(), key=lambda p: p.seq)]
-    if ids:
-        broker.submit(CancelRequest(at=broker.engine.now, request_id=ids[0], also=tuple(ids[1:])))

@@ -48,10 +48,10 @@ from bursar.broker.runtime import Follower
 from bursar.broker.service import stalls
 from bursar.broker.service.auth import bearer_token, load_admin_token
 from bursar.broker.service.core import ServiceCore
-from bursar.broker.service.core import _version as core_version
 from bursar.broker.service.errors import Unauthenticated
 from bursar.broker.service.limits import LimitSettings
 from bursar.broker.service.metrics import Metrics
+from bursar.broker.service.opening import version_string as core_version
 from bursar.broker.service.servicer import (
     AdminServicer,
     BrokerServicer,

@@ -79,11 +79,18 @@ def _safe(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 
 
 def _rpc(
-    *, admin: bool = False, stream: bool = False, admin_for: Callable[[Any], str] | None = None
+    *,
+    admin: bool = False,
+    stream: bool = False,
+    admin_for: Callable[[Any], str] | None = None,
+    committed: bool = False,
 ) -> Callable[..., Any]:
     """Wrap an RPC implementation ``fn(self, request, principal[, context])``.
     ``admin_for(request)`` names what in a request needs the admin token ("" for nothing):
-    it is refused as PERMISSION_DENIED before its fields are checked, as an admin RPC is."""
+    it is refused as PERMISSION_DENIED before its fields are checked, as an admin RPC is.
+    ``committed``: the implementation answers from committed values only, having waited
+    for its own entries' commit (the core's ``acquire``), so the answer waits for no
+    other; every other call waits for the commit batch (``durable``) before it answers."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         name = fn.__name__
@@ -169,7 +176,8 @@ def _rpc(
                 finally:
                     # No answer, an error included, before the journal entries it may
                     # report (the call's own, or any it read) are committed.
-                    await self.core.durable()
+                    if not committed:
+                        await self.core.durable()
                 self.core.metrics.on_rpc(name, "OK", time.monotonic() - t0)
                 return result
             except Exception as exc:
@@ -212,12 +220,13 @@ class BrokerServicer(_Base):
 
     service_name = "bursar.v1.Broker"
 
-    @_rpc()
+    @_rpc(committed=True)
     async def Acquire(self, req: pb.AcquireRequest, who: Principal) -> pb.AcquireResponse:
         args = convert.acquire_from_proto(req, who.acting_for(req.campaign))
-        grant, waited = await self.core.acquire(args)
+        grant, waited = await self.core.acquire(args)  # committed: no other wait (_rpc)
+        allocation = self.core.runtime.backend.allocation(grant.lease_id)
         return pb.AcquireResponse(
-            lease=self.core.lease_proto(grant.lease_id),
+            lease=convert.granted_lease_to_proto(self.core.engine, grant, allocation),
             tokens=grant.tokens,
             price=grant.price,
             credits=grant.credits,

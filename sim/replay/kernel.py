@@ -17,8 +17,9 @@ guarantees): ``submit`` returns False, and the job never runs; it is listed in
 In strict mode the kernel checks, after every event and in O(1) each: capacity is never
 exceeded; no job starts before it is submitted; no job is held beyond its recorded
 runtime; only a running job is killed, and not in the past; every job not refused
-starts exactly once and ends exactly once; time never goes backwards. The first violation stops the
-run with ``InvariantViolation`` naming the event and the state.
+starts exactly once and ends exactly once; time never goes backwards; under a facility
+power cap (``Workload.power``), the facility's draw never exceeds the cap. The first
+violation stops the run with ``InvariantViolation`` naming the event and the state.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
     cut: dict[int, float] = {}
     killed: list[int] = []
     refused: list[int] = []
+    # Under a power cap: the running jobs' draw above idle, against the cap's budget.
+    watts = w.power.extra_w if w.power is not None else None
+    budget = w.power.budget_w if w.power is not None else math.inf
+    drawn = 0.0
 
     def fail(rule: str, event: str) -> InvariantViolation:
         running = sum(1 for s in state if s == _RUNNING)
@@ -131,6 +136,8 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
             end[j] = now
             done += 1
             free += size[j]
+            if watts is not None:
+                drawn -= watts[j]
             if strict and free > cap:
                 raise fail("capacity never exceeded (freed more than held)", f"end {w.job_id[j]}")
             p_finish(j, now)
@@ -153,6 +160,14 @@ def replay(w: Workload, policy: Policy, strict: bool = True) -> Schedule:
             free -= size[j]
             if strict and free < 0:
                 raise fail("capacity never exceeded", f"start of job {w.job_id[j]} at {now}")
+            if watts is not None:
+                drawn += watts[j]
+                if strict and drawn > budget:
+                    raise fail(
+                        "power cap never exceeded",
+                        f"start of job {w.job_id[j]} at {now} (draw above idle {drawn:g} W, "
+                        f"budget {budget:g} W)",
+                    )
             push(heap, (now + hold[j], j))
         if p_killed is not None:
             for j, at in p_killed():

@@ -184,6 +184,25 @@ def load_replay_config(path: str | Path) -> ReplayConfig:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class FacilityPower:
+    """A facility power cap over a replay: every node draws ``idle_w`` / capacity when
+    idle, each running job ``extra_w[j]`` more (its draw above its nodes' idle), and a
+    job starts only if the facility's draw stays at or under ``cap_w``. Whole watts
+    (integers held as floats), so that sums are exact and a policy's own count of the
+    watts free is the kernel's."""
+
+    cap_w: float
+    idle_w: float
+    """The whole machine's idle draw (every node idle)."""
+    extra_w: MutableSequence[float]
+
+    @property
+    def budget_w(self) -> float:
+        """The watts the running jobs may draw above idle together."""
+        return self.cap_w - self.idle_w
+
+
 @dataclass(slots=True)
 class Workload:
     """Lease requests in submit order: what the replay kernel and every policy read.
@@ -203,6 +222,10 @@ class Workload:
     longer than ``duration`` (the job ran past its request)."""
     campaign: MutableSequence[int]
     campaign_names: list[str]
+    power: FacilityPower | None = None
+    """The facility power cap the policy must keep (``policies.powercap``); None: none."""
+    measured_w: MutableSequence[float] | None = None
+    """Each job's measured draw (W), where the trace records it (``JobTable.power``)."""
 
     def __len__(self) -> int:
         return len(self.job_id)
@@ -254,6 +277,9 @@ def to_workload(
     too_big = past = 0
     procs, req_procs, runs, reqs = t.procs, t.req_procs, t.run, t.req_time
     users, groups, ids, submits = t.user, t.group, t.id, t.submit
+    measured = t.power
+    if measured is not None:
+        w.measured_w = array("d")
     for i in order:
         p = procs[i]
         size = math.ceil(p if p > 0 else req_procs[i])
@@ -277,6 +303,8 @@ def to_workload(
         w.duration.append(dur)
         w.hold.append(run)
         w.campaign.append(c)
+        if measured is not None:
+            w.measured_w.append(measured[i])  # type: ignore[union-attr]
     w.campaign_names = list(names)
     if too_big:
         q.dropped[f"larger than the capacity ({capacity})"] += too_big

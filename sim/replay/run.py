@@ -12,6 +12,7 @@ import math
 import sys
 import time
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from bursar.sim.replay.manifest import build_manifest, canonical, file_sha256, s
 from bursar.sim.replay.mapping import ReplayConfig, Workload, to_workload
 from bursar.sim.replay.metrics import DEFAULT_TAU_S, compute_metrics
 from bursar.sim.replay.policies import check_policy, make_policy, plugin
+from bursar.sim.replay.policies.powercap import power_policy
+from bursar.sim.replay.power import PowerSpec, facility, power_metrics
 from bursar.sim.replay.table import JobTable, Trace, TraceError
 
 SEED = 0
@@ -73,14 +76,24 @@ def replay_trace(
     limit: int | None = None,
     fmt: str | None = None,
     estimate: str = "requested",
+    power: PowerSpec | None = None,
+    power_caps: Sequence[float] = (),
 ) -> RunResult:
     """Replay ``trace_path`` under ``policy``. ``limit`` keeps only the first jobs (by
     submit time), for quick looks and for the broker policy on the largest traces.
     ``fmt`` is the trace format (``ingest.FORMATS``) when the name does not tell it.
-    ``estimate`` is what the policy takes a job's runtime to be (``estimate.ESTIMATES``)."""
+    ``estimate`` is what the policy takes a job's runtime to be (``estimate.ESTIMATES``).
+    ``power`` meters the facility's draw (``power.PowerSpec``) and, with a cap, keeps it
+    (``policies.powercap``); the metrics then have ``power``, with the hours above each
+    of ``power_caps`` too."""
     check_policy(policy)
     config = config or ReplayConfig()
     check_estimate(estimate, policy)
+    capped = power is not None and power.cap_w is not None
+    if capped:
+        power_policy(policy)
+        if estimate != "requested" and policy == "conservative":
+            raise ValueError("--estimate under a power cap is for fifo and easy only")
     plug = plugin(policy)
     if plug is not None and not strict:
         # The referee's checks are what make a plug-in's metrics worth reading.
@@ -105,9 +118,21 @@ def replay_trace(
     if limit is not None and limit < len(w):
         for col in ("job_id", "submit", "size", "duration", "hold", "campaign"):
             setattr(w, col, getattr(w, col)[:limit])
+        if w.measured_w is not None:
+            w.measured_w = w.measured_w[:limit]
         trace.quality.notes.append(f"replayed the first {limit} jobs only (--limit)")
-    s = replay(w, estimated(w, estimate, lambda v: make_policy(policy, v, config)), strict=strict)
+    fp = facility(w, power) if power is not None else None
+    if capped:
+        w.power = fp
+        cls = power_policy(policy)
+        s = replay(w, estimated(w, estimate, lambda v: cls(v, config)), strict=strict)
+    else:
+        s = replay(
+            w, estimated(w, estimate, lambda v: make_policy(policy, v, config)), strict=strict
+        )
     metrics = compute_metrics(w, s, config, tau_s)
+    if fp is not None:
+        metrics["power"] = power_metrics(w, s, fp, power_caps)
     wall = time.perf_counter() - t0
     metrics["quality"] = trace.quality.to_dict()
     metrics["strict"] = strict
@@ -122,6 +147,8 @@ def replay_trace(
     if fmt is not None:
         # Only when given: runs that detect the format keep their manifests unchanged.
         run_config["format"] = fmt
+    if power is not None:
+        run_config["power"] = power.to_dict()  # likewise
     if estimate != "requested":
         run_config["estimate"] = estimate  # likewise: the default leaves manifests as they were
     manifest = build_manifest(

@@ -46,6 +46,10 @@ class JobTable:
     logs); empty where the ids are the trace's own numbers (SWF)."""
     group_names: list[str] = field(default_factory=list)
     """Likewise for groups (Slurm accounts, PBS groups)."""
+    power: MutableSequence[float] | None = None
+    """Each job's measured average draw (W, all its nodes), where the trace records it
+    (PM100's job table); None where it does not. Not one of ``COLUMNS``: most readers
+    never fill it."""
 
     @classmethod
     def compact(cls, unit: str) -> JobTable:
@@ -175,5 +179,8 @@ def default_filter(table: JobTable, quality: QualityReport) -> JobTable:
             kept = list(compress(col, keep))
             setattr(table, c, [])
         setattr(out, c, kept)
+    if table.power is not None:
+        out.power = array("d", compress(table.power, keep))
+        table.power = None
     quality.kept = len(out)
     return out

@@ -24,7 +24,7 @@ from bursar.broker.decisions import Granted
 from bursar.broker.engine import Engine
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import RequestError
-from bursar.broker.pending import PoolScan
+from bursar.broker.pending import KeySizes, PoolScan
 from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
 from bursar.broker.shape import Shape
 
@@ -254,3 +254,28 @@ def test_a_refused_request_leaves_the_shorter_ones_of_its_bucket_to_backfill(exh
     # from the refused duration straight to the bucket's next shorter request; leaving
     # out the rest of the bucket instead would keep c waiting with half the node free.
     assert _behind_a_reservation(exhaustive) == ["c"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, 1.0, 2.0, 4.0, 8.0, 64.0]), max_size=30),
+    st.sampled_from([0.0, 1.0, 3.0, 8.0, 100.0]),
+    st.sampled_from([0.0, 1.0, 2.0, 8.0]),
+)
+def test_the_keys_a_scan_reads_are_those_no_bigger_than_its_bound(sizes, bound, low):
+    # The scan reads the keys by size (``KeySizes``), not every key: it must read exactly
+    # the keys at most the bound, and a raised bound exactly those in between.
+    keys = KeySizes()
+    live: dict[tuple[int], float] = {}
+    for i, size in enumerate(sizes):
+        keys.add((i,), size)  # type: ignore[arg-type]
+        live[(i,)] = size
+        if i % 3 == 2:
+            gone = (i - 1,)
+            keys.remove(gone)  # type: ignore[arg-type]
+            del live[gone]
+    assert sorted(keys.upto(bound)) == sorted(k for k, s in live.items() if s <= bound)
+    assert sorted(keys.between(low, bound)) == sorted(
+        k for k, s in live.items() if low < s <= bound
+    )
+    assert keys.of == live

@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from service_support import POOL, START, config, run, until
+from service_support import POOL, START, config, run, serve, until
 
 from bursar.broker import snapshot
 from bursar.broker.clock import ManualClock
@@ -19,9 +19,11 @@ from bursar.broker.envelope import CampaignSpec, DimEnvelope
 from bursar.broker.errors import JournalError
 from bursar.broker.events import RequestLease
 from bursar.broker.journal import JOURNAL_FILENAME, Journal, replay
-from bursar.broker.runtime import Runtime
+from bursar.broker.runtime import HeldBack, Runtime
+from bursar.broker.service.batcher import MAX_BATCH_WAIT_S
 from bursar.broker.service.convert import AcquireArgs
-from bursar.broker.service.core import MAX_BATCH_WAIT_S, ServiceCore
+from bursar.broker.service.core import ServiceCore
+from bursar.protos.bursar.v1 import broker_pb2 as pb
 
 
 class Reader:
@@ -76,9 +78,9 @@ def test_a_lone_request_commits_at_once(tmp_path: Path) -> None:
         seen: list[bool] = []
         for _ in range(3):
             await _acquire(core, reader, seen)
-            assert core.runtime.uncommitted == 0
+            assert core.batcher.held == 0
         assert seen == [True, True, True]
-        assert (core.commits, core.committed) == (3, 3)
+        assert (core.batcher.commits, core.batcher.committed) == (3, 3)
 
     try:
         run(scenario())
@@ -96,12 +98,12 @@ def test_requests_that_arrive_together_share_one_commit(tmp_path: Path) -> None:
         # One turn of the loop: every call has been decided and journaled, none committed,
         # so no one is answered and the listeners (Watch, the waiters) heard of nothing.
         await asyncio.sleep(0)
-        assert core.runtime.uncommitted == 10 and reader.entries() == before
+        assert core.batcher.held == 10 and reader.entries() == before
         assert heard == [] and not any(t.done() for t in tasks)
         grants = await asyncio.gather(*tasks)
         assert len({g.lease_id for g in grants}) == 10
         assert seen == [True] * 10
-        assert (core.commits, core.committed) == (1, 10)
+        assert (core.batcher.commits, core.batcher.committed) == (1, 10)
         assert reader.entries() == before + 10 and len(heard) == 10
 
     try:
@@ -111,7 +113,7 @@ def test_requests_that_arrive_together_share_one_commit(tmp_path: Path) -> None:
         core.close()
 
 
-def test_a_loop_that_never_runs_dry_commits_after_the_window_on_the_clock(
+def test_a_batch_its_calls_keep_joining_commits_after_the_window_on_the_clock(
     tmp_path: Path,
 ) -> None:
     clock = ManualClock(START)
@@ -120,7 +122,9 @@ def test_a_loop_that_never_runs_dry_commits_after_the_window_on_the_clock(
     before = reader.entries()
 
     async def busy(stop: asyncio.Event) -> None:
+        # A call joins the batch at every turn of the loop: no turn is quiet.
         while not stop.is_set():
+            core.meter("sci", "inference", 1.0)
             await asyncio.sleep(0)
 
     async def scenario() -> None:
@@ -128,7 +132,7 @@ def test_a_loop_that_never_runs_dry_commits_after_the_window_on_the_clock(
         spinner = asyncio.ensure_future(busy(stop))
         seen: list[bool] = []
         call = asyncio.ensure_future(_acquire(core, reader, seen))
-        for _ in range(500):  # the loop always has work ready: the batch keeps gathering
+        for _ in range(300):  # the batch keeps gathering
             await asyncio.sleep(0)
         assert not call.done() and reader.entries() == before
         clock.advance(MAX_BATCH_WAIT_S / 2)
@@ -137,7 +141,7 @@ def test_a_loop_that_never_runs_dry_commits_after_the_window_on_the_clock(
         assert not call.done()
         clock.advance(MAX_BATCH_WAIT_S)
         await call
-        assert seen == [True] and reader.entries() == before + 1
+        assert seen == [True] and reader.entries() > before + 300
         stop.set()
         await spinner
 
@@ -154,7 +158,7 @@ def test_under_load_batches_gather_the_calls_the_last_one_held(tmp_path: Path) -
     the same calls share one commit; a batch that gathers one call stops the gathering."""
     core, reader, before, _ = _heard(tmp_path)
     # Far longer than the gaps below, so that a slow machine cannot end a window early.
-    core.batch_window_s = 1.0
+    core.batcher.window_s = 1.0
 
     async def apart(n: int, seen: list[bool]) -> list[Granted]:
         tasks = []
@@ -166,20 +170,23 @@ def test_under_load_batches_gather_the_calls_the_last_one_held(tmp_path: Path) -
     async def scenario() -> None:
         seen: list[bool] = []
         await apart(3, seen)
-        assert (core.commits, core.gathering) == (3, 0)  # a lone call each time
+        assert (core.batcher.commits, core.batcher.gathering) == (3, 0)  # a lone call each time
         await asyncio.gather(*(_acquire(core, reader, seen) for _ in range(3)))
-        assert (core.commits, core.gathering) == (4, 3)  # together: one commit
+        assert (core.batcher.commits, core.batcher.gathering) == (4, 3)  # together: one commit
         calls = asyncio.ensure_future(apart(3, seen))
-        await until(lambda: core.runtime.uncommitted == 2)
+        await until(lambda: core.batcher.held == 2)
         assert reader.entries() == before + 6 and not calls.done()  # the batch waits
         await calls
-        assert (core.commits, core.gathering) == (5, 3)  # apart, and still one commit
+        assert (core.batcher.commits, core.batcher.gathering) == (
+            5,
+            3,
+        )  # apart, and still one commit
         assert reader.entries() == before + 9 and seen == [True] * 9
         # The load is gone: the lone call waits out the window, and gathering stops.
         await _acquire(core, reader, seen)
-        assert (core.commits, core.gathering) == (6, 0)
+        assert (core.batcher.commits, core.batcher.gathering) == (6, 0)
         await _acquire(core, reader, seen)
-        assert core.commits == 7 and core.runtime.uncommitted == 0 and all(seen)
+        assert core.batcher.commits == 7 and core.batcher.held == 0 and all(seen)
 
     try:
         run(scenario())
@@ -228,13 +235,13 @@ def test_runtime_holds_outcomes_back_until_the_commit(tmp_path: Path) -> None:
         before = reader.entries()
         heard: list[int] = []
         rt.listen(lambda _event, outcome: heard.append(outcome.seq))
-        rt.defer_commits = True
+        held = rt.deferral = HeldBack(rt)
         a = rt.submit(RequestLease(START + 1, "sci", {"gpu": 8}, 600))
         b = rt.submit(RequestLease(START + 2, "sci", {"gpu": 8}, 600))
-        assert (a.seq, b.seq) == (before + 1, before + 2) and rt.uncommitted == 2
+        assert (a.seq, b.seq) == (before + 1, before + 2) and len(held.entries) == 2
         assert heard == [] and reader.entries() == before
         assert dict(rt.backend.placements()) == {}  # not actuated yet
-        assert [o.seq for o in rt.commit()] == [a.seq, b.seq]
+        assert [o.seq for o in held.commit()] == [a.seq, b.seq]
         assert heard == [a.seq, b.seq] and reader.entries() == before + 2
         assert len(dict(rt.backend.placements())) == 2
         reader.close()
@@ -269,7 +276,7 @@ def test_direct_callers_off_the_loop_commit_at_once(tmp_path: Path) -> None:
     try:
         before = reader.entries()
         core.meter("sci", "inference", 5.0)
-        assert reader.entries() == before + 1 and core.runtime.uncommitted == 0
+        assert reader.entries() == before + 1 and core.batcher.held == 0
     finally:
         reader.close()
         core.close()
@@ -285,7 +292,7 @@ def test_close_commits_what_is_left(tmp_path: Path, n: int) -> None:
         # Submitted on the loop and never awaited: left for the batch that close() ends.
         for _ in range(n):
             core._submit(RequestLease(core.now(), "sci", {"gpu": 1}, 60))
-        assert core.runtime.uncommitted == n
+        assert core.batcher.held == n
 
     run(scenario())
     core.close()
@@ -330,3 +337,35 @@ def test_a_fresh_broker_is_the_engine_a_replay_builds(tmp_path: Path) -> None:
         assert snapshot.fingerprint(core.engine) == snapshot.fingerprint(replayed)
     finally:
         core.close()
+
+
+def test_each_call_waits_for_one_commit_and_an_acquire_answers_from_its_grant(
+    tmp_path: Path,
+) -> None:
+    """Over gRPC: an Acquire awaits the batch once (the core's wait; the servicer adds
+    none), as every other call does, and its lease, built from the grant, is the lease
+    GetLease reads back."""
+
+    async def scenario() -> None:
+        async with serve(tmp_path, clock=ManualClock(START)) as c:
+            batcher = c.core.batcher
+            waits: list[int] = []
+            durable = batcher.durable
+
+            async def counted() -> None:  # the real wait, counted
+                waits.append(batcher.held)
+                await durable()
+
+            batcher.durable = counted  # type: ignore[method-assign]
+            got = await c.acquire("sci", 1)
+            assert len(waits) == 1 and waits[0] == 1  # its own entry, held
+            read = await c.broker.GetLease(
+                pb.GetLeaseRequest(lease_id=got.lease.lease_id), metadata=c.as_("sci")
+            )
+            assert got.lease == read and len(waits) == 2
+            await c.broker.Release(
+                pb.ReleaseRequest(lease_id=got.lease.lease_id), metadata=c.as_("sci")
+            )
+            assert len(waits) == 3
+
+    run(scenario())

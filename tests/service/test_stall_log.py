@@ -11,7 +11,7 @@ import pytest
 from service_support import START, config
 
 from bursar.broker.events import RequestLease
-from bursar.broker.runtime import Runtime
+from bursar.broker.runtime import HeldBack, Runtime
 from bursar.broker.service import stalls
 from bursar.broker.service.metrics import Metrics
 
@@ -22,7 +22,7 @@ def test_a_backlog_of_decisions_is_named_in_the_spell_it_held(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with Runtime.open(tmp_path, config(), at=START) as rt:
-        rt.defer_commits = True
+        rt.deferral = HeldBack(rt)
         probes = stalls.StallLog()
         probes.install(rt, Metrics())
 

@@ -104,6 +104,11 @@ class Easy:
         running = self.running
         i = running.bisect_right((now, inf))
         self.recheck_at = running[i][0] if i < len(running) else inf
+        return self._full(now, free, out)
+
+    def _full(self, now: float, free: int, out: list[int]) -> list[int]:
+        """A full pass: the front starts while it fits, the head gets its shadow time and
+        the rest backfill (``PowerEasy`` counts watts too)."""
         q, size, dur = self.queue, self.size, self.dur
         k = 0
         while k < len(q) and size[q[k]] <= free:

@@ -1,0 +1,59 @@
+"""The engine's whole state as canonical JSON-able data: what replay checks and the
+state digest compare (``Engine.state_dict``, ``Engine.state_digest``). A pure read."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from bursar.broker.engine import Engine
+
+
+def state_dict(eng: Engine) -> dict[str, Any]:
+    """The whole state as canonical JSON-able data (for replay checks and digests)."""
+    d = {
+        "now": eng.now,
+        "seq": eng._seq,
+        "nodes": [[n.name, n.power.value, list(n.used), n.ready_at] for n in eng.pool.nodes],
+        "campaigns": {
+            name: {
+                "held": list(c.held),
+                "credits": c.credits,
+                "buckets": {d: [b.level, b.at] for d, b in sorted(c.buckets.items())},
+                "rate_buckets": {d: [b.level, b.at] for d, b in sorted(c.rate_buckets.items())},
+                "leases": sorted(c.leases),
+                "usage": c.usage,
+            }
+            for name, c in sorted(eng.campaigns.items())
+        },
+        "leases": {
+            lid: {
+                "campaign": ls.campaign,
+                "state": ls.state.value,
+                "size": list(ls.size),
+                "path": ls.path.value,
+                "starts_at": ls.starts_at,
+                "expires_at": ls.expires_at,
+                "pieces": {str(i): list(p) for i, p in sorted(ls.pieces.items())},
+                "claims": {k: list(v) for k, v in sorted(ls.claims.items())},
+                "waiting": sorted(ls.waiting_nodes),
+                "deadline": ls.preempt_deadline,
+            }
+            for lid, ls in sorted(eng.leases.items())
+        },
+        "ended": {k: [v.state.value, v.at, v.cause] for k, v in sorted(eng.ended.items())},
+        "keys": sorted(
+            [c, k, r.request_id, r.at, r.answer.kind if r.answer else None]
+            for (c, k), r in eng.keys.items()
+        ),
+        "pending": [
+            [p.id, p.campaign, list(p.size), p.duration_s, p.queued_at]
+            for p in sorted(eng.queue.pending.values(), key=lambda p: p.seq)
+        ],
+        "aged": sorted(eng.queue.aged),
+        "usage_ref": eng.ledger.usage_ref,
+    }
+    if eng.elastic.by_lease or eng.elastic.waiting:
+        # Only with elastic leases: a state without them keeps the digest it had.
+        d["elastic"] = eng.elastic.state()
+    return d
