@@ -15,7 +15,7 @@ from bursar.sim.power.model import GpuProfile
 from bursar.sim.power.readers import read_zeus_profiles
 from bursar.sim.replay.table import TraceError
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 EF = TRACES / "elasticflow-itp"
 ZEUS = TRACES / "zeus-gpu-power" / "summary_power_v100.csv.gz"
 
