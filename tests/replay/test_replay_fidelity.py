@@ -242,7 +242,8 @@ def test_cli_replay_format(tmp_path: Path) -> None:
     res = runner.invoke(main, base)
     assert (
         res.exit_code == 1
-        and "pass --format (one of swf, alibaba, philly, sacct, sacct-gpu, pbs, pm100)" in res.output
+        and "pass --format (one of swf, alibaba, philly, sacct, sacct-gpu, pbs, pm100)"
+        in res.output
     )
     res = runner.invoke(main, [*base, "--format", "swf"])
     assert res.exit_code == 0, res.output
