@@ -289,6 +289,8 @@ class ElasticLease:
     """:meth:`fastest_steps`, once worked out (-1: not yet; it depends on the intent only)."""
     all_modes: tuple[DegradeMode, ...] = field(default=(), repr=False, compare=False)
     """:func:`modes` of the intent (the intent does not change)."""
+    curve_kept: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+    """:meth:`plan_curve`, once worked out."""
 
     def __post_init__(self) -> None:
         per = self.step[self.dim]
@@ -483,6 +485,17 @@ class ElasticLease:
         speed to work not yet done; under dmug it must also add utility."""
         return bool(self.targets(rule, now, use_risk))
 
+    def plan_curve(
+        self,
+    ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[tuple[float, ...], tuple[float, ...]]]:
+        """Its allowed sizes in units, the speed at each, and :func:`fastest_upto` of them,
+        as the admission plan reads them (they depend on the intent only)."""
+        if not self.curve_kept:
+            sizes = tuple(self.units(k) for k in self.allowed)
+            speeds = tuple(self.speed(k) for k in self.allowed)
+            self.curve_kept = (sizes, speeds, fastest_upto(sizes, speeds))
+        return self.curve_kept
+
     def fastest_steps(self) -> int:
         """The allowed steps at which the work goes fastest (see :func:`fastest_units`)."""
         if self.fastest >= 0:
@@ -660,6 +673,9 @@ class PlanJob:
     speeds: tuple[float, ...]
     order: int
     """Its request number: ties of deadline go to the older."""
+    upto: tuple[tuple[float, ...], tuple[float, ...]] | None = field(default=None, compare=False)
+    """:func:`_fastest_upto` of its sizes and speeds, when the caller keeps it (it depends
+    on them only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -671,18 +687,24 @@ class Piece:
     units: float
 
 
-def _fastest_upto(job: PlanJob) -> tuple[list[float], list[float]]:
+def fastest_upto(
+    sizes: tuple[float, ...], speeds: tuple[float, ...]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """For each allowed size, the fastest allowed size at or below it and its speed (ties
     to the smaller): what a job capped there runs at, on a curve that may slow down."""
     best_u: list[float] = []
     best_s: list[float] = []
     bu, bs = 0.0, 0.0
-    for u, s in zip(job.sizes, job.speeds, strict=True):
+    for u, s in zip(sizes, speeds, strict=True):
         if s > bs:
             bu, bs = u, s
         best_u.append(bu)
         best_s.append(bs)
-    return best_u, best_s
+    return tuple(best_u), tuple(best_s)
+
+
+def _fastest_upto(job: PlanJob) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    return job.upto if job.upto is not None else fastest_upto(job.sizes, job.speeds)
 
 
 class _Free:
@@ -704,6 +726,12 @@ class _Free:
         self.free.insert(i + 1, self.free[i])
         return i + 1
 
+    def copy(self) -> _Free:
+        out = _Free.__new__(_Free)
+        out.ts = list(self.ts)
+        out.free = list(self.free)
+        return out
+
     def take(self, start: float, end: float, units: float) -> None:
         if end <= start or units <= 0:
             return
@@ -715,8 +743,8 @@ class _Free:
 def _fill(
     job: PlanJob,
     free: _Free,
-    best_u: list[float],
-    best_s: list[float],
+    best_u: tuple[float, ...],
+    best_s: tuple[float, ...],
     cap: int,
 ) -> list[Piece] | None:
     """The job capped at its ``cap``-th allowed size, on the earliest units free: in each
@@ -744,6 +772,37 @@ def _fill(
     return None
 
 
+def _order(job: PlanJob) -> tuple[float, int]:
+    return (job.deadline, job.order)
+
+
+def _share(job: PlanJob, free: _Free, now: float) -> tuple[Piece, ...] | None:
+    """One job's minimum satisfactory share on what ``free`` leaves (taken from it), or
+    None when no cap saves it (it takes nothing)."""
+    if job.work <= 0:
+        return ()
+    best_u, best_s = _fastest_upto(job)
+    span = job.deadline - now
+    for cap in range(len(job.sizes)):
+        if best_s[cap] <= 0 or (cap and best_s[cap] == best_s[cap - 1]):
+            continue  # no speed there, or none more than the smaller cap's
+        if best_s[cap] * span < job.work * (1 - 1e-12):
+            continue  # not even with every piece at this cap
+        pieces = _fill(job, free, best_u, best_s, cap)
+        if pieces is not None:
+            for p in pieces:
+                free.take(p.start, p.end, p.units)
+            return tuple(pieces)
+    return None
+
+
+def _held_free(now: float, capacity: float, held: tuple[tuple[float, float], ...]) -> _Free:
+    free = _Free(now, capacity)
+    for units, until in held:
+        free.take(now, until, units)
+    return free
+
+
 def plan(
     jobs: list[PlanJob],
     capacity: float,
@@ -758,32 +817,15 @@ def plan(
     allowed size they hold, and catches up later). ``held``: (units, until) taken from now
     before any job (leases whose deadline the plan does not keep). Returns each planned
     job's pieces, and the jobs no cap saves (in deadline order; they take nothing)."""
-    free = _Free(now, capacity)
-    for units, until in held:
-        free.take(now, until, units)
+    free = _held_free(now, capacity, held)
     shares: dict[str, tuple[Piece, ...]] = {}
     failed: list[str] = []
-    for job in sorted(jobs, key=lambda j: (j.deadline, j.order)):
-        if job.work <= 0:
-            shares[job.key] = ()
-            continue
-        best_u, best_s = _fastest_upto(job)
-        pieces = None
-        span = job.deadline - now
-        for cap in range(len(job.sizes)):
-            if best_s[cap] <= 0 or (cap and best_s[cap] == best_s[cap - 1]):
-                continue  # no speed there, or none more than the smaller cap's
-            if best_s[cap] * span < job.work * (1 - 1e-12):
-                continue  # not even with every piece at this cap
-            pieces = _fill(job, free, best_u, best_s, cap)
-            if pieces is not None:
-                break
+    for job in sorted(jobs, key=_order):
+        pieces = _share(job, free, now)
         if pieces is None:
             failed.append(job.key)
-            continue
-        for p in pieces:
-            free.take(p.start, p.end, p.units)
-        shares[job.key] = tuple(pieces)
+        else:
+            shares[job.key] = pieces
     return shares, tuple(failed)
 
 
@@ -802,6 +844,7 @@ def admission_plan(
     capacity: float,
     now: float,
     lost: tuple[tuple[float, float], ...] = (),
+    needs: list[float | None] | None = None,
 ) -> str | None:
     """Admission control over time: None when a plan (:func:`plan`) exists in which the new
     job and every admitted job the plan keeps without it meet their deadlines; else the key
@@ -811,8 +854,16 @@ def admission_plan(
     ``lost``: other (units, until) holdings outside the plan. Held constant from now at the
     fewest units that meet each deadline, the jobs fit side by side when those units sum to
     the capacity or less; that plan is tried first (the filling plan finds one whenever it
-    does, so the answer is the same, only cheaper)."""
-    needs = [constant_need(j, now) for j in admitted]
+    does, so the answer is the same, only cheaper). ``needs``: each admitted job's
+    :func:`constant_need`, when the caller has them.
+
+    Cost: the plan without the new job is made once; when every admitted job is kept in
+    it (the common case), the plan with the new job shares its part before the new job's
+    place in deadline order (the same jobs on the same free units take the same shares),
+    so only the new job and those after it are planned again. O(J · A · P) for J jobs of
+    at most A sizes on a profile of P pieces (P grows with J)."""
+    if needs is None:
+        needs = [constant_need(j, now) for j in admitted]
     new_need = constant_need(new, now)
     if (
         new_need is not None
@@ -820,7 +871,24 @@ def admission_plan(
         and sum(n or 0.0 for n in needs) + new_need + sum(u for u, _ in lost) <= capacity + 1e-9
     ):
         return None
-    _, behind = plan(admitted, capacity, now, lost)
+    order = sorted(admitted, key=_order)
+    # The new one goes after every admitted job of its (deadline, order), as the stable
+    # sort of the admitted jobs followed by it places it.
+    at = bisect.bisect_right([_order(j) for j in order], _order(new))
+    free = _held_free(now, capacity, lost)
+    fork: _Free | None = None
+    behind: list[str] = []
+    for i, job in enumerate(order):
+        if i == at:
+            fork = free.copy()
+        if _share(job, free, now) is None:
+            behind.append(job.key)
+    if not behind:
+        free = free if fork is None else fork
+        for job in [new, *order[at:]]:
+            if _share(job, free, now) is None:
+                return job.key
+        return None
     skip = set(behind)
     held = lost + tuple((j.sizes[0], j.deadline) for j in admitted if j.key in skip)
     _, failed = plan([j for j in admitted if j.key not in skip] + [new], capacity, now, held)

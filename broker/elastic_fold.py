@@ -12,6 +12,7 @@ compiled engine was measured and is not part of the accelerated build: see the R
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -81,30 +82,27 @@ def elastic_crowded(
     i = dims.PLACED.index(name)
     now = eng.now
     admitted: list[elastic.PlanJob] = []
+    needs: list[float | None] = []
     lost: list[tuple[float, float]] = []
     elastic_held = el.held[i]
     for e in el.by_lease.values():
-        elastic_held += eng.leases[e.lease_id].size[i]
+        ls = eng.leases[e.lease_id]
+        elastic_held += ls.size[i]
         if e.dim != i:
             continue
-        e.running = eng.leases[e.lease_id].state is LeaseState.ACTIVE
+        e.running = ls.state is LeaseState.ACTIVE
         e.advance(now)
-        sizes = tuple(e.units(k) for k in e.allowed)
-        if e.needed(now) is None:
+        sizes, speeds, upto = e.plan_curve()
+        needed = e.needed(now)
+        if needed is None:
             # Lost anyway: it keeps its smallest size to its deadline, outside the plan.
             if e.work_left > 0:
                 lost.append((sizes[0], e.deadline))
             continue
         admitted.append(
-            elastic.PlanJob(
-                e.lease_id,
-                e.deadline,
-                e.work_left,
-                sizes,
-                tuple(e.speed(k) for k in e.allowed),
-                e.seq,
-            )
+            elastic.PlanJob(e.lease_id, e.deadline, e.work_left, sizes, speeds, e.seq, upto)
         )
+        needs.append(needed)
     cache = el.plan_jobs
     if len(cache) > 2 * len(el.waiting) + 64:
         # Requests no longer waiting leave the cache (it stays within twice the queue).
@@ -130,15 +128,17 @@ def elastic_crowded(
         job = hit[2]
         if hit[3] != name:
             continue
-        if elastic.constant_need(job, now) is None:
+        needed = elastic.constant_need(job, now)
+        if needed is None:
             if job.sizes:
                 lost.append((job.sizes[0], job.deadline))
             continue
         admitted.append(job)
+        needs.append(needed)
     fixed = sum(c.held[i] for c in eng.campaigns.values()) - elastic_held
     capacity = eng.pool.capacity[i] - fixed
     new = _waiting_job(rid, eng._seq, now, intent, mode)
-    binding = elastic.admission_plan(admitted, new, capacity, now, tuple(lost))
+    binding = elastic.admission_plan(admitted, new, capacity, now, tuple(lost), needs)
     if binding is None:
         return None
     deadline = next((j.deadline for j in [*admitted, new] if j.key == binding), new.deadline)
@@ -150,13 +150,15 @@ def _waiting_job(
 ) -> elastic.PlanJob:
     """A request not granted yet as the plan sees it: all its work left, from now."""
     sizes = elastic.allowed_units(intent)
+    speeds = tuple(elastic.speed(intent, u) for u in sizes)
     return elastic.PlanJob(
         rid,
         asked_at + intent.deadline_s,
         intent.remaining_work * elastic.modes(intent)[mode].work_factor,
         sizes,
-        tuple(elastic.speed(intent, u) for u in sizes),
+        speeds,
         seq,
+        elastic.fastest_upto(sizes, speeds),
     )
 
 
@@ -430,9 +432,17 @@ def elastic_wanted(eng: Engine) -> tuple[str, dims.Vec] | None:
         # request per grace period (while requests wait, no lease grows).
         room = dims.add(dims.add(limit, spare), inflight)
         first = queue.key(p)
-        for q in sorted((q for q in pending.values() if q.counted), key=queue.key):
-            if q is p or queue.key(q) < first or q.campaign != p.campaign:
-                continue
+        # Each key worked out once (a key is unique: it ends with the request number).
+        behind = [
+            (key, q)
+            for q in pending.values()
+            if q.counted
+            and q is not p
+            and q.campaign == p.campaign
+            and (key := queue.key(q)) > first
+        ]
+        behind.sort(key=operator.itemgetter(0))
+        for _, q in behind:
             more = dims.add(total, q.size)
             if not dims.fits(more, room):
                 break
