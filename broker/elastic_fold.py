@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import admission, dims, elastic, isolation
+from bursar.broker import admission, dims, elastic, isolation, pool_side, reservation_cut
 from bursar.broker.decisions import (
     Decision,
     Granted,
@@ -415,7 +415,7 @@ def elastic_wanted(eng: Engine) -> tuple[str, dims.Vec] | None:
         group = (c.spec.preemptible, c.spec.lease_class, c.unmet)
         limit = limits.get(group)
         if limit is None:
-            limit = limits[group] = dims.vmax0(eng._capacity_for(c)[0])
+            limit = limits[group] = dims.vmax0(pool_side.capacity_for(eng, c)[0])
         if dims.fits(p.size, dims.add(dims.add(limit, spare), inflight)):
             # The first such request in admission order (keys are looked at only for
             # the requests the steps could serve).
@@ -515,7 +515,9 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
         per = e.step[e.dim]
         free = spare.get(e.campaign)
         if free is None:
-            free = spare[e.campaign] = eng._capacity_for(eng.campaigns[e.campaign])[0][e.dim]
+            free = spare[e.campaign] = pool_side.capacity_for(eng, eng.campaigns[e.campaign])[0][
+                e.dim
+            ]
         grants = None
         for to in ts:
             if (to - k) * per <= free + 1e-9:
@@ -557,7 +559,7 @@ def _no_jump_fits(eng: Engine, live: list[elastic.ElasticLease]) -> bool:
             continue  # no jump up at all (at max): it tries none
         free = most.get(e.campaign)
         if free is None:
-            free = most[e.campaign] = max(eng._capacity_for(eng.campaigns[e.campaign])[0])
+            free = most[e.campaign] = max(pool_side.capacity_for(eng, eng.campaigns[e.campaign])[0])
         if (ups[0] - k) * per <= free + 1e-9:
             return False
     return True
@@ -614,7 +616,7 @@ def rescue_all(eng: Engine, lids: list[str]) -> None:
             continue
         per = b.step[b.dim]
         if b.dim not in coming:
-            free = eng._capacity_for(eng.campaigns[b.campaign])[0][b.dim]
+            free = pool_side.capacity_for(eng, eng.campaigns[b.campaign])[0][b.dim]
             coming[b.dim] = max(0.0, free) + el.warned_held[b.dim]
         need = (save - b.steps) * per - coming[b.dim]
         if need <= 1e-9:
@@ -668,7 +670,7 @@ def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[Granted] | Non
     if n <= 0 or ls.expires_at <= eng.now:
         return None
     total = tuple(v * n for v in e.step)
-    limit, _ = eng._capacity_for(c)
+    limit, _ = pool_side.capacity_for(eng, c)
     if not dims.fits(total, limit) or admission.over_burst(c.held, total, c.burst_bound):
         return None
     grants: list[Granted] = []
@@ -704,11 +706,11 @@ def grow_step(eng: Engine, e: elastic.ElasticLease) -> Granted | None:
         queued_at=eng.now,
         labels=ls.labels,
     )
-    limit, _ = eng._capacity_for(c)
+    limit, _ = pool_side.capacity_for(eng, c)
     plan = eng.placement.plan(p, limit, dims.ZERO, c.spec.preemptible, dims.ZERO)
     if plan is None or plan.path is not LeasePath.WARM:
         return None
-    profile = eng._reservations()
+    profile = reservation_cut.build(eng)
     if (
         profile is not None
         and not isolation.within_own_guarantee(size, c.unmet)
@@ -735,7 +737,7 @@ def rebalance(eng: Engine, lid: str) -> None:
     rule, risk = policy.elastic_rule, policy.elastic_risk
     b = eng.elastic.by_lease[lid]
     per = b.step[b.dim]
-    limit, _ = eng._capacity_for(eng.campaigns[b.campaign])
+    limit, _ = pool_side.capacity_for(eng, eng.campaigns[b.campaign])
     spare = int(max(0.0, limit[b.dim]) // per + 1e-9) if per > 0 else 0
     k = b.steps
     chosen: dict[str, list[str]] = {}

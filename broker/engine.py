@@ -311,7 +311,7 @@ class Engine:
         """When a waiting request's reservation starts, if it holds one. A pure read: the
         profile is derived state, built afresh here from the state as it is."""
         self._cut.stale()
-        profile = self._reservations()
+        profile = reservation_cut.build(self)
         r = profile.reservations.get(request_id) if profile is not None else None
         return None if r is None else r.at
 
@@ -319,7 +319,7 @@ class Engine:
         """When each reservation held now starts, by request id (as ``reservation``, for
         every holder at once: the profile is built once)."""
         self._cut.stale()
-        profile = self._reservations()
+        profile = reservation_cut.build(self)
         if profile is None:
             return {}
         return {rid: r.at for rid, r in profile.reservations.items()}
@@ -477,7 +477,7 @@ class Engine:
             # First come, first served within a campaign and class while the head waits on
             # the campaign's own limits: wait behind it.
             return queueing.refuse(self, p, head.reason or Reason.POOL_FULL, {"behind": head.id})
-        result = self._try(p, self._reservations() if self.queue.barrier_before(p) else None)
+        result = self._try(p, reservation_cut.build(self) if self.queue.barrier_before(p) else None)
         if isinstance(result, admission.Refusal):
             return queueing.refuse(self, p, result.reason, result.details)
         return result
@@ -617,14 +617,6 @@ class Engine:
     # ------------------------------------------------------------------ reservations
     # (the two methods below are how ``elastic_fold`` asks the pool side and the
     # reservations; the fold itself calls the modules)
-
-    def _capacity_for(self, c: CampaignState, borrow: bool = True) -> tuple[dims.Vec, dims.Vec]:
-        """(warm limit, cold capacity) a request of ``c`` may use (``pool_side.capacity_for``)."""
-        return pool_side.capacity_for(self, c, borrow)
-
-    def _reservations(self) -> reservations.Profile | None:
-        """The reservations as of this pass (``reservation_cut.build``)."""
-        return reservation_cut.build(self)
 
     def _charge_usage(
         self, c: CampaignState, size: dims.Vec, start: float, end: float, sign: int

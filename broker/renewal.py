@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import admission, dims, rule_inputs
+from bursar.broker import admission, dims, reservation_cut, rule_inputs
 from bursar.broker import elastic_fold as fold
 from bursar.broker.decisions import Decision, Rejected, Renewed
 from bursar.broker.events import Renew
@@ -65,7 +65,7 @@ def renew(eng: Engine, e: Renew) -> Decision | None:
         # Leases of a campaign within its guarantee hold their own share and are exempt,
         # and a policy may let every renewal push (``renewals_push_reservations``).
         eng._cut.stale()
-        profile = eng._reservations()
+        profile = reservation_cut.build(eng)
         if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):
             refused = admission.reservations_refusal(r.at for r in profile.reservations.values())
             first = refused.details["reserved_from"]

@@ -197,10 +197,10 @@ def _open_archives(paths: tuple[Path, ...]) -> Iterator[list[Journal]]:
 @contextlib.contextmanager
 def _stopped(state_dir: Path) -> Iterator[None]:
     """Hold the state directory's serve lock: no broker may write it meanwhile."""
-    from bursar.broker.service.core import _lock_state_dir
+    from bursar.broker.service.opening import lock_state_dir
 
     try:
-        fd = _lock_state_dir(state_dir)
+        fd = lock_state_dir(state_dir)
     except ValueError as exc:
         _fail(f"{exc}; archiving needs the broker stopped", EXIT_NO_JOURNAL)
     try:

@@ -82,9 +82,6 @@ from bursar.broker.service.errors import (
 )
 from bursar.broker.service.limits import ClientLimits, LimitSettings
 from bursar.broker.service.metrics import Metrics
-from bursar.broker.service.opening import (
-    lock_state_dir as _lock_state_dir,  # noqa: F401 - cli/journal.py imports it from here
-)
 from bursar.broker.service.opening import open_state, push_tokens, version_string
 from bursar.broker.service.placing import Placements
 from bursar.broker.service.watch import Subscription, WatchHub

@@ -28,6 +28,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from bursar.sim.replay import metrics
+
 IDLE_PERCENTILE = 1.0
 """Idle: the 1st percentile of node-day mean power (a node idle all day reads its floor)."""
 PEAK_PERCENTILE = 99.0
@@ -45,12 +47,9 @@ ZEUS_MODELS: Mapping[str, str] = {
 
 def percentile(sorted_xs: Sequence[float], p: float) -> float:
     """Linear interpolation between closest ranks (numpy's default) of a sorted sequence."""
-    if not sorted_xs:
+    if not sorted_xs:  # the replay's metrics answer NaN; a power model has no use for one
         raise ValueError("percentile of no values")
-    k = (len(sorted_xs) - 1) * p / 100.0
-    lo = math.floor(k)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (k - lo)
+    return metrics.percentile(sorted_xs, p)
 
 
 @dataclass(frozen=True, slots=True)
