@@ -81,6 +81,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def __init__(self) -> None:
         super().__init__()
+        self.addFilter(_not_grpc_poller_on_a_closed_loop)
 
     @property  # type: ignore[override]
     def stream(self) -> object:
@@ -89,6 +90,23 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, _value: object) -> None:
         pass
+
+
+def _not_grpc_poller_on_a_closed_loop(record: logging.LogRecord) -> bool:
+    """Drop asyncio's report that grpc.aio's poller thread woke a loop that has finished.
+
+    grpc.aio keeps one process-wide poller; when a command's event loop (`bursar acquire`)
+    has closed, a late wake-up of that poller is logged by asyncio as an error with a
+    traceback, on whatever command runs next in the process or at exit. Nothing is lost
+    (the loop's work is done), so it is noise a person cannot act on.
+    """
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (
+        record.name == "asyncio"
+        and isinstance(exc, RuntimeError)
+        and str(exc) == "Event loop is closed"
+        and "PollerCompletionQueue" in record.getMessage()
+    )
 
 
 def _configure_logging(level: int) -> None:

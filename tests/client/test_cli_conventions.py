@@ -7,6 +7,7 @@ error."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from click.testing import CliRunner, Result
 from server import Server
 from service_support import LIFECYCLE
 
-from bursar.cli.main import main
+from bursar.cli.main import _configure_logging, _StderrHandler, main
 from bursar.providers.client import BrokerClient
 
 ENV_KEYS = ("BURSAR_TARGET", "BURSAR_TOKEN", "BURSAR_TOKEN_FILE", "BURSAR_ADMIN_TOKEN_FILE")
@@ -239,6 +240,30 @@ def test_an_error_is_one_line_and_a_hint_never_repeats_it(broker: Server) -> Non
     assert res.exit_code == 1
     error, hint = res.stderr.splitlines()
     assert "no lease 'L999'" in error and hint.startswith("hint: list what exists")
+
+
+def test_grpc_pollers_wakeup_of_a_finished_loop_is_not_printed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """grpc.aio's process-wide poller may wake the loop of a command that has finished
+    (`bursar acquire`); asyncio logs that as an error with a traceback on whatever runs
+    next. It is not the user's to act on, so the CLI's stderr leaves it out; any other
+    asyncio error still shows."""
+    _configure_logging(logging.WARNING)
+    log = logging.getLogger("asyncio")
+    try:
+        try:
+            raise RuntimeError("Event loop is closed")
+        except RuntimeError:
+            log.error("Exception in callback PollerCompletionQueue._handle_events()", exc_info=True)
+            log.error("Exception in callback Task.wakeup()", exc_info=True)
+        err = capsys.readouterr().err
+        assert "PollerCompletionQueue" not in err
+        assert "Task.wakeup" in err and "Event loop is closed" in err
+    finally:
+        root = logging.getLogger()
+        for h in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+            root.removeHandler(h)
 
 
 def test_progress_lines_carry_no_source_location(tmp_path: Path) -> None:
