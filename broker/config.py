@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
-from bursar.broker import dims
+from bursar.broker import dims, power_budget
 from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import ConfigError
 from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
@@ -194,6 +194,8 @@ class _GroupBase(_Table):
     count: int = Field(gt=0)
     warm: int = Field(default=0, ge=0)
     prefix: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    idle_w: float = Field(default=0.0, ge=0)
+    peak_w: float = Field(default=0.0, ge=0)
 
 
 _Group = create_model(
@@ -232,6 +234,7 @@ class _Policy(_Table):
     elastic_degrade: bool = _POLICY_DEFAULTS["elastic_degrade"]
     elastic_admission: bool = _POLICY_DEFAULTS["elastic_admission"]
     elastic_hysteresis: float = Field(default=_POLICY_DEFAULTS["elastic_hysteresis"], ge=1)
+    power_cap_w: float | None = Field(default=None, gt=0)
     idempotency_window_s: float = Field(default=_POLICY_DEFAULTS["idempotency_window_s"], gt=0)
     idempotency_keys_kept: int = Field(default=_POLICY_DEFAULTS["idempotency_keys_kept"], ge=1)
     ended_leases_kept: int = Field(default=_POLICY_DEFAULTS["ended_leases_kept"], ge=1)
@@ -272,7 +275,7 @@ class _Envelope(_Table):
 
 
 class _CampaignBase(_Table):
-    KEYS_HINT = "class, preemptible, and one table per dimension: " + ", ".join(dims.ALL)
+    KEYS_HINT = "class, preemptible, and one table per dimension: " + ", ".join(dims.ENVELOPED)
     lease_class: LeaseClass = Field(default=LeaseClass.BATCH, alias="class", strict=False)
     preemptible: bool = False
 
@@ -280,7 +283,7 @@ class _CampaignBase(_Table):
 _Campaign = create_model(
     "_Campaign",
     __base__=_CampaignBase,
-    **{d: (_Envelope | None, None) for d in dims.ALL},  # type: ignore[call-overload]
+    **{d: (_Envelope | None, None) for d in dims.ENVELOPED},  # type: ignore[call-overload]
 )
 
 
@@ -521,6 +524,7 @@ def _policy_spec(p: _Policy, *, keep_nodes_on: bool) -> PolicySpec:
         elastic_degrade=p.elastic_degrade,
         elastic_admission=p.elastic_admission,
         elastic_hysteresis=p.elastic_hysteresis,
+        power_cap_w=p.power_cap_w,
         idempotency_window_s=p.idempotency_window_s,
         idempotency_keys_kept=p.idempotency_keys_kept,
         ended_leases_kept=p.ended_leases_kept,
@@ -650,6 +654,14 @@ def _file_pool(model: _File, problems: list[tuple[str, str]]) -> PoolSpec:
                     f"{g.warm} warm nodes but the group has {g.count}; allowed: 0 to {g.count}",
                 )
             )
+        if g.peak_w < g.idle_w:
+            problems.append(
+                (
+                    f"pool.groups.{gname}.peak_w",
+                    f"{g.peak_w:g} W is below the idle draw ({g.idle_w:g} W); "
+                    f"allowed: at least idle_w",
+                )
+            )
         resources = {d: float(getattr(g, d)) for d in dims.PLACED}
         groups.append(
             NodeGroup(
@@ -657,6 +669,8 @@ def _file_pool(model: _File, problems: list[tuple[str, str]]) -> PoolSpec:
                 resources=resources,
                 warm=g.warm,
                 prefix=g.prefix if g.prefix is not None else gname,
+                idle_w=g.idle_w,
+                peak_w=g.peak_w,
             )
         )
     rate_capacity = {
@@ -701,7 +715,7 @@ def _check(
     campaigns = []
     for cname, c in model.campaigns.items():
         envelopes = {}
-        for d in dims.ALL:
+        for d in dims.ENVELOPED:
             e = getattr(c, d)
             if e is not None:
                 envelopes[d] = DimEnvelope(
@@ -734,6 +748,7 @@ def _check(
                     f"allowed: a total of at most {cap[d]:g}",
                 )
             )
+    problems.extend(power_budget.problems(pool, policy, campaigns))
     for d, h in policy.warm_headroom.items():
         if d in checked and h > cap[d] + 1e-9:
             problems.append(

@@ -13,12 +13,18 @@ from collections.abc import Mapping
 PLACED: tuple[str, ...] = ("gpu", "cpu", "mem_gb")
 RATE: tuple[str, ...] = ("fs_bw", "inference")
 ALL: tuple[str, ...] = PLACED + RATE
+POWER = "power"
+"""Watts: neither placed on a node nor metered, but held by leases against a facility cap
+(``power_budget.py``); a campaign's envelope there is in watts, its bucket in joules."""
+ENVELOPED: tuple[str, ...] = (*ALL, POWER)
+"""The dimensions a campaign may have an envelope in."""
 UNITS: Mapping[str, str] = {
     "gpu": "GPUs",
     "cpu": "cores",
     "mem_gb": "GB",
     "fs_bw": "MB/s",
     "inference": "tokens/s",
+    "power": "W",
 }
 
 Vec = tuple[float, ...]

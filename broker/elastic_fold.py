@@ -710,6 +710,15 @@ def grow_step(eng: Engine, e: elastic.ElasticLease) -> Granted | None:
     plan = eng.placement.plan(p, limit, dims.ZERO, c.spec.preemptible, dims.ZERO)
     if plan is None or plan.path is not LeasePath.WARM:
         return None
+    budget = eng.watts
+    if budget.leased:
+        watts = budget.watts_of(None, size, eng._primary)
+        if (
+            budget.campaign_refusal(e.campaign, watts, span, eng.now, eng.policy.enforcement)
+            is not None
+            or budget.cap_refusal(eng.pool, e.campaign, watts, 0.0) is not None
+        ):
+            return None
     profile = reservation_cut.build(eng)
     if (
         profile is not None

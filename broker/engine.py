@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from bursar.broker import (
@@ -42,6 +42,7 @@ from bursar.broker import (
     paths,
     policy_change,
     pool_side,
+    power_budget,
     queueing,
     renewal,
     reservation_cut,
@@ -180,6 +181,8 @@ class Engine:
             self.pool, self.policy, self.leases, self.ledger, self.power, self.timers
         )
         self.headroom = self.power.headroom
+        self.watts = power_budget.PowerBudget(pool, self.pool, self.policy.power_cap_w)
+        """The facility's power cap and each campaign's watts (``broker/power_budget.py``)."""
         self._out: list[Decision] = []
         self._cut = reservations.Current()
         """The reservations as of this admission pass, built lazily (``reservation_cut.build``),
@@ -356,12 +359,17 @@ class Engine:
             return c.buckets[dim].level_at(t, c.held[i], self.policy.enforcement)
         if dim in c.rate_buckets:
             return c.rate_buckets[dim].level_at(t, 0.0, Enforcement.PREPAID)
+        if dim == dims.POWER:
+            return self.watts.bucket_level(campaign, t, self.policy.enforcement)
         return None
 
     def bucket_levels(self, campaign: str, at: float | None = None) -> dict[str, float]:
-        """Every bucket of the campaign: placed dimensions first, then metered ones."""
+        """Every bucket of the campaign: placed dimensions first, then metered ones, then
+        power (joules)."""
         c = self.campaigns[campaign]
         names = [d for d in dims.PLACED if d in c.buckets] + list(c.rate_buckets)
+        if self.watts.bucket_level(campaign, self.now, self.policy.enforcement) is not None:
+            names.append(dims.POWER)
         return {d: self.bucket_level(campaign, d, at) for d in names}  # type: ignore[misc]
 
     def state_dict(self) -> dict[str, Any]:
@@ -400,9 +408,11 @@ class Engine:
                 elif kind is TimerKind.WAKE:
                     self.queue.wake(ref)
                 elif kind is TimerKind.IDLE:
-                    self._emit_some(
-                        self.power.power_off_if_idle(ref, self.ledger.warm_reserve(), self.now)
-                    )
+                    off = self.power.power_off_if_idle(ref, self.ledger.warm_reserve(), self.now)
+                    if off is not None and self.watts.cap is not None:
+                        # Its idle draw is free: a request held back by the cap may fit.
+                        self.queue.pool_dirty = True
+                    self._emit_some(off)
                 elif kind is TimerKind.RESIZE:
                     # Every step the lease was told would end by now goes in one shrink.
                     el = self.elastic.by_lease[self.elastic.parent_of[ref]]
@@ -424,6 +434,9 @@ class Engine:
         c = CampaignState(e.spec)
         c.set_spec(e.spec, self.now, self.pool.capacity)
         self.campaigns[e.spec.name] = c
+        self.watts.set_campaign(
+            e.spec.name, e.spec.envelopes, e.spec.preemptible, self.now, self.policy.enforcement
+        )
         self.ledger.open(c)
         return self._emit(CampaignSet(self.now, e.spec.name, True))
 
@@ -431,6 +444,9 @@ class Engine:
         c = self.campaigns[e.spec.name]
         self._set_held(c, c.held)  # bring buckets to now under the old rates
         self.ledger.respec(c, e.spec, self.now, self.campaigns.values())
+        self.watts.set_campaign(
+            e.spec.name, e.spec.envelopes, e.spec.preemptible, self.now, self.policy.enforcement
+        )
         self.queue.rekey(c.spec.name)
         self.queue.dirty.add(c.spec.name)
         self.queue.pool_dirty = True
@@ -461,6 +477,8 @@ class Engine:
             key=e.idempotency_key,
             demand=demand,
         )
+        if isinstance(e.size, Mapping) and dims.POWER in e.size and e.intent is None:
+            p.watts = float(e.size[dims.POWER])
         self.idempotency.record(e, rid, self.now)
         if intent is not None:
             # Admission control first: a deadline no allocation can meet is refused at once.
@@ -590,6 +608,15 @@ class Engine:
         )
         if refused is not None:
             return refused
+        budget = self.watts
+        watts = 0.0
+        if budget.leased:
+            watts = budget.watts_of(p.watts, size, self._primary)
+            refused = budget.campaign_refusal(
+                p.campaign, watts, p.duration_s, self.now, enforcement
+            )
+            if refused is not None:
+                return refused
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
@@ -604,12 +631,21 @@ class Engine:
                 self, p, c, end, behind
             ):
                 return admission.reservations_refusal(r.at for r in behind.reservations.values())
+        if budget.cap is not None:
+            boots = budget.boot_watts(self.pool, self.placement.boots(plan))
+            refused = budget.cap_refusal(self.pool, p.campaign, watts, boots)
+            if refused is not None:
+                return refused
         if delay > 0 and enforcement is Enforcement.PREPAID:
             refused = admission.bucket_refusal(
                 admission.bucket_short(
                     c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
                 )
             )
+            if refused is None and budget.leased:
+                refused = budget.campaign_refusal(
+                    p.campaign, watts, p.duration_s + delay, self.now, enforcement
+                )
             if refused is not None:
                 return refused
         return self._grant(p, c, plan, rate, own)
@@ -681,6 +717,18 @@ class Engine:
         span = ls.expires_at - self.now
         credit_rate = self.ledger.credit_rate(price, p.size)
         tokens, credits = self.ledger.charge(c, rate, credit_rate, span, self.now)
+        budget = self.watts
+        watts = budget.watts_of(p.watts, p.size, self._primary)
+        joules = budget.granted(
+            ls.id, ls.campaign, watts, self.now, ls.expires_at, self.policy.enforcement
+        )
+        if budget.leased:
+            inputs["power"] = {
+                "watts": watts,
+                "joules": joules,
+                "draw_w": budget.draw(self.pool),
+                "cap_w": budget.cap,
+            }
         ls.segments.append(Segment(self.now, ls.expires_at, rate, credit_rate))
         self._charge_usage(c, p.size, self.now, ls.expires_at, +1)
         self._set_held(c, dims.add(c.held, p.size))
@@ -744,6 +792,7 @@ class Engine:
             )
         c = self.campaigns[ls.campaign]
         refund_tokens, refund_credits = ls.refund(self.now)
+        self.watts.ended(ls.id, self.now, self.policy.enforcement)
         was = ls.state
         ls.move(state)
         ls.truncate(self.now)
@@ -802,7 +851,9 @@ class Engine:
         self._admit()
         if self.elastic.by_lease:
             fold.elastic_pass(self)
-        boot = self.power.keep_warm(self.ledger.warm_reserve(), self.now)
+        boot = self.power.keep_warm(
+            self.ledger.warm_reserve(), self.now, self.watts.may_boot(self.pool)
+        )
         if boot is not None:
             self._out.append(boot)
 

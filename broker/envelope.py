@@ -92,8 +92,8 @@ class CampaignSpec:
                 "(lower-case letters, digits, '.', '_' or '-', at most 63 characters)"
             )
         for dim, env in self.envelopes.items():
-            if not isinstance(dim, str) or dim not in dims.ALL:
-                out.append(f"unknown dimension {dim!r}; allowed: {', '.join(dims.ALL)}")
+            if not isinstance(dim, str) or dim not in dims.ENVELOPED:
+                out.append(f"unknown dimension {dim!r}; allowed: {', '.join(dims.ENVELOPED)}")
                 continue
             if not isinstance(env, DimEnvelope):
                 out.append(f"{dim} must be an envelope (guarantee, sustained, burst, bucket)")

@@ -60,6 +60,8 @@ def check(eng: Engine) -> None:
     for x, y in zip(cached, fresh, strict=True):
         assert all(abs(a - b) < 1e-6 for a, b in zip(x, y, strict=True)), (cached, fresh)
     _check_elastic(eng)
+    eng.watts.check(eng.pool)
+    assert set(eng.watts.leases()) == set(eng.leases), "power: leases' watts out of step"
 
 
 def _check_elastic(eng: Engine) -> None:

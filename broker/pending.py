@@ -65,6 +65,9 @@ class Pending:
     labels: dict[str, str]
     key: str = ""
     """The client's idempotency key ("" for none)."""
+    watts: float | None = None
+    """The watts the request declared (``size["power"]``, its power limit); None: the
+    default for its size (``power_budget.py``)."""
     demand: Demand | None = None
     """The request's shape resolved against the pool (None: any split of ``size``)."""
     reason: Reason | None = None

@@ -29,7 +29,7 @@ in the ledger's order, until they suffice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from bursar.broker import dims, paths, shape
 from bursar.broker.decisions import Activated, Decision, LeasePath, PreemptWarned
@@ -236,6 +236,15 @@ class Placement:
         if not dims.is_zero(plan.cold):
             cold = self._plan_cold(d, d.units(plan.cold), inf) or {}
         return paths.Plan(plan.path, plan.warm, plan.reclaim, plan.cold, warm, claims, cold)
+
+    def boots(self, plan: paths.Plan) -> Iterable[int]:
+        """The nodes ``plan`` puts pieces on that are booting or cold (``place`` boots the
+        cold ones): chosen as ``place`` will choose them."""
+        if plan.cold_pieces:
+            return plan.cold_pieces.keys()
+        if plan.later is not None and not dims.is_zero(plan.cold):
+            return self._pieces(plan, plan.later).cold_pieces.keys()
+        return ()
 
     def warned(self, plan: paths.Plan) -> dims.Vec:
         """What the victims a plan would warn hold in all: whole leases, not only the parts

@@ -37,6 +37,11 @@ class NodeGroup:
     resources: Mapping[str, float]
     warm: int = 0
     prefix: str = "node"
+    idle_w: float = field(default=0.0, metadata={"omit_default": True})
+    """Each node's draw when powered and unused, watts (0: not known)."""
+    peak_w: float = field(default=0.0, metadata={"omit_default": True})
+    """Each node's draw when all its primary units (GPUs, else cores) run flat out, watts;
+    a lease draws its share of ``peak_w - idle_w`` above idle (``power_budget.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,10 @@ class PolicySpec:
     more, ``broker/keys.py``): a key is forgotten at the end of its window or once this
     many newer keyed Acquires came, whichever is first. This bounds the keys' memory (about
     250 bytes a key) however busy the broker is."""
+    power_cap_w: float | None = field(default=None, metadata={"omit_default": True})
+    """The facility's power cap, watts: no grant and no boot may take the pool's draw (each
+    powered or booting node's idle draw plus each lease's watts) above it, nor into the
+    watts kept for unmet power guarantees (``power_budget.py``). None: no cap."""
     ended_leases_kept: int = field(default=ENDED_LEASES_KEPT, metadata={"omit_default": True})
     """How many ended leases the engine remembers (>= 1; the newest, or up to 1,000 more):
     enough to answer "already ended" and to open a Watch on a lease that ended a while

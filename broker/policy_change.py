@@ -61,6 +61,7 @@ _RANGES: Mapping[str, tuple[float, bool, bool]] = {
     "meter_window_s": (0.0, True, False),
     "power_down_idle_s": (0.0, True, True),  # 0 would recheck a needed node at one instant for ever
     "elastic_hysteresis": (1.0, False, False),
+    "power_cap_w": (0.0, True, True),
     "idempotency_window_s": (0.0, True, False),
 }
 """The numeric settings' ranges (the config file's are the same, ``broker/config.py``)."""

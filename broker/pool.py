@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,14 +373,17 @@ class PoolState:
                 started.append(i)
         return started
 
-    def boot(self, need: dims.Vec, now: float, latency: float) -> list[int]:
-        """Power on cold nodes, in index order, until their capacity covers ``need``."""
+    def boot(
+        self, need: dims.Vec, now: float, latency: float, gate: Callable[[int], bool] | None = None
+    ) -> list[int]:
+        """Power on cold nodes, in index order, until their capacity covers ``need``;
+        ``gate`` (if given) says which cold nodes may boot (it is asked once per node)."""
         started = []
         got = dims.ZERO
         for i, n in enumerate(self.nodes):
             if dims.fits(need, got):
                 break
-            if n.power is NodeState.COLD:
+            if n.power is NodeState.COLD and (gate is None or gate(i)):
                 self.set_power(i, NodeState.BOOTING, now + latency)
                 got = dims.add(got, n.cap)
                 started.append(i)

@@ -53,9 +53,12 @@ class PowerControl:
             for i in range(len(self._pool.nodes)):
                 self.watch_idle(i, now)
 
-    def boot(self, need: dims.Vec, now: float) -> PoweredOn | None:
-        """Boot cold nodes to cover ``need``; the PoweredOn to send, if any node boots."""
-        booted = self._pool.boot(need, now, self._boot_latency_s)
+    def boot(
+        self, need: dims.Vec, now: float, gate: Callable[[int], bool] | None = None
+    ) -> PoweredOn | None:
+        """Boot cold nodes to cover ``need`` (those ``gate`` lets boot, if given); the
+        PoweredOn to send, if any node boots."""
+        booted = self._pool.boot(need, now, self._boot_latency_s, gate)
         if not booted:
             return None
         nodes = self._pool.nodes
@@ -69,14 +72,17 @@ class PowerControl:
         names = self._pool.nodes
         return PoweredOn(now, tuple(names[i].name for i in booted), now + self._boot_latency_s)
 
-    def keep_warm(self, reserve: dims.Vec, now: float) -> PoweredOn | None:
-        """Boot cold nodes when warm + booting capacity falls below reserve + headroom."""
+    def keep_warm(
+        self, reserve: dims.Vec, now: float, gate: Callable[[int], bool] | None = None
+    ) -> PoweredOn | None:
+        """Boot cold nodes when warm + booting capacity falls below reserve + headroom;
+        ``gate``: which cold nodes the power cap lets boot (None: any)."""
         on_free, boot_free, cold, _ = self._pool.totals()
         target = dims.add(reserve, self.headroom)
         short = dims.vmax0(dims.sub(target, dims.add(on_free, boot_free)))
         if dims.is_zero(short) or dims.is_zero(cold):
             return None
-        return self.boot(short, now)
+        return self.boot(short, now, gate)
 
     def in_use(self, nodes: Iterable[int]) -> None:
         """The nodes got pieces: their idle spells (if any) end."""

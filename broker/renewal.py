@@ -78,11 +78,18 @@ def renew(eng: Engine, e: Renew) -> Decision | None:
         inputs = {**inputs, **refused.details}
         wait = eng.ledger.bucket_wait(c, rate, ext, eng.now)
         return _reject(eng, ls, refused.reason, wait, inputs)
+    if eng.watts.leased:
+        # Its watts are held already (a renewal adds none): only the joules of the extension.
+        refused = eng.watts.renewal_refusal(ls.id, ext, eng.now, eng.policy.enforcement)
+        if refused is not None:
+            inputs = {**inputs, **refused.details}
+            return _reject(eng, ls, refused.reason, eng.policy.min_retry_s, inputs)
     price = eng.ledger.price()
     credit_rate = eng.ledger.credit_rate(price, ls.size)
     tokens, credits = eng.ledger.charge(c, rate, credit_rate, ext, eng.now)
     if ext > 0:
         ls.segments.append(Segment(ls.expires_at, new_end, rate, credit_rate))
+        eng.watts.renewed(ls.id, ls.expires_at, new_end, eng.now, eng.policy.enforcement)
     eng.ledger.firm_renewed(ls, new_end)
     eng._charge_usage(c, ls.size, ls.expires_at, new_end, +1)
     eng.queue.rekey(c.spec.name)

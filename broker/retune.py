@@ -25,6 +25,7 @@ def retune(eng: Engine, new: PolicySpec) -> None:
     eng.ledger.retune(new)
     eng.power.retune(new, eng.now)
     eng.headroom = eng.power.headroom
+    eng.watts.set_cap(new.power_cap_w)
     eng.placement.retune(new)
     eng.queue.retune(new)
     eng.idempotency.retune(new.idempotency_window_s, new.idempotency_keys_kept)

@@ -56,4 +56,7 @@ def state_dict(eng: Engine) -> dict[str, Any]:
     if eng.elastic.by_lease or eng.elastic.waiting:
         # Only with elastic leases: a state without them keeps the digest it had.
         d["elastic"] = eng.elastic.state()
+    if eng.watts.leased:
+        # Only while power is leased: a state without it keeps the digest it had.
+        d["power"] = eng.watts.state(eng.pool, eng.now, eng.policy.enforcement)
     return d

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from bursar.broker import dims
+from bursar.broker import price as pricing
 from bursar.broker.engine import Engine
 from bursar.broker.policy import Enforcement
 
@@ -39,6 +40,28 @@ class DimSupply:
 
 
 @dataclass(frozen=True, slots=True)
+class PowerSupply:
+    """The facility's power (``power_budget.py``), watts; published while power is leased."""
+
+    cap_w: float
+    """The facility cap; +inf when there is none (campaign envelopes only)."""
+    draw_w: float
+    """What the pool draws now: powered and booting nodes' idle draw plus the leases' watts."""
+    idle_w: float
+    """The idle part of ``draw_w``."""
+    reserved_w: float
+    """Kept for unmet power guarantees (only their owners may use them)."""
+    headroom_w: float
+    """What a lease above its campaign's guarantee may add now: cap - draw - reserved."""
+    reclaimable_w: float
+    """Held by preemptible leases (counted until they end)."""
+    price: float
+    """Credits per kWh on the pool price's curve over the power pressure (draw plus the
+    queued firm requests' watts, over the cap): a signal to ask for a lower power limit
+    (``size["power"]``) rather than wait; nothing is charged on it."""
+
+
+@dataclass(frozen=True, slots=True)
 class CampaignSupply:
     held: dict[str, float]
     bucket: dict[str, float | None]
@@ -61,6 +84,8 @@ class Supply:
     campaigns: dict[str, CampaignSupply]
     grace_s: float
     boot_latency_s: float
+    power: PowerSupply | None = None
+    """Set while power is leased (a cap, or a campaign with a power envelope)."""
 
     def time_to(
         self, n: float, dim: str = "gpu", campaign: str | None = None
@@ -129,20 +154,34 @@ def supply(engine: Engine) -> Supply:
             if d in c.rate_buckets:
                 b = c.rate_buckets[d]
                 levels[d] = None if b.unlimited else engine.bucket_level(name, d)
+        held = dims.as_dict(c.held)
+        headroom = {
+            d: max(0.0, c.burst[i] - c.held[i])
+            for i, d in enumerate(dims.PLACED)
+            if d in c.spec.envelopes
+        }
+        unmet = dims.as_dict(c.unmet)
+        account = engine.watts.accounts.get(name)
+        env = c.spec.envelopes.get(dims.POWER)
+        if account is not None and env is not None:
+            held[dims.POWER] = account.held
+            headroom[dims.POWER] = max(0.0, env.burst - account.held)
+            if not c.spec.preemptible and env.guarantee > account.held:
+                unmet[dims.POWER] = env.guarantee - account.held
+            b = account.bucket
+            if b is not None:
+                levels[dims.POWER] = None if b.unlimited else engine.bucket_level(name, dims.POWER)
         camps[name] = CampaignSupply(
-            held=dims.as_dict(c.held),
+            held=held,
             bucket=levels,
             time_to_empty_s=empty,
-            headroom_to_burst={
-                d: max(0.0, c.burst[i] - c.held[i])
-                for i, d in enumerate(dims.PLACED)
-                if d in c.spec.envelopes
-            },
-            unmet_guarantee=dims.as_dict(c.unmet),
+            headroom_to_burst=headroom,
+            unmet_guarantee=unmet,
             credits=c.credits,
             queued=queued.get(name, 0),
         )
     return Supply(
+        power=_power(engine),
         at=engine.now,
         price=engine.price(),
         pressure=engine.pressure(),
@@ -150,4 +189,31 @@ def supply(engine: Engine) -> Supply:
         campaigns=camps,
         grace_s=engine.policy.grace_s,
         boot_latency_s=engine.pool_spec.boot_latency_s,
+    )
+
+
+def _power(engine: Engine) -> PowerSupply | None:
+    budget = engine.watts
+    if not budget.leased:
+        return None
+    pool = engine.pool
+    idle = budget.idle_draw(pool)
+    draw = idle + budget.lease_w
+    reserved = budget.reserved()
+    cap = budget.cap if budget.cap is not None else math.inf
+    queued = sum(
+        budget.watts_of(p.watts, p.size, engine.pool.primary)
+        for p in engine.pending.values()
+        if not engine.campaigns[p.campaign].spec.preemptible
+    )
+    pressure = (draw + queued) / cap if math.isfinite(cap) and cap > 0 else 0.0
+    policy = engine.policy
+    return PowerSupply(
+        cap_w=cap,
+        draw_w=draw,
+        idle_w=idle,
+        reserved_w=reserved,
+        headroom_w=max(0.0, cap - draw - reserved),
+        reclaimable_w=budget.reclaimable(),
+        price=pricing.price(policy.price_base, policy.price_k, pressure),
     )

@@ -12,7 +12,15 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import admission, dims, elastic, isolation, policy_change, shape
+from bursar.broker import (
+    admission,
+    dims,
+    elastic,
+    isolation,
+    policy_change,
+    power_budget,
+    shape,
+)
 from bursar.broker.envelope import CampaignSpec, LeaseClass
 from bursar.broker.errors import ErrorCode, RequestError
 from bursar.broker.events import (
@@ -108,7 +116,39 @@ def _spec(eng: Engine, spec: CampaignSpec, creating: bool) -> None:
             f"capacity {dims.as_dict(eng.pool.capacity)}; lower a guarantee",
             ErrorCode.FAILED_PRECONDITION,
         )
+    specs = [c.spec for n, c in eng.campaigns.items() if n != spec.name] + [spec]
+    for _, message in power_budget.problems(eng.pool_spec, eng.policy, specs):
+        raise bad("spec.envelopes", message, ErrorCode.FAILED_PRECONDITION)
     _strands(eng, spec)
+
+
+def _watts(
+    eng: Engine, spec: CampaignSpec, where: str, watts: float, declared: float | None
+) -> None:
+    """A lease's watts above the campaign's power burst, or above what the cap leaves
+    beside the warm nodes' idle draw and the others' power guarantees, would wait for good."""
+    budget = eng.watts
+    if not budget.leased or watts <= 0:
+        return
+    how = "declared" if declared is not None else "its size draws by default"
+    env = spec.envelopes.get(dims.POWER)
+    if env is not None and watts > env.burst + EPS:
+        raise bad(
+            f"{where}.power",
+            f"{watts:g} W ({how}) is above campaign {spec.name!r}'s power burst "
+            f"({env.burst:g} W) and can never be granted; declare a lower power limit "
+            "(size.power) or ask for less",
+            ErrorCode.OUT_OF_RANGE,
+        )
+    room = budget.room_for(eng.pool_spec, spec.name)
+    if room is not None and watts > room + EPS:
+        raise bad(
+            f"{where}.power",
+            f"{watts:g} W ({how}) can never be granted under the power cap: it leaves "
+            f"{room:g} W beside the nodes' idle draw and the other campaigns' power "
+            "guarantees; declare a lower power limit (size.power) or ask for less",
+            ErrorCode.OUT_OF_RANGE,
+        )
 
 
 def _guarantors(eng: Engine, name: str, i: int, most: int = 3) -> str:
@@ -189,6 +229,16 @@ def _request(eng: Engine, e: RequestLease) -> shape.Demand:
     )
     if not isinstance(sized, Mapping) or (not sized and not shaped):
         raise bad(where, "give a size per dimension, e.g. {'gpu': 8}")
+    declared = sized.get(dims.POWER) if e.intent is None else None
+    if declared is not None:
+        if (
+            isinstance(declared, bool)
+            or not isinstance(declared, int | float)
+            or not math.isfinite(declared)
+            or declared < 0
+        ):
+            raise bad(f"{where}.power", f"must be a finite number of watts >= 0 (got {declared!r})")
+        sized = {d: x for d, x in sized.items() if d != dims.POWER}
     for d, x in sized.items():
         if d in dims.RATE:
             raise bad(where, f"{d} is a metered rate dimension: use Meter, not a lease")
@@ -245,6 +295,7 @@ def _request(eng: Engine, e: RequestLease) -> shape.Demand:
                 ErrorCode.OUT_OF_RANGE,
             )
     shape.check_pool(demand, eng.pool.kinds)
+    _watts(eng, c.spec, where, eng.watts.watts_of(declared, size, eng._primary), declared)
     if eng.policy.enforcement is Enforcement.PREPAID:
         need = admission.token_need(dims.ZERO, size, c.sustained)
         for i, dim in enumerate(dims.PLACED):
@@ -562,6 +613,9 @@ def _apply_policy(eng: Engine, e: ApplyPolicy) -> None:
         key, message = problems[0]
         also = "".join(f"; also policy.{k}: {m}" for k, m in problems[1:])
         raise bad(f"policy.{key}", message + also)
+    specs = [c.spec for c in eng.campaigns.values()]
+    for key, message in power_budget.problems(eng.pool_spec, e.policy, specs):
+        raise bad(key, message, ErrorCode.FAILED_PRECONDITION)
 
 
 _VALIDATORS: dict[type, Callable[[Engine, Any], shape.Demand | None]] = {

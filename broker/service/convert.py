@@ -934,6 +934,19 @@ def supply_to_proto(
                 lendable=x.lendable,
             )
         )
+    if s.power is not None:
+        p = s.power
+        out.power.CopyFrom(
+            pb.PowerSupply(
+                cap_w=p.cap_w,
+                draw_w=p.draw_w,
+                idle_w=p.idle_w,
+                reserved_w=p.reserved_w,
+                headroom_w=p.headroom_w,
+                reclaimable_w=p.reclaimable_w,
+                price=p.price,
+            )
+        )
     for name, c in s.campaigns.items():
         if visible is not None and name not in visible:
             continue

@@ -74,6 +74,7 @@ from bursar.providers.client._types import LeasePath as LeasePath
 from bursar.providers.client._types import LeaseState as LeaseState
 from bursar.providers.client._types import MeterResult as MeterResult
 from bursar.providers.client._types import PendingRequest as PendingRequest
+from bursar.providers.client._types import PowerSupply as PowerSupply
 from bursar.providers.client._types import ReasonCode as ReasonCode
 from bursar.providers.client._types import Shape as Shape
 from bursar.providers.client._types import Supply as Supply
@@ -123,6 +124,7 @@ __all__ = [
     "PolicyApplied",
     "PolicyChange",
     "PolicyState",
+    "PowerSupply",
     "ReasonCode",
     "Refused",
     "Shape",

@@ -56,6 +56,7 @@ __all__ = [
     "LeaseState",
     "MeterResult",
     "PendingRequest",
+    "PowerSupply",
     "ReasonCode",
     "Shape",
     "Supply",
@@ -498,13 +499,22 @@ TimeTo = _message(
     """Expected seconds until ``units`` of ``dim`` are usable on each path
     (``bursar.v1.TimeTo``; None: not on that path now).""",
 )
+PowerSupply = _message(
+    _Message,
+    "PowerSupply",
+    _Shape(pb.PowerSupply.DESCRIPTOR),
+    """The facility's power in watts (``bursar.v1.PowerSupply``): the cap (``math.inf``
+    for none), the draw, what is kept for power guarantees, the headroom a lease may add
+    now, and the power price (credits per kWh, a signal only).""",
+)
 Supply = _message(
     _Message,
     "Supply",
-    _Shape(pb.Supply.DESCRIPTOR, optional=frozenset({"time_to"})),
+    _Shape(pb.Supply.DESCRIPTOR, optional=frozenset({"time_to", "power"})),
     """What the pool can give, how soon, at what price (``bursar.v1.Supply``): ``price``
     in credits per unit-hour of the primary dimension; ``campaigns`` only the caller's
-    own for a campaign token, every one for the admin; ``time_to`` when asked for.""",
+    own for a campaign token, every one for the admin; ``time_to`` when asked for;
+    ``power`` while power is leased (None otherwise).""",
 )
 MeterResult = _message(
     _Message,

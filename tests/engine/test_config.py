@@ -156,6 +156,8 @@ def test_demo_documents_every_key() -> None:
         "count",
         "warm",
         "prefix",
+        "idle_w",
+        "peak_w",
         "class",
         "preemptible",
         "guarantee",
@@ -190,6 +192,7 @@ def test_every_policy_field_is_a_config_key(tmp_path: Path) -> None:
         "idempotency_window_s": 600.0,
         "idempotency_keys_kept": 5000,
         "ended_leases_kept": 700,
+        "power_cap_w": 1.0e6,
     }
     assert set(overrides) == {f.name for f in dataclasses.fields(PolicySpec)}
     data = tomllib.loads(BASE_TOML)

@@ -311,7 +311,7 @@ class TimeTo(_message.Message):
     def __init__(self, units: _Optional[float] = ..., dim: _Optional[str] = ..., warm_s: _Optional[float] = ..., reclaim_s: _Optional[float] = ..., cold_s: _Optional[float] = ...) -> None: ...
 
 class Supply(_message.Message):
-    __slots__ = ("at", "price", "pressure", "dims", "campaigns", "grace_s", "boot_latency_s", "time_to")
+    __slots__ = ("at", "price", "pressure", "dims", "campaigns", "grace_s", "boot_latency_s", "time_to", "power")
     class DimsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +334,7 @@ class Supply(_message.Message):
     GRACE_S_FIELD_NUMBER: _ClassVar[int]
     BOOT_LATENCY_S_FIELD_NUMBER: _ClassVar[int]
     TIME_TO_FIELD_NUMBER: _ClassVar[int]
+    POWER_FIELD_NUMBER: _ClassVar[int]
     at: float
     price: float
     pressure: float
@@ -342,7 +343,26 @@ class Supply(_message.Message):
     grace_s: float
     boot_latency_s: float
     time_to: TimeTo
-    def __init__(self, at: _Optional[float] = ..., price: _Optional[float] = ..., pressure: _Optional[float] = ..., dims: _Optional[_Mapping[str, DimSupply]] = ..., campaigns: _Optional[_Mapping[str, CampaignSupply]] = ..., grace_s: _Optional[float] = ..., boot_latency_s: _Optional[float] = ..., time_to: _Optional[_Union[TimeTo, _Mapping]] = ...) -> None: ...
+    power: PowerSupply
+    def __init__(self, at: _Optional[float] = ..., price: _Optional[float] = ..., pressure: _Optional[float] = ..., dims: _Optional[_Mapping[str, DimSupply]] = ..., campaigns: _Optional[_Mapping[str, CampaignSupply]] = ..., grace_s: _Optional[float] = ..., boot_latency_s: _Optional[float] = ..., time_to: _Optional[_Union[TimeTo, _Mapping]] = ..., power: _Optional[_Union[PowerSupply, _Mapping]] = ...) -> None: ...
+
+class PowerSupply(_message.Message):
+    __slots__ = ("cap_w", "draw_w", "idle_w", "reserved_w", "headroom_w", "reclaimable_w", "price")
+    CAP_W_FIELD_NUMBER: _ClassVar[int]
+    DRAW_W_FIELD_NUMBER: _ClassVar[int]
+    IDLE_W_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_W_FIELD_NUMBER: _ClassVar[int]
+    HEADROOM_W_FIELD_NUMBER: _ClassVar[int]
+    RECLAIMABLE_W_FIELD_NUMBER: _ClassVar[int]
+    PRICE_FIELD_NUMBER: _ClassVar[int]
+    cap_w: float
+    draw_w: float
+    idle_w: float
+    reserved_w: float
+    headroom_w: float
+    reclaimable_w: float
+    price: float
+    def __init__(self, cap_w: _Optional[float] = ..., draw_w: _Optional[float] = ..., idle_w: _Optional[float] = ..., reserved_w: _Optional[float] = ..., headroom_w: _Optional[float] = ..., reclaimable_w: _Optional[float] = ..., price: _Optional[float] = ...) -> None: ...
 
 class DecisionRecord(_message.Message):
     __slots__ = ("seq", "at", "kind", "campaign", "lease_id", "reason", "json")

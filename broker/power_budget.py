@@ -1,0 +1,439 @@
+"""Power as a leased dimension: the facility cap no grant or boot crosses, and each
+campaign's watts (guarantee, sustained, burst, and a bucket in joules).
+
+**The draw.** The pool draws each powered or booting node's idle watts (a booting node
+draws from its boot's start), plus each live lease's watts above idle. A lease's watts are
+fixed when it is asked for: ``size["power"]`` if the request declares it (its power limit,
+which a backend enforces, e.g. ``nvidia-smi -pl``), otherwise its primary units (GPUs,
+else cores) times the most any node type draws per unit above idle, ``(peak_w - idle_w)
+/ units``: an upper bound wherever the lease lands, so the default never understates. A
+lease's watts count from its grant until it ends, whatever its state (a lease waiting on a
+boot or a reclaim is counted from its grant, and so is the victim it waits on until it
+ends), so the cap never depends on when a backend reports.
+
+**The cap** (``policy.power_cap_w``). A lease is granted only if the draw plus its watts,
+plus the idle draw of the cold nodes its plan boots, stays within the cap less the watts
+kept for other campaigns' unmet power guarantees; the nodes kept warm for the guarantee
+reserve are booted only where their idle draw fits the same way. The check runs on every
+path: warm, reclaim (the victims' watts stay counted until they end) and cold (the
+boots' idle draw), and on an elastic lease's growth. Renewals add no watts. A lowered cap
+stops new grants and boots until the draw falls under it; nothing running is revoked.
+
+**A campaign's envelope in watts**: ``burst`` bounds its leases' watts at once; the part
+above ``sustained`` is paid from a bucket of ``bucket`` joules (watt-seconds) for the
+lease's whole term at grant (prepaid enforcement; the unused part is refunded when it ends
+early) or drained while held (grant-instant); ``guarantee`` watts are kept for it: no
+other campaign's lease or boot may use them while it holds less.
+
+Not yet: the reservation profile counts nodes, not watts (a request blocked by power does
+not hold a reservation of watts), and power is not reclaimed from preemptible leases (a
+firm request above its guarantee waits for their watts to end).
+
+Part of the engine's state (pickled with it in snapshots); every method is a pure update
+of this state or a read, given the engine's clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bursar.broker import dims
+from bursar.broker.admission import Refusal, Side
+from bursar.broker.bucket import Bucket, above_rate
+from bursar.broker.envelope import CampaignSpec, DimEnvelope
+from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
+from bursar.broker.pool import NodeState, PoolState
+from bursar.broker.reasons import Reason
+
+EPS = 1e-9
+_DRAWING = (NodeState.ON, NodeState.BOOTING)
+
+
+@dataclass(slots=True)
+class _Held:
+    """One live lease's watts, and the joules it prepaid per second of its term."""
+
+    campaign: str
+    watts: float
+    paid: list[tuple[float, float, float]]
+    """(start, end, joules per second) per prepaid stretch: the grant's, then renewals'."""
+
+
+@dataclass(slots=True)
+class _Account:
+    """One campaign's power envelope and what it holds."""
+
+    envelope: DimEnvelope | None
+    preemptible: bool
+    held: float = 0.0
+    bucket: Bucket | None = None
+
+
+def problems(
+    pool: PoolSpec, policy: PolicySpec, campaigns: Sequence[CampaignSpec]
+) -> list[tuple[str, str]]:
+    """The power cap must cover what the pool draws before any lease (its warm nodes' idle
+    draw), and, where campaigns hold power guarantees, every node's idle draw plus the
+    guarantees: a guaranteed lease may need a node booted, and a boot draws too."""
+    out: list[tuple[str, str]] = []
+    cap = policy.power_cap_w
+    guaranteed = [
+        (s.name, s.envelopes[dims.POWER].guarantee)
+        for s in campaigns
+        if dims.POWER in s.envelopes and s.envelopes[dims.POWER].guarantee > 0
+    ]
+    idle_all = sum(g.count * g.idle_w for g in pool.groups)
+    idle_warm = sum(min(g.warm, g.count) * g.idle_w for g in pool.groups)
+    if cap is None:
+        if guaranteed:
+            out.append(
+                (
+                    "policy.power_cap_w",
+                    "campaigns hold power guarantees but the pool has no power cap to keep "
+                    "them under; allowed: a cap in watts",
+                )
+            )
+        return out
+    if idle_warm > cap + 1e-9:
+        out.append(
+            (
+                "policy.power_cap_w",
+                f"{cap:g} W is below the warm nodes' idle draw ({idle_warm:g} W), so no lease "
+                f"could ever start; allowed: at least {idle_warm:g}",
+            )
+        )
+    total = sum(g for _, g in guaranteed)
+    if guaranteed and total + idle_all > cap + 1e-9:
+        out.append(
+            (
+                "campaigns.*.power.guarantee",
+                f"power guarantees add up to {total:g} W "
+                f"({', '.join(f'{n} {g:g}' for n, g in guaranteed)}) and every node's idle "
+                f"draw to {idle_all:g} W, more than the cap of {cap:g} W; allowed: "
+                f"guarantees of at most {max(0.0, cap - idle_all):g} W in all",
+            )
+        )
+    return out
+
+
+class PowerBudget:
+    """The pool's draw, the cap, and each campaign's watts and joules."""
+
+    __slots__ = ("_idle", "_leases", "_unit_w", "accounts", "cap", "lease_w", "leased")
+
+    def __init__(self, pool_spec: PoolSpec, pool: PoolState, cap: float | None) -> None:
+        self.cap = cap
+        idle: list[float] = []
+        unit_w = 0.0
+        primary = pool.primary
+        for g in pool_spec.groups:
+            units = float(g.resources.get(dims.PLACED[primary], 0.0))
+            if units > 0:
+                unit_w = max(unit_w, (g.peak_w - g.idle_w) / units)
+            idle.extend([float(g.idle_w)] * g.count)
+        if len(idle) != len(pool.nodes):
+            idle = [0.0] * len(pool.nodes)  # a pool built from nodes, not groups
+        self._idle = tuple(idle)
+        self._unit_w = unit_w
+        self.accounts: dict[str, _Account] = {}
+        self.leased = cap is not None
+        """Power is leased here: a cap, or a campaign with a power envelope (the checks run
+        only then; the leases' watts are kept always, so a cap set later counts them)."""
+        self._leases: dict[str, _Held] = {}
+        self.lease_w = 0.0
+        """The live leases' watts above idle, summed."""
+
+    # ------------------------------------------------------------------ reads
+
+    def watts_of(self, declared: float | None, size: dims.Vec, primary: int) -> float:
+        """A lease's watts: as its request declared, else its primary units at the most
+        any node type draws per unit above idle."""
+        return declared if declared is not None else size[primary] * self._unit_w
+
+    def leases(self) -> Iterable[str]:
+        return self._leases.keys()
+
+    def lease_watts(self, lease_id: str) -> float:
+        h = self._leases.get(lease_id)
+        return h.watts if h is not None else 0.0
+
+    def idle_draw(self, pool: PoolState) -> float:
+        idle = self._idle
+        return sum(idle[i] for i, n in enumerate(pool.nodes) if n.power in _DRAWING)
+
+    def draw(self, pool: PoolState) -> float:
+        """What the pool draws now, watts."""
+        return self.idle_draw(pool) + self.lease_w
+
+    def reserved(self, but: str | None = None) -> float:
+        """Watts kept for unmet power guarantees (of every campaign but ``but``)."""
+        total = 0.0
+        for name, a in self.accounts.items():
+            env = a.envelope
+            if name != but and env is not None and not a.preemptible and env.guarantee > a.held:
+                total += env.guarantee - a.held
+        return total
+
+    def room_for(self, pool_spec: PoolSpec, campaign: str) -> float | None:
+        """The most watts a lease of ``campaign`` could ever get: the cap less one node's
+        idle draw (a lease runs on at least one node; the others may be powered down) and
+        the other campaigns' power guarantees. None: no cap."""
+        if self.cap is None:
+            return None
+        idle_one = min((g.idle_w for g in pool_spec.groups if g.count > 0), default=0.0)
+        others = sum(
+            a.envelope.guarantee
+            for name, a in self.accounts.items()
+            if name != campaign and a.envelope is not None and not a.preemptible
+        )
+        return self.cap - idle_one - others
+
+    def reclaimable(self) -> float:
+        return sum(a.held for a in self.accounts.values() if a.preemptible)
+
+    def boot_watts(self, pool: PoolState, nodes: Iterable[int]) -> float:
+        """The idle draw the cold ones among ``nodes`` add when booted."""
+        idle = self._idle
+        return sum(idle[i] for i in nodes if pool.nodes[i].power is NodeState.COLD)
+
+    def bucket_level(self, campaign: str, at: float, enforcement: Enforcement) -> float | None:
+        a = self.accounts.get(campaign)
+        if a is None or a.bucket is None:
+            return None
+        return a.bucket.level_at(at, a.held, enforcement)
+
+    # ------------------------------------------------------------------ checks
+
+    def campaign_refusal(
+        self, campaign: str, watts: float, span: float, now: float, enforcement: Enforcement
+    ) -> Refusal | None:
+        """The campaign's own limits in watts: its burst, then its bucket over ``span``."""
+        a = self.accounts.get(campaign)
+        if a is None or a.envelope is None or watts <= 0:
+            return None
+        env = a.envelope
+        if a.held + watts > env.burst + EPS:
+            return Refusal(
+                Reason.ABOVE_BURST,
+                {"power": {"held_w": a.held, "watts": watts, "burst_w": env.burst}},
+            )
+        above = above_rate(a.held, watts, env.sustained)
+        b = a.bucket
+        if above <= 0 or b is None or b.unlimited:
+            return None
+        level = b.level_at(now, a.held, enforcement)
+        need = above * span if enforcement is Enforcement.PREPAID else 0.0
+        if level + EPS < need or (enforcement is not Enforcement.PREPAID and level <= EPS):
+            return Refusal(
+                Reason.BUCKET_EMPTY, {"bucket_short": {"power": {"level": level, "need": need}}}
+            )
+        return None
+
+    def cap_refusal(
+        self, pool: PoolState, campaign: str, watts: float, boots: float
+    ) -> Refusal | None:
+        """The facility cap: ``watts`` more for a lease of ``campaign`` and ``boots`` watts
+        of idle draw for the nodes it boots must fit under the cap less the watts kept for
+        the other campaigns' unmet guarantees."""
+        cap = self.cap
+        if cap is None:
+            return None
+        draw = self.draw(pool)
+        reserved = self.reserved(but=campaign)
+        need = watts + boots
+        if draw + need <= cap - reserved + EPS:
+            return None
+        reason = Reason.GUARANTEE_RESERVED if draw + need <= cap + EPS else Reason.POOL_FULL
+        details = {
+            "power": {
+                "need_w": watts,
+                "boot_w": boots,
+                "draw_w": draw,
+                "cap_w": cap,
+                "reserved_w": reserved,
+            }
+        }
+        return Refusal(reason, details, Side.POOL)
+
+    def may_boot(self, pool: PoolState) -> Callable[[int], bool] | None:
+        """A gate for boots that keep capacity warm: each cold node boots only if its idle
+        draw still fits under the cap less every unmet guarantee. None: no cap."""
+        if self.cap is None:
+            return None
+        room = [self.cap - self.draw(pool) - self.reserved()]
+        idle = self._idle
+
+        def gate(i: int) -> bool:
+            if idle[i] > room[0] + EPS:
+                return False
+            room[0] -= idle[i]
+            return True
+
+        return gate
+
+    # ------------------------------------------------------------------ changes
+
+    def set_cap(self, cap: float | None) -> None:
+        self.cap = cap
+        self._relook()
+
+    def _relook(self) -> None:
+        self.leased = self.cap is not None or any(
+            a.envelope is not None for a in self.accounts.values()
+        )
+
+    def set_campaign(
+        self,
+        name: str,
+        envelopes: Mapping[str, DimEnvelope],
+        preemptible: bool,
+        now: float,
+        enforcement: Enforcement,
+    ) -> None:
+        """A campaign was created or its envelopes changed; a bucket of the same size keeps
+        its level (as the other dimensions' do)."""
+        env = envelopes.get(dims.POWER)
+        a = self.accounts.get(name)
+        if a is None:
+            a = self.accounts[name] = _Account(env, preemptible)
+        if a.bucket is not None:
+            a.bucket.advance(now, a.held, enforcement)
+        a.envelope, a.preemptible = env, preemptible
+        if env is None:
+            a.bucket = None
+        elif a.bucket is None or a.bucket.capacity != env.bucket:
+            a.bucket = Bucket.full(env.bucket, env.sustained, now)
+        else:
+            a.bucket.rate = env.sustained
+        self._relook()
+
+    def granted(
+        self,
+        lease_id: str,
+        campaign: str,
+        watts: float,
+        start: float,
+        end: float,
+        enforcement: Enforcement,
+    ) -> float:
+        """A lease of ``watts`` runs from ``start`` (now) to ``end``; the joules it prepaid."""
+        a = self.accounts.get(campaign)
+        paid: list[tuple[float, float, float]] = []
+        joules = 0.0
+        if a is not None:
+            joules = self._charge(a, watts, 0.0, start, end, enforcement, paid)
+            a.held += watts
+        self._leases[lease_id] = _Held(campaign, watts, paid)
+        self.lease_w += watts
+        return joules
+
+    def renewed(
+        self, lease_id: str, old_end: float, new_end: float, now: float, enforcement: Enforcement
+    ) -> float:
+        """A lease runs on from ``old_end`` to ``new_end``; the joules it prepaid for that."""
+        h = self._leases.get(lease_id)
+        a = self.accounts.get(h.campaign) if h is not None else None
+        if h is None or a is None or new_end <= old_end:
+            return 0.0
+        return self._charge(a, h.watts, h.watts, now, new_end, enforcement, h.paid, old_end)
+
+    def renewal_refusal(
+        self, lease_id: str, ext: float, now: float, enforcement: Enforcement
+    ) -> Refusal | None:
+        """The bucket over a renewal's extension (its watts are already held)."""
+        h = self._leases.get(lease_id)
+        a = self.accounts.get(h.campaign) if h is not None else None
+        if h is None or a is None or a.envelope is None or a.bucket is None or ext <= 0:
+            return None
+        env = a.envelope
+        above = above_rate(a.held - h.watts, h.watts, env.sustained)
+        if above <= 0 or a.bucket.unlimited:
+            return None
+        level = a.bucket.level_at(now, a.held, enforcement)
+        need = above * ext if enforcement is Enforcement.PREPAID else 0.0
+        if level + EPS < need or (enforcement is not Enforcement.PREPAID and level <= EPS):
+            return Refusal(
+                Reason.BUCKET_EMPTY, {"bucket_short": {"power": {"level": level, "need": need}}}
+            )
+        return None
+
+    def ended(self, lease_id: str, now: float, enforcement: Enforcement) -> float:
+        """A lease ended at ``now``: its watts are free, its unused joules refunded."""
+        h = self._leases.pop(lease_id, None)
+        if h is None:
+            return 0.0
+        self.lease_w -= h.watts
+        if self.lease_w < EPS:
+            self.lease_w = 0.0
+        a = self.accounts.get(h.campaign)
+        if a is None:
+            return 0.0
+        refund = sum(rate * max(0.0, end - max(start, now)) for start, end, rate in h.paid)
+        if a.bucket is not None:
+            a.bucket.advance(now, a.held, enforcement)
+            if refund > 0:
+                a.bucket.give(refund)
+        a.held = max(0.0, a.held - h.watts)
+        return refund
+
+    def _charge(
+        self,
+        a: _Account,
+        watts: float,
+        counted: float,
+        now: float,
+        end: float,
+        enforcement: Enforcement,
+        paid: list[tuple[float, float, float]],
+        start: float | None = None,
+    ) -> float:
+        """Charge ``a`` for ``watts`` from ``start`` (default now) to ``end``; ``counted``:
+        how much of ``watts`` is already in ``a.held``."""
+        env, b = a.envelope, a.bucket
+        if b is not None:
+            b.advance(now, a.held, enforcement)
+        if env is None or b is None or enforcement is not Enforcement.PREPAID:
+            return 0.0
+        rate = above_rate(a.held - counted, watts, env.sustained)
+        begin = now if start is None else start
+        if rate <= 0 or end <= begin:
+            return 0.0
+        joules = rate * (end - begin)
+        b.take(joules)
+        paid.append((begin, end, rate))
+        return joules
+
+    # ------------------------------------------------------------------ views
+
+    def state(self, pool: PoolState, now: float, enforcement: Enforcement) -> dict[str, Any]:
+        """What the state digest and the dashboard read (only while power is leased)."""
+        return {
+            "cap_w": self.cap,
+            "draw_w": self.draw(pool),
+            "leases_w": self.lease_w,
+            "reserved_w": self.reserved(),
+            "leases": {k: h.watts for k, h in sorted(self._leases.items())},
+            "campaigns": {
+                name: {
+                    "held_w": a.held,
+                    "bucket_j": (
+                        None
+                        if a.bucket is None or a.bucket.unlimited
+                        else a.bucket.level_at(now, a.held, enforcement)
+                    ),
+                }
+                for name, a in sorted(self.accounts.items())
+                if a.envelope is not None or a.held
+            },
+        }
+
+    def check(self, pool: PoolState) -> None:
+        """The sums kept incrementally agree with the leases (``Engine.check_invariants``)."""
+        total = sum(h.watts for h in self._leases.values())
+        assert math.isclose(total, self.lease_w, rel_tol=1e-9, abs_tol=1e-6), (total, self.lease_w)
+        for name, a in self.accounts.items():
+            held = sum(h.watts for h in self._leases.values() if h.campaign == name)
+            assert math.isclose(held, a.held, rel_tol=1e-9, abs_tol=1e-6), (name, held, a.held)
