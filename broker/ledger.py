@@ -73,6 +73,8 @@ class CampaignState:
             b if b < cap else math.inf for b, cap in zip(self.burst, capacity, strict=True)
         )
         for d, env in spec.envelopes.items():
+            if d == dims.POWER:
+                continue  # watts are the power budget's (``power_budget.py``)
             target = self.buckets if d in dims.PLACED else self.rate_buckets
             old = target.get(d)
             if old is None or old.capacity != env.bucket:
