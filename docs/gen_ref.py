@@ -237,16 +237,17 @@ def config_keys() -> list[Key]:
                 )
                 yield from walk(f"{path}.{placeholder}", value)
                 continue
-            if sub is not None and path.startswith("campaigns.NAME.") and key in dims.ALL:
-                # The five dimension tables share one envelope: listed once, as DIM.
-                if key != dims.ALL[0]:
+            if sub is not None and path.startswith("campaigns.NAME.") and key in dims.ENVELOPED:
+                # The dimension tables share one envelope: listed once, as DIM (power in
+                # watts, its bucket in joules).
+                if key != dims.ENVELOPED[0]:
                     continue
                 path = "campaigns.NAME.DIM"
                 yield Key(
                     path,
                     "table",
                     "unset",
-                    ", ".join(f"`{d}`" for d in dims.ALL),
+                    ", ".join(f"`{d}`" for d in dims.ENVELOPED),
                     "An envelope in one dimension (DIM is one of the allowed names); "
                     "a missing table means no envelope in that dimension.",
                 )

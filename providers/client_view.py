@@ -242,6 +242,14 @@ def supply_tables(s: Supply) -> list[Table | str]:
             _num(x.partial_free),
         )
     out: list[Table | str] = [head, dims]
+    if s.power is not None:
+        p = s.power
+        cap = "none" if p.cap_w == float("inf") else f"{_num(p.cap_w)} W"
+        out.append(
+            f"power: cap {cap}   draw {_num(p.draw_w)} W (idle {_num(p.idle_w)} W)   "
+            f"reserved {_num(p.reserved_w)} W   headroom [bold]{_num(p.headroom_w)} W[/bold]   "
+            f"reclaimable {_num(p.reclaimable_w)} W   price {p.price:,.4g} credits/kWh"
+        )
     if s.campaigns:
         camps = _table("Campaigns")
         for col in ("campaign", "dim", "held", "bucket", "drains in", "to burst", "unmet"):

@@ -204,6 +204,8 @@ LEASE_ID = Text(
 REQUEST_ID = Text("request id", LEASE_ID.allowed, ID_PATTERN)
 IDEMPOTENCY_KEY = Text("idempotency key", "at most 128 printable characters", most=128)
 DIMENSION = Text("dimension", ", ".join(dims.ALL), choices=dims.ALL)
+LEASED = Text("dimension", ", ".join(dims.ENVELOPED), choices=dims.ENVELOPED, optional=False)
+"""A size's or an envelope's key: power (watts) too."""
 TEXT = Text("text", f"at most {MAX_TEXT} printable characters")
 
 _STRINGS: dict[str, Text] = {
@@ -245,7 +247,7 @@ _STRINGS: dict[str, Text] = {
 proto); the elements of a repeated one alike."""
 
 _MAP_KEYS: dict[str, Text] = {
-    "bursar.v1.AcquireRequest.size": replace(DIMENSION, optional=False),
+    "bursar.v1.AcquireRequest.size": LEASED,
     "bursar.v1.AcquireRequest.labels": Text(
         "label key",
         f"1 to {MAX_LABEL_KEY} characters: letters, digits, '.', '_', '/' or '-', starting "
@@ -257,7 +259,7 @@ _MAP_KEYS: dict[str, Text] = {
     "bursar.v1.Intent.min": replace(DIMENSION, optional=False),
     "bursar.v1.Intent.max": replace(DIMENSION, optional=False),
     "bursar.v1.Intent.step": replace(DIMENSION, optional=False),
-    "bursar.v1.CampaignSpec.envelopes": replace(DIMENSION, optional=False),
+    "bursar.v1.CampaignSpec.envelopes": LEASED,
 }
 """The keys of every map field of every request, by the map's full name."""
 

@@ -144,7 +144,7 @@ def _schema_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
             ),
             None,
         )
-        if prefix.startswith("campaigns.NAME") and key in dims.ALL:
+        if prefix.startswith("campaigns.NAME") and key in dims.ENVELOPED:
             path = "campaigns.NAME.DIM"
         yield path
         if sub is not None:
@@ -157,7 +157,7 @@ def _demo_keys(table: dict[str, object], prefix: str = "") -> Iterator[str]:
     for key, value in table.items():
         if prefix in ("pool.groups", "campaigns"):
             path = f"{prefix}.NAME"
-        elif prefix.startswith("campaigns.NAME") and key in dims.ALL:
+        elif prefix.startswith("campaigns.NAME") and key in dims.ENVELOPED:
             path = f"{prefix}.DIM"
         else:
             path = f"{prefix}.{key}" if prefix else key
