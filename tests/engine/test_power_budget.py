@@ -433,3 +433,30 @@ def test_the_pools_draw_never_exceeds_the_cap(
                     settle(eng.apply(Renew(at=now, lease_id=lid, duration_s=act[2])))
         assert draw(eng) <= cap + 1e-6, (draw(eng), cap)
         eng.check_invariants()
+
+
+def test_the_configuration_guides_power_example_loads(tmp_path) -> None:
+    """The power snippet of docs/operators/configuration.md, laid over the page's first
+    example, is a valid file."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    import yaml
+
+    from bursar.broker.config import load_config
+
+    page = Path(__file__).resolve().parents[2] / "docs" / "operators" / "configuration.md"
+    blocks = re.findall(r"```toml\n(.*?)```", page.read_text(), re.S)
+    base, power = tomllib.loads(blocks[0]), tomllib.loads(blocks[1])
+
+    def merge(a: dict, b: dict) -> dict:
+        for k, v in b.items():
+            a[k] = merge(a.get(k, {}), v) if isinstance(v, dict) else v
+        return a
+
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(merge(base, power)))
+    cfg = load_config(f)
+    assert cfg.policy.power_cap_w == 120_000
+    assert cfg.campaigns[0].envelopes["power"].guarantee == 8000
