@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from bursar.broker import (
@@ -43,6 +43,7 @@ from bursar.broker import (
     policy_change,
     pool_side,
     power_budget,
+    power_checks,
     queueing,
     renewal,
     reservation_cut,
@@ -349,28 +350,12 @@ class Engine:
         return self.ledger.reclaimable
 
     def bucket_level(self, campaign: str, dim: str, at: float | None = None) -> float | None:
-        """The campaign's bucket level for ``dim`` at ``at`` (default: the engine's clock;
-        never earlier), +Inf if unlimited, None if it has no bucket there. A pure read: a
-        quiet broker still reports how far a bucket has refilled by ``at``."""
-        c = self.campaigns[campaign]
-        t = self.now if at is None else max(at, self.now)
-        if dim in c.buckets:
-            i = dims.PLACED.index(dim)
-            return c.buckets[dim].level_at(t, c.held[i], self.policy.enforcement)
-        if dim in c.rate_buckets:
-            return c.rate_buckets[dim].level_at(t, 0.0, Enforcement.PREPAID)
-        if dim == dims.POWER:
-            return self.watts.bucket_level(campaign, t, self.policy.enforcement)
-        return None
+        """The campaign's bucket level for ``dim`` at ``at`` (``state_view.bucket_level``)."""
+        return state_view.bucket_level(self, campaign, dim, at)
 
     def bucket_levels(self, campaign: str, at: float | None = None) -> dict[str, float]:
-        """Every bucket of the campaign: placed dimensions first, then metered ones, then
-        power (joules)."""
-        c = self.campaigns[campaign]
-        names = [d for d in dims.PLACED if d in c.buckets] + list(c.rate_buckets)
-        if self.watts.bucket_level(campaign, self.now, self.policy.enforcement) is not None:
-            names.append(dims.POWER)
-        return {d: self.bucket_level(campaign, d, at) for d in names}  # type: ignore[misc]
+        """Every bucket of the campaign (``state_view.bucket_levels``)."""
+        return state_view.bucket_levels(self, campaign, at)
 
     def state_dict(self) -> dict[str, Any]:
         """The whole state as canonical JSON-able data (``state_view.state_dict``)."""
@@ -434,9 +419,7 @@ class Engine:
         c = CampaignState(e.spec)
         c.set_spec(e.spec, self.now, self.pool.capacity)
         self.campaigns[e.spec.name] = c
-        self.watts.set_campaign(
-            e.spec.name, e.spec.envelopes, e.spec.preemptible, self.now, self.policy.enforcement
-        )
+        self.watts.set_campaign(e.spec, self.now, self.policy.enforcement)
         self.ledger.open(c)
         return self._emit(CampaignSet(self.now, e.spec.name, True))
 
@@ -444,9 +427,7 @@ class Engine:
         c = self.campaigns[e.spec.name]
         self._set_held(c, c.held)  # bring buckets to now under the old rates
         self.ledger.respec(c, e.spec, self.now, self.campaigns.values())
-        self.watts.set_campaign(
-            e.spec.name, e.spec.envelopes, e.spec.preemptible, self.now, self.policy.enforcement
-        )
+        self.watts.set_campaign(e.spec, self.now, self.policy.enforcement)
         self.queue.rekey(c.spec.name)
         self.queue.dirty.add(c.spec.name)
         self.queue.pool_dirty = True
@@ -476,9 +457,8 @@ class Engine:
             labels=dict(e.labels),
             key=e.idempotency_key,
             demand=demand,
+            watts=power_checks.declared(e),
         )
-        if isinstance(e.size, Mapping) and dims.POWER in e.size and e.intent is None:
-            p.watts = float(e.size[dims.POWER])
         self.idempotency.record(e, rid, self.now)
         if intent is not None:
             # Admission control first: a deadline no allocation can meet is refused at once.
@@ -608,15 +588,9 @@ class Engine:
         )
         if refused is not None:
             return refused
-        budget = self.watts
-        watts = 0.0
-        if budget.leased:
-            watts = budget.watts_of(p.watts, size, self._primary)
-            refused = budget.campaign_refusal(
-                p.campaign, watts, p.duration_s, self.now, enforcement
-            )
-            if refused is not None:
-                return refused
+        refused = power_checks.own(self, p, p.duration_s)
+        if refused is not None:
+            return refused
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
@@ -631,21 +605,16 @@ class Engine:
                 self, p, c, end, behind
             ):
                 return admission.reservations_refusal(r.at for r in behind.reservations.values())
-        if budget.cap is not None:
-            boots = budget.boot_watts(self.pool, self.placement.boots(plan))
-            refused = budget.cap_refusal(self.pool, p.campaign, watts, boots)
-            if refused is not None:
-                return refused
+        refused = power_checks.pool(self, p, plan, delay, behind)
+        if refused is not None:
+            return refused
         if delay > 0 and enforcement is Enforcement.PREPAID:
             refused = admission.bucket_refusal(
                 admission.bucket_short(
                     c.buckets, c.held, rate, p.duration_s + delay, self.now, enforcement
                 )
             )
-            if refused is None and budget.leased:
-                refused = budget.campaign_refusal(
-                    p.campaign, watts, p.duration_s + delay, self.now, enforcement
-                )
+            refused = refused or power_checks.own(self, p, p.duration_s + delay)
             if refused is not None:
                 return refused
         return self._grant(p, c, plan, rate, own)
@@ -717,18 +686,7 @@ class Engine:
         span = ls.expires_at - self.now
         credit_rate = self.ledger.credit_rate(price, p.size)
         tokens, credits = self.ledger.charge(c, rate, credit_rate, span, self.now)
-        budget = self.watts
-        watts = budget.watts_of(p.watts, p.size, self._primary)
-        joules = budget.granted(
-            ls.id, ls.campaign, watts, self.now, ls.expires_at, self.policy.enforcement
-        )
-        if budget.leased:
-            inputs["power"] = {
-                "watts": watts,
-                "joules": joules,
-                "draw_w": budget.draw(self.pool),
-                "cap_w": budget.cap,
-            }
+        power_checks.granted(self, p, ls, inputs)
         ls.segments.append(Segment(self.now, ls.expires_at, rate, credit_rate))
         self._charge_usage(c, p.size, self.now, ls.expires_at, +1)
         self._set_held(c, dims.add(c.held, p.size))

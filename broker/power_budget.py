@@ -25,9 +25,15 @@ lease's whole term at grant (prepaid enforcement; the unused part is refunded wh
 early) or drained while held (grant-instant); ``guarantee`` watts are kept for it: no
 other campaign's lease or boot may use them while it holds less.
 
-Not yet: the reservation profile counts nodes, not watts (a request blocked by power does
-not hold a reservation of watts), and power is not reclaimed from preemptible leases (a
-firm request above its guarantee waits for their watts to end).
+**Reservations in watts.** A reservation holder (an aged request, ``reservations.py``)
+holds its watts too: from the start its reservation of nodes gives it, or the first
+instant after at which its watts fit beside the leases still running (each ends by its
+expiry) and the earlier holders. A request or renewal behind it may take watts only where
+it leaves those whole (``holders_refusal``), as it must leave the holder's nodes whole.
+
+Not yet: power is not reclaimed from preemptible leases (a firm request above its
+guarantee waits for their watts to end; guarantees are safe, since the kept watts are
+never lent), and the idle draw is taken as it is now when holders' watts are planned.
 
 Part of the engine's state (pickled with it in snapshots); every method is a pure update
 of this state or a read, given the engine's clock.
@@ -36,7 +42,7 @@ of this state or a read, given the engine's clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,6 +264,66 @@ class PowerBudget:
         }
         return Refusal(reason, details, Side.POOL)
 
+    def holders_refusal(
+        self,
+        pool: PoolState,
+        campaign: str,
+        watts: float,
+        start: float,
+        end: float,
+        running: Iterable[tuple[float, float]],
+        holders: Sequence[tuple[float, float, float]],
+    ) -> Refusal | None:
+        """Backfill in watts: a lease of ``watts`` over [``start``, ``end``) must leave the
+        watts of the reservation holders ahead of it whole, as it must leave their nodes.
+
+        ``running`` is (expiry, watts) of every live lease; ``holders`` is (the start its
+        reservation of nodes gives it, watts, span) per holder, in reservation order. Each
+        holder's watts start at the first instant at or after that start at which they fit
+        under the cap (less the kept guarantees) beside the leases still running then and
+        the earlier holders' windows; the idle draw is taken as it is now. The lease may
+        not overlap a holder's window where it would crowd it out."""
+        cap = self.cap
+        if cap is None or not holders or watts <= 0:
+            return None
+        room = cap - self.reserved(but=campaign)
+        idle = self.idle_draw(pool)
+        ends = sorted(running)
+
+        def leases_at(t: float) -> float:
+            return idle + sum(w for e, w in ends if e > t)
+
+        windows: list[tuple[float, float, float]] = []
+
+        def held_at(t: float) -> float:
+            return sum(w for s, e, w in windows if s <= t < e)
+
+        for at, w_h, span in holders:
+            cands = sorted(
+                {at, *(e for e, _ in ends if e > at), *(e for _, e, _ in windows if e > at)}
+            )
+            begin = math.inf
+            for t in cands:
+                checks = [t, *(s for s, _, _ in windows if t < s < t + span)]
+                if all(leases_at(x) + held_at(x) + w_h <= room + EPS for x in checks):
+                    begin = t
+                    break
+            if math.isfinite(begin):
+                windows.append((begin, begin + span, w_h))
+        for s, e, _ in windows:
+            if e <= start or s >= end:
+                continue
+            lo = max(start, s)
+            checks = [lo, *(x for x, _, _ in windows if lo < x < min(end, e))]
+            for t in checks:
+                if leases_at(t) + held_at(t) + watts > room + EPS:
+                    return Refusal(
+                        Reason.HEAD_OF_LINE,
+                        {"reserved_from": s, "power": {"need_w": watts, "reserved_w_at": t}},
+                        Side.RESERVATIONS,
+                    )
+        return None
+
     def may_boot(self, pool: PoolState) -> Callable[[int], bool] | None:
         """A gate for boots that keep capacity warm: each cold node boots only if its idle
         draw still fits under the cap less every unmet guarantee. None: no cap."""
@@ -285,17 +351,11 @@ class PowerBudget:
             a.envelope is not None for a in self.accounts.values()
         )
 
-    def set_campaign(
-        self,
-        name: str,
-        envelopes: Mapping[str, DimEnvelope],
-        preemptible: bool,
-        now: float,
-        enforcement: Enforcement,
-    ) -> None:
+    def set_campaign(self, spec: CampaignSpec, now: float, enforcement: Enforcement) -> None:
         """A campaign was created or its envelopes changed; a bucket of the same size keeps
         its level (as the other dimensions' do)."""
-        env = envelopes.get(dims.POWER)
+        name, preemptible = spec.name, spec.preemptible
+        env = spec.envelopes.get(dims.POWER)
         a = self.accounts.get(name)
         if a is None:
             a = self.accounts[name] = _Account(env, preemptible)

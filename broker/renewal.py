@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import admission, dims, reservation_cut, rule_inputs
+from bursar.broker import admission, dims, power_checks, reservation_cut, rule_inputs
 from bursar.broker import elastic_fold as fold
 from bursar.broker.decisions import Decision, Rejected, Renewed
 from bursar.broker.events import Renew
@@ -66,8 +66,12 @@ def renew(eng: Engine, e: Renew) -> Decision | None:
         # and a policy may let every renewal push (``renewals_push_reservations``).
         eng._cut.stale()
         profile = reservation_cut.build(eng)
+        refused = None
         if profile is not None and not profile.admits(ls.size, ls.expires_at, new_end):
             refused = admission.reservations_refusal(r.at for r in profile.reservations.values())
+        elif profile is not None:
+            refused = power_checks.renewal(eng, ls, new_end, profile)
+        if refused is not None:
             first = refused.details["reserved_from"]
             retry = admission.retry_after(eng.policy.min_retry_s, first - eng.now)
             return _reject(eng, ls, refused.reason, retry, {**inputs, **refused.details})

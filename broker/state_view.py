@@ -1,9 +1,13 @@
 """The engine's whole state as canonical JSON-able data: what replay checks and the
-state digest compare (``Engine.state_dict``, ``Engine.state_digest``). A pure read."""
+state digest compare (``Engine.state_dict``, ``Engine.state_digest``), and the campaigns'
+bucket levels as of an instant. Pure reads."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from bursar.broker import dims
+from bursar.broker.policy import Enforcement
 
 if TYPE_CHECKING:
     from bursar.broker.engine import Engine
@@ -60,3 +64,29 @@ def state_dict(eng: Engine) -> dict[str, Any]:
         # Only while power is leased: a state without it keeps the digest it had.
         d["power"] = eng.watts.state(eng.pool, eng.now, eng.policy.enforcement)
     return d
+
+
+def bucket_level(eng: Engine, campaign: str, dim: str, at: float | None = None) -> float | None:
+    """The campaign's bucket level for ``dim`` at ``at`` (default: the engine's clock;
+    never earlier), +Inf if unlimited, None if it has no bucket there. A pure read: a
+    quiet broker still reports how far a bucket has refilled by ``at``."""
+    c = eng.campaigns[campaign]
+    t = eng.now if at is None else max(at, eng.now)
+    if dim in c.buckets:
+        i = dims.PLACED.index(dim)
+        return c.buckets[dim].level_at(t, c.held[i], eng.policy.enforcement)
+    if dim in c.rate_buckets:
+        return c.rate_buckets[dim].level_at(t, 0.0, Enforcement.PREPAID)
+    if dim == dims.POWER:
+        return eng.watts.bucket_level(campaign, t, eng.policy.enforcement)
+    return None
+
+
+def bucket_levels(eng: Engine, campaign: str, at: float | None = None) -> dict[str, float]:
+    """Every bucket of the campaign: placed dimensions first, then metered ones, then
+    power (joules)."""
+    c = eng.campaigns[campaign]
+    names = [d for d in dims.PLACED if d in c.buckets] + list(c.rate_buckets)
+    if eng.watts.bucket_level(campaign, eng.now, eng.policy.enforcement) is not None:
+        names.append(dims.POWER)
+    return {d: bucket_level(eng, campaign, d, at) for d in names}  # type: ignore[misc]

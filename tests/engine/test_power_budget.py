@@ -460,3 +460,40 @@ def test_the_configuration_guides_power_example_loads(tmp_path) -> None:
     cfg = load_config(f)
     assert cfg.policy.power_cap_w == 120_000
     assert cfg.campaigns[0].envelopes["power"].guarantee == 8000
+
+
+def test_an_aged_request_holds_its_watts_as_backfill_would_take_them() -> None:
+    # Six nodes (3,000 W idle) with room for 48 GPUs, and watts for 16 GPUs. "big" waits
+    # for 3,200 W; once aged it holds a reservation, and younger requests may take watts
+    # only where they leave its watts whole (EASY backfill, in watts).
+    eng = engine(
+        3000 + 3200,
+        campaign("small", 32),
+        campaign("big", 32),
+        campaign("quick", 32),
+        campaign("brief", 32),
+        nodes=6,
+        warm=6,
+        hol_patience_s=10,
+    )
+    first = one(eng.apply(ask(0, "small", 8, 100)), Granted)  # ends at 100
+    one(eng.apply(ask(1, "small", 8, 100)), Granted)  # ends at 101
+    one(eng.apply(ask(2, "big", 16, 500)), Queued)
+    # Younger and behind it: at 100, 1,600 W come back, which would fit this request but
+    # would keep "big" from its 3,200 W at 101.
+    q = one(eng.apply(ask(50, "small", 8, 100)), Queued)
+    out = eng.apply(Tick(at=100))
+    assert not [d for d in out if isinstance(d, Granted)], out
+    assert first.lease_id not in eng.leases
+    held = one(eng.apply(ask(100, "quick", 8, 5)), Queued)
+    assert held.reason.value == "HEAD_OF_LINE" and held.inputs["power"]["need_w"] == 1600
+    # A lease that ends before the holder's watts are due may still take them.
+    one(eng.apply(ask(100, "brief", 8, 0.5)), Granted)
+    # A renewal may not keep watts past the holder's start either.
+    rej = one(eng.apply(Renew(at=100.5, lease_id="L2", duration_s=50)), Rejected)
+    assert rej.reason.value == "HEAD_OF_LINE" and "power" in rej.inputs
+    out = eng.apply(Tick(at=101))
+    granted = [d for d in out if isinstance(d, Granted)]
+    assert [g.campaign for g in granted] == ["big"], out
+    assert q.request_id in eng.pending
+    assert draw(eng) <= 6200 + 1e-9

@@ -1,0 +1,118 @@
+"""The engine's power checks and charges, on its state (``power_budget.py`` holds the
+rules' state and arithmetic): a request's own envelope in watts, the facility cap with
+the boots its plan makes and the reservation holders' watts ahead of it, and a grant's
+watts and joules. Part of the engine's fold, as ``renewal.py`` is: each function reads and
+changes the engine's state as its own handlers do."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from bursar.broker import dims, paths, reservations
+from bursar.broker.admission import Refusal
+from bursar.broker.events import RequestLease
+from bursar.broker.lease import Lease
+from bursar.broker.pending import Pending
+
+if TYPE_CHECKING:
+    from bursar.broker.engine import Engine
+
+
+def declared(e: RequestLease) -> float | None:
+    """The watts a request declares (``size["power"]``, its power limit); None: the
+    default for its size. An elastic request's steps take the default."""
+    if e.intent is None and isinstance(e.size, Mapping) and dims.POWER in e.size:
+        return float(e.size[dims.POWER])
+    return None
+
+
+def own(eng: Engine, p: Pending, span: float) -> Refusal | None:
+    """The campaign's power burst and its bucket of joules over ``span`` (None while
+    power is not leased)."""
+    budget = eng.watts
+    if not budget.leased:
+        return None
+    watts = budget.watts_of(p.watts, p.size, eng.pool.primary)
+    return budget.campaign_refusal(p.campaign, watts, span, eng.now, eng.policy.enforcement)
+
+
+def pool(
+    eng: Engine, p: Pending, plan: paths.Plan, delay: float, behind: reservations.Profile | None
+) -> Refusal | None:
+    """The facility cap: the lease's watts and the idle draw of the nodes its plan boots,
+    beside the kept guarantees and the watts of the reservation holders ahead of it."""
+    budget = eng.watts
+    if budget.cap is None:
+        return None
+    watts = budget.watts_of(p.watts, p.size, eng.pool.primary)
+    boots = budget.boot_watts(eng.pool, eng.placement.boots(plan))
+    refused = budget.cap_refusal(eng.pool, p.campaign, watts, boots)
+    if refused is not None or behind is None:
+        return refused
+    end = eng.now + delay + p.duration_s
+    return budget.holders_refusal(
+        eng.pool,
+        p.campaign,
+        watts + boots,
+        eng.now,
+        end,
+        _running(eng),
+        _holders(eng, behind, p.id),
+    )
+
+
+def renewal(eng: Engine, ls: Lease, new_end: float, behind: reservations.Profile) -> Refusal | None:
+    """A renewal's extension in watts: the lease's watts from its old expiry to ``new_end``
+    must leave the reservation holders' watts whole (as its nodes must)."""
+    budget = eng.watts
+    if budget.cap is None:
+        return None
+    return budget.holders_refusal(
+        eng.pool,
+        ls.campaign,
+        budget.lease_watts(ls.id),
+        ls.expires_at,
+        new_end,
+        _running(eng),
+        _holders(eng, behind, ""),
+    )
+
+
+def _running(eng: Engine) -> list[tuple[float, float]]:
+    """(expiry, watts) of every live lease."""
+    budget = eng.watts
+    return [(ls.expires_at, budget.lease_watts(ls.id)) for ls in eng.leases.values()]
+
+
+def _holders(
+    eng: Engine, behind: reservations.Profile, upto: str
+) -> list[tuple[float, float, float]]:
+    """(start, watts, span) of the reservation holders, in order, up to ``upto`` (a holder
+    leaves only the reservations made before its own whole)."""
+    out = []
+    pending, budget = eng.queue.pending, eng.watts
+    for rid, r in behind.reservations.items():
+        if rid == upto:
+            break
+        h = pending.get(rid)
+        if h is not None:
+            out.append((r.at, budget.watts_of(h.watts, h.size, eng.pool.primary), r.until - r.at))
+    return out
+
+
+def granted(eng: Engine, p: Pending, ls: Lease, inputs: dict[str, Any]) -> None:
+    """Count the new lease's watts and charge its joules; while power is leased, its
+    decision's inputs say so."""
+    budget = eng.watts
+    watts = budget.watts_of(p.watts, p.size, eng.pool.primary)
+    joules = budget.granted(
+        ls.id, ls.campaign, watts, eng.now, ls.expires_at, eng.policy.enforcement
+    )
+    if budget.leased:
+        inputs["power"] = {
+            "watts": watts,
+            "joules": joules,
+            "draw_w": budget.draw(eng.pool),
+            "cap_w": budget.cap,
+        }
