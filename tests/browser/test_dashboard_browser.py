@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 from conftest import CHROMIUM, missing_system_part, open_dashboard
-from service_support import START, config
+from service_support import LIFECYCLE, START, config
 
 from bursar.broker.clock import SYSTEM, Clock, ManualClock
 from bursar.broker.dashboard.login import login_link
@@ -31,13 +31,13 @@ from bursar.protos.bursar.v1 import broker_pb2_grpc as pbg
 
 @contextmanager
 def broker_thread(
-    state_dir: Path, clock: Clock = SYSTEM
+    state_dir: Path, clock: Clock = SYSTEM, text: str = LIFECYCLE
 ) -> Iterator[tuple[Running, dict[str, str], str]]:
-    """A broker with its dashboard on a free port, in a thread of its own; yields it, the
-    campaign tokens and the admin token."""
+    """A broker (on config ``text``) with its dashboard on a free port, in a thread of its
+    own; yields it, the campaign tokens and the admin token."""
     settings = Settings(
         state_dir=state_dir,
-        config=config(),
+        config=config(text),
         port=0,
         metrics_port=None,
         dashboard_port=0,
@@ -113,6 +113,35 @@ def test_an_admin_selects_a_campaign_opens_a_history_and_revokes(
         assert r.core.runtime.journal.last_seq == before
         assert page.errors == []  # type: ignore[attr-defined]
         page.close()
+
+
+def test_the_supply_panel_shows_the_power_draw_against_the_cap(
+    browser: Any, tmp_path: Path
+) -> None:
+    """With a power cap, the supply panel says the draw, the headroom and the power price,
+    and a meter shows the draw against the cap; a grant moves both."""
+    text = LIFECYCLE.replace(
+        "[pool.groups.w]\ncount = 2", "[pool.groups.w]\nidle_w = 500\npeak_w = 2100\ncount = 2"
+    ).replace("[policy]\n", "[policy]\npower_cap_w = 6000\n")
+    with (
+        broker_thread(tmp_path / "s", text=text) as (r, tokens, admin),
+        grpc.insecure_channel(r.address) as ch,
+    ):
+        page = open_dashboard(browser, r.dashboard_url, admin)
+        draw = page.locator('#supply dt[data-field="power.draw_w"] + dd b')
+        draw.wait_for()
+        assert draw.inner_text() == "1000 W of 6000 W"  # two warm nodes idle
+        meter = page.locator("#power-meter")
+        assert meter.is_visible() and meter.get_attribute("max") == "6000"
+        _acquire(pbg.BrokerStub(ch), tokens["sci"], 8)  # 1,600 W by default
+        page.wait_for_function(
+            "document.querySelector('#supply dt[data-field=\"power.draw_w\"] + dd b')"
+            ".textContent === '2600 W of 6000 W'"
+        )
+        assert page.evaluate("document.querySelector('#power-meter').value") == 2600
+        headroom = page.locator('#supply dt[data-field="power.headroom_w"] + dd b')
+        assert headroom.inner_text() == "3400 W"
+        assert not page.errors  # type: ignore[attr-defined]
 
 
 def test_the_page_shows_a_new_grant_within_a_second(browser: Any, tmp_path: Path) -> None:

@@ -141,12 +141,44 @@ function renderSupply() {
     ["boot_latency_s", "boot time", `${fmt(s.boot_latency_s)} s`, "how long a cold node takes " +
       "to become usable"],
   ];
+  items.push(...powerItems(s.power));
   $("#supply").replaceChildren(...items.flatMap(([k, label, v, why]) => [
     el("dt", { title: `${k}: ${why}`, "data-field": k }, label),
     el("dd", {}, el("b", {}, v), " ", el("span", { class: "why" }, why))]));
+  const meter = $("#power-meter");
+  if (s.power && meter) {
+    // The draw against the cap, with the watts kept for guarantees marked as "high".
+    const cap = Number(s.power.cap_w);
+    meter.hidden = !Number.isFinite(cap);
+    if (Number.isFinite(cap)) {
+      meter.max = cap;
+      meter.value = Number(s.power.draw_w);
+      meter.high = Math.max(0, cap - Number(s.power.reserved_w));
+      meter.title = `${fmt(s.power.draw_w, 0)} W of ${fmt(cap, 0)} W`;
+    }
+  } else if (meter) {
+    meter.hidden = true;
+  }
   $("#paths").replaceChildren(...Object.entries(state.paths).flatMap(([k, v]) =>
     [el("dt", { title: PATHS[k] || k }, k),
       el("dd", {}, el("b", {}, v), " ", el("span", { class: "why" }, PATHS[k] || ""))]));
+}
+
+// The facility's power, while the broker leases it (a cap, or a power envelope).
+function powerItems(p) {
+  if (!p) return [];
+  const watts = (x) => `${fmt(Number(x), 0)} W`;
+  const cap = Number(p.cap_w);
+  return [
+    ["power.draw_w", "power draw", `${watts(p.draw_w)} of ${Number.isFinite(cap) ? watts(cap) :
+      "no cap"}`, "idle powered and booting nodes plus the leases' watts, against the facility cap"],
+    ["power.headroom_w", "power headroom", watts(p.headroom_w), "what a lease above its " +
+      "guarantee may add now: cap less draw less the watts kept for guarantees"],
+    ["power.reserved_w", "power reserved", watts(p.reserved_w), "kept for unmet power " +
+      "guarantees: only their owners may use them"],
+    ["power.price", "power price", fmt(p.price, 4), "credits per kWh on the pool price's curve: " +
+      "a signal to ask for a lower power limit rather than wait"],
+  ];
 }
 
 const PATHS = {
