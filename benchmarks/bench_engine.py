@@ -39,14 +39,32 @@ from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
 CLASSES = (LeaseClass.INTERACTIVE, LeaseClass.BATCH, LeaseClass.OPPORTUNISTIC)
 
 
-def build(n_campaigns: int, n_nodes: int = 64) -> Engine:
+IDLE_W, PEAK_W = 371.0, 1860.0
+"""Marconi100's measured node idle and peak (docs/results/power.md), taken here for an
+8-GPU node: a benchmark's figures, to make the cap bind, not a model of any machine."""
+
+
+def build(n_campaigns: int, n_nodes: int = 64, power_cap_share: float | None = None) -> Engine:
+    """``power_cap_share``: lease power under a cap of every node's idle draw plus this
+    share of their draw above idle (None: power not leased, the default)."""
+    power = {} if power_cap_share is None else {"idle_w": IDLE_W, "peak_w": PEAK_W}
     pool = PoolSpec(
         groups=(
-            NodeGroup(count=n_nodes, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=n_nodes),
+            NodeGroup(
+                count=n_nodes,
+                resources={"gpu": 8, "cpu": 64, "mem_gb": 512},
+                warm=n_nodes,
+                **power,  # type: ignore[arg-type]
+            ),
         ),
         boot_latency_s=60.0,
     )
-    eng = Engine(pool, PolicySpec(grace_s=30.0, warm_headroom={"gpu": 0}))
+    cap = (
+        None
+        if power_cap_share is None
+        else n_nodes * (IDLE_W + power_cap_share * (PEAK_W - IDLE_W))
+    )
+    eng = Engine(pool, PolicySpec(grace_s=30.0, warm_headroom={"gpu": 0}, power_cap_w=cap))
     k = n_nodes / 64  # envelopes scale with the pool
     for i in range(n_campaigns):
         g = 0.25 if i % 4 == 0 else 0.0  # sum of guarantees stays well under 512
@@ -195,6 +213,12 @@ def main() -> None:
     ap.add_argument("--nodes", default="64,1024,10000")
     ap.add_argument("--pendings", default="1000,10000,100000")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--power-cap-share",
+        type=float,
+        default=None,
+        help="lease power under a cap: idle draw plus this share of the draw above idle",
+    )
     a = ap.parse_args()
     if a.scaling:
         a.events = a.events or 2000
@@ -203,7 +227,9 @@ def main() -> None:
     a.events = a.events or 20_000
 
     rng = random.Random(a.seed)
-    base = build(a.campaigns)
+    base = build(a.campaigns, power_cap_share=a.power_cap_share)
+    if a.power_cap_share is not None:
+        print(f"power leased: cap {base.watts.cap:,.0f} W")
     d0, n0, s0 = mix(base, a.events, rng, 1.0)
     print(
         f"baseline (empty queue):   {d0 / s0:10.0f} decisions/s  {n0 / s0:10.0f} events/s "
@@ -211,7 +237,7 @@ def main() -> None:
     )
 
     rng = random.Random(a.seed)
-    eng = build(a.campaigns)
+    eng = build(a.campaigns, power_cap_share=a.power_cap_share)
     t0 = time.perf_counter()
     t = fill(eng, a.pending, rng, 1.0)
     print(

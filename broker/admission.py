@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import dims, isolation, pool_side, queueing, reservation_cut
+from bursar.broker import dims, isolation, pool_side, power_checks, queueing, reservation_cut
 from bursar.broker.bucket import Bucket, above_rate
 from bursar.broker.decisions import Granted
 from bursar.broker.policy import Enforcement
@@ -196,6 +196,7 @@ class AdmissionPass:
         pending = queue.pending
         heap, barrier, scan_pool = self.heap, self.barrier, self.scan_pool
         memo = eng.memo = {}
+        prune = self.prunes(eng)
         scan = queue.pool_scan(eng.ledger.pool_bound()) if scan_pool else None
         cursor: HeadEntry | None = None
         seen: set[str] = set()
@@ -234,7 +235,7 @@ class AdmissionPass:
                 if not dims.fits(cand.size, reach):
                     # More than any path could give its campaign now: still pool-blocked,
                     # for the reason it has (the scan's bound is for the whole pool).
-                    if not eng.exhaustive:
+                    if prune:
                         scan.drop(cand.pool_key)  # so is every request of its bucket
                     continue
                 if queue.may_try(cand) and isinstance(
@@ -243,7 +244,7 @@ class AdmissionPass:
                     # No plan the pool could place: still pool-blocked, for the reason it
                     # has, and so is every other request of its bucket until the next grant
                     # (the answer depends on the bucket only).
-                    if not eng.exhaustive:
+                    if prune:
                         scan.drop(cand.pool_key)
                     continue
             else:
@@ -260,6 +261,8 @@ class AdmissionPass:
                 p.size, eng.campaigns[p.campaign].unmet
             ):
                 admitted = self._backfills(p, profile, memo, scan)
+                if admitted and eng.watts.cap is not None:
+                    admitted = power_checks.backfills(eng, p, profile, scan)
             else:
                 admitted = True
             was_pool = p.reason in POOL_REASONS
@@ -292,7 +295,7 @@ class AdmissionPass:
             queueing.set_reason(eng, p, reason)
             if not was_pool and reason in POOL_REASONS:
                 barrier = self._unblocked_queue(p, barrier, heap, seen)
-            if result.side is Side.POOL and scan is not None and not eng.exhaustive:
+            if result.side is Side.POOL and scan is not None and prune:
                 # The pool's answer holds for every request of its bucket until a grant.
                 scan.drop(p.pool_key)
             if reason is Reason.BUCKET_EMPTY:
@@ -303,6 +306,16 @@ class AdmissionPass:
         # Heads that became heads during this pass were pushed and looked at already.
         queue.dirty.clear()
         queue.touched.clear()
+
+    @staticmethod
+    def prunes(eng: Engine) -> bool:
+        """Whether the pass may pass over the rest of a group once one of its requests is
+        refused. Not for the reference pass (``Engine.exhaustive``), nor under a power cap:
+        the cap is checked after the reservations, so a request passed over for them could
+        have been refused for the cap instead, and the reason a request shows (and what
+        follows from it) would differ from the reference pass's. Under a cap every
+        pool-blocked request is asked on its own."""
+        return not eng.exhaustive and eng.watts.cap is None
 
     def _unblocked_queue(
         self,
@@ -357,7 +370,7 @@ class AdmissionPass:
             starts = memo["starts"] = self._possible_starts()
         d = p.duration_s
         bucket = p.pool_key
-        if bucket is None or p.id in profile.reservations or eng.exhaustive:
+        if bucket is None or p.id in profile.reservations or not self.prunes(eng):
             return any(profile.admits(p.size, t, t + d, p.id) for t in starts)
         seen = memo.get("backfill")
         if seen is None or seen[0] is not profile:

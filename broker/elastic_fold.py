@@ -309,7 +309,12 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
         if ext <= 0:
             continue
         rate = admission.token_need(dims.sub(c.held, x.size), x.size, c.sustained)
-        if admission.bucket_short(c.buckets, c.held, rate, ext, eng.now, eng.policy.enforcement):
+        if admission.bucket_short(
+            c.buckets, c.held, rate, ext, eng.now, eng.policy.enforcement
+        ) or (
+            eng.watts.leased
+            and eng.watts.renewal_refusal(xid, ext, eng.now, eng.policy.enforcement) is not None
+        ):
             if warned is not None:
                 # Announced again, earlier, for its bucket: the first announcement goes.
                 del el.warned[xid]
@@ -321,6 +326,7 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
         tokens += t
         credits += cr
         x.segments.append(Segment(x.expires_at, end, rate, credit_rate))
+        eng.watts.renewed(xid, x.expires_at, end, eng.now, eng.policy.enforcement)
         eng._charge_usage(c, x.size, x.expires_at, end, +1)
         x.expires_at = end
         eng.timers.push(end, TimerKind.EXPIRE, xid)

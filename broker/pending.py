@@ -46,7 +46,8 @@ HeadEntry = tuple[int, float, int, str]
 PoolKey = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass, int]
 """What the pool side of an admission try depends on besides the pool (see
 ``pool_side.place_check``): the campaign's preemptibility, class and unmet guarantee, and
-the request's demand (its ``Demand.ident``, or its size); then the request's own class
+the request's demand (its ``Demand.ident``, or its size; with the watts it declared, if
+any: the power checks read them); then the request's own class
 (which reservations bind it) and its duration's band (``_band``: how long it would hold
 what it gets). Every request of the first five gets the same answer from the pool; the
 reservations' answer only gets harder with the duration."""
@@ -339,7 +340,9 @@ class Queues:
                 c.spec.preemptible,
                 c.spec.lease_class,
                 c.unmet,
-                p.size if p.demand is None else p.demand.ident,
+                (p.size if p.demand is None else p.demand.ident)
+                if p.watts is None
+                else (p.size if p.demand is None else p.demand.ident, p.watts),
                 p.lease_class,
                 _band(p.duration_s),
             )

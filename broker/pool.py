@@ -58,6 +58,7 @@ class Node:
 
 
 _INDEXED = (NodeState.ON, NodeState.BOOTING, NodeState.COLD)
+_DRAWS = frozenset({NodeState.ON, NodeState.BOOTING})
 _TOL = 1e-6
 """Slack on the bisection's lower bound (the fit test itself is ``take``'s, exactly)."""
 
@@ -87,6 +88,15 @@ class PoolState:
             kinds[n.cap] = kinds.get(n.cap, 0) + 1
         self.kinds: tuple[tuple[dims.Vec, int], ...] = tuple(kinds.items())
         """The distinct node capacities, in node order, with how many nodes have each."""
+        self.idle_w: tuple[float, ...] = tuple(
+            float(g.idle_w) for g in spec.groups for _ in range(g.count)
+        ) or (0.0,) * len(self.nodes)
+        """Each node's idle draw, watts (0 where not known)."""
+        self._drawing: dict[float, int] = {}
+        """How many powered or booting nodes draw each idle wattage (``idle_draw``)."""
+        for i, n in enumerate(self.nodes):
+            if n.power is NodeState.ON:
+                self._drawing[self.idle_w[i]] = self._drawing.get(self.idle_w[i], 0) + 1
         self._free = {p: dims.ZERO for p in NodeState}
         """Free capacity per power state (for COLD and DOWN nodes: their whole capacity)."""
         self.on_cap = dims.ZERO
@@ -126,12 +136,24 @@ class PoolState:
         self._free[n.power] = dims.sub(self._free[n.power], n.free)
         if n.power is NodeState.ON:
             self.on_cap = dims.sub(self.on_cap, n.cap)
+        drawing = self._drawing
+        w = self.idle_w[i]
+        if n.power in _DRAWS:
+            drawing[w] -= 1
+        if power in _DRAWS:
+            drawing[w] = drawing.get(w, 0) + 1
         n.power = power
         n.ready_at = ready_at
         self._free[power] = dims.add(self._free[power], n.free)
         if power is NodeState.ON:
             self.on_cap = dims.add(self.on_cap, n.cap)
         self._index(i)
+
+    @property
+    def idle_draw(self) -> float:
+        """What the powered and booting nodes draw idle, watts (a booting node draws from
+        its boot's start)."""
+        return sum(w * k for w, k in self._drawing.items())
 
     def totals(self) -> tuple[dims.Vec, dims.Vec, dims.Vec, dims.Vec]:
         """(free on powered nodes, free on booting nodes, capacity of cold nodes, on capacity)."""

@@ -41,6 +41,7 @@ of this state or a read, given the engine's clock.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ class _Held:
 
     campaign: str
     watts: float
+    end: float
+    """When it expires (renewals move it)."""
     paid: list[tuple[float, float, float]]
     """(start, end, joules per second) per prepaid stretch: the grant's, then renewals'."""
 
@@ -76,6 +79,37 @@ class _Account:
     preemptible: bool
     held: float = 0.0
     bucket: Bucket | None = None
+
+    @property
+    def guarantee(self) -> float:
+        """Its power guarantee, watts; 0 if preemptible (it can hold none)."""
+        env = self.envelope
+        return 0.0 if env is None or self.preemptible else env.guarantee
+
+    @property
+    def unmet(self) -> float:
+        """Watts of its guarantee it does not hold (kept for it); 0 if preemptible."""
+        env = self.envelope
+        if env is None or self.preemptible or env.guarantee <= self.held:
+            return 0.0
+        return env.guarantee - self.held
+
+
+def _bucket_refusal(
+    a: _Account, above: float, span: float, now: float, enforcement: Enforcement
+) -> Refusal | None:
+    """The campaign's joules for ``above`` watts over its sustained for ``span`` seconds
+    (prepaid), or any left at all (grant-instant)."""
+    b = a.bucket
+    if above <= 0 or b is None or b.unlimited:
+        return None
+    level = b.level_at(now, a.held, enforcement)
+    need = above * span if enforcement is Enforcement.PREPAID else 0.0
+    if level + EPS < need or (enforcement is not Enforcement.PREPAID and level <= EPS):
+        return Refusal(
+            Reason.BUCKET_EMPTY, {"bucket_short": {"power": {"level": level, "need": need}}}
+        )
+    return None
 
 
 def problems(
@@ -128,21 +162,27 @@ def problems(
 class PowerBudget:
     """The pool's draw, the cap, and each campaign's watts and joules."""
 
-    __slots__ = ("_idle", "_leases", "_unit_w", "accounts", "cap", "lease_w", "leased")
+    __slots__ = (
+        "_leases",
+        "_plans",
+        "_unit_w",
+        "_version",
+        "accounts",
+        "cap",
+        "guarantee_w",
+        "lease_w",
+        "leased",
+        "unmet_w",
+    )
 
     def __init__(self, pool_spec: PoolSpec, pool: PoolState, cap: float | None) -> None:
         self.cap = cap
-        idle: list[float] = []
         unit_w = 0.0
         primary = pool.primary
         for g in pool_spec.groups:
             units = float(g.resources.get(dims.PLACED[primary], 0.0))
             if units > 0:
                 unit_w = max(unit_w, (g.peak_w - g.idle_w) / units)
-            idle.extend([float(g.idle_w)] * g.count)
-        if len(idle) != len(pool.nodes):
-            idle = [0.0] * len(pool.nodes)  # a pool built from nodes, not groups
-        self._idle = tuple(idle)
         self._unit_w = unit_w
         self.accounts: dict[str, _Account] = {}
         self.leased = cap is not None
@@ -151,6 +191,16 @@ class PowerBudget:
         self._leases: dict[str, _Held] = {}
         self.lease_w = 0.0
         """The live leases' watts above idle, summed."""
+        self.unmet_w = 0.0
+        """Watts kept for unmet power guarantees, summed over the campaigns."""
+        self.guarantee_w = 0.0
+        """The campaigns' power guarantees, summed."""
+        self._version = 0
+        """Counts the changes the holders' plan reads (leases' watts and ends, holdings,
+        envelopes, the cap)."""
+        self._plans: dict[Any, Any] = {}
+        """The holders' watts windows and the lease ends' running sums, by what they were
+        made from (a cache: every entry is keyed by ``_version``)."""
 
     # ------------------------------------------------------------------ reads
 
@@ -167,21 +217,16 @@ class PowerBudget:
         return h.watts if h is not None else 0.0
 
     def idle_draw(self, pool: PoolState) -> float:
-        idle = self._idle
-        return sum(idle[i] for i, n in enumerate(pool.nodes) if n.power in _DRAWING)
+        return pool.idle_draw
 
     def draw(self, pool: PoolState) -> float:
         """What the pool draws now, watts."""
-        return self.idle_draw(pool) + self.lease_w
+        return pool.idle_draw + self.lease_w
 
     def reserved(self, but: str | None = None) -> float:
         """Watts kept for unmet power guarantees (of every campaign but ``but``)."""
-        total = 0.0
-        for name, a in self.accounts.items():
-            env = a.envelope
-            if name != but and env is not None and not a.preemptible and env.guarantee > a.held:
-                total += env.guarantee - a.held
-        return total
+        a = self.accounts.get(but) if but is not None else None
+        return self.unmet_w - (a.unmet if a is not None else 0.0)
 
     def room_for(self, pool_spec: PoolSpec, campaign: str) -> float | None:
         """The most watts a lease of ``campaign`` could ever get: the cap less one node's
@@ -190,19 +235,16 @@ class PowerBudget:
         if self.cap is None:
             return None
         idle_one = min((g.idle_w for g in pool_spec.groups if g.count > 0), default=0.0)
-        others = sum(
-            a.envelope.guarantee
-            for name, a in self.accounts.items()
-            if name != campaign and a.envelope is not None and not a.preemptible
-        )
-        return self.cap - idle_one - others
+        a = self.accounts.get(campaign)
+        own = a.guarantee if a is not None else 0.0
+        return self.cap - idle_one - (self.guarantee_w - own)
 
     def reclaimable(self) -> float:
         return sum(a.held for a in self.accounts.values() if a.preemptible)
 
     def boot_watts(self, pool: PoolState, nodes: Iterable[int]) -> float:
         """The idle draw the cold ones among ``nodes`` add when booted."""
-        idle = self._idle
+        idle = pool.idle_w
         return sum(idle[i] for i in nodes if pool.nodes[i].power is NodeState.COLD)
 
     def bucket_level(self, campaign: str, at: float, enforcement: Enforcement) -> float | None:
@@ -226,17 +268,7 @@ class PowerBudget:
                 Reason.ABOVE_BURST,
                 {"power": {"held_w": a.held, "watts": watts, "burst_w": env.burst}},
             )
-        above = above_rate(a.held, watts, env.sustained)
-        b = a.bucket
-        if above <= 0 or b is None or b.unlimited:
-            return None
-        level = b.level_at(now, a.held, enforcement)
-        need = above * span if enforcement is Enforcement.PREPAID else 0.0
-        if level + EPS < need or (enforcement is not Enforcement.PREPAID and level <= EPS):
-            return Refusal(
-                Reason.BUCKET_EMPTY, {"bucket_short": {"power": {"level": level, "need": need}}}
-            )
-        return None
+        return _bucket_refusal(a, above_rate(a.held, watts, env.sustained), span, now, enforcement)
 
     def cap_refusal(
         self, pool: PoolState, campaign: str, watts: float, boots: float
@@ -271,51 +303,42 @@ class PowerBudget:
         watts: float,
         start: float,
         end: float,
-        running: Iterable[tuple[float, float]],
-        holders: Sequence[tuple[float, float, float]],
+        holders: Sequence[tuple[str, float, float, float]],
+        lease_id: str = "",
     ) -> Refusal | None:
         """Backfill in watts: a lease of ``watts`` over [``start``, ``end``) must leave the
         watts of the reservation holders ahead of it whole, as it must leave their nodes.
 
-        ``running`` is (expiry, watts) of every live lease; ``holders`` is (the start its
-        reservation of nodes gives it, watts, span) per holder, in reservation order. Each
-        holder's watts start at the first instant at or after that start at which they fit
-        under the cap (less the kept guarantees) beside the leases still running then and
-        the earlier holders' windows; the idle draw is taken as it is now. The lease may
-        not overlap a holder's window where it would crowd it out."""
+        ``holders`` is (campaign, the start its reservation of nodes gives it, watts,
+        span) per holder, in reservation order. Each holder's watts start at the first
+        instant at or after that start at which they fit under the cap (less the others'
+        kept guarantees) beside the leases still running then (each until its expiry;
+        ``lease_id``'s, a renewal's, until ``start``) and the earlier holders' windows;
+        the idle draw is taken as it is now. The lease may not overlap a holder's window
+        where it would crowd it out."""
         cap = self.cap
         if cap is None or not holders or watts <= 0:
             return None
-        room = cap - self.reserved(but=campaign)
-        idle = self.idle_draw(pool)
-        ends = sorted(running)
+        ends, after = self._ends(lease_id, start)
+        idle = pool.idle_draw
 
         def leases_at(t: float) -> float:
-            return idle + sum(w for e, w in ends if e > t)
+            return idle + after[bisect.bisect_right(ends, t)]
 
-        windows: list[tuple[float, float, float]] = []
+        key = (self._version, idle, lease_id, start if lease_id else None, tuple(holders))
+        windows = self._plans.get(key)
+        if windows is None:
+            windows = self._plans[key] = self._windows(cap, holders, ends, leases_at)
 
         def held_at(t: float) -> float:
             return sum(w for s, e, w in windows if s <= t < e)
 
-        for at, w_h, span in holders:
-            cands = sorted(
-                {at, *(e for e, _ in ends if e > at), *(e for _, e, _ in windows if e > at)}
-            )
-            begin = math.inf
-            for t in cands:
-                checks = [t, *(s for s, _, _ in windows if t < s < t + span)]
-                if all(leases_at(x) + held_at(x) + w_h <= room + EPS for x in checks):
-                    begin = t
-                    break
-            if math.isfinite(begin):
-                windows.append((begin, begin + span, w_h))
+        room = cap - self.reserved(but=campaign)
         for s, e, _ in windows:
             if e <= start or s >= end:
                 continue
             lo = max(start, s)
-            checks = [lo, *(x for x, _, _ in windows if lo < x < min(end, e))]
-            for t in checks:
+            for t in (lo, *(x for x, _, _ in windows if lo < x < min(end, e))):
                 if leases_at(t) + held_at(t) + watts > room + EPS:
                     return Refusal(
                         Reason.HEAD_OF_LINE,
@@ -324,15 +347,57 @@ class PowerBudget:
                     )
         return None
 
+    def _ends(self, lease_id: str, start: float) -> tuple[list[float], list[float]]:
+        """The live leases' expiries in order and, at each position, the watts of the
+        leases from there on (a renewal's lease counted to ``start``, its old expiry)."""
+        key = (self._version, "ends", lease_id, start if lease_id else None)
+        got = self._plans.get(key)
+        if got is None:
+            if len(self._plans) > 64:
+                self._plans.clear()  # entries of older versions are never read again
+            pairs = sorted(
+                (start if k == lease_id else h.end, h.watts) for k, h in self._leases.items()
+            )
+            after = [0.0] * (len(pairs) + 1)
+            for i in range(len(pairs) - 1, -1, -1):
+                after[i] = after[i + 1] + pairs[i][1]
+            got = self._plans[key] = ([e for e, _ in pairs], after)
+        return got
+
+    def _windows(
+        self,
+        cap: float,
+        holders: Sequence[tuple[str, float, float, float]],
+        ends: list[float],
+        leases_at: Callable[[float], float],
+    ) -> list[tuple[float, float, float]]:
+        windows: list[tuple[float, float, float]] = []
+        for campaign, at, w_h, span in holders:
+            room = cap - self.reserved(but=campaign)
+            k = bisect.bisect_right(ends, at)
+            cands = sorted({at, *ends[k:], *(e for _, e, _ in windows if e > at)})
+            for t in cands:
+                checks = (t, *(x for x, _, _ in windows if t < x < t + span))
+                if all(
+                    leases_at(x) + sum(w for s, e, w in windows if s <= x < e) + w_h <= room + EPS
+                    for x in checks
+                ):
+                    windows.append((t, t + span, w_h))
+                    break
+        return windows
+
     def may_boot(self, pool: PoolState) -> Callable[[int], bool] | None:
         """A gate for boots that keep capacity warm: each cold node boots only if its idle
         draw still fits under the cap less every unmet guarantee. None: no cap."""
         if self.cap is None:
             return None
-        room = [self.cap - self.draw(pool) - self.reserved()]
-        idle = self._idle
+        cap = self.cap
+        room: list[float] = []
+        idle = pool.idle_w
 
         def gate(i: int) -> bool:
+            if not room:  # worked out only when a boot is considered
+                room.append(cap - self.draw(pool) - self.unmet_w)
             if idle[i] > room[0] + EPS:
                 return False
             room[0] -= idle[i]
@@ -347,9 +412,17 @@ class PowerBudget:
         self._relook()
 
     def _relook(self) -> None:
+        self._version += 1
         self.leased = self.cap is not None or any(
             a.envelope is not None for a in self.accounts.values()
         )
+
+    def _hold(self, a: _Account, held: float) -> None:
+        self.unmet_w -= a.unmet
+        a.held = held
+        self.unmet_w += a.unmet
+        if self.unmet_w < EPS:
+            self.unmet_w = 0.0
 
     def set_campaign(self, spec: CampaignSpec, now: float, enforcement: Enforcement) -> None:
         """A campaign was created or its envelopes changed; a bucket of the same size keeps
@@ -358,10 +431,14 @@ class PowerBudget:
         env = spec.envelopes.get(dims.POWER)
         a = self.accounts.get(name)
         if a is None:
-            a = self.accounts[name] = _Account(env, preemptible)
+            a = self.accounts[name] = _Account(None, preemptible)
         if a.bucket is not None:
             a.bucket.advance(now, a.held, enforcement)
+        self.unmet_w -= a.unmet
+        self.guarantee_w -= a.guarantee
         a.envelope, a.preemptible = env, preemptible
+        self.unmet_w += a.unmet
+        self.guarantee_w += a.guarantee
         if env is None:
             a.bucket = None
         elif a.bucket is None or a.bucket.capacity != env.bucket:
@@ -385,9 +462,10 @@ class PowerBudget:
         joules = 0.0
         if a is not None:
             joules = self._charge(a, watts, 0.0, start, end, enforcement, paid)
-            a.held += watts
-        self._leases[lease_id] = _Held(campaign, watts, paid)
+            self._hold(a, a.held + watts)
+        self._leases[lease_id] = _Held(campaign, watts, end, paid)
         self.lease_w += watts
+        self._version += 1
         return joules
 
     def renewed(
@@ -395,8 +473,12 @@ class PowerBudget:
     ) -> float:
         """A lease runs on from ``old_end`` to ``new_end``; the joules it prepaid for that."""
         h = self._leases.get(lease_id)
-        a = self.accounts.get(h.campaign) if h is not None else None
-        if h is None or a is None or new_end <= old_end:
+        if h is None or new_end <= old_end:
+            return 0.0
+        h.end = new_end
+        self._version += 1
+        a = self.accounts.get(h.campaign)
+        if a is None:
             return 0.0
         return self._charge(a, h.watts, h.watts, now, new_end, enforcement, h.paid, old_end)
 
@@ -406,25 +488,17 @@ class PowerBudget:
         """The bucket over a renewal's extension (its watts are already held)."""
         h = self._leases.get(lease_id)
         a = self.accounts.get(h.campaign) if h is not None else None
-        if h is None or a is None or a.envelope is None or a.bucket is None or ext <= 0:
+        if h is None or a is None or a.envelope is None or ext <= 0:
             return None
-        env = a.envelope
-        above = above_rate(a.held - h.watts, h.watts, env.sustained)
-        if above <= 0 or a.bucket.unlimited:
-            return None
-        level = a.bucket.level_at(now, a.held, enforcement)
-        need = above * ext if enforcement is Enforcement.PREPAID else 0.0
-        if level + EPS < need or (enforcement is not Enforcement.PREPAID and level <= EPS):
-            return Refusal(
-                Reason.BUCKET_EMPTY, {"bucket_short": {"power": {"level": level, "need": need}}}
-            )
-        return None
+        above = above_rate(a.held - h.watts, h.watts, a.envelope.sustained)
+        return _bucket_refusal(a, above, ext, now, enforcement)
 
     def ended(self, lease_id: str, now: float, enforcement: Enforcement) -> float:
         """A lease ended at ``now``: its watts are free, its unused joules refunded."""
         h = self._leases.pop(lease_id, None)
         if h is None:
             return 0.0
+        self._version += 1
         self.lease_w -= h.watts
         if self.lease_w < EPS:
             self.lease_w = 0.0
@@ -436,7 +510,7 @@ class PowerBudget:
             a.bucket.advance(now, a.held, enforcement)
             if refund > 0:
                 a.bucket.give(refund)
-        a.held = max(0.0, a.held - h.watts)
+        self._hold(a, max(0.0, a.held - h.watts))
         return refund
 
     def _charge(
@@ -497,3 +571,10 @@ class PowerBudget:
         for name, a in self.accounts.items():
             held = sum(h.watts for h in self._leases.values() if h.campaign == name)
             assert math.isclose(held, a.held, rel_tol=1e-9, abs_tol=1e-6), (name, held, a.held)
+        unmet = sum(a.unmet for a in self.accounts.values())
+        assert math.isclose(unmet, self.unmet_w, rel_tol=1e-9, abs_tol=1e-6), (unmet, self.unmet_w)
+        idle = sum(w for w, n in zip(pool.idle_w, pool.nodes, strict=True) if n.power in _DRAWING)
+        assert math.isclose(idle, pool.idle_draw, rel_tol=1e-9, abs_tol=1e-6), (
+            idle,
+            pool.idle_draw,
+        )

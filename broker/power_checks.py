@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import dims, paths, reservations
-from bursar.broker.admission import Refusal
-from bursar.broker.events import RequestLease
-from bursar.broker.lease import Lease
-from bursar.broker.pending import Pending
+from bursar.broker import dims
 
 if TYPE_CHECKING:
+    from bursar.broker import paths, reservations
+    from bursar.broker.admission import Refusal
     from bursar.broker.engine import Engine
+    from bursar.broker.events import RequestLease
+    from bursar.broker.lease import Lease
+    from bursar.broker.pending import Pending, PoolScan
 
 
 def declared(e: RequestLease) -> float | None:
@@ -51,15 +52,25 @@ def pool(
     if refused is not None or behind is None:
         return refused
     end = eng.now + delay + p.duration_s
-    return budget.holders_refusal(
-        eng.pool,
-        p.campaign,
-        watts + boots,
-        eng.now,
-        end,
-        _running(eng),
-        _holders(eng, behind, p.id),
+    holders = _holders(eng, behind, p.id)
+    return budget.holders_refusal(eng.pool, p.campaign, watts + boots, eng.now, end, holders)
+
+
+def backfills(eng: Engine, p: Pending, behind: reservations.Profile, scan: PoolScan | None) -> bool:
+    """The admission pass's quick look before a full try: may ``p``, started now on the
+    warm path, leave the reservation holders' watts whole? (A start delay or a boot only
+    makes it harder, so a no here is the full try's no, at a fraction of its cost.)
+
+    Unlike the reservations of nodes, a no here does not pass over the rest of ``p``'s
+    group: a pass that did so decided differently from the reference pass (a request
+    passed over keeps its older reason when the head-of-line barrier moves later in the
+    pass), so each request is asked on its own."""
+    budget = eng.watts
+    watts = budget.watts_of(p.watts, p.size, eng.pool.primary)
+    refused = budget.holders_refusal(
+        eng.pool, p.campaign, watts, eng.now, eng.now + p.duration_s, _holders(eng, behind, p.id)
     )
+    return refused is None
 
 
 def renewal(eng: Engine, ls: Lease, new_end: float, behind: reservations.Profile) -> Refusal | None:
@@ -74,22 +85,16 @@ def renewal(eng: Engine, ls: Lease, new_end: float, behind: reservations.Profile
         budget.lease_watts(ls.id),
         ls.expires_at,
         new_end,
-        _running(eng),
         _holders(eng, behind, ""),
+        ls.id,
     )
-
-
-def _running(eng: Engine) -> list[tuple[float, float]]:
-    """(expiry, watts) of every live lease."""
-    budget = eng.watts
-    return [(ls.expires_at, budget.lease_watts(ls.id)) for ls in eng.leases.values()]
 
 
 def _holders(
     eng: Engine, behind: reservations.Profile, upto: str
-) -> list[tuple[float, float, float]]:
-    """(start, watts, span) of the reservation holders, in order, up to ``upto`` (a holder
-    leaves only the reservations made before its own whole)."""
+) -> list[tuple[str, float, float, float]]:
+    """(campaign, start, watts, span) of the reservation holders, in order, up to
+    ``upto`` (a holder leaves only the reservations made before its own whole)."""
     out = []
     pending, budget = eng.queue.pending, eng.watts
     for rid, r in behind.reservations.items():
@@ -97,7 +102,8 @@ def _holders(
             break
         h = pending.get(rid)
         if h is not None:
-            out.append((r.at, budget.watts_of(h.watts, h.size, eng.pool.primary), r.until - r.at))
+            w = budget.watts_of(h.watts, h.size, eng.pool.primary)
+            out.append((h.campaign, r.at, w, r.until - r.at))
     return out
 
 

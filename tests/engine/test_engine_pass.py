@@ -74,18 +74,35 @@ def _apply(eng: Engine, e: ev.Event, out: list[str]) -> None:
     out.append(codec.dumps([codec.to_dict(d) for d in decisions]))
 
 
-def _long_queue(seed: int, exhaustive: bool, n_events: int, spread: bool = False) -> list[str]:
+def _long_queue(
+    seed: int,
+    exhaustive: bool,
+    n_events: int,
+    spread: bool = False,
+    power: str = "",
+) -> list[str]:
     """A seeded long queue: 60 campaigns (some with guarantees, some preemptible, three
     classes) on 12 nodes, multi-dimensional and node-shaped requests, releases, renewals
     and time passing, with reservations for the aged. ``spread``: every duration drawn
     from a continuous range, so that a bucket's requests differ in duration and a
     refusal's duration can fall inside a bucket."""
     rng = random.Random(seed)
+    watts = {"idle_w": 400.0, "peak_w": 2000.0} if power else {}
     pool = PoolSpec(
-        groups=(NodeGroup(count=12, resources={"gpu": 8, "cpu": 64, "mem_gb": 512}, warm=12),),
+        groups=(
+            NodeGroup(
+                count=12,
+                resources={"gpu": 8, "cpu": 64, "mem_gb": 512},
+                warm=12,
+                **watts,  # type: ignore[arg-type]
+            ),
+        ),
         boot_latency_s=60.0,
     )
-    policy = PolicySpec(grace_s=30.0, hol_patience_s=rng.choice((60.0, 300.0)))
+    # ``power``: "cap", a facility cap that binds (half the nodes' draw above idle);
+    # "guarantees", with it some campaigns' power envelopes and guarantees.
+    cap = 12 * 400.0 + 0.5 * 12 * 1600.0 if power else None
+    policy = PolicySpec(grace_s=30.0, hol_patience_s=rng.choice((60.0, 300.0)), power_cap_w=cap)
     eng = Engine(pool, policy)
     eng.exhaustive = exhaustive
     classes = (LeaseClass.INTERACTIVE, LeaseClass.BATCH, LeaseClass.OPPORTUNISTIC)
@@ -93,12 +110,16 @@ def _long_queue(seed: int, exhaustive: bool, n_events: int, spread: bool = False
     for i in range(60):
         pre = i % 7 == 6
         g = 0.0 if pre or i % 3 else rng.choice((1.0, 2.0, 4.0))
+        envelopes = {
+            "gpu": DimEnvelope(g, 4.0, 24.0, None if pre else 40_000.0),
+            "cpu": DimEnvelope(0.0, 64.0, 256.0, None),
+        }
+        if power == "guarantees" and i % 5 == 0:
+            kept = 0.0 if pre else rng.choice((0.0, 200.0))
+            envelopes["power"] = DimEnvelope(kept, 800.0, 6000.0, 2e7)
         spec = CampaignSpec(
             f"c{i:02d}",
-            {
-                "gpu": DimEnvelope(g, 4.0, 24.0, None if pre else 40_000.0),
-                "cpu": DimEnvelope(0.0, 64.0, 256.0, None),
-            },
+            envelopes,
             LeaseClass.OPPORTUNISTIC if pre else classes[i % 3],
             preemptible=pre,
         )
@@ -123,6 +144,8 @@ def _long_queue(seed: int, exhaustive: bool, n_events: int, spread: bool = False
             shape = None
             if kind < 0.2:
                 size["cpu"] = size["gpu"] * rng.choice((4, 8))
+            if power and rng.random() < 0.3:
+                size["power"] = size["gpu"] * rng.choice((100.0, 150.0))
             elif kind < 0.3:
                 shape = Shape(nodes=rng.choice((1, 2)), per_node={"gpu": rng.choice((2, 4))})
                 size = {}
@@ -150,6 +173,16 @@ def test_refusals_that_cut_through_a_bucket_decide_as_the_exhaustive_pass():
     # Durations spread through every bucket: a refusal cuts through one. Leaving out a
     # refused group's whole tail at once (every duration past the cut) differed here.
     assert _long_queue(554, False, 1500, spread=True) == _long_queue(554, True, 1500, spread=True)
+
+
+@pytest.mark.parametrize("power", ["cap", "guarantees"])
+@pytest.mark.parametrize("seed", [7, 554])
+def test_power_held_for_reservations_decides_as_the_exhaustive_pass(seed, power):
+    # Under a binding power cap the pass leaves out the rest of a group (same size and
+    # declared watts) once the holders' watts refused one no longer than any of it.
+    fast = _long_queue(seed, False, 1200, spread=True, power=power)
+    assert fast == _long_queue(seed, True, 1200, spread=True, power=power)
+    assert any('"power"' in line for line in fast)
 
 
 @pytest.mark.parametrize("seed", [3963, 4819, 9031])
