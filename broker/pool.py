@@ -58,7 +58,9 @@ class Node:
 
 
 _INDEXED = (NodeState.ON, NodeState.BOOTING, NodeState.COLD)
-_DRAWS = frozenset({NodeState.ON, NodeState.BOOTING})
+DRAWING = frozenset({NodeState.ON, NodeState.BOOTING})
+"""The power states in which a node draws its idle watts (a booting node from its boot's
+start)."""
 _TOL = 1e-6
 """Slack on the bisection's lower bound (the fit test itself is ``take``'s, exactly)."""
 
@@ -138,9 +140,9 @@ class PoolState:
             self.on_cap = dims.sub(self.on_cap, n.cap)
         drawing = self._drawing
         w = self.idle_w[i]
-        if n.power in _DRAWS:
+        if n.power in DRAWING:
             drawing[w] -= 1
-        if power in _DRAWS:
+        if power in DRAWING:
             drawing[w] = drawing.get(w, 0) + 1
         n.power = power
         n.ready_at = ready_at

@@ -52,11 +52,10 @@ from bursar.broker.admission import Refusal, Side
 from bursar.broker.bucket import Bucket, above_rate
 from bursar.broker.envelope import CampaignSpec, DimEnvelope
 from bursar.broker.policy import Enforcement, PolicySpec, PoolSpec
-from bursar.broker.pool import NodeState, PoolState
+from bursar.broker.pool import DRAWING, NodeState, PoolState
 from bursar.broker.reasons import Reason
 
 EPS = 1e-9
-_DRAWING = (NodeState.ON, NodeState.BOOTING)
 
 
 @dataclass(slots=True)
@@ -215,9 +214,6 @@ class PowerBudget:
     def lease_watts(self, lease_id: str) -> float:
         h = self._leases.get(lease_id)
         return h.watts if h is not None else 0.0
-
-    def idle_draw(self, pool: PoolState) -> float:
-        return pool.idle_draw
 
     def draw(self, pool: PoolState) -> float:
         """What the pool draws now, watts."""
@@ -573,7 +569,7 @@ class PowerBudget:
             assert math.isclose(held, a.held, rel_tol=1e-9, abs_tol=1e-6), (name, held, a.held)
         unmet = sum(a.unmet for a in self.accounts.values())
         assert math.isclose(unmet, self.unmet_w, rel_tol=1e-9, abs_tol=1e-6), (unmet, self.unmet_w)
-        idle = sum(w for w, n in zip(pool.idle_w, pool.nodes, strict=True) if n.power in _DRAWING)
+        idle = sum(w for w, n in zip(pool.idle_w, pool.nodes, strict=True) if n.power in DRAWING)
         assert math.isclose(idle, pool.idle_draw, rel_tol=1e-9, abs_tol=1e-6), (
             idle,
             pool.idle_draw,

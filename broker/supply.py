@@ -197,7 +197,7 @@ def _power(engine: Engine) -> PowerSupply | None:
     if not budget.leased:
         return None
     pool = engine.pool
-    idle = budget.idle_draw(pool)
+    idle = pool.idle_draw
     draw = idle + budget.lease_w
     reserved = budget.reserved()
     cap = budget.cap if budget.cap is not None else math.inf
