@@ -25,7 +25,10 @@ Per-campaign checks, in this order (the first that fails is the reason):
    (duration plus any start delay) must be covered by the bucket level, else
    ``BUCKET_EMPTY``; under grant-instant enforcement the level must only be above 0.
 
-Pool checks (isolation, then path) live in ``isolation.py`` and ``paths.py``.
+Where power is leased, the campaign's power burst and joules come next
+(``power_checks.own``). Pool checks (isolation, then path, then the facility's power cap
+with the nodes the plan boots) are ``pool_side.place_check``, on ``isolation.py`` and
+``paths.py``.
 
 Head of line. A request that fails for pool reasons does not block the requests behind
 it: they may be granted past it (skip-ahead). Once it has waited ``hol_patience_s``
@@ -239,7 +242,7 @@ class AdmissionPass:
                         scan.drop(cand.pool_key)  # so is every request of its bucket
                     continue
                 if queue.may_try(cand) and isinstance(
-                    pool_side.pool_side(eng, cand, cc, memo)[0], Reason
+                    pool_side.pool_side(eng, cand, cc, memo)[0], Refusal
                 ):
                     # No plan the pool could place: still pool-blocked, for the reason it
                     # has, and so is every other request of its bucket until the next grant
@@ -262,7 +265,7 @@ class AdmissionPass:
             ):
                 admitted = self._backfills(p, profile, memo, scan)
                 if admitted and eng.watts.cap is not None:
-                    admitted = power_checks.backfills(eng, p, profile, scan)
+                    admitted = power_checks.backfills(eng, p, profile, scan if prune else None)
             else:
                 admitted = True
             was_pool = p.reason in POOL_REASONS
@@ -310,12 +313,9 @@ class AdmissionPass:
     @staticmethod
     def prunes(eng: Engine) -> bool:
         """Whether the pass may pass over the rest of a group once one of its requests is
-        refused. Not for the reference pass (``Engine.exhaustive``), nor under a power cap:
-        the cap is checked after the reservations, so a request passed over for them could
-        have been refused for the cap instead, and the reason a request shows (and what
-        follows from it) would differ from the reference pass's. Under a cap every
-        pool-blocked request is asked on its own."""
-        return not eng.exhaustive and eng.watts.cap is None
+        refused: not for the reference pass (``Engine.exhaustive``), which asks each
+        request on its own."""
+        return not eng.exhaustive
 
     def _unblocked_queue(
         self,

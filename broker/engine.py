@@ -173,8 +173,14 @@ class Engine:
         # The state the fold keeps, each part in the module named for it; the timers'
         # liveness reads the leases, the queue and the power state back through ``self``.
         self.timers = Timers(self)
+        self.watts = power_budget.PowerBudget(pool, self.pool, self.policy.power_cap_w)
+        """The facility's power cap and each campaign's watts (``broker/power_budget.py``)."""
         self.queue = Queues(
-            self.campaigns, self._primary, self.policy.hol_patience_s, self.timers.push
+            self.campaigns,
+            self._primary,
+            self.policy.hol_patience_s,
+            self.timers.push,
+            self.watts.own_unmet,
         )
         self.ledger = Ledger(self.policy, self.pool, self._primary, self.leases)
         self.power = PowerControl(self.pool, pool.boot_latency_s, self.policy, self.timers.push)
@@ -182,8 +188,6 @@ class Engine:
             self.pool, self.policy, self.leases, self.ledger, self.power, self.timers
         )
         self.headroom = self.power.headroom
-        self.watts = power_budget.PowerBudget(pool, self.pool, self.policy.power_cap_w)
-        """The facility's power cap and each campaign's watts (``broker/power_budget.py``)."""
         self._out: list[Decision] = []
         self._cut = reservations.Current()
         """The reservations as of this admission pass, built lazily (``reservation_cut.build``),
@@ -594,10 +598,9 @@ class Engine:
         own = c.unmet
         if behind is not None and isolation.within_own_guarantee(size, own):
             behind = None
-        placed = pool_side.pool_side(self, p, c, memo)
-        if isinstance(placed[0], Reason):
-            return admission.Refusal(placed[0], {}, admission.Side.POOL)
-        plan, delay = placed
+        plan, delay = pool_side.pool_side(self, p, c, memo)
+        if isinstance(plan, admission.Refusal):
+            return plan
         if behind is not None:
             start = self.now + delay
             end = start + p.duration_s
@@ -605,9 +608,10 @@ class Engine:
                 self, p, c, end, behind
             ):
                 return admission.reservations_refusal(r.at for r in behind.reservations.values())
-        refused = power_checks.pool(self, p, plan, delay, behind)
-        if refused is not None:
-            return refused
+        if behind is not None:
+            refused = power_checks.holders(self, p, plan, delay, behind)
+            if refused is not None:
+                return refused
         if delay > 0 and enforcement is Enforcement.PREPAID:
             refused = admission.bucket_refusal(
                 admission.bucket_short(

@@ -96,6 +96,7 @@ class Queues:
         "_indexed",
         "_limited",
         "_patience_s",
+        "_power_unmet",
         "_primary",
         "_push_timer",
         "_queues",
@@ -115,8 +116,10 @@ class Queues:
         primary: int,
         patience_s: float,
         push_timer: Callable[[float, TimerKind, str], None],
+        power_unmet: Callable[[str], float],
     ) -> None:
         self._campaigns = campaigns
+        self._power_unmet = power_unmet
         self._primary = primary
         self._patience_s = patience_s
         self._push_timer = push_timer
@@ -272,7 +275,7 @@ class Queues:
         entry, key = first.head_entry, first.pool_key
         if entry is None or key is None:
             return
-        if key[:3] != (c.spec.preemptible, c.spec.lease_class, c.unmet):
+        if key[:3] != (c.spec.preemptible, c.spec.lease_class, self.unmet_key(c)):
             for rid in list(ids):
                 self._index_head(pending[rid], True)
         elif entry[1] != c.fair:
@@ -296,6 +299,13 @@ class Queues:
                     self.guarantee_heads[rid] = None
                 else:
                     self.guarantee_heads.pop(rid, None)
+
+    def unmet_key(self, c: CampaignState) -> object:
+        """The unmet guarantee part of a pool key: the campaign's unmet guarantee, with its
+        own unmet power guarantee where it has one (under a power cap the pool's answer
+        depends on it: those watts are kept for it alone)."""
+        watts = self._power_unmet(c.spec.name)
+        return c.unmet if watts == 0.0 else (c.unmet, watts)
 
     def age(self, request_id: str) -> None:
         """``request_id``'s patience ran out: it may become the head-of-line barrier."""
@@ -339,7 +349,7 @@ class Queues:
             p.pool_key = (
                 c.spec.preemptible,
                 c.spec.lease_class,
-                c.unmet,
+                self.unmet_key(c),
                 (p.size if p.demand is None else p.demand.ident)
                 if p.watts is None
                 else (p.size if p.demand is None else p.demand.ident, p.watts),

@@ -1,6 +1,7 @@
 """The pool side of an admission try: the plan (warm, reclaim, cold) a request of a
-campaign could be placed on now under the isolation rule, with its start delay, or why
-not (the guarantee reserve, or a full pool).
+campaign could be placed on now under the isolation rule and, where power is capped,
+under the facility's cap with the nodes the plan boots, with its start delay; or why not
+(the guarantee reserve, or a full pool, in nodes or in watts).
 
 What a campaign may use (``capacity_for``: the warm limit and the cold capacity, after
 the reserve that other campaigns' guarantees keep warm and the headroom), whether a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bursar.broker import dims, isolation, paths
+from bursar.broker import admission, dims, isolation, paths
 from bursar.broker.decisions import LeasePath
 from bursar.broker.envelope import LeaseClass
 from bursar.broker.reasons import Reason
@@ -28,18 +29,20 @@ if TYPE_CHECKING:
 
 def pool_side(
     eng: Engine, p: Pending, c: CampaignState, memo: dict[Any, Any] | None = None
-) -> tuple[paths.Plan, float] | tuple[Reason, None]:
+) -> tuple[paths.Plan, float] | tuple[admission.Refusal, None]:
     """``place_check``, asked once per campaign group and demand between grants in an
-    admission pass: it depends on the pool and ledger (unchanged until the next grant),
-    the campaign's group and the demand only, and a long queue asks it for the same
-    few demands again and again."""
+    admission pass: it depends on the pool, the ledger and the power drawn (unchanged
+    until the next grant), the campaign's group (as its requests' pool key says it) and
+    the demand with its declared watts only, and a long queue asks it for the same few
+    demands again and again."""
     if memo is None:
         return place_check(eng, p, c)
     key = (
         c.spec.preemptible,
         c.spec.lease_class,
-        c.unmet,
+        eng.queue.unmet_key(c),
         p.size if p.demand is None else p.demand.ident,
+        p.watts,
     )
     placed = memo.get(key)
     if placed is None:
@@ -49,11 +52,12 @@ def pool_side(
 
 def place_check(
     eng: Engine, p: Pending, c: CampaignState
-) -> tuple[paths.Plan, float] | tuple[Reason, None]:
+) -> tuple[paths.Plan, float] | tuple[admission.Refusal, None]:
     """The pool side of ``Engine._try``: a plan whose pieces can be placed now under the
-    isolation rule, with its start delay; else why not (reserved or full). A function
-    of the pool and ledger, the campaign's preemptibility, class and unmet guarantee,
-    and the request's demand."""
+    isolation rule and the power cap, with its start delay; else why not (reserved or
+    full). A function of the pool, the ledger and the power drawn, the campaign's
+    preemptibility, class and unmet guarantees (its power one included), and the
+    request's demand with its declared watts."""
     size = p.size
     preemptible = c.spec.preemptible
     on_free, _, _, _ = eng.pool.totals()
@@ -100,7 +104,18 @@ def place_check(
         reserved = dims.fits(size, everything) and (
             eng.placement.plan(p, unreserved, cold_avail, preemptible) is not None
         )
-        return (Reason.GUARANTEE_RESERVED if reserved else Reason.POOL_FULL), None
+        reason = Reason.GUARANTEE_RESERVED if reserved else Reason.POOL_FULL
+        return admission.Refusal(reason, {}, admission.Side.POOL), None
+    budget = eng.watts
+    if budget.cap is not None:
+        # The facility cap, on the lease's watts and the idle draw of the nodes the plan
+        # boots: part of the pool's answer, so it holds for the request's whole pool group
+        # until the next grant, as a full pool does.
+        watts = budget.watts_of(p.watts, size, eng.pool.primary)
+        boots = budget.boot_watts(eng.pool, eng.placement.boots(plan))
+        refused = budget.cap_refusal(eng.pool, p.campaign, watts, boots)
+        if refused is not None:
+            return refused, None
     return plan, start_delay(eng, plan)
 
 

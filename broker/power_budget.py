@@ -224,6 +224,12 @@ class PowerBudget:
         a = self.accounts.get(but) if but is not None else None
         return self.unmet_w - (a.unmet if a is not None else 0.0)
 
+    def own_unmet(self, campaign: str) -> float:
+        """Watts of ``campaign``'s own power guarantee it does not hold: the part of the kept
+        watts its own leases may draw on (the cap's answer for it depends on it)."""
+        a = self.accounts.get(campaign)
+        return a.unmet if a is not None else 0.0
+
     def room_for(self, pool_spec: PoolSpec, campaign: str) -> float | None:
         """The most watts a lease of ``campaign`` could ever get: the cap less one node's
         idle draw (a lease runs on at least one node; the others may be powered down) and

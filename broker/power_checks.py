@@ -38,22 +38,21 @@ def own(eng: Engine, p: Pending, span: float) -> Refusal | None:
     return budget.campaign_refusal(p.campaign, watts, span, eng.now, eng.policy.enforcement)
 
 
-def pool(
-    eng: Engine, p: Pending, plan: paths.Plan, delay: float, behind: reservations.Profile | None
+def holders(
+    eng: Engine, p: Pending, plan: paths.Plan, delay: float, behind: reservations.Profile
 ) -> Refusal | None:
-    """The facility cap: the lease's watts and the idle draw of the nodes its plan boots,
-    beside the kept guarantees and the watts of the reservation holders ahead of it."""
+    """The watts of the reservation holders ahead of ``p``: its lease on ``plan`` (with the
+    idle draw of the nodes the plan boots), started after ``delay``, must leave them
+    whole. The cap itself is the pool side's check (``pool_side.place_check``)."""
     budget = eng.watts
     if budget.cap is None:
         return None
     watts = budget.watts_of(p.watts, p.size, eng.pool.primary)
     boots = budget.boot_watts(eng.pool, eng.placement.boots(plan))
-    refused = budget.cap_refusal(eng.pool, p.campaign, watts, boots)
-    if refused is not None or behind is None:
-        return refused
     end = eng.now + delay + p.duration_s
-    holders = _holders(eng, behind, p.id)
-    return budget.holders_refusal(eng.pool, p.campaign, watts + boots, eng.now, end, holders)
+    return budget.holders_refusal(
+        eng.pool, p.campaign, watts + boots, eng.now, end, _holders(eng, behind, p.id)
+    )
 
 
 def backfills(eng: Engine, p: Pending, behind: reservations.Profile, scan: PoolScan | None) -> bool:
@@ -61,16 +60,24 @@ def backfills(eng: Engine, p: Pending, behind: reservations.Profile, scan: PoolS
     warm path, leave the reservation holders' watts whole? (A start delay or a boot only
     makes it harder, so a no here is the full try's no, at a fraction of its cost.)
 
-    Unlike the reservations of nodes, a no here does not pass over the rest of ``p``'s
-    group: a pass that did so decided differently from the reference pass (a request
-    passed over keeps its older reason when the head-of-line barrier moves later in the
-    pass), so each request is asked on its own."""
+    A no passes over the requests of ``p``'s pool group that last at least as long, as a
+    no from the reservations of nodes does (``PoolScan.refuse_from``): the answer depends
+    on the group (its declared watts and demand, the campaign's own unmet power
+    guarantee) and the end only, and a later end only overlaps more of the holders'
+    windows. A holder is asked on its own (only the holders before it count)."""
     budget = eng.watts
     watts = budget.watts_of(p.watts, p.size, eng.pool.primary)
     refused = budget.holders_refusal(
         eng.pool, p.campaign, watts, eng.now, eng.now + p.duration_s, _holders(eng, behind, p.id)
     )
-    return refused is None
+    if refused is None:
+        return True
+    key = p.pool_key
+    if scan is not None and key is not None and p.id not in behind.reservations:
+        pending = eng.queue.pending
+        holders = {pending[h].pool_key for h in behind.reservations if h in pending}
+        scan.refuse_from(key, p.duration_s, holders, behind)  # type: ignore[arg-type]
+    return False
 
 
 def renewal(eng: Engine, ls: Lease, new_end: float, behind: reservations.Profile) -> Refusal | None:

@@ -178,8 +178,9 @@ def test_refusals_that_cut_through_a_bucket_decide_as_the_exhaustive_pass():
 @pytest.mark.parametrize("power", ["cap", "guarantees"])
 @pytest.mark.parametrize("seed", [7, 554])
 def test_power_held_for_reservations_decides_as_the_exhaustive_pass(seed, power):
-    # Under a binding power cap the pass leaves out the rest of a group (same size and
-    # declared watts) once the holders' watts refused one no longer than any of it.
+    # Under a binding power cap the pass passes over the rest of a pool key (same group,
+    # demand, declared watts and own unmet power guarantee) once the cap refused one, as
+    # for a full pool; the holders' watts are asked of each request on its own.
     fast = _long_queue(seed, False, 1200, spread=True, power=power)
     assert fast == _long_queue(seed, True, 1200, spread=True, power=power)
     assert any('"power"' in line for line in fast)
