@@ -198,7 +198,7 @@ class AdmissionPass:
         queue = eng.queue
         pending = queue.pending
         heap, barrier, scan_pool = self.heap, self.barrier, self.scan_pool
-        memo = eng.memo = {}
+        memo = self.memo
         prune = self.prunes(eng)
         scan = queue.pool_scan(eng.ledger.pool_bound()) if scan_pool else None
         cursor: HeadEntry | None = None
@@ -290,7 +290,7 @@ class AdmissionPass:
                         # or it waits with capacity free until the next release.
                         rid = queue.barrier_head()
                         heapq.heappush(heap, (queue.key(pending[rid]), rid))
-                memo = eng.memo = {}
+                memo = self.memo = {}
                 if scan is not None:
                     scan.restart(cursor, eng.ledger.pool_bound())
                 continue
