@@ -26,6 +26,7 @@ from bursar.broker.envelope import CampaignSpec, DimEnvelope, LeaseClass
 from bursar.broker.errors import RequestError
 from bursar.broker.pending import KeySizes, PoolScan
 from bursar.broker.policy import Enforcement, NodeGroup, PolicySpec, PoolSpec
+from bursar.broker.power_budget import PowerBudget
 from bursar.broker.shape import Shape
 
 
@@ -180,10 +181,30 @@ def test_refusals_that_cut_through_a_bucket_decide_as_the_exhaustive_pass():
 def test_power_held_for_reservations_decides_as_the_exhaustive_pass(seed, power):
     # Under a binding power cap the pass passes over the rest of a pool key (same group,
     # demand, declared watts and own unmet power guarantee) once the cap refused one, as
-    # for a full pool; the holders' watts are asked of each request on its own.
+    # for a full pool, and over its longer requests once the holders' watts refused one.
     fast = _long_queue(seed, False, 1200, spread=True, power=power)
     assert fast == _long_queue(seed, True, 1200, spread=True, power=power)
     assert any('"power"' in line for line in fast)
+
+
+@pytest.mark.parametrize("seed", [7, 554])
+def test_under_a_cap_the_holders_watts_are_not_asked_of_every_candidate(seed, monkeypatch):
+    # The shortcut is what keeps a long queue under a cap cheap: the reference pass asks
+    # the holders' watts of every candidate, the pass far fewer times (about 30% fewer
+    # here, 12 nodes and 60 campaigns; none fewer without it), deciding the same.
+    asked = []
+    real = PowerBudget.holders_refusal
+
+    def counted(self, *args, **kwargs):
+        asked.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(PowerBudget, "holders_refusal", counted)
+    fast = _long_queue(seed, False, 1200, spread=True, power="cap")
+    by_pass = len(asked)
+    asked.clear()
+    assert fast == _long_queue(seed, True, 1200, spread=True, power="cap")
+    assert by_pass < 0.85 * len(asked), (by_pass, len(asked))
 
 
 @pytest.mark.parametrize("seed", [3963, 4819, 9031])
