@@ -388,9 +388,7 @@ class AdmissionPass:
             # Refused from every start: so is anything of its group at least as long. Only
             # from this duration up, not from the cut: requests the walk passes over come
             # back when the reservations change later in the pass, out of their turn.
-            pending = eng.queue.pending
-            holders = {pending[h].pool_key for h in profile.reservations if h in pending}
-            scan.refuse_from(bucket, d, holders, profile)  # type: ignore[arg-type]
+            scan.refuse_from(bucket, d, profile)
         return False
 
     def _reach(self, p: Pending) -> dims.Vec:

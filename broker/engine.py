@@ -608,7 +608,6 @@ class Engine:
                 self, p, c, end, behind
             ):
                 return admission.reservations_refusal(r.at for r in behind.reservations.values())
-        if behind is not None:
             refused = power_checks.holders(self, p, plan, delay, behind)
             if refused is not None:
                 return refused

@@ -39,6 +39,7 @@ from bursar.broker.timers import TimerKind
 if TYPE_CHECKING:
     from bursar.broker.ledger import CampaignState
     from bursar.broker.policy import PolicySpec
+    from bursar.broker.reservations import Profile
 
 HeadEntry = tuple[int, float, int, str]
 """A pool-blocked head's place: its admission order key, then its id."""
@@ -653,16 +654,20 @@ class PoolScan:
         if key is not None:
             self._dropped.add(pool_group(key))
 
-    def refuse_from(
-        self, key: PoolKey, duration: float, keep: set[PoolKey], profile: object
-    ) -> None:
+    def refuse_from(self, key: PoolKey, duration: float, profile: Profile) -> None:
         """The reservations ``profile`` refused a request of ``key`` lasting ``duration``:
         while they stay as they are, pass over the requests of its group that last at
-        least that long, except in the keys in ``keep`` (they hold a reservation
-        holder, which is asked on its own)."""
+        least that long, except in the keys of the reservation holders (each is asked on
+        its own)."""
         if profile is not self._refused_by:
             self._revive()
             self._refused_by = profile
+        pending = self._pending
+        keep = {
+            k
+            for h in profile.reservations
+            if h in pending and (k := pending[h].pool_key) is not None
+        }
         self._refused[pool_group(key)] = (duration, keep)
 
     def _revive(self) -> None:

@@ -74,9 +74,7 @@ def backfills(eng: Engine, p: Pending, behind: reservations.Profile, scan: PoolS
         return True
     key = p.pool_key
     if scan is not None and key is not None and p.id not in behind.reservations:
-        pending = eng.queue.pending
-        holders = {pending[h].pool_key for h in behind.reservations if h in pending}
-        scan.refuse_from(key, p.duration_s, holders, behind)  # type: ignore[arg-type]
+        scan.refuse_from(key, p.duration_s, behind)
     return False
 
 
