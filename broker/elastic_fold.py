@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from bursar.broker import admission, dims, elastic, isolation, pool_side, reservation_cut
 from bursar.broker.decisions import (
     Decision,
-    Granted,
     LeasePath,
     Rejected,
     Resized,
@@ -535,10 +534,10 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
             continue
         spare.clear()  # a grant changes every campaign's spare capacity
         acc = changed.setdefault(lid, [dims.ZERO, 0.0, 0.0])
-        for grant in grants:
+        for tokens, credits in grants:
             acc[0] = dims.add(acc[0], e.step)
-            acc[1] += grant.tokens
-            acc[2] += grant.credits
+            acc[1] += tokens
+            acc[2] += credits
         key, ts = e.keyed_targets(rule, now, risk)
         if ts:
             heapq.heappush(heap, (key, lid, ts))
@@ -667,7 +666,7 @@ def _unclaimed(x: elastic.ElasticLease, *claims: Mapping[str, list[str]]) -> lis
     return out
 
 
-def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[Granted] | None:
+def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[tuple[float, float]] | None:
     """``n`` more steps for ``e`` now, all or none: each on warm capacity, under its
     campaign's envelope, the isolation rule and the reservations. None if any says no
     (the steps granted before the one refused end at once, unannounced)."""
@@ -679,7 +678,7 @@ def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[Granted] | Non
     limit, _ = pool_side.capacity_for(eng, c)
     if not dims.fits(total, limit) or admission.over_burst(c.held, total, c.burst_bound):
         return None
-    grants: list[Granted] = []
+    grants: list[tuple[float, float]] = []
     for _ in range(n):
         grant = grow_step(eng, e)
         if grant is None:
@@ -689,9 +688,10 @@ def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[Granted] | Non
     return grants
 
 
-def grow_step(eng: Engine, e: elastic.ElasticLease) -> Granted | None:
+def grow_step(eng: Engine, e: elastic.ElasticLease) -> tuple[float, float] | None:
     """One more step for ``e`` now, on warm capacity, under its campaign's envelope, the
-    isolation rule and the reservations; None if any says no."""
+    isolation rule and the reservations: the (tokens, credits) it was charged; None if
+    any says no."""
     ls = eng.leases[e.lease_id]
     c = eng.campaigns[e.campaign]
     span = ls.expires_at - eng.now
@@ -735,10 +735,10 @@ def grow_step(eng: Engine, e: elastic.ElasticLease) -> Granted | None:
     eng._seq += 1
     p.id = f"L{eng._seq}"
     p.seq = eng._seq
-    grant = eng._grant(p, c, plan, rate, c.unmet, quiet=True)
+    charged = eng.grant_step(p, c, plan, rate)
     eng.elastic.parent_of[p.id] = e.lease_id
     e.extents.append(p.id)
-    return grant
+    return charged
 
 
 def rebalance(eng: Engine, lid: str) -> None:

@@ -99,51 +99,10 @@ from bursar.broker.policy import ENDED_LEASES_KEPT, Enforcement, PolicySpec, Poo
 from bursar.broker.pool import PoolState
 from bursar.broker.power import PowerControl
 from bursar.broker.reasons import Reason
+from bursar.broker.rules_version import RULES_VERSION
 from bursar.broker.timers import TimerKind, Timers
 
 D = TypeVar("D", bound=Decision)
-
-RULES_VERSION = 10
-"""The version of the decision rules. It goes up whenever a change can make the same
-events give other decisions; a journal records the version it was written under, and an
-audit by a build of another version says so (its decisions may differ). 2: the admission
-pass leaves a request as it is when the pool refuses its bucket (its campaign's own limits
-are looked at again when that campaign changes), reservation profiles read firm lease ends
-and guaranteed holdings as they were when built, and a batch campaign may take its lent
-reserve back from a lease already draining for another request. 3: a campaign's requests
-waiting on its own limits behind its head that waits for the pool are looked at again
-whenever the campaign changes (they were left waiting for good). 4: a request larger than
-the pool can ever give it beside the other campaigns' guarantees is refused at once, and an
-envelope change that would leave a waiting request so is refused (such requests waited for
-good, neither granted nor refused). 5: a pass that tries a changed campaign's head moves its
-walk over the pool-blocked requests on past that head, so a request it passed over before
-the head (for its bucket or for the reservations) is not tried again after a grant later in
-the same pass, out of its turn. 6: a campaign's burst at or above the pool's capacity in a
-dimension binds nothing there (``CampaignState.burst_bound``): a request above it is
-pool-blocked, ages and keeps its turn, instead of waiting on its own campaign's limits
-(where a later request of its campaign could hold the reservation and start first). 7:
-an elastic lease renewed after some of its extra steps were announced to end keeps those
-steps until their announced end (before, they ended at the lease's old expiry,
-unannounced). 8: an intent's measured curve is known at its points only (a lease runs at
-the speed of the largest measured count at or below its size; linear interpolation is the
-intent's ``speed_model: interpolated``); an intent may name the sizes it can use, and the
-allocator grows and shrinks a lease a jump at a time between them (the best gain per step
-of every larger allowed size, so a lease crosses a plateau of its curve); and a renewal of
-an elastic lease before its deadline is not refused for pushing a reservation (its
-``Renewed`` says ``deadline_promise``). 9: an idempotency key is forgotten once the policy's
-``idempotency_keys_kept`` newer keyed requests came (200,000 by default; or up to a chunk
-of 100 later), as well as at the end of its window (``idempotency_window_s``, a day by
-default): a retry after that many newer keys is a new request (before, a day of keys was
-kept whatever their number). 10: elastic admission control plans over time: a deadline
-request is admitted when a plan keeps its deadline and every admitted elastic lease's
-(earliest deadline first, each on its fewest units over time, filling what the earlier
-ones leave: ``elastic.admission_plan``), where before the units each needed held from now
-had to fit side by side (a request that fits only after an earlier deadline's job is done
-was refused); a refusal names the binding deadline (``plan`` in its inputs). Under
-``dmug`` the allocator makes room at once for every waiting request the extra steps can
-serve (in admission order), not one request per grace period, and while shrinks are in
-flight a lease whose deadline is lost at its size still takes steps from leases that meet
-theirs (counting what is free and announced for the earlier deadlines first)."""
 
 ENDED_KEPT = ENDED_LEASES_KEPT
 """Ended leases the engine remembers by default (the newest; the policy's
@@ -316,16 +275,13 @@ class Engine:
         return self.ledger.price()
 
     def reservation(self, request_id: str) -> float | None:
-        """When a waiting request's reservation starts, if it holds one. A pure read: the
-        profile is derived state, built afresh here from the state as it is."""
-        self._cut.stale()
-        profile = reservation_cut.build(self)
-        r = profile.reservations.get(request_id) if profile is not None else None
-        return None if r is None else r.at
+        """When a waiting request's reservation starts, if it holds one (a pure read: see
+        ``reservation_starts``)."""
+        return self.reservation_starts().get(request_id)
 
     def reservation_starts(self) -> dict[str, float]:
-        """When each reservation held now starts, by request id (as ``reservation``, for
-        every holder at once: the profile is built once)."""
+        """When each reservation held now starts, by request id. A pure read: the profile is
+        derived state, built afresh here from the state as it is."""
         self._cut.stale()
         profile = reservation_cut.build(self)
         if profile is None:
@@ -638,16 +594,9 @@ class Engine:
         ledger.charge_usage(c, size, start, end, sign)
 
     def _grant(
-        self,
-        p: Pending,
-        c: CampaignState,
-        plan: paths.Plan,
-        rate: dims.Vec,
-        own: dims.Vec,
-        quiet: bool = False,
+        self, p: Pending, c: CampaignState, plan: paths.Plan, rate: dims.Vec, own: dims.Vec
     ) -> Granted:
-        """Grant ``p`` on ``plan``. ``quiet``: an elastic lease's extra step, announced by
-        the Resized of the lease it belongs to rather than by a Granted of its own."""
+        """Grant ``p`` on ``plan`` and record it (a Granted with the rules' inputs)."""
         inputs = rule_inputs.inputs(self, c, p.size)
         inputs["path_split"] = {
             "warm": dims.as_dict(plan.warm),
@@ -656,12 +605,59 @@ class Engine:
         }
         inputs["within_guarantee"] = isolation.within_own_guarantee(p.size, own)
         inputs["waited_s"] = self.now - p.queued_at
-        if not quiet and self.elastic.waiting and p.id in self.elastic.waiting:
+        if self.elastic.waiting and p.id in self.elastic.waiting:
             intent, mode = self.elastic.waiting[p.id]
             inputs["elastic"] = {
                 "mode": elastic.modes(intent)[mode].name,
                 "deadline": p.queued_at + intent.deadline_s,
             }
+        ls, tokens, credits, price = self._start(p, c, plan, rate, own, inputs, False)
+        nodes = self.pool.nodes
+        grant = self._emit(
+            Granted(
+                at=self.now,
+                lease_id=ls.id,
+                campaign=ls.campaign,
+                size=dims.as_dict(p.size),
+                path=plan.path,
+                starts_at=ls.starts_at,
+                expires_at=ls.expires_at,
+                tokens=tokens,
+                price=price,
+                credits=credits,
+                nodes=tuple(nodes[i].name for i in sorted(ls.pieces)),
+                pieces={nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())},
+                inputs={**inputs, "price": price},
+            )
+        )
+        self.idempotency.answer(p.id, grant)
+        if self.elastic.waiting:
+            waiting = self.elastic.waiting.pop(p.id, None)
+            if waiting is not None:
+                fold.elastic_open(self, ls, p, *waiting)
+        return grant
+
+    def grant_step(
+        self, p: Pending, c: CampaignState, plan: paths.Plan, rate: dims.Vec
+    ) -> tuple[float, float]:
+        """Lease an elastic lease's extra step ``p`` on ``plan`` as any grant, but with no
+        record of its own (its lease's Resized announces it): (tokens, credits) charged."""
+        _, tokens, credits, _ = self._start(p, c, plan, rate, c.unmet, {}, True)
+        return tokens, credits
+
+    def _start(
+        self,
+        p: Pending,
+        c: CampaignState,
+        plan: paths.Plan,
+        rate: dims.Vec,
+        own: dims.Vec,
+        inputs: dict[str, Any],
+        step: bool,
+    ) -> tuple[Lease, float, float, float]:
+        """Start the lease ``p`` asked for on ``plan``: placed, charged, held, timed; the
+        reservations kept true. Returns (lease, tokens, credits, price). ``step``: an
+        elastic lease's extra step (see ``grant_step``)."""
         # A new lease is priced at the pressure that includes itself, as a renewal is (its
         # holding is then counted): a queued request's demand is already counted, unless
         # it waited on its own campaign's envelope (not congestion, so not counted).
@@ -696,44 +692,22 @@ class Engine:
         c.leases.add(ls.id)
         self.leases[ls.id] = ls
         self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
-        if quiet:
+        if step:
             # An extra step comes back within a grace period whenever a waiting request
             # needs it: the reservations count the steps so (``reservation_cut.build``), not as
             # capacity held to their expiry.
             self.elastic.held = dims.add(self.elastic.held, ls.size)
         else:
             self.ledger.firm_started(ls)
-        if not ls.preemptible and not quiet:
-            # Granted past the reservations: the profile counts it with a window over its
-            # span (``reservation_cut.granted``), not as capacity returning at its expiry.
-            self._cut.firm_granted(ledger_end_entry(ls, ls.expires_at))
+            if not ls.preemptible:
+                # Granted past the reservations: the profile counts it with a window over
+                # its span (``reservation_cut.granted``), not as capacity returning at its
+                # expiry.
+                self._cut.firm_granted(ledger_end_entry(ls, ls.expires_at))
         reservation_cut.granted(self, p, ls, own)
         if ls.ready:
             self.placement.activate(ls)
-        grant = Granted(
-            at=self.now,
-            lease_id=ls.id,
-            campaign=ls.campaign,
-            size=dims.as_dict(p.size),
-            path=plan.path,
-            starts_at=ls.starts_at,
-            expires_at=ls.expires_at,
-            tokens=tokens,
-            price=price,
-            credits=credits,
-            nodes=tuple(self.pool.nodes[i].name for i in sorted(ls.pieces)),
-            pieces={self.pool.nodes[i].name: dims.as_dict(v) for i, v in sorted(ls.pieces.items())},
-            inputs={**inputs, "price": price},
-        )
-        if quiet:
-            return grant
-        self._emit(grant)
-        self.idempotency.answer(p.id, grant)
-        if self.elastic.waiting:
-            waiting = self.elastic.waiting.pop(p.id, None)
-            if waiting is not None:
-                fold.elastic_open(self, ls, p, *waiting)
-        return grant
+        return ls, tokens, credits, price
 
     def _end(self, ls: Lease, state: LeaseState, cause: str, quiet: bool = False) -> Decision:
         """End ``ls``. ``quiet``: an elastic lease's extra step ended by the allocator or with

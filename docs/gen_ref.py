@@ -535,7 +535,7 @@ _VERSION_START = re.compile(r"(?:^|(?<=[.)] ))(\d+): ")
 
 def rules_versions(source: str) -> list[tuple[int, str]]:
     """What each engine rules version changed, from the documentation of ``RULES_VERSION``
-    in ``broker/engine.py`` (its text lists them as "2: ... 3: ...")."""
+    in ``broker/rules_version.py`` (its text lists them as "2: ... 3: ...")."""
     tree = ast.parse(source)
     doc = ""
     for node, after in itertools.pairwise(tree.body):
@@ -552,7 +552,7 @@ def rules_versions(source: str) -> list[tuple[int, str]]:
 
 
 def rules_versions_markdown() -> str:
-    source = (ROOT / "broker" / "engine.py").read_text(encoding="utf-8")
+    source = (ROOT / "broker" / "rules_version.py").read_text(encoding="utf-8")
     rows = ["| version | what changed |", "|---:|---|"]
     rows += [f"| {n} | {_cell(text)} |" for n, text in rules_versions(source)]
     return "\n".join(rows) + "\n"
