@@ -3,10 +3,11 @@
 
 A part of the fold (``engine.py``), kept apart because it is one rule with its own
 state (``broker/elastic.py``: the intent, the model and the rule's keys; the state is
-``Engine.elastic``). It works on the engine's own state through the same handlers
-(``_grant``, ``_end``) as every lease. Functions of the engine rather than a class it
-inherits, so that mypyc can compile both (it cannot compile a mixin typed by its host; the
-compiled engine was measured and is not part of the accelerated build: see the README).
+``Engine.elastic``). It works on the engine's own state through the same handlers as
+every lease (``grant_step`` leases a step as ``_grant`` leases a request; ``_end``).
+Functions of the engine rather than a class it inherits, so that mypyc can compile both
+(it cannot compile a mixin typed by its host; the compiled engine was measured and is
+not part of the accelerated build: see the README).
 """
 
 from __future__ import annotations
