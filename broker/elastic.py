@@ -749,26 +749,46 @@ def _fill(
 ) -> list[Piece] | None:
     """The job capped at its ``cap``-th allowed size, on the earliest units free: in each
     piece of time it runs on the fastest allowed size up to the cap that the free units
-    hold. Its pieces when its work is done by its deadline, else None."""
+    hold. Its pieces (one per run at one size: consecutive pieces of time at the same
+    size make one) when its work is done by its deadline, else None."""
     done = 0.0
     out: list[Piece] = []
     ts, fr = free.ts, free.free
     sizes = job.sizes
+    deadline, work = job.deadline, job.work
+    smallest = sizes[0]
+    last = len(ts) - 1
+    # The run at one size under way: its start, its end so far and its size. A job's
+    # share crosses every later job's change of size, so runs save a piece (and a take
+    # from the profile) per crossing; the profile left is the same.
+    run_start = run_end = run_u = -1.0
     for i, t0 in enumerate(ts):
-        if t0 >= job.deadline:
+        if t0 >= deadline:
             break
-        t1 = min(ts[i + 1] if i + 1 < len(ts) else math.inf, job.deadline)
+        if fr[i] + 1e-9 < smallest:
+            # Fewer units free than the smallest allowed size: no size fits (the
+            # bisection below would find none), so it is passed over at once.
+            continue
+        t1 = min(ts[i + 1] if i < last else math.inf, deadline)
         room = min(sizes[cap], fr[i])
         k = bisect.bisect_right(sizes, room + 1e-9) - 1
-        if k < 0 or best_s[min(k, cap)] <= 0:
+        if k < 0:
             continue
-        u, sp = best_u[min(k, cap)], best_s[min(k, cap)]
-        end = t0 + (job.work - done) / sp
+        at = min(k, cap)
+        sp = best_s[at]
+        if sp <= 0:
+            continue
+        u = best_u[at]
+        end = t0 + (work - done) / sp
+        if u != run_u or t0 != run_end:
+            if run_u >= 0:
+                out.append(Piece(run_start, run_end, run_u))
+            run_start, run_u = t0, u
         if end <= t1 + 1e-9:
-            out.append(Piece(t0, min(end, t1), u))
+            out.append(Piece(run_start, min(end, t1), u))
             return out
         done += (t1 - t0) * sp
-        out.append(Piece(t0, t1, u))
+        run_end = t1
     return None
 
 

@@ -4,6 +4,9 @@ and every admitted job's, refused otherwise with the binding deadline named."""
 
 from __future__ import annotations
 
+import bisect
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_elastic import GRACE, amdahl, engine, of, rid, size, step_to
@@ -191,3 +194,74 @@ def test_under_dmug_a_lost_deadline_takes_steps_while_another_move_is_in_flight(
         assert size(eng, lid) > 1.0 and e.rescue(eng.now) is None
         assert eng.now + e.time_left() <= e.deadline
     eng.check_invariants()
+
+
+def _fill_piece_by_piece(job, free, best_u, best_s, cap):  # type: ignore[no-untyped-def]
+    """``elastic._fill`` as it was first written: a piece per piece of time (runs at one
+    size not joined). The reference for the joined runs below."""
+    done = 0.0
+    out = []
+    ts, fr = free.ts, free.free
+    for i, t0 in enumerate(ts):
+        if t0 >= job.deadline:
+            break
+        t1 = min(ts[i + 1] if i + 1 < len(ts) else math.inf, job.deadline)
+        room = min(job.sizes[cap], fr[i])
+        k = bisect.bisect_right(job.sizes, room + 1e-9) - 1
+        if k < 0 or best_s[min(k, cap)] <= 0:
+            continue
+        u, sp = best_u[min(k, cap)], best_s[min(k, cap)]
+        end = t0 + (job.work - done) / sp
+        if end <= t1 + 1e-9:
+            out.append(elastic.Piece(t0, min(end, t1), u))
+            return out
+        done += (t1 - t0) * sp
+        out.append(elastic.Piece(t0, t1, u))
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=jobs(), now=st.sampled_from([0.0, 10.0, 100.0]))
+def test_runs_at_one_size_plan_as_pieces_of_time_do(
+    case: tuple[list[PlanJob], float], now: float
+) -> None:
+    """Joining a job's consecutive pieces at one size into one run changes no answer and
+    leaves the same units free over time: the same jobs planned and failed, each run the
+    union of the reference's pieces, the profile after every share the same."""
+    js, capacity = case
+    *admitted, new = js
+
+    def run(fill):  # type: ignore[no-untyped-def]
+        saved = elastic._fill
+        elastic._fill = fill
+        try:
+            free = elastic._held_free(now, capacity, ())
+            shares = []
+            for j in sorted(js, key=elastic._order):
+                shares.append(elastic._share(j, free, now))
+            return (
+                shares,
+                (free.ts, free.free),
+                elastic.admission_plan(admitted, new, capacity, now),
+            )
+        finally:
+            elastic._fill = saved
+
+    joined, free_joined, answer_joined = run(elastic._fill)
+    pieces, free_pieces, answer_pieces = run(_fill_piece_by_piece)
+    assert answer_joined == answer_pieces
+    assert free_joined == free_pieces
+    for a, b in zip(joined, pieces, strict=True):
+        assert (a is None) == (b is None)
+        if a is None or b is None:
+            continue
+        # Each run covers consecutive reference pieces of its size, end to end.
+        it = iter(b)
+        for r in a:
+            p = next(it)
+            assert (p.start, p.units) == (r.start, r.units)
+            while p.end != r.end:
+                q = next(it)
+                assert q.start == p.end and q.units == r.units
+                p = q
+        assert next(it, None) is None
