@@ -172,30 +172,11 @@ class PoolState:
 
     def _use(self, i: int, delta: dims.Vec) -> None:
         self._totals = None
-        before = self._keys(i)
+        self._unindex(i)
         n = self.nodes[i]
         n.used = dims.add(n.used, delta)
         self._free[n.power] = dims.sub(self._free[n.power], delta)
-        after = self._keys(i)
-        # Only the lists the node leaves or joins change: a piece taken or given back
-        # mostly moves the node within its packing order and keeps its room lists.
-        old_rooms = new_rooms = ()
-        if before is not None:
-            self._fit[before[0]].remove(before[1])
-            old_rooms = before[2]
-        if after is not None:
-            self._fit[after[0]].add(after[1])
-            new_rooms = after[2]
-        if old_rooms != new_rooms:
-            for key in old_rooms:
-                if key not in new_rooms:
-                    self._rooms[key].remove(i)
-            for key in new_rooms:
-                if key not in old_rooms:
-                    lst = self._rooms.get(key)
-                    if lst is None:
-                        lst = self._rooms[key] = SortedList()
-                    lst.add(i)
+        self._index(i)
 
     def put(self, pieces: Mapping[int, dims.Vec]) -> None:
         """Take the chosen pieces (node index → piece) out of their nodes' free capacity."""
