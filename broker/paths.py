@@ -32,6 +32,9 @@ class Plan:
     later: Demand | None = None
     """Set on a plan whose aggregate split is already exact (a one-dimensional request,
     which any split serves): its pieces are chosen when it is placed, for this demand."""
+    watt_victims: tuple[str, ...] = ()
+    """Preemptible leases warned for their watts alone, where the facility's power cap
+    binds: none of their pieces is taken over, but the lease starts only once they end."""
 
 
 def plan(

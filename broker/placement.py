@@ -235,7 +235,17 @@ class Placement:
         cold: dict[int, dims.Vec] = {}
         if not dims.is_zero(plan.cold):
             cold = self._plan_cold(d, d.units(plan.cold), inf) or {}
-        return paths.Plan(plan.path, plan.warm, plan.reclaim, plan.cold, warm, claims, cold)
+        return paths.Plan(
+            plan.path,
+            plan.warm,
+            plan.reclaim,
+            plan.cold,
+            warm,
+            claims,
+            cold,
+            None,
+            plan.watt_victims,
+        )
 
     def boots(self, plan: paths.Plan) -> Iterable[int]:
         """The nodes ``plan`` puts pieces on that are booting or cold (``place`` boots the
@@ -246,17 +256,27 @@ class Placement:
             return self._pieces(plan, plan.later).cold_pieces.keys()
         return ()
 
-    def warned(self, plan: paths.Plan) -> dims.Vec:
-        """What the victims a plan would warn hold in all: whole leases, not only the parts
-        taken over (a warned lease's remainder is neither free nor reclaimable)."""
+    def victims(self, plan: paths.Plan) -> tuple[str, ...]:
+        """The leases ``plan`` would warn or claim from: the victims of its pieces (chosen
+        as ``place`` will choose them), then those warned for their watts alone."""
         if dims.is_zero(plan.reclaim):
-            return dims.ZERO
+            return plan.watt_victims
         claims = plan.claims
         if plan.later is not None:
             d = plan.later
             claims, _ = self._plan_reclaim(d, d.units(plan.reclaim), set(), everything=False)
+        return (*dict.fromkeys(vid for vid, _, _ in claims), *plan.watt_victims)
+
+    def watt_victims(self, skip: tuple[str, ...]) -> Iterator[Lease]:
+        """Reclaimable leases a plan may warn for their watts, in the reclaim order (lowest
+        class, youngest first), leaving out ``skip`` (the plan's own victims)."""
+        return (ls for ls in self._victims() if ls.id not in skip)
+
+    def warned(self, plan: paths.Plan) -> dims.Vec:
+        """What the victims a plan would warn hold in all: whole leases, not only the parts
+        taken over (a warned lease's remainder is neither free nor reclaimable)."""
         total = dims.ZERO
-        for vid in {vid for vid, _, _ in claims}:
+        for vid in self.victims(plan):
             total = dims.add(total, self._leases[vid].size)
         return total
 
@@ -282,6 +302,12 @@ class Placement:
                 # Only leases already draining: handed over at their deadlines.
                 starts = max(leases[vid].preempt_deadline or now for vid, _, _ in plan.claims)
             out.extend(self._reclaim(ls, plan.claims, now + self._grace_s, now))
+        if plan.watt_victims:
+            # Victims warned for their watts are active: the lease starts at their deadline.
+            starts = max(starts, now + self._grace_s)
+            out.extend(
+                self._reclaim(ls, (), now + self._grace_s, now, watts_only=plan.watt_victims)
+            )
         if plan.cold_pieces:
             boot = self._power.boot_nodes(sorted(plan.cold_pieces), now)
             if boot is not None:
@@ -300,9 +326,13 @@ class Placement:
         claims: tuple[tuple[str, int, dims.Vec], ...],
         deadline: float,
         now: float,
+        watts_only: tuple[str, ...] = (),
     ) -> list[PreemptWarned]:
+        """Warn the victims of ``claims`` (and those of ``watts_only``, none of whose pieces
+        is taken over: the claimant waits for them to end, for their watts) and record
+        what each hands over at its deadline."""
         leases = self._leases
-        by_victim: dict[str, dict[int, dims.Vec]] = {}
+        by_victim: dict[str, dict[int, dims.Vec]] = {vid: {} for vid in watts_only}
         for vid, i, part in claims:
             on = by_victim.setdefault(vid, {})
             on[i] = dims.add(on.get(i, dims.ZERO), part)

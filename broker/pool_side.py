@@ -14,6 +14,7 @@ Part of the engine's fold; it reads the engine's state and changes none of it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from bursar.broker import admission, dims, isolation, paths
@@ -113,10 +114,47 @@ def place_check(
         # until the next grant, as a full pool does.
         watts = budget.watts_of(p.watts, size, eng.pool.primary)
         boots = budget.boot_watts(eng.pool, eng.placement.boots(plan))
-        refused = budget.cap_refusal(eng.pool, p.campaign, watts, boots)
+        victims = eng.placement.victims(plan)
+        handed = budget.handed(victims) if victims else 0.0
+        refused = budget.cap_refusal(eng.pool, p.campaign, watts, boots, handed)
         if refused is not None:
-            return refused, None
+            more = None if preemptible else watt_victims(eng, c, p, plan, watts, boots, victims)
+            if more is None:
+                return refused, None
+            plan = more
     return plan, start_delay(eng, plan)
+
+
+def watt_victims(
+    eng: Engine,
+    c: CampaignState,
+    p: Pending,
+    plan: paths.Plan,
+    watts: float,
+    boots: float,
+    victims: tuple[str, ...],
+) -> paths.Plan | None:
+    """``plan`` with preemptible leases warned for their watts, where the cap is what
+    refuses it: the fewest, in the reclaim order (lowest class, youngest first), whose
+    watts with those of the plan's own victims make up what the lease is short under the
+    cap; None if all of them would not, or if warning them would leave the lent reserve
+    unreclaimable by its owners. The lease then starts when they end (a grace period)."""
+    budget = eng.watts
+    short = budget.short_of(eng.pool, c.spec.name, watts, boots)
+    have = budget.handed(victims) if victims else 0.0
+    chosen: list[str] = []
+    for v in eng.placement.watt_victims(victims):
+        if have + 1e-9 >= short:
+            break
+        w = budget.counted(v.id)
+        if w > 0:
+            chosen.append(v.id)
+            have += w
+    if not chosen or have + 1e-9 < short:
+        return None
+    path = LeasePath.RECLAIM if plan.path is LeasePath.WARM else plan.path
+    more = dataclasses.replace(plan, path=path, watt_victims=tuple(chosen))
+    return more if keeps_lent(eng, c, more) else None
 
 
 def capacity_for(eng: Engine, c: CampaignState, borrow: bool = True) -> tuple[dims.Vec, dims.Vec]:
@@ -154,7 +192,7 @@ def keeps_lent(eng: Engine, c: CampaignState, plan: paths.Plan) -> bool:
     reclaim can take more than it needs; what a warned lease drains back by its deadline
     still backs the reserve's accounting (``Ledger.lent``), but its owner cannot be
     granted it until then. Its owner itself may take its own part."""
-    if dims.is_zero(plan.reclaim):
+    if dims.is_zero(plan.reclaim) and not plan.watt_victims:
         return True
     ledger = eng.ledger
     lent = ledger.lent()
@@ -168,7 +206,7 @@ def keeps_lent(eng: Engine, c: CampaignState, plan: paths.Plan) -> bool:
 
 def start_delay(eng: Engine, plan: paths.Plan) -> float:
     delay = 0.0
-    if not dims.is_zero(plan.reclaim):
+    if not dims.is_zero(plan.reclaim) or plan.watt_victims:
         delay = eng.policy.grace_s
     if not dims.is_zero(plan.cold):
         delay = max(delay, eng.pool_spec.boot_latency_s)

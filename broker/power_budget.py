@@ -15,8 +15,7 @@ ends), so the cap never depends on when a backend reports.
 plus the idle draw of the cold nodes its plan boots, stays within the cap less the watts
 kept for other campaigns' unmet power guarantees; the nodes kept warm for the guarantee
 reserve are booted only where their idle draw fits the same way. The check runs on every
-path: warm, reclaim (the victims' watts stay counted until they end) and cold (the
-boots' idle draw), and on an elastic lease's growth. Renewals add no watts. A lowered cap
+path: warm, reclaim and cold (the boots' idle draw), and on an elastic lease's growth. Renewals add no watts. A lowered cap
 stops new grants and boots until the draw falls under it; nothing running is revoked.
 
 **A campaign's envelope in watts**: ``burst`` bounds its leases' watts at once; the part
@@ -31,9 +30,12 @@ instant after at which its watts fit beside the leases still running (each ends 
 expiry) and the earlier holders. A request or renewal behind it may take watts only where
 it leaves those whole (``holders_refusal``), as it must leave the holder's nodes whole.
 
-Not yet: power is not reclaimed from preemptible leases (a firm request above its
-guarantee waits for their watts to end; guarantees are safe, since the kept watts are
-never lent), and the idle draw is taken as it is now when holders' watts are planned.
+**Reclaim.** A reclaim's claimant draws nothing until its victims have ended, and they
+draw until then: at the warning their watts are handed over to it, up to its own, and
+counted once, as its (``granted``'s ``victims``); if it goes away first, they count them
+again until they end. Where the cap alone refuses a firm request, the pool side warns
+preemptible leases for their watts (``pool_side.watt_victims``). The idle draw is taken
+as it is now when holders' watts are planned.
 
 Part of the engine's state (pickled with it in snapshots); every method is a pure update
 of this state or a read, given the engine's clock.
@@ -44,7 +46,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bursar.broker import dims
@@ -68,6 +70,15 @@ class _Held:
     """When it expires (renewals move it)."""
     paid: list[tuple[float, float, float]]
     """(start, end, joules per second) per prepaid stretch: the grant's, then renewals'."""
+    handed: float = 0.0
+    """A warned victim's watts handed over to its claimants (counted as theirs)."""
+    took: list[tuple[str, float]] = field(default_factory=list)
+    """A claimant's watts handed over by its victims: (victim, watts) each."""
+
+    @property
+    def counted(self) -> float:
+        """The watts this lease counts in the draw: its own, less what it handed over."""
+        return self.watts - self.handed
 
 
 @dataclass(slots=True)
@@ -215,6 +226,21 @@ class PowerBudget:
         h = self._leases.get(lease_id)
         return h.watts if h is not None else 0.0
 
+    def handed(self, victims: Iterable[str]) -> float:
+        """The watts ``victims`` would hand over to a claimant: what they still count."""
+        leases = self._leases
+        return sum(leases[v].counted for v in victims if v in leases)
+
+    def counted(self, lease_id: str) -> float:
+        """What ``lease_id`` counts in the draw (0 if none)."""
+        h = self._leases.get(lease_id)
+        return h.counted if h is not None else 0.0
+
+    def handed_to(self, lease_id: str) -> float:
+        """The watts ``lease_id``'s victims handed over to it (still theirs to draw)."""
+        h = self._leases.get(lease_id)
+        return sum(t for _, t in h.took) if h is not None else 0.0
+
     def draw(self, pool: PoolState) -> float:
         """What the pool draws now, watts."""
         return pool.idle_draw + self.lease_w
@@ -273,20 +299,25 @@ class PowerBudget:
         return _bucket_refusal(a, above_rate(a.held, watts, env.sustained), span, now, enforcement)
 
     def cap_refusal(
-        self, pool: PoolState, campaign: str, watts: float, boots: float
+        self, pool: PoolState, campaign: str, watts: float, boots: float, handed: float = 0.0
     ) -> Refusal | None:
         """The facility cap: ``watts`` more for a lease of ``campaign`` and ``boots`` watts
         of idle draw for the nodes it boots must fit under the cap less the watts kept for
-        the other campaigns' unmet guarantees."""
+        the other campaigns' unmet guarantees. ``handed``: what the victims it waits for
+        hand over (up to its own watts: the lease draws nothing until they have ended)."""
         cap = self.cap
         if cap is None:
             return None
         draw = self.draw(pool)
         reserved = self.reserved(but=campaign)
         need = watts + boots
-        if draw + need <= cap - reserved + EPS:
+        if draw + need - min(watts, handed) <= cap - reserved + EPS:
             return None
-        reason = Reason.GUARANTEE_RESERVED if draw + need <= cap + EPS else Reason.POOL_FULL
+        reason = (
+            Reason.GUARANTEE_RESERVED
+            if draw + need - min(watts, handed) <= cap + EPS
+            else Reason.POOL_FULL
+        )
         details = {
             "power": {
                 "need_w": watts,
@@ -296,7 +327,19 @@ class PowerBudget:
                 "reserved_w": reserved,
             }
         }
+        if handed:
+            details["power"]["handed_w"] = min(watts, handed)
         return Refusal(reason, details, Side.POOL)
+
+    def short_of(self, pool: PoolState, campaign: str, watts: float, boots: float) -> float:
+        """How many watts a lease of ``campaign`` (``watts``, and ``boots`` of idle draw)
+        would need handed over by victims to fit under the cap; +inf where even all of its
+        own watts would not do (the boots and the kept guarantees alone do not fit)."""
+        cap = self.cap
+        if cap is None:
+            return 0.0
+        over = self.draw(pool) + watts + boots - (cap - self.reserved(but=campaign))
+        return over if over <= watts + EPS else math.inf
 
     def holders_refusal(
         self,
@@ -358,7 +401,7 @@ class PowerBudget:
             if len(self._plans) > 64:
                 self._plans.clear()  # entries of older versions are never read again
             pairs = sorted(
-                (start if k == lease_id else h.end, h.watts) for k, h in self._leases.items()
+                (start if k == lease_id else h.end, h.counted) for k, h in self._leases.items()
             )
             after = [0.0] * (len(pairs) + 1)
             for i in range(len(pairs) - 1, -1, -1):
@@ -457,16 +500,32 @@ class PowerBudget:
         start: float,
         end: float,
         enforcement: Enforcement,
+        victims: Iterable[str] = (),
     ) -> float:
-        """A lease of ``watts`` runs from ``start`` (now) to ``end``; the joules it prepaid."""
+        """A lease of ``watts`` runs from ``start`` (now) to ``end``; the joules it prepaid.
+
+        ``victims``: the leases it waits for (warned for it, by reclaim). It draws nothing
+        until they have ended, and they draw until then: their watts are handed over to it,
+        up to its own, and counted once (as its), so the draw counted never falls below the
+        draw there is. A campaign's own holding (its burst, its bucket) is not moved."""
         a = self.accounts.get(campaign)
         paid: list[tuple[float, float, float]] = []
         joules = 0.0
         if a is not None:
             joules = self._charge(a, watts, 0.0, start, end, enforcement, paid)
             self._hold(a, a.held + watts)
-        self._leases[lease_id] = _Held(campaign, watts, end, paid)
+        held = self._leases[lease_id] = _Held(campaign, watts, end, paid)
         self.lease_w += watts
+        left = watts
+        for vid in victims:
+            v = self._leases.get(vid)
+            take = min(left, v.counted) if v is not None else 0.0
+            if v is None or take <= 0:
+                continue
+            v.handed += take
+            held.took.append((vid, take))
+            self.lease_w -= take
+            left -= take
         self._version += 1
         return joules
 
@@ -501,7 +560,13 @@ class PowerBudget:
         if h is None:
             return 0.0
         self._version += 1
-        self.lease_w -= h.watts
+        self.lease_w -= h.counted
+        for vid, took in h.took:
+            # A claimant gone before its victims: they count their watts again until they end.
+            v = self._leases.get(vid)
+            if v is not None:
+                v.handed -= took
+                self.lease_w += took
         if self.lease_w < EPS:
             self.lease_w = 0.0
         a = self.accounts.get(h.campaign)
@@ -568,7 +633,15 @@ class PowerBudget:
 
     def check(self, pool: PoolState) -> None:
         """The sums kept incrementally agree with the leases (``Engine.check_invariants``)."""
-        total = sum(h.watts for h in self._leases.values())
+        total = sum(h.counted for h in self._leases.values())
+        gave: dict[str, float] = {}
+        for c in self._leases.values():
+            for v, t in c.took:
+                gave[v] = gave.get(v, 0.0) + t
+        for k, h in self._leases.items():
+            assert 0 <= h.handed <= h.watts + 1e-6, (k, h.handed, h.watts)
+            got = gave.get(k, 0.0)
+            assert math.isclose(got, h.handed, rel_tol=1e-9, abs_tol=1e-6), (k, got, h.handed)
         assert math.isclose(total, self.lease_w, rel_tol=1e-9, abs_tol=1e-6), (total, self.lease_w)
         for name, a in self.accounts.items():
             held = sum(h.watts for h in self._leases.values() if h.campaign == name)

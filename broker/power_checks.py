@@ -114,11 +114,13 @@ def _holders(
 
 def granted(eng: Engine, p: Pending, ls: Lease, inputs: dict[str, Any]) -> None:
     """Count the new lease's watts and charge its joules; while power is leased, its
-    decision's inputs say so."""
+    decision's inputs say so (with the watts its victims handed over, if any)."""
     budget = eng.watts
     watts = budget.watts_of(p.watts, p.size, eng.pool.primary)
+    # The victims it waits for (``ls.claims``: warned for its pieces or for their watts)
+    # hand their watts over to it until they end.
     joules = budget.granted(
-        ls.id, ls.campaign, watts, eng.now, ls.expires_at, eng.policy.enforcement
+        ls.id, ls.campaign, watts, eng.now, ls.expires_at, eng.policy.enforcement, ls.claims
     )
     if budget.leased:
         inputs["power"] = {
@@ -127,3 +129,6 @@ def granted(eng: Engine, p: Pending, ls: Lease, inputs: dict[str, Any]) -> None:
             "draw_w": budget.draw(eng.pool),
             "cap_w": budget.cap,
         }
+        handed = budget.handed_to(ls.id)
+        if handed > 0:
+            inputs["power"]["handed_w"] = handed

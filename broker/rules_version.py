@@ -7,7 +7,7 @@ version goes up only on purpose, with the journals it changes named in its entry
 
 from __future__ import annotations
 
-RULES_VERSION = 10
+RULES_VERSION = 11
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -47,6 +47,13 @@ was refused); a refusal names the binding deadline (``plan`` in its inputs). Und
 ``dmug`` the allocator makes room at once for every waiting request the extra steps can
 serve (in admission order), not one request per grace period, and while shrinks are in
 flight a lease whose deadline is lost at its size still takes steps from leases that meet
-theirs (counting what is free and announced for the earlier deadlines first)."""
+theirs (counting what is free and announced for the earlier deadlines first). 11: under a
+power cap a firm request reclaims watts from preemptible leases, as it reclaims nodes: where
+the cap is what refuses it, it warns the fewest preemptible leases (in the reclaim order)
+whose watts make up what it is short, takes none of their nodes, and starts when they end
+(``pool_side.watt_victims``); and a reclaim's victims hand their watts over to the claimant,
+which draws nothing until they have ended (before, both were counted until then, so a
+reclaim under a tight cap needed room for both). Changes journals only where a power cap is
+set and preemptible leases hold watts."""
 
 __all__ = ["RULES_VERSION"]

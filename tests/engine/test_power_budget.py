@@ -31,6 +31,7 @@ from bursar.broker.events import (
     RequestLease,
     Tick,
 )
+from bursar.broker.lease import LeaseState
 from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
 from bursar.broker.supply import supply
 
@@ -84,6 +85,16 @@ def ask(at: float, who: str, gpu: float, duration: float = 1000, **size: float) 
 
 def draw(eng: Engine) -> float:
     return eng.watts.draw(eng.pool)
+
+
+def running_draw(eng: Engine) -> float:
+    """What the pool draws as its leases run: idle nodes, and every lease's watts but those
+    of leases still waiting to start (on a boot, or on the victims of a reclaim)."""
+    return eng.pool.idle_draw + sum(
+        eng.watts.lease_watts(k)
+        for k, ls in eng.leases.items()
+        if ls.state is not LeaseState.STARTING
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -152,22 +163,78 @@ def test_boots_that_keep_capacity_warm_stay_under_the_cap() -> None:
     assert [n.power.value for n in eng.pool.nodes].count("booting") == 2
 
 
-def test_a_reclaimed_victim_draws_until_it_ends() -> None:
-    # A preemptible lease holds 3 nodes' GPUs; a firm request reclaims them. Both leases'
-    # watts count until the victim is gone, so the cap must cover both for the grant.
+def test_a_reclaimed_victims_watts_pass_to_its_claimant() -> None:
+    # A preemptible lease holds 3 nodes' GPUs; a firm request reclaims them. The claimant
+    # draws nothing until the victim has ended, so the victim's watts are handed over to it
+    # and counted once: a cap that covers the new lease alone is enough.
     bf = campaign("bf", 32, preemptible=True, lease_class=LeaseClass.OPPORTUNISTIC)
     sci = campaign("sci", 32)
-    eng = engine(2000 + 4800 + 6400, bf, sci)
-    eng.apply(ask(0, "bf", 24))
+    eng = engine(2000 + 6400, bf, sci)
+    victim = one(eng.apply(ask(0, "bf", 24)), Granted).lease_id
     out = eng.apply(ask(1, "sci", 32))
     g = one(out, Granted)
-    assert g.path is LeasePath.RECLAIM
-    assert draw(eng) == pytest.approx(2000 + 4800 + 6400)  # 24 + 32 GPUs at 200 W
-    # A cap that covers only the new lease refuses the same reclaim.
-    eng = engine(2000 + 6400, bf, sci)
+    assert g.path is LeasePath.RECLAIM and g.starts_at == 31
+    assert g.inputs["power"]["handed_w"] == 4800
+    assert draw(eng) == pytest.approx(2000 + 6400)
+    assert running_draw(eng) == pytest.approx(2000 + 4800)  # the victim, until it ends
+    eng.check_invariants()
+    out = eng.apply(Tick(at=31))
+    assert kinds(out)[:2] == ["Revoked", "Activated"], kinds(out)
+    assert victim not in eng.leases
+    assert draw(eng) == running_draw(eng) == pytest.approx(2000 + 6400)
+    # Less than the new lease's own watts under the cap: refused, whatever it reclaims.
+    eng = engine(2000 + 6000, bf, sci)
     eng.apply(ask(0, "bf", 24))
     q = one(eng.apply(ask(1, "sci", 32)), Queued)
     assert q.inputs["power"]["draw_w"] == pytest.approx(2000 + 4800)
+    assert q.inputs["power"]["handed_w"] == 4800
+
+
+def test_a_firm_request_reclaims_watts_from_preemptible_leases() -> None:
+    # Two nodes free, but the watts are the preemptible leases': the firm request warns the
+    # youngest of them (enough on its own) for its watts, takes none of its nodes, and
+    # starts when it has ended.
+    bf = campaign("bf", 32, preemptible=True, lease_class=LeaseClass.OPPORTUNISTIC)
+    sci = campaign("sci", 32)
+    eng = engine(2000 + 2 * 1600, bf, sci)
+    older = one(eng.apply(ask(0, "bf", 8)), Granted).lease_id
+    younger = one(eng.apply(ask(1, "bf", 8)), Granted).lease_id
+    assert draw(eng) == pytest.approx(5200)
+    out = eng.apply(ask(2, "sci", 8))
+    assert kinds(out) == ["PreemptWarned", "Granted"], kinds(out)
+    warned, g = out
+    assert warned.lease_id == younger and warned.for_request == g.lease_id
+    assert g.path is LeasePath.RECLAIM and g.starts_at == 32
+    assert set(g.pieces).isdisjoint(eng.leases[younger].pieces)  # its own warm node
+    assert draw(eng) == pytest.approx(5200) and running_draw(eng) == pytest.approx(5200)
+    eng.check_invariants()
+    # A preemptible request never reclaims: it waits for the watts.
+    assert one(eng.apply(ask(3, "bf", 8)), Queued).reason.value in (
+        "POOL_FULL",
+        "GUARANTEE_RESERVED",
+    )
+    out = eng.apply(Tick(at=32))
+    assert kinds(out)[:2] == ["Revoked", "Activated"], kinds(out)
+    assert older in eng.leases and younger not in eng.leases
+    assert draw(eng) == running_draw(eng) == pytest.approx(2000 + 3200)
+    eng.check_invariants()
+
+
+def test_a_claimant_gone_before_its_start_gives_the_watts_back() -> None:
+    bf = campaign("bf", 32, preemptible=True, lease_class=LeaseClass.OPPORTUNISTIC)
+    sci = campaign("sci", 32)
+    eng = engine(2000 + 1600, bf, sci)
+    victim = one(eng.apply(ask(0, "bf", 8)), Granted).lease_id
+    g = one(eng.apply(ask(1, "sci", 8)), Granted)
+    assert draw(eng) == pytest.approx(3600)
+    eng.apply(Release(at=2, lease_id=g.lease_id))
+    # The victim still ends at its deadline, and draws until then: its watts count again.
+    assert eng.watts.counted(victim) == 1600
+    assert draw(eng) == running_draw(eng) == pytest.approx(3600)
+    eng.check_invariants()
+    assert kinds(eng.apply(Tick(at=31)))[:1] == ["Revoked"]
+    assert draw(eng) == pytest.approx(2000)
+    eng.check_invariants()
 
 
 def test_an_elastic_lease_grows_only_within_the_cap() -> None:
@@ -432,6 +499,9 @@ def test_the_pools_draw_never_exceeds_the_cap(
                 else:
                     settle(eng.apply(Renew(at=now, lease_id=lid, duration_s=act[2])))
         assert draw(eng) <= cap + 1e-6, (draw(eng), cap)
+        # The draw counted is never below the draw there is (a reclaim's victims hand
+        # their watts over to a claimant that does not draw until they have ended).
+        assert running_draw(eng) <= draw(eng) + 1e-6, (running_draw(eng), draw(eng))
         eng.check_invariants()
 
 
@@ -497,3 +567,47 @@ def test_an_aged_request_holds_its_watts_as_backfill_would_take_them() -> None:
     assert [g.campaign for g in granted] == ["big"], out
     assert q.request_id in eng.pending
     assert draw(eng) <= 6200 + 1e-9
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_reclaims_for_watts_keep_the_draw_under_the_cap(seed: int) -> None:
+    # Preemptible leases fill the watts a tight cap leaves; firm requests come, are
+    # released, renew. Every step: the draw counted within the cap, the draw there is within
+    # the draw counted, the books whole. And the firm requests do reclaim watts (the
+    # preemptible ones never do).
+    import random
+
+    rng = random.Random(seed)
+    bf = campaign("bf", 48, preemptible=True, lease_class=LeaseClass.OPPORTUNISTIC)
+    specs = [campaign("a", 48), campaign("b", 48, DimEnvelope(0, 800, 8000, 2e7)), bf]
+    reclaims = 0
+    for _ in range(40):
+        cap = 3000 + rng.randrange(0, 8000, 100)
+        eng = engine(cap, *specs, nodes=6, warm=6)
+        now = 0.0
+        for _ in range(30):
+            now += rng.choice([1, 1, 5, 40])
+            r = rng.random()
+            try:
+                if r < 0.45:
+                    out = eng.apply(ask(now, "bf", rng.randint(1, 16), rng.randint(100, 3000)))
+                elif r < 0.8:
+                    who = rng.choice(["a", "b"])
+                    out = eng.apply(ask(now, who, rng.randint(1, 16), rng.randint(10, 3000)))
+                elif r < 0.9 and eng.leases:
+                    out = eng.apply(Release(at=now, lease_id=rng.choice(sorted(eng.leases))))
+                elif eng.leases:
+                    lid = rng.choice(sorted(eng.leases))
+                    out = eng.apply(Renew(at=now, lease_id=lid, duration_s=rng.randint(10, 900)))
+                else:
+                    out = eng.apply(Tick(at=now))
+            except RequestError:
+                continue
+            for d in out:
+                if isinstance(d, Granted) and d.inputs.get("power", {}).get("handed_w"):
+                    assert d.campaign != "bf"
+                    reclaims += 1
+            assert draw(eng) <= cap + 1e-6, (draw(eng), cap)
+            assert running_draw(eng) <= draw(eng) + 1e-6
+            eng.check_invariants()
+    assert reclaims > 0
