@@ -267,9 +267,6 @@ class PowerBudget:
         own = a.guarantee if a is not None else 0.0
         return self.cap - idle_one - (self.guarantee_w - own)
 
-    def reclaimable(self) -> float:
-        return sum(a.held for a in self.accounts.values() if a.preemptible)
-
     def boot_watts(self, pool: PoolState, nodes: Iterable[int]) -> float:
         """The idle draw the cold ones among ``nodes`` add when booted."""
         idle = pool.idle_w

@@ -54,7 +54,8 @@ class PowerSupply:
     headroom_w: float
     """What a lease above its campaign's guarantee may add now: cap - draw - reserved."""
     reclaimable_w: float
-    """Held by preemptible leases (counted until they end)."""
+    """What a firm request could reclaim, a grace period away: the watts counted by active
+    preemptible leases (not yet warned)."""
     price: float
     """Credits per kWh on the pool price's curve over the power pressure (draw plus the
     queued firm requests' watts, over the cap): a signal to ask for a lower power limit
@@ -214,6 +215,6 @@ def _power(engine: Engine) -> PowerSupply | None:
         idle_w=idle,
         reserved_w=reserved,
         headroom_w=max(0.0, cap - draw - reserved),
-        reclaimable_w=budget.reclaimable(),
+        reclaimable_w=sum(budget.counted(ls.id) for ls in engine.placement.watt_victims(())),
         price=pricing.price(policy.price_base, policy.price_k, pressure),
     )

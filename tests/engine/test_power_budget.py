@@ -200,6 +200,7 @@ def test_a_firm_request_reclaims_watts_from_preemptible_leases() -> None:
     older = one(eng.apply(ask(0, "bf", 8)), Granted).lease_id
     younger = one(eng.apply(ask(1, "bf", 8)), Granted).lease_id
     assert draw(eng) == pytest.approx(5200)
+    assert supply(eng).power.reclaimable_w == 3200
     out = eng.apply(ask(2, "sci", 8))
     assert kinds(out) == ["PreemptWarned", "Granted"], kinds(out)
     warned, g = out
@@ -207,6 +208,7 @@ def test_a_firm_request_reclaims_watts_from_preemptible_leases() -> None:
     assert g.path is LeasePath.RECLAIM and g.starts_at == 32
     assert set(g.pieces).isdisjoint(eng.leases[younger].pieces)  # its own warm node
     assert draw(eng) == pytest.approx(5200) and running_draw(eng) == pytest.approx(5200)
+    assert supply(eng).power.reclaimable_w == 1600  # the warned lease is reclaimable no more
     eng.check_invariants()
     # A preemptible request never reclaims: it waits for the watts.
     assert one(eng.apply(ask(3, "bf", 8)), Queued).reason.value in (
