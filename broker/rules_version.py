@@ -49,8 +49,8 @@ serve (in admission order), not one request per grace period, and while shrinks 
 flight a lease whose deadline is lost at its size still takes steps from leases that meet
 theirs (counting what is free and announced for the earlier deadlines first). 11: under a
 power cap a firm request reclaims watts from preemptible leases, as it reclaims nodes: where
-the cap is what refuses it, it warns the fewest preemptible leases (in the reclaim order)
-whose watts make up what it is short, takes none of their nodes, and starts when they end
+the cap is what refuses it, it warns preemptible leases in the reclaim order until their
+watts make up what it is short, takes none of their nodes, and starts when they end
 (``pool_side.watt_victims``); and a reclaim's victims hand their watts over to the claimant,
 which draws nothing until they have ended (before, both were counted until then, so a
 reclaim under a tight cap needed room for both). Changes journals only where a power cap is
