@@ -137,8 +137,9 @@ def watt_victims(
     """``plan`` with preemptible leases warned for their watts, where the cap is what
     refuses it: taken in the reclaim order (lowest class, youngest first, as for nodes)
     until their watts, with those of the plan's own victims, make up what the lease is
-    short under the cap (a victim is not passed over to spare it, as for nodes); None if all of them would not, or if warning them would leave the lent reserve
-    unreclaimable by its owners. The lease then starts when they end (a grace period)."""
+    short under the cap (a victim is not passed over to spare it, as for nodes); None if
+    all of them would not, or if warning them would leave the lent reserve unreclaimable
+    by its owners. The lease then starts when they end (a grace period)."""
     budget = eng.watts
     short = budget.short_of(eng.pool, c.spec.name, watts, boots)
     have = budget.handed(victims) if victims else 0.0

@@ -15,8 +15,9 @@ ends), so the cap never depends on when a backend reports.
 plus the idle draw of the cold nodes its plan boots, stays within the cap less the watts
 kept for other campaigns' unmet power guarantees; the nodes kept warm for the guarantee
 reserve are booted only where their idle draw fits the same way. The check runs on every
-path: warm, reclaim and cold (the boots' idle draw), and on an elastic lease's growth. Renewals add no watts. A lowered cap
-stops new grants and boots until the draw falls under it; nothing running is revoked.
+path: warm, reclaim and cold (the boots' idle draw), and on an elastic lease's growth.
+Renewals add no watts. A lowered cap stops new grants and boots until the draw falls
+under it; nothing running is revoked.
 
 **A campaign's envelope in watts**: ``burst`` bounds its leases' watts at once; the part
 above ``sustained`` is paid from a bucket of ``bucket`` joules (watt-seconds) for the
