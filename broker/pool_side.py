@@ -118,7 +118,9 @@ def place_check(
         handed = budget.handed(victims) if victims else 0.0
         refused = budget.cap_refusal(eng.pool, p.campaign, watts, boots, handed)
         if refused is not None:
-            more = None if preemptible else watt_victims(eng, c, p, plan, watts, boots, victims)
+            more = (
+                None if preemptible else watt_victims(eng, c, plan, watts, boots, victims, handed)
+            )
             if more is None:
                 return refused, None
             plan = more
@@ -128,21 +130,22 @@ def place_check(
 def watt_victims(
     eng: Engine,
     c: CampaignState,
-    p: Pending,
     plan: paths.Plan,
     watts: float,
     boots: float,
     victims: tuple[str, ...],
+    handed: float,
 ) -> paths.Plan | None:
     """``plan`` with preemptible leases warned for their watts, where the cap is what
     refuses it: taken in the reclaim order (lowest class, youngest first, as for nodes)
     until their watts, with those of the plan's own victims, make up what the lease is
     short under the cap (a victim is not passed over to spare it, as for nodes); None if
     all of them would not, or if warning them would leave the lent reserve unreclaimable
-    by its owners. The lease then starts when they end (a grace period)."""
+    by its owners. The lease then starts when they end (a grace period). ``victims`` and
+    ``handed``: the plan's own victims and the watts they hand over already."""
     budget = eng.watts
     short = budget.short_of(eng.pool, c.spec.name, watts, boots)
-    have = budget.handed(victims) if victims else 0.0
+    have = handed  # what the plan's own victims hand over already
     chosen: list[str] = []
     for v in eng.placement.watt_victims(victims):
         if have + 1e-9 >= short:

@@ -215,6 +215,6 @@ def _power(engine: Engine) -> PowerSupply | None:
         idle_w=idle,
         reserved_w=reserved,
         headroom_w=max(0.0, cap - draw - reserved),
-        reclaimable_w=sum(budget.counted(ls.id) for ls in engine.placement.watt_victims(())),
+        reclaimable_w=budget.handed(ls.id for ls in engine.placement.watt_victims(())),
         price=pricing.price(policy.price_base, policy.price_k, pressure),
     )
