@@ -300,7 +300,13 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
     c = eng.campaigns[el.campaign]
     tokens = credits = 0.0
     price = eng.ledger.price()
+    enforcement = eng.policy.enforcement
+    leased = eng.watts.leased
     short_steps: list[str] = []
+    # A step's prepaid rate and credit rate depend on its size, the campaign's holding and
+    # the price, none of which a renewal changes: worked out once per size (the steps of a
+    # lease share one), not once per step.
+    rates: dict[dims.Vec, tuple[dims.Vec, float]] = {}
     for xid in el.extents:
         x = eng.leases[xid]
         warned = el.warned.get(xid)
@@ -308,12 +314,15 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
         ext = end - x.expires_at
         if ext <= 0:
             continue
-        rate = admission.token_need(dims.sub(c.held, x.size), x.size, c.sustained)
-        if admission.bucket_short(
-            c.buckets, c.held, rate, ext, eng.now, eng.policy.enforcement
-        ) or (
-            eng.watts.leased
-            and eng.watts.renewal_refusal(xid, ext, eng.now, eng.policy.enforcement) is not None
+        known = rates.get(x.size)
+        if known is None:
+            known = rates[x.size] = (
+                admission.token_need(dims.sub(c.held, x.size), x.size, c.sustained),
+                eng.ledger.credit_rate(price, x.size),
+            )
+        rate, credit_rate = known
+        if admission.bucket_short(c.buckets, c.held, rate, ext, eng.now, enforcement) or (
+            leased and eng.watts.renewal_refusal(xid, ext, eng.now, enforcement) is not None
         ):
             if warned is not None:
                 # Announced again, earlier, for its bucket: the first announcement goes.
@@ -321,12 +330,11 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
                 eng.elastic.warned_held = dims.vmax0(dims.sub(eng.elastic.warned_held, x.size))
             short_steps.append(xid)
             continue
-        credit_rate = eng.ledger.credit_rate(price, x.size)
         t, cr = eng.ledger.charge(c, rate, credit_rate, ext, eng.now)
         tokens += t
         credits += cr
         x.segments.append(Segment(x.expires_at, end, rate, credit_rate))
-        eng.watts.renewed(xid, x.expires_at, end, eng.now, eng.policy.enforcement)
+        eng.watts.renewed(xid, x.expires_at, end, eng.now, enforcement)
         eng._charge_usage(c, x.size, x.expires_at, end, +1)
         x.expires_at = end
         eng.timers.push(end, TimerKind.EXPIRE, xid)
