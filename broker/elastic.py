@@ -278,7 +278,14 @@ class ElasticLease:
     running: bool = False
     """Progress counts only while the lease's resources are usable."""
     extents: list[str] = field(default_factory=list)
-    """The lease's extra steps (each a lease of the engine's own), oldest first."""
+    """The lease's extents, oldest first: each a lease of the engine's own holding one or
+    more whole steps, granted for one jump between allowed sizes (so the steps held up to
+    each extent make an allowed size, and a shrink to the next allowed size below ends
+    the youngest extent)."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """Extent id -> the steps it holds."""
+    held_steps: int = 0
+    """The steps its extents hold, together."""
     warned: dict[str, float] = field(default_factory=dict)
     """Extent id -> the deadline it ends at (announced by a ResizeWarned)."""
     allowed: tuple[int, ...] = (0,)
@@ -302,7 +309,41 @@ class ElasticLease:
 
     @property
     def steps(self) -> int:
-        return len(self.extents)
+        return self.held_steps
+
+    def steps_in(self, extents: list[str]) -> int:
+        """The steps these extents of the lease hold, together."""
+        counts = self.counts
+        return sum(counts[x] for x in extents)
+
+    def youngest(self, extents: list[str], n: int) -> list[str]:
+        """The youngest of ``extents`` (oldest first) that hold at least ``n`` steps, the
+        youngest first."""
+        out: list[str] = []
+        got = 0
+        counts = self.counts
+        for x in reversed(extents):
+            if got >= n:
+                break
+            out.append(x)
+            got += counts[x]
+        return out
+
+    def kept(self, extents: list[str], limit: int) -> int:
+        """How many of ``extents`` (oldest first) the lease keeps when it must hold an
+        allowed size of at most ``limit`` steps: the longest run from the oldest whose
+        steps make an allowed size at every extent and at most ``limit`` in all."""
+        allowed = self.allowed
+        total = 0
+        keep = 0
+        counts = self.counts
+        for i, x in enumerate(extents):
+            total += counts[x]
+            if total > limit:
+                break
+            if total in allowed:
+                keep = i + 1
+        return keep
 
     @property
     def max_steps(self) -> int:
@@ -328,7 +369,7 @@ class ElasticLease:
         return self.base_units + k * self.step[self.dim]
 
     def speed(self, steps: int | None = None) -> float:
-        k = len(self.extents) if steps is None else steps
+        k = self.held_steps if steps is None else steps
         sp = self.speeds.get(k)
         if sp is None:
             sp = self.speeds[k] = speed(self.intent, self.units(k))
@@ -623,13 +664,14 @@ class ElasticLeases:
         self.by_lease: dict[str, ElasticLease] = {}
         """Lease id -> its state, in grant order (the order every pass walks them in)."""
         self.parent_of: dict[str, str] = {}
-        """Extent (an extra step, a lease of the engine's own) -> the lease it belongs to."""
+        """Extent (a lease of the engine's own holding whole steps) -> the lease it belongs
+        to."""
         self.waiting: dict[str, tuple[Intent, int]] = {}
         """Request id -> its intent and the mode admission control picked."""
         self.held: dims.Vec = dims.ZERO
-        """What every extra step holds, together."""
+        """What every extent holds, together."""
         self.warned_held: dims.Vec = dims.ZERO
-        """What the steps announced to end hold, together."""
+        """What the extents announced to end hold, together."""
         self.plan_jobs: dict[str, tuple[Intent, int, PlanJob, str]] = {}
         """Request id -> a waiting request as admission control plans it (its intent, mode,
         plan job and scale dimension): a cache, rebuilt when the intent or mode differs."""
@@ -645,7 +687,7 @@ class ElasticLeases:
         return {
             "leases": {
                 lid: [
-                    list(el.extents),
+                    [[x, el.counts[x]] for x in el.extents],
                     sorted(el.warned.items()),
                     el.mode,
                     el.work_left,

@@ -1,10 +1,10 @@
 """The engine's handlers for elastic leases: admission control, the allocator's pass
-(model to now, waiting requests first, grow, move), shrinks and the steps' renewal.
+(model to now, waiting requests first, grow, move), shrinks and the extents' renewal.
 
 A part of the fold (``engine.py``), kept apart because it is one rule with its own
 state (``broker/elastic.py``: the intent, the model and the rule's keys; the state is
 ``Engine.elastic``). It works on the engine's own state through the same handlers as
-every lease (``grant_step`` leases a step as ``_grant`` leases a request; ``_end``).
+every lease (``grant_step`` leases an extent as ``_grant`` leases a request; ``_end``).
 Functions of the engine rather than a class it inherits, so that mypyc can compile both
 (it cannot compile a mixin typed by its host; the compiled engine was measured and is
 not part of the accelerated build: see the README).
@@ -201,8 +201,8 @@ def elastic_size_after_shrink(eng: Engine, lease_id: str) -> dims.Vec:
 
 
 def elastic_size(eng: Engine, lease_id: str) -> tuple[dims.Vec, dict[int, dims.Vec]]:
-    """A live lease's whole size and pieces: its own, and for an elastic lease its extra
-    steps' too (what the holder may use)."""
+    """A live lease's whole size and pieces: its own, and for an elastic lease its
+    extents' too (what the holder may use)."""
     ls = eng.leases[lease_id]
     el = eng.elastic.by_lease.get(lease_id) if eng.elastic.by_lease else None
     if el is None or not el.extents:
@@ -248,7 +248,7 @@ def resized(
 def close_extents(
     eng: Engine, el: elastic.ElasticLease, state: LeaseState, cause: str
 ) -> tuple[float, float]:
-    """End an ending lease's extra steps with it; their refunds join the lease's own."""
+    """End an ending lease's extents with it; their refunds join the lease's own."""
     _, tokens, credits = end_steps(eng, el, list(el.extents), state, cause)
     return tokens, credits
 
@@ -256,7 +256,7 @@ def close_extents(
 def end_steps(
     eng: Engine, el: elastic.ElasticLease, extents: list[str], state: LeaseState, cause: str
 ) -> tuple[dims.Vec, float, float]:
-    """End these extra steps quietly: (what they held, their refunded tokens, credits)."""
+    """End these extents quietly: (what they held, their refunded tokens, credits)."""
     held = dims.ZERO
     tokens = credits = 0.0
     for xid in extents:
@@ -268,20 +268,22 @@ def end_steps(
         tokens += getattr(d, "refund_tokens", 0.0)
         credits += getattr(d, "refund_credits", 0.0)
         el.extents.remove(xid)
+        el.held_steps -= el.counts.pop(xid)
         del eng.elastic.parent_of[xid]
     return held, tokens, credits
 
 
 def shrink_now(eng: Engine, el: elastic.ElasticLease, extents: list[str], cause: str) -> Decision:
-    """End extra steps of a live elastic lease (an announced shrink come due, or a node
-    lost under them) and say so."""
+    """End extents of a live elastic lease (an announced shrink come due, or a node lost
+    under them) and say so."""
     el.advance(eng.now)
     state = LeaseState.REVOKED if cause.startswith("node ") else LeaseState.RELEASED
     held, tokens, credits = end_steps(eng, el, extents, state, cause)
-    to = el.floor(el.steps)
-    if to < el.steps:
-        # A lost step can leave a size the job cannot use: down to the next allowed one.
-        more = el.extents[to:]
+    keep = el.kept(el.extents, el.floor(el.steps))
+    if keep < len(el.extents):
+        # A lost extent can leave a size the job cannot use: the youngest others go, down
+        # to the extents that still make an allowed size at each one.
+        more = el.extents[keep:]
         more_held, more_tokens, more_credits = end_steps(
             eng, el, more, LeaseState.RELEASED, f"{cause}: to an allowed size"
         )
@@ -292,20 +294,20 @@ def shrink_now(eng: Engine, el: elastic.ElasticLease, extents: list[str], cause:
 
 
 def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tuple[float, float]:
-    """A renewed elastic lease's extra steps are renewed with it, prepaid as any
-    renewal; a step whose extension its bucket cannot prepay is announced to end at its
-    old expiry (it was prepaid until then). A step already announced to end lives until
-    its announced end and no longer: the holder was told that instant, and without the
-    renewal the step would have ended earlier, with the lease, unannounced."""
+    """A renewed elastic lease's extents are renewed with it, prepaid as any renewal; an
+    extent whose extension its bucket cannot prepay is announced to end at its old expiry
+    (it was prepaid until then). An extent already announced to end lives until its
+    announced end and no longer: the holder was told that instant, and without the
+    renewal the extent would have ended earlier, with the lease, unannounced."""
     c = eng.campaigns[el.campaign]
     tokens = credits = 0.0
     price = eng.ledger.price()
     enforcement = eng.policy.enforcement
     leased = eng.watts.leased
     short_steps: list[str] = []
-    # A step's prepaid rate and credit rate depend on its size, the campaign's holding and
-    # the price, none of which a renewal changes: worked out once per size (the steps of a
-    # lease share one), not once per step.
+    # An extent's prepaid rate and credit rate depend on its size, the campaign's holding
+    # and the price, none of which a renewal changes: worked out once per size, not once
+    # per extent.
     rates: dict[dims.Vec, tuple[dims.Vec, float]] = {}
     for xid in el.extents:
         x = eng.leases[xid]
@@ -340,9 +342,8 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
         eng.timers.push(end, TimerKind.EXPIRE, xid)
     if short_steps:
         keep = [x for x in el.extents if x not in el.warned and x not in short_steps]
-        to = el.floor(len(keep))
-        # The steps left must make an allowed size: the youngest others go with them.
-        short_steps.extend(keep[to:])
+        # The extents left must make an allowed size: the youngest others go with them.
+        short_steps.extend(keep[el.kept(keep, el.floor(el.steps_in(keep))) :])
         eng.queue.rekey(c.spec.name)
         warn(eng, el, short_steps, eng.leases[short_steps[0]].expires_at, "", "bucket")
     return tokens, credits
@@ -356,7 +357,7 @@ def warn(
     for_request: str,
     why: str,
 ) -> None:
-    """Announce that these extra steps end at ``deadline``: the holder drains them."""
+    """Announce that these extents end at ``deadline``: the holder drains them."""
     for xid in extents:
         el.warned[xid] = deadline
         eng.timers.push(deadline, TimerKind.RESIZE, xid)
@@ -378,9 +379,9 @@ def warn(
 
 def elastic_pass(eng: Engine) -> None:
     """Bring every elastic lease's model to now (work done, mode), make room for a
-    waiting request the extra steps keep out, else hand spare capacity out one step at
-    a time in the rule's order, and move a step from one lease to another where the
-    rule says it is worth more there (``broker/elastic.py``)."""
+    waiting request the extents keep out, else hand spare capacity out a jump at a time
+    in the rule's order, and move steps from one lease to another where the rule says
+    they are worth more there (``broker/elastic.py``)."""
     el = eng.elastic
     now = eng.now
     policy = eng.policy
@@ -409,8 +410,8 @@ def elastic_pass(eng: Engine) -> None:
 
 
 def elastic_wanted(eng: Engine) -> tuple[str, dims.Vec] | None:
-    """The first request, in admission order, waiting on the pool that the extra steps
-    could make room for, and what it still needs beyond free capacity and what is
+    """The first request, in admission order, waiting on the pool that the extents could
+    make room for, and what it still needs beyond free capacity and what is
     already announced to return; None when no such request waits (steps may grow)."""
     pending = eng.queue.pending
     if not pending:
@@ -465,14 +466,14 @@ def elastic_wanted(eng: Engine) -> tuple[str, dims.Vec] | None:
 
 
 def elastic_yield(eng: Engine, rid: str, need: dims.Vec) -> None:
-    """Announce the shrink of the extra steps worth least where they are, until what
+    """Announce the shrink of the extents worth least where they are, until what
     they return covers ``need`` (for request ``rid``). A lease shrinks a jump at a time,
     to its next allowed size below."""
     now, risk = eng.now, eng.policy.elastic_risk
     heap: list[tuple[float, float, float, str]] = []
     left: dict[str, int] = {}
     for e in eng.elastic.by_lease.values():
-        k = len(e.extents) - len(e.warned)
+        k = e.steps - e.steps_in(list(e.warned)) if e.warned else e.steps
         if k > 0:
             left[e.lease_id] = k
             heapq.heappush(heap, (e.worth(now, risk, k), -e.deadline, -e.seq, e.lease_id))
@@ -484,10 +485,11 @@ def elastic_yield(eng: Engine, rid: str, need: dims.Vec) -> None:
         mine = chosen.setdefault(lid, [])
         free = [x for x in e.extents if x not in e.warned and x not in mine]
         to = e.down(left[lid])
-        for xid in free[to - left[lid] :]:  # the youngest steps go first
+        for xid in e.youngest(free, left[lid] - to):  # the youngest extents go first
             mine.append(xid)
             got = dims.add(got, eng.leases[xid].size)
-        left[lid] = to
+            left[lid] -= e.counts[xid]
+        to = left[lid]
         if to > 0:
             heapq.heappush(heap, (e.worth(now, risk, to), -e.deadline, -e.seq, lid))
     deadline = now + eng.policy.grace_s
@@ -543,8 +545,8 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
             continue
         spare.clear()  # a grant changes every campaign's spare capacity
         acc = changed.setdefault(lid, [dims.ZERO, 0.0, 0.0])
-        for tokens, credits in grants:
-            acc[0] = dims.add(acc[0], e.step)
+        for size, tokens, credits in grants:
+            acc[0] = dims.add(acc[0], size)
             acc[1] += tokens
             acc[2] += credits
         key, ts = e.keyed_targets(rule, now, risk)
@@ -643,7 +645,7 @@ def rescue_all(eng: Engine, lids: list[str]) -> None:
             for x in el.by_lease.values():
                 if x is b or x.dim != b.dim or x.lease_id in lids:
                     continue
-                xk = len(_unclaimed(x, taken, mine))
+                xk = x.steps_in(_unclaimed(x, taken, mine))
                 if xk > 0 and now + x.time_left(x.down(xk)) <= x.deadline:
                     key = (x.worth(now, risk, xk), -x.deadline, -x.seq, x.lease_id)
                     if best is None or key < best:
@@ -651,10 +653,11 @@ def rescue_all(eng: Engine, lids: list[str]) -> None:
             if best is None:
                 break
             x = el.by_lease[best[3]]
-            steps = _unclaimed(x, taken, mine)
-            d = x.down(len(steps))
-            mine.setdefault(x.lease_id, []).extend(steps[d:][::-1])  # the youngest first
-            got += (len(steps) - d) * x.step[x.dim]
+            free = _unclaimed(x, taken, mine)
+            xk = x.steps_in(free)
+            shrink = x.youngest(free, xk - x.down(xk))  # the youngest extents first
+            mine.setdefault(x.lease_id, []).extend(shrink)
+            got += x.steps_in(shrink) * x.step[x.dim]
         coming[b.dim] = 0.0
         if got < need - 1e-9:
             continue
@@ -667,7 +670,7 @@ def rescue_all(eng: Engine, lids: list[str]) -> None:
 
 
 def _unclaimed(x: elastic.ElasticLease, *claims: Mapping[str, list[str]]) -> list[str]:
-    """The extra steps of ``x`` not announced to end and not in ``claims``, oldest first."""
+    """The extents of ``x`` not announced to end and not in ``claims``, oldest first."""
     out = [s for s in x.extents if s not in x.warned]
     for c in claims:
         if x.lease_id in c:
@@ -675,10 +678,14 @@ def _unclaimed(x: elastic.ElasticLease, *claims: Mapping[str, list[str]]) -> lis
     return out
 
 
-def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[tuple[float, float]] | None:
-    """``n`` more steps for ``e`` now, all or none: each on warm capacity, under its
-    campaign's envelope, the isolation rule and the reservations. None if any says no
-    (the steps granted before the one refused end at once, unannounced)."""
+def grow_to(
+    eng: Engine, e: elastic.ElasticLease, n: int
+) -> list[tuple[dims.Vec, float, float]] | None:
+    """``n`` more steps for ``e`` now, all or none, as one extent per allowed size crossed
+    (so that a shrink to the next allowed size below ends the youngest extent): each on
+    warm capacity, under its campaign's envelope, the isolation rule and the reservations.
+    The (size, tokens, credits) of each extent granted; None if any says no (the extents
+    granted before the one refused end at once, unannounced)."""
     ls = eng.leases[e.lease_id]
     c = eng.campaigns[e.campaign]
     if n <= 0 or ls.expires_at <= eng.now:
@@ -687,9 +694,12 @@ def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[tuple[float, f
     limit, _ = pool_side.capacity_for(eng, c)
     if not dims.fits(total, limit) or admission.over_burst(c.held, total, c.burst_bound):
         return None
-    grants: list[tuple[float, float]] = []
-    for _ in range(n):
-        grant = grow_step(eng, e)
+    k = e.steps
+    grants: list[tuple[dims.Vec, float, float]] = []
+    for to in e.ups(k):
+        if to > k + n:
+            break
+        grant = grow_extent(eng, e, to - e.steps)
         if grant is None:
             end_steps(eng, e, e.extents[len(e.extents) - len(grants) :], LeaseState.RELEASED, "")
             return None
@@ -697,14 +707,16 @@ def grow_to(eng: Engine, e: elastic.ElasticLease, n: int) -> list[tuple[float, f
     return grants
 
 
-def grow_step(eng: Engine, e: elastic.ElasticLease) -> tuple[float, float] | None:
-    """One more step for ``e`` now, on warm capacity, under its campaign's envelope, the
-    isolation rule and the reservations: the (tokens, credits) it was charged; None if
-    any says no."""
+def grow_extent(
+    eng: Engine, e: elastic.ElasticLease, count: int
+) -> tuple[dims.Vec, float, float] | None:
+    """An extent of ``count`` more steps for ``e`` now, on warm capacity, under its
+    campaign's envelope, the isolation rule and the reservations: (its size, the tokens
+    and credits it was charged); None if any says no."""
     ls = eng.leases[e.lease_id]
     c = eng.campaigns[e.campaign]
     span = ls.expires_at - eng.now
-    size = e.step
+    size = e.step if count == 1 else tuple(v * count for v in e.step)
     if span <= 0 or admission.over_burst(c.held, size, c.burst_bound):
         return None
     rate = admission.token_need(c.held, size, c.sustained)
@@ -744,10 +756,12 @@ def grow_step(eng: Engine, e: elastic.ElasticLease) -> tuple[float, float] | Non
     eng._seq += 1
     p.id = f"L{eng._seq}"
     p.seq = eng._seq
-    charged = eng.grant_step(p, c, plan, rate)
+    tokens, credits = eng.grant_step(p, c, plan, rate)
     eng.elastic.parent_of[p.id] = e.lease_id
     e.extents.append(p.id)
-    return charged
+    e.counts[p.id] = count
+    e.held_steps += count
+    return size, tokens, credits
 
 
 def rebalance(eng: Engine, lid: str) -> None:
@@ -808,8 +822,12 @@ def rebalance(eng: Engine, lid: str) -> None:
             break
         for xl, n in taken.items():
             x = eng.elastic.by_lease[xl]
-            chosen.setdefault(xl, []).extend(x.extents[held[xl] - n : held[xl]][::-1])
-            held[xl] -= n
+            # The youngest extents not yet chosen, for the n steps taken (no shrink is in
+            # flight when a lease is rebalanced, so every extent is free to take).
+            left = x.extents[: len(x.extents) - len(chosen.get(xl, ()))]
+            picked = x.youngest(left, n)
+            chosen.setdefault(xl, []).extend(picked)
+            held[xl] -= x.steps_in(picked)
         spare = got - (to - k)
         k = to
     deadline = now + policy.grace_s

@@ -127,7 +127,7 @@ class Engine:
         """The newest ``ended_leases_kept`` ended leases (or up to one chunk more), oldest first."""
         self.idempotency = Keys(self.policy.idempotency_window_s, self.policy.idempotency_keys_kept)
         self.elastic = elastic.ElasticLeases()
-        """Elastic leases' allocator state and their extra steps (``broker/elastic.py``)."""
+        """Elastic leases' allocator state and their extents (``broker/elastic.py``)."""
         self._primary = pricing.primary_index(self.pool.capacity)
         # The state the fold keeps, each part in the module named for it; the timers'
         # liveness reads the leases, the queue and the power state back through ``self``.
@@ -258,7 +258,7 @@ class Engine:
         return self.queue.pending
 
     def holders_leases(self) -> Iterator[Lease]:
-        """The live leases holders know of: every lease but elastic leases' extra steps
+        """The live leases holders know of: every lease but elastic leases' extents
         (which are the engine's own, reported as part of their lease)."""
         steps = self.elastic.parent_of
         if not steps:
@@ -640,7 +640,7 @@ class Engine:
     def grant_step(
         self, p: Pending, c: CampaignState, plan: paths.Plan, rate: dims.Vec
     ) -> tuple[float, float]:
-        """Lease an elastic lease's extra step ``p`` on ``plan`` as any grant, but with no
+        """Lease an elastic lease's extent ``p`` on ``plan`` as any grant, but with no
         record of its own (its lease's Resized announces it): (tokens, credits) charged."""
         _, tokens, credits, _ = self._start(p, c, plan, rate, c.unmet, {}, True)
         return tokens, credits
@@ -657,7 +657,7 @@ class Engine:
     ) -> tuple[Lease, float, float, float]:
         """Start the lease ``p`` asked for on ``plan``: placed, charged, held, timed; the
         reservations kept true. Returns (lease, tokens, credits, price). ``step``: an
-        elastic lease's extra step (see ``grant_step``)."""
+        elastic lease's extent (see ``grant_step``)."""
         # A new lease is priced at the pressure that includes itself, as a renewal is (its
         # holding is then counted): a queued request's demand is already counted, unless
         # it waited on its own campaign's envelope (not congestion, so not counted).
@@ -693,7 +693,7 @@ class Engine:
         self.leases[ls.id] = ls
         self.timers.push(ls.expires_at, TimerKind.EXPIRE, ls.id)
         if step:
-            # An extra step comes back within a grace period whenever a waiting request
+            # An extent comes back within a grace period whenever a waiting request
             # needs it: the reservations count the steps so (``reservation_cut.build``), not as
             # capacity held to their expiry.
             self.elastic.held = dims.add(self.elastic.held, ls.size)
@@ -710,7 +710,7 @@ class Engine:
         return ls, tokens, credits, price
 
     def _end(self, ls: Lease, state: LeaseState, cause: str, quiet: bool = False) -> Decision:
-        """End ``ls``. ``quiet``: an elastic lease's extra step ended by the allocator or with
+        """End ``ls``. ``quiet``: an elastic lease's extent ended by the allocator or with
         its lease (the lease's own Resized or end decision reports it)."""
         el = self.elastic
         extra_tokens = extra_credits = 0.0

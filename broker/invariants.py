@@ -65,8 +65,9 @@ def check(eng: Engine) -> None:
 
 
 def _check_elastic(eng: Engine) -> None:
-    """Every elastic lease holds between its intent's min and max, and every extra step
-    belongs to a live elastic lease of the same campaign, ending no later than it."""
+    """Every elastic lease holds between its intent's min and max, its extents hold the
+    steps it counts (each its count of steps), and every extent belongs to a live elastic
+    lease of the same campaign, ending no later than it."""
     el = eng.elastic
     for xid, parent in el.parent_of.items():
         assert xid in eng.leases and parent in el.by_lease, (xid, parent)
@@ -82,6 +83,12 @@ def _check_elastic(eng: Engine) -> None:
         assert dims.fits(size, dims.add(hi, (1e-9,) * len(hi))), (lid, size, hi)
         for xid in e.extents:
             assert el.parent_of.get(xid) == lid, (lid, xid)
+            want = tuple(v * e.counts[xid] for v in e.step)
+            got = eng.leases[xid].size
+            assert all(abs(a - b) < 1e-9 for a, b in zip(got, want, strict=True)), (xid, got)
+        assert set(e.counts) == set(e.extents), (lid, e.counts, e.extents)
+        assert e.held_steps == sum(e.counts.values()), (lid, e.held_steps, e.counts)
+        assert e.held_steps in e.allowed, (lid, e.held_steps, e.allowed)
         for xid, deadline in e.warned.items():
             assert xid in e.extents and deadline >= eng.now - 1e-9, (lid, xid, deadline)
     for rid in el.waiting:

@@ -7,7 +7,7 @@ version goes up only on purpose, with the journals it changes named in its entry
 
 from __future__ import annotations
 
-RULES_VERSION = 11
+RULES_VERSION = 12
 """The version of the decision rules. It goes up whenever a change can make the same
 events give other decisions; a journal records the version it was written under, and an
 audit by a build of another version says so (its decisions may differ). 2: the admission
@@ -54,6 +54,13 @@ watts make up what it is short, takes none of their nodes, and starts when they 
 (``pool_side.watt_victims``); and a reclaim's victims hand their watts over to the claimant,
 which draws nothing until they have ended (before, both were counted until then, so a
 reclaim under a tight cap needed room for both). Changes journals only where a power cap is
-set and preemptible leases hold watts."""
+set and preemptible leases hold watts. 12: an elastic lease grows by one extent per allowed
+size a jump crosses (a lease of the engine's own holding every step between two allowed
+sizes, placed, charged and renewed as one), where before each step was a lease of its own:
+a shrink to the next allowed size below ends the youngest extent, and a lost node that
+leaves extents not making an allowed size at each one ends the younger ones too. Changes
+journals only where an intent's allowed sizes are more than one step apart (measured
+curves, ``sizes`` and ``size_rule``); where every whole step is allowed (Amdahl, the
+interpolated model) an extent is a step and nothing changes."""
 
 __all__ = ["RULES_VERSION"]

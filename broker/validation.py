@@ -540,7 +540,7 @@ def _not_a_step(eng: Engine, lease_id: str) -> None:
     if owner is not None:
         raise bad(
             "lease_id",
-            f"{lease_id} is an extra step of elastic lease {owner}, not a lease of its own; "
+            f"{lease_id} is an extent of elastic lease {owner}, not a lease of its own; "
             f"renew or release {owner}",
             ErrorCode.NOT_FOUND,
         )

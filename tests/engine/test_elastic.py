@@ -258,6 +258,73 @@ def test_a_lease_crosses_a_plateau_of_its_measured_curve():
     eng.check_invariants()
 
 
+POW2 = intent(lo=1, hi=8, curve=STEPS, size_rule="powers_of_two")
+
+
+def test_a_jump_is_granted_one_extent_per_allowed_size_crossed():
+    eng = engine(nodes=1)
+    lid = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=POW2))
+    el = eng.elastic.by_lease[lid.own.lease_id]
+    # 1 -> 8 GPUs crosses the allowed sizes 2, 4 and 8: three extents of 1, 2 and 4 GPUs.
+    assert [el.counts[x] for x in el.extents] == [1, 2, 4] and el.steps == 7
+    assert [eng.leases[x].size[0] for x in el.extents] == [1.0, 2.0, 4.0]
+    eng.check_invariants()
+
+
+def test_a_shrink_to_the_next_allowed_size_ends_the_youngest_extent():
+    eng = engine(nodes=1)
+    lid = eng.apply(RequestLease(1.0, "a", {}, 3600, intent=POW2))
+    lid = lid.own.lease_id
+    youngest = eng.elastic.by_lease[lid].extents[-1]
+    out = eng.apply(RequestLease(2.0, "b", {"gpu": 3}, 600))
+    (w,) = of(out, ResizeWarned)
+    assert w.to == {"gpu": 4.0} and eng.elastic.by_lease[lid].warned == {youngest: 2.0 + GRACE}
+    out = step_to(eng, 2.0 + GRACE)
+    (r,) = of(out, Resized)
+    assert r.delta == {"gpu": -4.0} and youngest not in eng.leases
+    assert [eng.elastic.by_lease[lid].counts[x] for x in eng.elastic.by_lease[lid].extents] == [
+        1,
+        2,
+    ]
+    eng.check_invariants()
+
+
+def test_a_lost_node_under_older_extents_takes_the_younger_ones_that_no_longer_add_up():
+    # b holds 7 of node 0's 8 GPUs; a's lease (1 GPU) takes the last. Its extents of 1, 2
+    # and 4 steps go to node 1, the one of 8 steps to node 2 (sizes 2, 4, 8 and 16).
+    eng = engine(nodes=3)
+    eng.apply(RequestLease(1.0, "b", {"gpu": 7}, 3600))
+    pow2 = amdahl(lo=1, hi=16, size_rule="powers_of_two", deadline=9_000.0)
+    lid = eng.apply(RequestLease(2.0, "a", {}, 3600, intent=pow2)).own.lease_id
+    el = eng.elastic.by_lease[lid]
+    assert [el.counts[x] for x in el.extents] == [1, 2, 4, 8]
+    nodes = [sorted(eng.leases[x].pieces) for x in el.extents]
+    assert nodes[:3] == [[1], [1], [1]] and nodes[3] == [2]
+    lost = eng.pool.nodes[1].name
+    out = eng.apply(NodeLost(5.0, lost))
+    # The 8 left beside min would make 9 GPUs, no power of two: that extent goes as well,
+    # at once; the pass then grows the lease again on what is left (node 2's 8 GPUs).
+    shrink, regrow = of(out, Resized)
+    assert shrink.delta == {"gpu": -15.0} and shrink.size == {"gpu": 1.0}
+    assert shrink.inputs["cause"] == f"node {lost} lost"
+    assert regrow.size == {"gpu": 8.0} and size(eng, lid) == 8.0
+    assert not of(out, Revoked)
+    eng.check_invariants()
+
+
+def test_the_extents_a_lease_keeps_make_an_allowed_size_at_each_one():
+    el = elastic.ElasticLease(
+        "L1", "a", 1, intent(lo=1, hi=8, curve=STEPS, size_rule="powers_of_two"),
+        dims.vec({"gpu": 1.0}), 0, 1e6, 1.0,
+    )  # fmt: skip
+    el.counts = {"x1": 1, "x2": 2, "x4": 4}
+    assert el.allowed == (0, 1, 3, 7)
+    assert el.kept(["x1", "x2", "x4"], 7) == 3 and el.kept(["x1", "x2", "x4"], 6) == 2
+    # Without the 2-step extent, 1 + 4 = 5 steps is no allowed size: only the first stays.
+    assert el.kept(["x1", "x4"], el.floor(5)) == 1
+    assert el.youngest(["x1", "x2", "x4"], 5) == ["x4", "x2"]
+
+
 def test_the_jump_is_the_best_gain_per_step_ties_to_the_smaller():
     el = elastic.ElasticLease(
         "L1", "a", 1, intent(lo=1, hi=8, curve=STEPS), dims.vec({"gpu": 1.0}), 0, 1e6, 1.0,
@@ -270,7 +337,7 @@ def test_the_jump_is_the_best_gain_per_step_ties_to_the_smaller():
     jumps = [a for _, a in el.jumps(0.0, False, 1)]
     assert jumps[0] == 3 and 2 not in jumps
     assert el.targets("edf", 0.0) == [1]
-    el.extents = ["x"]
+    el.extents, el.counts, el.held_steps = ["x"], {"x": 1}, 1
     assert el.targets("edf", 0.0) == [3]  # past the plateau, not 3 GPUs
     # Every size allowed: a shrink from 4 to 3 gives up all that 4 adds over 3 (= over 2).
     assert el.down(3) == 2 and el.worth(0.0, False, 3) == pytest.approx(16 / 18)

@@ -139,6 +139,8 @@ elastic_s = st.tuples(
     st.sampled_from(["step", "linear"]),
     st.sampled_from([60, 300, 900]),  # lease duration
     st.booleans(),  # blocking
+    # Any size, or powers of two only (then a jump crosses several steps: one extent each).
+    st.sampled_from(["", "powers_of_two"]),
 )
 elastic_action_s = st.one_of(action_s, elastic_s, elastic_s)
 
@@ -362,7 +364,7 @@ class Run:
                 blocking=blocking,
                 lease_class=lease_class,
             )
-            # Request ids count accepted requests and the elastic leases' extra steps.
+            # Request ids count accepted requests and the elastic leases' extents.
             rid = f"L{self.eng._seq + 1}"
             if promise:
                 bound = self.bound
@@ -381,7 +383,7 @@ class Run:
             if promise and rid not in self.eng.leases and rid not in self.eng.ended:
                 assert any(isinstance(d, Queued) and d.request_id == rid for d in out), out
         elif kind in ("release", "renew"):
-            # An elastic lease's extra steps are not leases a holder names.
+            # An elastic lease's extents are not leases a holder names.
             steps = self.eng.elastic.parent_of
             ids = sorted((x for x in self.eng.leases if x not in steps), key=lambda x: int(x[1:]))
             if not ids:
@@ -400,7 +402,7 @@ class Run:
             self.apply(Meter(at=t, campaign="storm", dim="inference", amount=action[2]))
 
     def act_elastic(self, t: float, action: tuple) -> None:
-        _, _, name, lo, steps, work, deadline, serial, decay, duration, blocking = action
+        _, _, name, lo, steps, work, deadline, serial, decay, duration, blocking, rule = action
         intent = Intent(
             min={"gpu": lo},
             max={"gpu": lo + steps},
@@ -408,6 +410,7 @@ class Run:
             deadline_s=deadline,
             amdahl=serial,
             decay=Decay(DecayKind(decay), 0.0 if decay == "step" else 300.0),
+            size_rule=rule,
         )
         c = self.eng.campaigns[name]
         promise = (
