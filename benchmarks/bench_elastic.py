@@ -2,11 +2,13 @@
 cost per event grows with their number.
 
     python benchmarks/bench_elastic.py [--leases 100,1000,3000] [--events 2000]
-        [--nodes 512] [--rule dmug] [--repeat 3]
+        [--nodes 512] [--rule dmug] [--size-rule powers_of_two] [--repeat 3]
 
 For each count E of elastic leases: a pool of ``--nodes`` 8-GPU nodes, E campaigns each
 holding one elastic lease (min 1 GPU, max 16, Amdahl serial fraction 0.05, seeded work
-and deadlines that admission control accepts), grown by the allocator over the spare
+and deadlines that admission control accepts; every whole size allowed, or with
+``--size-rule powers_of_two`` only 1, 2, 4, 8 and 16 GPUs, so that a jump crosses
+several steps, as on a measured curve), grown by the allocator over the spare
 capacity; then a seeded mix of ``--events`` events is timed on top: fixed-size requests
 of other campaigns (which take steps back, after a warning), their releases, elastic
 leases released and asked for again, renewals, and clock ticks that fire the announced
@@ -53,18 +55,21 @@ def build(n_nodes: int, n_elastic: int, rule: str) -> Engine:
     return eng
 
 
-def intent(rng: random.Random) -> Intent:
+def intent(rng: random.Random, size_rule: str) -> Intent:
     return Intent(
         min={"gpu": 1},
         max={"gpu": 16},
         remaining_work=rng.choice([2_000.0, 20_000.0, 80_000.0]),
         deadline_s=rng.choice([20_000.0, 40_000.0, 80_000.0]),
         amdahl=0.05,
+        size_rule=size_rule,
     )
 
 
-def request(name: str, rng: random.Random, t: float, elastic: bool) -> ev.RequestLease:
-    it = intent(rng)
+def request(
+    name: str, rng: random.Random, t: float, elastic: bool, size_rule: str
+) -> ev.RequestLease:
+    it = intent(rng, size_rule)
     if elastic:
         return ev.RequestLease(t, name, {}, 3_600.0, intent=it)
     return ev.RequestLease(t, name, dict(it.min), 3_600.0)
@@ -74,7 +79,9 @@ def _id(d: object) -> str:
     return str(getattr(d, "lease_id", None) or getattr(d, "request_id", ""))
 
 
-def run(n_nodes: int, n_elastic: int, n_events: int, rule: str, elastic: bool, seed: int):
+def run(
+    n_nodes: int, n_elastic: int, n_events: int, rule: str, elastic: bool, seed: int, sizes: str
+):
     """(seconds, events, decisions) of the timed mix."""
     eng = build(n_nodes, n_elastic, rule)
     rng = random.Random(seed)
@@ -82,7 +89,7 @@ def run(n_nodes: int, n_elastic: int, n_events: int, rule: str, elastic: bool, s
     held: dict[str, str] = {}  # campaign -> its lease or request
     for i in range(n_elastic):
         name = f"c{i:05d}"
-        held[name] = _id(eng.apply(request(name, rng, t, elastic)).own)
+        held[name] = _id(eng.apply(request(name, rng, t, elastic, sizes)).own)
     fixed: list[str] = []
     decisions = events = 0
     start = time.perf_counter()
@@ -116,7 +123,7 @@ def run(n_nodes: int, n_elastic: int, n_events: int, rule: str, elastic: bool, s
                     elif lid in eng.pending:
                         out = eng.apply(ev.CancelRequest(t, lid))
                     else:
-                        own = eng.apply(request(name, rng, t, elastic))
+                        own = eng.apply(request(name, rng, t, elastic, sizes))
                         held[name] = (
                             own.own.request_id
                             if hasattr(own.own, "request_id")
@@ -150,6 +157,11 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=512)
     ap.add_argument("--events", type=int, default=2_000)
     ap.add_argument("--rule", default="dmug")
+    ap.add_argument(
+        "--size-rule",
+        default="",
+        help="the intents' size rule: none (every whole size) or powers_of_two",
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
@@ -160,9 +172,12 @@ def main() -> None:
     for _ in range(a.repeat):
         for n in counts:
             for kind in ("elastic", "fixed"):
-                rows[n][kind].append(run(a.nodes, n, a.events, a.rule, kind == "elastic", a.seed))
+                rows[n][kind].append(
+                    run(a.nodes, n, a.events, a.rule, kind == "elastic", a.seed, a.size_rule)
+                )
     print(
-        f"{a.nodes} nodes x 8 GPUs, {a.events} events per round, {a.repeat} rounds, rule {a.rule}"
+        f"{a.nodes} nodes x 8 GPUs, {a.events} events per round, {a.repeat} rounds, "
+        f"rule {a.rule}, sizes {a.size_rule or 'every whole size'}"
     )
     print(
         f"{'elastic leases':>14} | {'µs/event':>9} {'range':>13} {'decisions/s':>11} | "

@@ -51,7 +51,8 @@ def test_bench_engine_scaling_prints_a_table_against_the_smallest_pool() -> None
     assert [r[-2] for r in rows if r[0] == "16"] == ["1.00", "1.00"]
 
 
-def test_bench_elastic_prints_cost_against_fixed_leases() -> None:
+@pytest.mark.parametrize("sizes", [[], ["--size-rule", "powers_of_two"]])
+def test_bench_elastic_prints_cost_against_fixed_leases(sizes: list[str]) -> None:
     out = _run(
         "benchmarks/bench_elastic.py",
         "--leases",
@@ -62,7 +63,9 @@ def test_bench_elastic_prints_cost_against_fixed_leases() -> None:
         "150",
         "--repeat",
         "1",
+        *sizes,
     )
+    assert ("powers_of_two" if sizes else "every whole size") in out, out
     rows = [r for r in (line.split() for line in out.splitlines()) if r and r[0] in ("20", "60")]
     assert len(rows) == 2 and all("[" in r[-1] for r in rows), out
 
