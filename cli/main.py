@@ -4,6 +4,7 @@ one place."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from importlib import metadata
@@ -12,24 +13,35 @@ from typing import Any
 import click
 
 from bursar.broker.errors import DISTRIBUTION, MissingExtra
-from bursar.cli.acquire import acquire_command
-from bursar.cli.campaigns import campaigns
-from bursar.cli.config import config_group
-from bursar.cli.dashboard import dashboard_command
-from bursar.cli.demo import demo
-from bursar.cli.explain import explain_command
-from bursar.cli.journal import journal
-from bursar.cli.leases import leases
-from bursar.cli.policy import policy
-from bursar.cli.replay import fidelity_command, matrix_command, replay_command
-from bursar.cli.serve import serve_command
-from bursar.cli.sim import sim
-from bursar.cli.supply import supply
-from bursar.cli.traces import traces
-from bursar.cli.verbs import release_command, renew_command, status_command
-from bursar.cli.whatif import whatif_command
 
 __all__ = ["main"]
+
+COMMANDS: dict[str, str] = {
+    "acquire": "bursar.cli.acquire:acquire_command",
+    "campaigns": "bursar.cli.campaigns:campaigns",
+    "config": "bursar.cli.config:config_group",
+    "dashboard": "bursar.cli.dashboard:dashboard_command",
+    "demo": "bursar.cli.demo:demo",
+    "explain": "bursar.cli.explain:explain_command",
+    "fidelity": "bursar.cli.replay:fidelity_command",
+    "journal": "bursar.cli.journal:journal",
+    "leases": "bursar.cli.leases:leases",
+    "matrix": "bursar.cli.replay:matrix_command",
+    "policy": "bursar.cli.policy:policy",
+    "release": "bursar.cli.verbs:release_command",
+    "renew": "bursar.cli.verbs:renew_command",
+    "replay": "bursar.cli.replay:replay_command",
+    "serve": "bursar.cli.serve:serve_command",
+    "sim": "bursar.cli.sim:sim",
+    "status": "bursar.cli.verbs:status_command",
+    "supply": "bursar.cli.supply:supply",
+    "traces": "bursar.cli.traces:traces",
+    "whatif": "bursar.cli.whatif:whatif_command",
+}
+"""Every command of ``bursar``: its name and where it is defined (module:attribute). A
+command's module, and what it needs, is imported only when the command runs or its help
+is shown (click's lazy-loading group), so that ``bursar status`` does not import the
+simulator, the replay and the dashboard first."""
 
 _LOG_LEVELS = (logging.WARNING, logging.INFO, logging.DEBUG)
 
@@ -42,8 +54,19 @@ def _installed_version() -> str:
 
 
 class _Bursar(click.Group):
-    """The top-level group: a feature whose extra is not installed ends any command with
-    the one-line install hint (exit status 1), never a traceback."""
+    """The top-level group: its commands are loaded from ``COMMANDS`` when asked for, and a
+    feature whose extra is not installed ends any command with the one-line install hint
+    (exit status 1), never a traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name].split(":")
+            command: click.Command = getattr(importlib.import_module(module), attr)
+            return command
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -120,30 +143,6 @@ def _configure_logging(level: int) -> None:
     root.addHandler(handler)
     root.setLevel(level)
 
-
-for command in (
-    acquire_command,
-    campaigns,
-    config_group,
-    dashboard_command,
-    demo,
-    explain_command,
-    fidelity_command,
-    journal,
-    leases,
-    matrix_command,
-    policy,
-    release_command,
-    renew_command,
-    replay_command,
-    serve_command,
-    sim,
-    status_command,
-    supply,
-    traces,
-    whatif_command,
-):
-    main.add_command(command)
 
 if __name__ == "__main__":  # python -m bursar.cli.main, as the console script does
     main()

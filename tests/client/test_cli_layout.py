@@ -68,6 +68,30 @@ def test_every_command_group_is_registered() -> None:
     } <= set(COMMANDS)
 
 
+def test_each_command_is_registered_under_its_own_name() -> None:
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        command = main.get_command(ctx, name)
+        assert command is not None and command.name == name, name
+
+
+def test_a_command_imports_its_own_module_only() -> None:
+    # The group loads a command's module when the command is asked for: `bursar serve`
+    # does not import the simulator, the replay or the demo first.
+    code = (
+        "import sys\n"
+        "from bursar.cli.main import main\n"
+        "main(['serve', '--help'], standalone_mode=False)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('bursar.cli.')))\n"
+        "print('bursar.sim.replay' in sys.modules, 'bursar.sim.demo' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out[-2] == "['bursar.cli.main', 'bursar.cli.serve']", out
+    assert out[-1] == "False False", out
+
+
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
 def test_each_command_answers_help(path: tuple[str, ...]) -> None:
     result = CliRunner().invoke(main, [*path, "--help"], prog_name="bursar")

@@ -196,8 +196,11 @@ def _commands(
 ) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     yield path, cmd
     if isinstance(cmd, click.Group):
-        for name, sub in sorted(cmd.commands.items()):
-            if not sub.hidden:
+        # Through the group's own look-up: the top-level group loads its commands lazily.
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            if sub is not None and not sub.hidden:
                 yield from _commands(sub, (*path, name))
 
 
