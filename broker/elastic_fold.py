@@ -4,7 +4,7 @@
 A part of the fold (``engine.py``), kept apart because it is one rule with its own
 state (``broker/elastic.py``: the intent, the model and the rule's keys; the state is
 ``Engine.elastic``). It works on the engine's own state through the same handlers as
-every lease (``grant_step`` leases an extent as ``_grant`` leases a request; ``_end``).
+every lease (``grant_extent`` leases an extent as ``_grant`` leases a request; ``_end``).
 Functions of the engine rather than a class it inherits, so that mypyc can compile both
 (it cannot compile a mixin typed by its host; the compiled engine was measured and is
 not part of the accelerated build: see the README).
@@ -249,11 +249,11 @@ def close_extents(
     eng: Engine, el: elastic.ElasticLease, state: LeaseState, cause: str
 ) -> tuple[float, float]:
     """End an ending lease's extents with it; their refunds join the lease's own."""
-    _, tokens, credits = end_steps(eng, el, list(el.extents), state, cause)
+    _, tokens, credits = end_extents(eng, el, list(el.extents), state, cause)
     return tokens, credits
 
 
-def end_steps(
+def end_extents(
     eng: Engine, el: elastic.ElasticLease, extents: list[str], state: LeaseState, cause: str
 ) -> tuple[dims.Vec, float, float]:
     """End these extents quietly: (what they held, their refunded tokens, credits)."""
@@ -278,13 +278,13 @@ def shrink_now(eng: Engine, el: elastic.ElasticLease, extents: list[str], cause:
     under them) and say so."""
     el.advance(eng.now)
     state = LeaseState.REVOKED if cause.startswith("node ") else LeaseState.RELEASED
-    held, tokens, credits = end_steps(eng, el, extents, state, cause)
+    held, tokens, credits = end_extents(eng, el, extents, state, cause)
     keep = el.kept(el.extents, el.floor(el.steps))
     if keep < len(el.extents):
         # A lost extent can leave a size the job cannot use: the youngest others go, down
         # to the extents that still make an allowed size at each one.
         more = el.extents[keep:]
-        more_held, more_tokens, more_credits = end_steps(
+        more_held, more_tokens, more_credits = end_extents(
             eng, el, more, LeaseState.RELEASED, f"{cause}: to an allowed size"
         )
         held = dims.add(held, more_held)
@@ -304,7 +304,7 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
     price = eng.ledger.price()
     enforcement = eng.policy.enforcement
     leased = eng.watts.leased
-    short_steps: list[str] = []
+    short: list[str] = []
     # An extent's prepaid rate and credit rate depend on its size, the campaign's holding
     # and the price, none of which a renewal changes: worked out once per size, not once
     # per extent.
@@ -330,7 +330,7 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
                 # Announced again, earlier, for its bucket: the first announcement goes.
                 del el.warned[xid]
                 eng.elastic.warned_held = dims.vmax0(dims.sub(eng.elastic.warned_held, x.size))
-            short_steps.append(xid)
+            short.append(xid)
             continue
         t, cr = eng.ledger.charge(c, rate, credit_rate, ext, eng.now)
         tokens += t
@@ -340,12 +340,12 @@ def renew_extents(eng: Engine, el: elastic.ElasticLease, new_end: float) -> tupl
         eng._charge_usage(c, x.size, x.expires_at, end, +1)
         x.expires_at = end
         eng.timers.push(end, TimerKind.EXPIRE, xid)
-    if short_steps:
-        keep = [x for x in el.extents if x not in el.warned and x not in short_steps]
+    if short:
+        keep = [x for x in el.extents if x not in el.warned and x not in short]
         # The extents left must make an allowed size: the youngest others go with them.
-        short_steps.extend(keep[el.kept(keep, el.floor(el.steps_in(keep))) :])
+        short.extend(keep[el.kept(keep, el.floor(el.steps_in(keep))) :])
         eng.queue.rekey(c.spec.name)
-        warn(eng, el, short_steps, eng.leases[short_steps[0]].expires_at, "", "bucket")
+        warn(eng, el, short, eng.leases[short[0]].expires_at, "", "bucket")
     return tokens, credits
 
 
@@ -701,7 +701,7 @@ def grow_to(
             break
         grant = grow_extent(eng, e, to - e.steps)
         if grant is None:
-            end_steps(eng, e, e.extents[len(e.extents) - len(grants) :], LeaseState.RELEASED, "")
+            end_extents(eng, e, e.extents[len(e.extents) - len(grants) :], LeaseState.RELEASED, "")
             return None
         grants.append(grant)
     return grants
@@ -756,7 +756,7 @@ def grow_extent(
     eng._seq += 1
     p.id = f"L{eng._seq}"
     p.seq = eng._seq
-    tokens, credits = eng.grant_step(p, c, plan, rate)
+    tokens, credits = eng.grant_extent(p, c, plan, rate)
     eng.elastic.parent_of[p.id] = e.lease_id
     e.extents.append(p.id)
     e.counts[p.id] = count

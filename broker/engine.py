@@ -637,7 +637,7 @@ class Engine:
                 fold.elastic_open(self, ls, p, *waiting)
         return grant
 
-    def grant_step(
+    def grant_extent(
         self, p: Pending, c: CampaignState, plan: paths.Plan, rate: dims.Vec
     ) -> tuple[float, float]:
         """Lease an elastic lease's extent ``p`` on ``plan`` as any grant, but with no
@@ -657,7 +657,7 @@ class Engine:
     ) -> tuple[Lease, float, float, float]:
         """Start the lease ``p`` asked for on ``plan``: placed, charged, held, timed; the
         reservations kept true. Returns (lease, tokens, credits, price). ``step``: an
-        elastic lease's extent (see ``grant_step``)."""
+        elastic lease's extent (see ``grant_extent``)."""
         # A new lease is priced at the pressure that includes itself, as a renewal is (its
         # holding is then counted): a queued request's demand is already counted, unless
         # it waited on its own campaign's envelope (not congestion, so not counted).
