@@ -41,7 +41,7 @@ import bisect
 import enum
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -285,7 +285,8 @@ class ElasticLease:
     counts: dict[str, int] = field(default_factory=dict)
     """Extent id -> the steps it holds."""
     held_steps: int = 0
-    """The steps its extents hold, together."""
+    """The steps its extents hold, together: the sum of ``counts``, kept as extents come
+    and go because the allocator reads it for every lease at every event."""
     warned: dict[str, float] = field(default_factory=dict)
     """Extent id -> the deadline it ends at (announced by a ResizeWarned)."""
     allowed: tuple[int, ...] = (0,)
@@ -311,7 +312,7 @@ class ElasticLease:
     def steps(self) -> int:
         return self.held_steps
 
-    def steps_in(self, extents: list[str]) -> int:
+    def steps_in(self, extents: Iterable[str]) -> int:
         """The steps these extents of the lease hold, together."""
         counts = self.counts
         return sum(counts[x] for x in extents)

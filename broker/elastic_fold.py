@@ -473,7 +473,7 @@ def elastic_yield(eng: Engine, rid: str, need: dims.Vec) -> None:
     heap: list[tuple[float, float, float, str]] = []
     left: dict[str, int] = {}
     for e in eng.elastic.by_lease.values():
-        k = e.steps - e.steps_in(list(e.warned)) if e.warned else e.steps
+        k = e.steps - e.steps_in(e.warned) if e.warned else e.steps
         if k > 0:
             left[e.lease_id] = k
             heapq.heappush(heap, (e.worth(now, risk, k), -e.deadline, -e.seq, e.lease_id))

@@ -123,7 +123,6 @@ class Ledger:
         "_policy",
         "_pool",
         "_primary",
-        "_usage_memo",
         "batch_reserve",
         "draining",
         "firm_ends",
@@ -183,22 +182,16 @@ class Ledger:
         usage is stored multiplied by ``2^((now - usage_ref)/h)``, so that it need not be
         decayed as time passes: every campaign's decays by the same factor, and order is
         kept."""
-        self._usage_memo: tuple[tuple[object, ...], float] | None = None
-        """The last usage amount ``charge_usage`` worked out, with what it was worked out
-        from: an elastic lease's steps are charged, renewed and ended together, each for
-        the same size and span, so the next step's amount is the same number."""
 
     def __getstate__(self) -> tuple[None, dict[str, object]]:
         # A snapshot leaves the cache out: whether it is filled depends on who read it.
         state = {k: getattr(self, k) for k in self.__slots__}
         state["_lent"] = ()
         state["_kept"] = None
-        state["_usage_memo"] = None
         return None, state
 
     def __setstate__(self, state: tuple[None, dict[str, object]]) -> None:
         self._kept = None
-        self._usage_memo = None
         for k, v in state[1].items():
             setattr(self, k, v)
 
@@ -341,23 +334,13 @@ class Ledger:
         h = self._policy.fairshare_half_life_s
         if h is None or end <= start:
             return
-        key = (size, c.sustained, start, end, self.usage_ref, h)
-        memo = self._usage_memo
-        if memo is not None and memo[0] == key:
-            amount = memo[1]
-        else:
-            w = admission.usage_weight(size, c.sustained)
-            if w <= 0:
-                amount = 0.0
-            else:
-                if self.usage_ref is None:
-                    self.usage_ref = start
-                ref = self.usage_ref
-                amount = w * h / LN2 * (2.0 ** ((end - ref) / h) - 2.0 ** ((start - ref) / h))
-            # Keyed by the reference as it now is (set above at the first charge).
-            self._usage_memo = ((size, c.sustained, start, end, self.usage_ref, h), amount)
-        if amount <= 0:
+        w = admission.usage_weight(size, c.sustained)
+        if w <= 0:
             return
+        if self.usage_ref is None:
+            self.usage_ref = start
+        ref = self.usage_ref
+        amount = w * h / LN2 * (2.0 ** ((end - ref) / h) - 2.0 ** ((start - ref) / h))
         c.usage = max(0.0, c.usage + sign * amount)
         c.refresh_fair(True)
 
