@@ -45,6 +45,21 @@ HeadEntry = tuple[int, float, int, str]
 """A pool-blocked head's place: its admission order key, then its id."""
 
 PoolKey = tuple[bool, LeaseClass, dims.Vec, object, LeaseClass, int]
+
+
+class _Unordered(tuple):  # type: ignore[type-arg]
+    """A pool key as the walk's heap holds it, beside its entry: equal to the key, and
+    never less than another. Two heap items tie on their entry only where one of them is
+    stale (a request whose key changed is pushed again under its new key; the old item is
+    dropped when it comes up), and which of the two comes first changes nothing. Keys of
+    different shapes cannot be ordered (a demand beside a size), so they must not be."""
+
+    __slots__ = ()
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+
 """What the pool side of an admission try depends on besides the pool (see
 ``pool_side.place_check``): the campaign's preemptibility, class and unmet guarantee, and
 the request's demand (its ``Demand.ident``, or its size; with the watts it declared, if
@@ -621,7 +636,7 @@ class PoolScan:
         entry = entries[k]
         if at.get(key) != entry:
             at[key] = entry
-            heapq.heappush(self._heap, (entry, key))
+            heapq.heappush(self._heap, (entry, _Unordered(key)))
 
     def _fill(self) -> None:
         heap = []
@@ -640,7 +655,7 @@ class PoolScan:
                 if k >= len(entries):
                     continue
                 entry = entries[k]
-            heap.append((entry, key))
+            heap.append((entry, _Unordered(key)))
             at[key] = entry
         heapq.heapify(heap)
         self._heap = heap
