@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Mapping
@@ -216,9 +217,12 @@ def speed(intent: Intent, n: float) -> float:
 
 def size_ok(intent: Intent, units: float) -> bool:
     """May the job run on ``units`` of its scale dimension (its sizes and size rule)?"""
-    if intent.sizes is not None and not any(abs(units - u) <= 1e-9 for u in intent.sizes):
+    return _size_ok(intent.sizes, intent.size_rule, units)
+
+
+def _size_ok(sizes: tuple[float, ...] | None, rule: str, units: float) -> bool:
+    if sizes is not None and not any(abs(units - u) <= 1e-9 for u in sizes):
         return False
-    rule = intent.size_rule
     if not rule:
         return True
     n = round(units)
@@ -235,15 +239,26 @@ def allowed_units(intent: Intent) -> tuple[float, ...]:
     step = resolve_step(intent)
     name = scale_dim(step or intent.min)
     lo = float(intent.min.get(name, 0.0))
-    per = step.get(name, 0.0)
-    top = float(intent.max.get(name, lo))
+    sizes = None if intent.sizes is None else tuple(intent.sizes)
+    return _allowed(lo, step.get(name, 0.0), float(intent.max.get(name, lo)), sizes,
+                    intent.size_rule)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _allowed(
+    lo: float, per: float, top: float, sizes: tuple[float, ...] | None, rule: str
+) -> tuple[float, ...]:
+    """:func:`allowed_units` of the scale dimension's min, step and max, the sizes and the
+    size rule. Kept for the next intent of the same shape: each elastic request asks for
+    its sizes several times (its lease, admission control, each plan while it waits), and
+    the scan walks every whole step from min to max."""
     out = []
     k = 0
     while True:
         n = lo + k * per
         if n > top + 1e-9:
             break
-        if size_ok(intent, n):
+        if _size_ok(sizes, rule, n):
             out.append(n)
         if per <= 0:
             break
@@ -307,6 +322,8 @@ class ElasticLease:
                 round((u - self.base_units) / per) for u in allowed_units(self.intent)
             ) or (0,)
         self.all_modes = modes(self.intent)
+        for k in self.allowed:
+            self.speed(k)  # every allowed size's speed, once: the pass reads them at every event
 
     @property
     def steps(self) -> int:
@@ -378,9 +395,14 @@ class ElasticLease:
 
     def advance(self, t: float) -> None:
         """Count the work done up to ``t`` at the units held."""
-        if self.running and t > self.at:
-            self.work_left = max(0.0, self.work_left - (t - self.at) * self.speed())
-        self.at = max(self.at, t)
+        at = self.at
+        if t > at:
+            if self.running:
+                sp = self.speeds.get(self.held_steps)
+                if sp is None:
+                    sp = self.speed()
+                self.work_left = max(0.0, self.work_left - (t - at) * sp)
+            self.at = t
 
     def time_left(self, steps: int | None = None) -> float:
         sp = self.speed(steps)
@@ -404,46 +426,87 @@ class ElasticLease:
 
     def gain(self, now: float, use_risk: bool, k: int, to: int) -> float:
         """The normalised marginal utility per step of the jump from ``k`` to ``to``
-        steps: 0 when it buys no speed or value."""
-        sp, sp1 = self.speed(k), self.speed(to)
+        steps: 0 when it buys no speed or value. (:meth:`value_at` and :meth:`risk` written
+        out, as the pass weighs every lease's last jump at every event: the same numbers.)"""
+        speeds = self.speeds
+        sp = speeds.get(k)
+        if sp is None:
+            sp = self.speed(k)
+        sp1 = speeds.get(to)
+        if sp1 is None:
+            sp1 = self.speed(to)
         if sp <= 0 or sp1 <= sp or to <= k:
             return 0.0
-        v = self.value_at(now + self.work_left / sp1)
+        intent = self.intent
+        w = self.work_left
+        v = (
+            intent.value
+            * self.all_modes[self.mode].value_factor
+            * intent.decay.factor(now + w / sp1 - self.deadline)
+        )
         if v <= 0:
             # The jump does not save the deadline: what the lease can still reach at its
             # fastest allocation.
             v = self.value_at(now + self.time_left(self.fastest_steps()))
-        return v * self.risk(now, use_risk, k) * (sp1 - sp) / sp / (to - k)
+        return v * self._risk(now, use_risk, w / sp) * (sp1 - sp) / sp / (to - k)
+
+    def _risk(self, now: float, use_risk: bool, tl: float) -> float:
+        """:meth:`risk` of the time left ``tl`` at the size it is asked for."""
+        if not use_risk or math.isinf(tl) or tl <= 0:
+            return 1.0
+        return 1.0 / (1.0 + max(0.0, self.deadline - now - tl) / tl)
 
     def jumps(self, now: float, use_risk: bool, k: int) -> list[tuple[float, int]]:
         """Every allowed jump up from ``k`` that gains: (gain per step, target), best
         first, ties to the smaller jump. (:meth:`gain` for each, with what they share
         worked out once: the same numbers.)"""
-        if self.work_left <= 0:
-            return []
-        sp = self.speed(k)
+        return self._jumps(now, use_risk, k)[0]
+
+    def _jumps(self, now: float, use_risk: bool, k: int) -> tuple[list[tuple[float, int]], int]:
+        """:meth:`jumps`, and :meth:`rescue` at ``k`` worked out in the same walk (-1: no
+        rescue; -2: not worked out, as the speed at ``k`` is 0). The walk reads every
+        larger allowed size's finish: a size no faster than ``k`` cannot save a deadline
+        ``k`` loses, so skipping it for the jumps skips nothing the rescue needs."""
+        w = self.work_left
+        if w <= 0:
+            return [], -1
+        speeds = self.speeds
+        sp = speeds.get(k)
+        if sp is None:
+            sp = self.speed(k)
         if sp <= 0:
-            return []
+            return [], -2
         out: list[tuple[float, int]] = []
+        deadline = self.deadline
+        save = -1 if now + w / sp <= deadline else -3  # -3: lost at k, not yet saved
+        intent = self.intent
+        vv = intent.value * self.all_modes[self.mode].value_factor
+        factor = intent.decay.factor
         r = -1.0
         far = -1.0
-        for a in self.ups(k):
-            sp1 = self.speed(a)
+        allowed = self.allowed
+        for a in allowed[bisect.bisect_right(allowed, k) :]:
+            sp1 = speeds.get(a)
+            if sp1 is None:
+                sp1 = self.speed(a)
             if sp1 <= sp:
                 continue
-            v = self.value_at(now + self.work_left / sp1)
+            finish = now + w / sp1
+            if save == -3 and finish <= deadline:
+                save = a
+            v = vv * factor(finish - deadline)
             if v <= 0:
                 if far < 0:
                     far = self.value_at(now + self.time_left(self.fastest_steps()))
                 v = far
             if r < 0:
-                r = self.risk(now, use_risk, k)
+                r = self._risk(now, use_risk, w / sp)
             g = v * r * (sp1 - sp) / sp / (a - k)
             if g > 0:
                 out.append((g, a))
         if len(out) > 1:
-            out.sort(key=lambda x: (-x[0], x[1]))
-        return out
+            out.sort(key=_best_first)
+        return out, (-1 if save == -3 else save)
 
     def nmu(self, now: float, use_risk: bool = True, k: int | None = None) -> float:
         """The normalised marginal utility per step of the best jump up from ``k`` steps
@@ -472,12 +535,12 @@ class ElasticLease:
     ) -> tuple[tuple[float, ...], list[int]]:
         """:meth:`priority` and :meth:`targets` together, the jumps worked out once (the
         key is meaningless when the targets are empty)."""
-        k = self.steps
-        if k >= self.max_steps or self.work_left <= 0:
+        k = self.held_steps
+        if k >= self.allowed[-1] or self.work_left <= 0:
             return (), []
         if rule == "dmug":
-            jumps = self.jumps(now, use_risk, k)
-            save = self.rescue(now)
+            jumps, found = self._jumps(now, use_risk, k)
+            save = found if found >= 0 else (None if found == -1 else self.rescue(now))
             if save is not None:
                 key = (0.0, self.deadline, self.deadline, float(self.seq))
                 return key, [save, *(a for _, a in jumps if a != save)]
@@ -568,6 +631,11 @@ class ElasticLease:
             "risk": self.risk(now, use_risk),
             "nmu": self.nmu(now, use_risk),
         }
+
+
+def _best_first(jump: tuple[float, int]) -> tuple[float, int]:
+    """Jumps best per step first, ties to the smaller jump."""
+    return (-jump[0], jump[1])
 
 
 def _finite(x: float) -> float:
