@@ -240,8 +240,8 @@ def allowed_units(intent: Intent) -> tuple[float, ...]:
     name = scale_dim(step or intent.min)
     lo = float(intent.min.get(name, 0.0))
     sizes = None if intent.sizes is None else tuple(intent.sizes)
-    return _allowed(lo, step.get(name, 0.0), float(intent.max.get(name, lo)), sizes,
-                    intent.size_rule)  # fmt: skip
+    top = float(intent.max.get(name, lo))
+    return _allowed(lo, step.get(name, 0.0), top, sizes, intent.size_rule)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -653,9 +653,9 @@ def rescue_all(eng: Engine, lids: list[str]) -> None:
             if best is None:
                 break
             x = el.by_lease[best[3]]
-            free = _unclaimed(x, taken, mine)
-            xk = x.steps_in(free)
-            shrink = x.youngest(free, xk - x.down(xk))  # the youngest extents first
+            unclaimed = _unclaimed(x, taken, mine)
+            xk = x.steps_in(unclaimed)
+            shrink = x.youngest(unclaimed, xk - x.down(xk))  # the youngest extents first
             mine.setdefault(x.lease_id, []).extend(shrink)
             got += x.steps_in(shrink) * x.step[x.dim]
         coming[b.dim] = 0.0
