@@ -79,13 +79,21 @@ accel-clean: | $(BIN)/python
 system-deps:
 	scripts/system-deps.sh
 
+# The in-process tests run on TEST_WORKERS pytest-xdist workers; the `serial` ones (they
+# start servers, clusters or a browser that share the machine) then run one at a time.
+# Both parts always run; the target fails if either did.
+TEST_WORKERS ?= 2
+
 test: $(TEST_STAMP) system-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	status=0; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial" || status=$$?; \
+	$(BIN)/python -m pytest -q -m serial || status=$$?; \
+	exit $$status
 
 test-fast: $(TEST_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 
 # The traces live beside the repository (../shared/traces), never inside it.
 TRACES ?= ../shared/traces

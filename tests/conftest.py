@@ -25,6 +25,14 @@ from bursar.broker.policy import NodeGroup, PolicySpec, PoolSpec
 settings.register_profile("bursar", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("bursar")
 
+# A pytest-xdist worker (make test runs the in-process tests on several) starts with COLUMNS
+# and LINES set (80 x 24), where a plain run off a terminal has neither: the commands' tests
+# read what a command prints off a terminal (cli/console.py: full width unless COLUMNS is
+# set), so a worker runs them as a plain run would.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 # The reliability suite's helpers (its `Server` process wrapper) are the tests' too: one copy.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "reliability"))
 
@@ -182,7 +190,11 @@ HEAVY_MODULES = frozenset(
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    slow = pytest.mark.slow
+    # The heavy modules are also `serial`: what they start shares the machine (ports, the
+    # test Slurm cluster, the cores their timings assume), so `make test` runs them one at
+    # a time, after the in-process tests have run on every worker (pytest-xdist).
+    slow, serial = pytest.mark.slow, pytest.mark.serial
     for item in items:
         if item.module is not None and item.module.__name__.rpartition(".")[2] in HEAVY_MODULES:
             item.add_marker(slow)
+            item.add_marker(serial)
