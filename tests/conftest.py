@@ -189,12 +189,19 @@ HEAVY_MODULES = frozenset(
 )
 
 
+# Heavy modules whose subprocesses listen on nothing and time nothing (a compiled build,
+# scripts run on files in a temporary folder): `make test` runs them on the workers with
+# the in-process tests. The other heavy modules are `serial`: what they start shares the
+# machine (ports, the test Slurm cluster, PostgreSQL, the cores their timings assume), so
+# `make test` runs them one at a time, after the tests on the workers (pytest-xdist).
+PARALLEL_HEAVY_MODULES = frozenset({"test_accel", "test_traces_sample"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # The heavy modules are also `serial`: what they start shares the machine (ports, the
-    # test Slurm cluster, the cores their timings assume), so `make test` runs them one at
-    # a time, after the in-process tests have run on every worker (pytest-xdist).
     slow, serial = pytest.mark.slow, pytest.mark.serial
     for item in items:
-        if item.module is not None and item.module.__name__.rpartition(".")[2] in HEAVY_MODULES:
+        name = item.module.__name__.rpartition(".")[2] if item.module is not None else ""
+        if name in HEAVY_MODULES:
             item.add_marker(slow)
-            item.add_marker(serial)
+            if name not in PARALLEL_HEAVY_MODULES:
+                item.add_marker(serial)
