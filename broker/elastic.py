@@ -873,19 +873,31 @@ def _fill(
     # share crosses every later job's change of size, so runs save a piece (and a take
     # from the profile) per crossing; the profile left is the same.
     run_start = run_end = run_u = -1.0
+    # The loop below runs once per piece of the profile for every share tried: ``min``
+    # is written out as comparisons, and a piece that holds the cap needs no bisection
+    # (the cap's own size is the largest up to the cap that it holds).
+    cap_u = sizes[cap]
     for i, t0 in enumerate(ts):
         if t0 >= deadline:
             break
-        if fr[i] + 1e-9 < smallest:
+        f = fr[i]
+        if f + 1e-9 < smallest:
             # Fewer units free than the smallest allowed size: no size fits (the
             # bisection below would find none), so it is passed over at once.
             continue
-        t1 = min(ts[i + 1] if i < last else math.inf, deadline)
-        room = min(sizes[cap], fr[i])
-        k = bisect.bisect_right(sizes, room + 1e-9) - 1
-        if k < 0:
-            continue
-        at = min(k, cap)
+        if i < last:
+            t1 = ts[i + 1]
+            if deadline < t1:
+                t1 = deadline
+        else:
+            t1 = deadline
+        if f < cap_u:
+            k = bisect.bisect_right(sizes, f + 1e-9) - 1
+            if k < 0:
+                continue
+            at = k if k < cap else cap
+        else:
+            at = cap
         sp = best_s[at]
         if sp <= 0:
             continue
@@ -896,7 +908,7 @@ def _fill(
                 out.append(Piece(run_start, run_end, run_u))
             run_start, run_u = t0, u
         if end <= t1 + 1e-9:
-            out.append(Piece(run_start, min(end, t1), u))
+            out.append(Piece(run_start, end if end < t1 else t1, u))
             return out
         done += (t1 - t0) * sp
         run_end = t1
