@@ -266,9 +266,13 @@ def _allowed(
     return tuple(out)
 
 
+FULL_MODE = DegradeMode(FULL, 1.0, 1.0)
+"""The mode every elastic lease starts in: all its work, all its value."""
+
+
 def modes(intent: Intent) -> tuple[DegradeMode, ...]:
     """The full mode, then the degrade modes in the order given."""
-    return (DegradeMode(FULL, 1.0, 1.0), *intent.degrade)
+    return (FULL_MODE, *intent.degrade)
 
 
 @dataclass(slots=True)
@@ -401,7 +405,8 @@ class ElasticLease:
                 sp = self.speeds.get(self.held_steps)
                 if sp is None:
                     sp = self.speed()
-                self.work_left = max(0.0, self.work_left - (t - at) * sp)
+                w = self.work_left - (t - at) * sp
+                self.work_left = w if w > 0.0 else 0.0  # max(0.0, w), without a call
             self.at = t
 
     def time_left(self, steps: int | None = None) -> float:
@@ -452,9 +457,10 @@ class ElasticLease:
 
     def _risk(self, now: float, use_risk: bool, tl: float) -> float:
         """:meth:`risk` of the time left ``tl`` at the size it is asked for."""
-        if not use_risk or math.isinf(tl) or tl <= 0:
+        if not use_risk or tl <= 0 or tl == math.inf:
             return 1.0
-        return 1.0 / (1.0 + max(0.0, self.deadline - now - tl) / tl)
+        slack = self.deadline - now - tl
+        return 1.0 / (1.0 + (slack if slack > 0.0 else 0.0) / tl)
 
     def jumps(self, now: float, use_risk: bool, k: int) -> list[tuple[float, int]]:
         """Every allowed jump up from ``k`` that gains: (gain per step, target), best
@@ -771,10 +777,12 @@ class ElasticLeases:
 # --------------------------------------------------------------------------- admission plan
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PlanJob:
     """One deadline job as the admission plan sees it: the work it has left from now, the
-    sizes it may hold (ascending) and its speed at each, its deadline."""
+    sizes it may hold (ascending) and its speed at each, its deadline. (Not frozen: the
+    admission plan makes one per elastic lease for every deadline request, and a frozen
+    dataclass's constructor costs about five times as much; nothing changes one once made.)"""
 
     key: str
     """Its lease or request id (a refusal names the binding one)."""
