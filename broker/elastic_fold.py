@@ -12,6 +12,7 @@ not part of the accelerated build: see the README).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import operator
 from collections.abc import Callable, Mapping
@@ -507,12 +508,9 @@ def elastic_grow(eng: Engine, changed: dict[str, list[Any]]) -> None:
     only what the moves read is worked out (:func:`_grow_none`): the same decisions."""
     now = eng.now
     rule, risk = eng.policy.elastic_rule, eng.policy.elastic_risk
-    leases = eng.leases
-    live = [
-        e
-        for e in eng.elastic.by_lease.values()
-        if not e.warned and leases[e.lease_id].state is LeaseState.ACTIVE
-    ]
+    # ``running`` is whether the lease is active: :func:`elastic_pass` has just set it for
+    # every lease, and nothing since has started or ended one.
+    live = [e for e in eng.elastic.by_lease.values() if e.running and not e.warned]
     if _no_jump_fits(eng, live):
         _grow_none(eng, live)
         return
@@ -568,15 +566,16 @@ def _no_jump_fits(eng: Engine, live: list[elastic.ElasticLease]) -> bool:
     (the spare it compares a jump with is one of those, and a larger jump needs more)."""
     most: dict[str, float] = {}
     for e in live:
-        k = e.steps
-        ups = e.ups(k)
+        k = e.held_steps
+        allowed = e.allowed
+        i = bisect.bisect_right(allowed, k)  # its smallest jump up: to allowed[i]
         per = e.step[e.dim]
-        if not ups or per <= 0:
+        if i == len(allowed) or per <= 0:
             continue  # no jump up at all (at max): it tries none
         free = most.get(e.campaign)
         if free is None:
             free = most[e.campaign] = max(pool_side.capacity_for(eng, eng.campaigns[e.campaign])[0])
-        if (ups[0] - k) * per <= free + 1e-9:
+        if (allowed[i] - k) * per <= free + 1e-9:
             return False
     return True
 
@@ -844,6 +843,15 @@ def _judge(
     now, policy = eng.now, eng.policy
     rule, risk = policy.elastic_rule, policy.elastic_risk
     by_lease = eng.elastic.by_lease
+    if save is None and rule == "dmug":
+        # The case of nearly every rebalance, weighed for every other lease: on its own.
+        hysteresis = policy.elastic_hysteresis
+
+        def judge_dmug(xl: str, xk: int) -> float | None:
+            worth = by_lease[xl].worth(now, risk, xk)
+            return worth if gain >= hysteresis * worth else None
+
+        return judge_dmug
 
     def judge(xl: str, xk: int) -> float | None:
         x = by_lease[xl]
