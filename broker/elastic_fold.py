@@ -844,7 +844,9 @@ def _judge(
     rule, risk = policy.elastic_rule, policy.elastic_risk
     by_lease = eng.elastic.by_lease
     if save is None and rule == "dmug":
-        # The case of nearly every rebalance, weighed for every other lease: on its own.
+        # Nearly every rebalance, weighed for every other lease, so on its own: a shrink
+        # is taken where the jump's gain per step is at least ``elastic_hysteresis`` times
+        # what it gives up per step.
         hysteresis = policy.elastic_hysteresis
 
         def judge_dmug(xl: str, xk: int) -> float | None:
@@ -858,9 +860,6 @@ def _judge(
         if save is not None:
             worth = x.worth(now, risk, xk)
             ok = now + x.time_left(x.down(xk)) <= x.deadline
-        elif rule == "dmug":
-            worth = x.worth(now, risk, xk)
-            ok = gain >= policy.elastic_hysteresis * worth
         elif rule == "edf":
             worth, ok = -x.deadline, b.deadline < x.deadline
         elif rule == "value":
