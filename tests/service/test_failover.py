@@ -276,6 +276,8 @@ def test_the_leader_killed_ten_times_under_load_loses_nothing(pg: PgServer, tmp_
         async def after(
             address: str,
         ) -> tuple[dict[str, str], dict[str, str], list[tuple[int, int]]]:
+            # Retries for 5 s, not longer: a broker that stepped down is left soon enough
+            # for a second try to finish well within the leases' 20 s (LEASE_S).
             async with AsyncBrokerClient(address, token, retry_timeout_s=5) as c:
                 # Each key asked again gets the answer it got, across every failover.
                 again = {}
