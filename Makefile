@@ -18,8 +18,9 @@
 #                   into docs/whatif/whatif.{md,html,json,png} (TRACES=dir overrides the traces)
 #   make docs       build the documentation site (mkdocs.yml, docs/) into out/site, strict:
 #                   a broken link or a page left out of the nav fails (installs the docs extra)
-#   make accel      build the optional mypyc-compiled replay modules (sim/accel.py; needs a C
-#                   compiler and Python headers; without them everything runs as pure Python)
+#   make accel      build the optional mypyc-compiled replay and elastic allocator modules
+#                   (broker/accel.py; needs a C compiler and Python headers; without them
+#                   everything runs as pure Python)
 #   make accel-clean  remove that build
 #   make format     apply ruff's fixes and formatting
 #   make clean      remove generated output and caches (keeps .venv)
@@ -69,11 +70,11 @@ $(ACCEL_STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 accel: $(ACCEL_STAMP)
-	$(BIN)/python -m bursar.sim.accel build
-	$(BIN)/python -m bursar.sim.accel status
+	$(BIN)/python -m bursar.broker.accel build
+	$(BIN)/python -m bursar.broker.accel status
 
 accel-clean: | $(BIN)/python
-	$(BIN)/python -m bursar.sim.accel clean
+	$(BIN)/python -m bursar.broker.accel clean
 
 # Debian packages some tests need (Chromium, Slurm, munge); see scripts/system-deps.sh.
 system-deps:

@@ -38,6 +38,7 @@ Everything here is pure: functions of the intent, the lease's model state and th
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import enum
 import functools
 import itertools
@@ -46,7 +47,41 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from bursar.broker import dims
+
+# Snapshots pickle the engine, and the allocator's state with it. Its classes say how they
+# pickle, in the form the standard library gives them as plain Python (a frozen
+# dataclass: its fields' values in order; any other: its slots by name), so that the
+# optional compiled build (``make accel``: mypyc's native classes pickle otherwise, and
+# its frozen ones cannot be read back) writes and reads the same snapshots, old ones
+# included. ``mypyc_attr(serializable=True)`` on the dataclasses: one read back is made
+# without calling ``__init__`` (which needs arguments), as in Python. Not on
+# ``ElasticLeases``: mypyc calls its ``__init__``, which takes none, when one is read back
+# (and a compiled ``ElasticLeases()`` marked serializable was left without its fields).
+# ``tests/engine/test_accel.py`` checks both builds against each other.
+
+
+def _fields_state(obj: Any, names: tuple[str, ...]) -> list[Any]:
+    return [getattr(obj, n) for n in names]
+
+
+def _set_fields_state(obj: Any, names: tuple[str, ...], state: list[Any]) -> None:
+    for name, value in zip(names, state, strict=True):
+        # Past a frozen dataclass's own __setattr__, which refuses (as the standard
+        # library's setstate does).
+        object.__setattr__(obj, name, value)
+
+
+def _slots_state(obj: Any, names: tuple[str, ...]) -> tuple[None, dict[str, Any]]:
+    return None, {n: getattr(obj, n) for n in names}
+
+
+def _set_slots_state(obj: Any, state: tuple[None, dict[str, Any]]) -> None:
+    for name, value in state[1].items():
+        object.__setattr__(obj, name, value)
+
 
 RULES = ("dmug", "edf", "value", "proportional")
 """The allocation rules ``PolicySpec.elastic_rule`` may name."""
@@ -86,10 +121,17 @@ class DecayKind(enum.Enum):
     """Halves every ``window_s`` past the deadline."""
 
 
+@mypyc_attr(serializable=True)
 @dataclass(frozen=True, slots=True)
 class Decay:
     kind: DecayKind = DecayKind.STEP
     window_s: float = 0.0
+
+    def __getstate__(self) -> list[Any]:
+        return _fields_state(self, _DECAY_FIELDS)
+
+    def __setstate__(self, state: list[Any]) -> None:
+        _set_fields_state(self, _DECAY_FIELDS, state)
 
     def factor(self, late_s: float) -> float:
         """What is left of the value when the work finishes ``late_s`` after the deadline."""
@@ -102,6 +144,10 @@ class Decay:
         return 0.5 ** (late_s / self.window_s)
 
 
+_DECAY_FIELDS = tuple(f.name for f in dataclasses.fields(Decay))
+
+
+@mypyc_attr(serializable=True)
 @dataclass(frozen=True, slots=True)
 class DegradeMode:
     name: str
@@ -110,7 +156,17 @@ class DegradeMode:
     value_factor: float
     """The value is multiplied by this, in [0, 1]."""
 
+    def __getstate__(self) -> list[Any]:
+        return _fields_state(self, _DEGRADE_FIELDS)
 
+    def __setstate__(self, state: list[Any]) -> None:
+        _set_fields_state(self, _DEGRADE_FIELDS, state)
+
+
+_DEGRADE_FIELDS = tuple(f.name for f in dataclasses.fields(DegradeMode))
+
+
+@mypyc_attr(serializable=True)
 @dataclass(frozen=True, slots=True)
 class Intent:
     """What an elastic request says about itself (``AcquireRequest.intent``)."""
@@ -137,6 +193,15 @@ class Intent:
     size_rule: str = field(default="", metadata=_OMIT)
     """A rule for the sizes: ``powers_of_two`` or ``divisors_of:B`` (with ``sizes``, a
     size must satisfy both)."""
+
+    def __getstate__(self) -> list[Any]:
+        return _fields_state(self, _INTENT_FIELDS)
+
+    def __setstate__(self, state: list[Any]) -> None:
+        _set_fields_state(self, _INTENT_FIELDS, state)
+
+
+_INTENT_FIELDS = tuple(f.name for f in dataclasses.fields(Intent))
 
 
 def intent_from_dict(d: Mapping[str, Any] | None) -> Intent | None:
@@ -275,6 +340,7 @@ def modes(intent: Intent) -> tuple[DegradeMode, ...]:
     return (FULL_MODE, *intent.degrade)
 
 
+@mypyc_attr(serializable=True)
 @dataclass(slots=True)
 class ElasticLease:
     """The allocator's state of one elastic lease (the engine keeps one per lease)."""
@@ -318,6 +384,12 @@ class ElasticLease:
     """:func:`modes` of the intent (the intent does not change)."""
     curve_kept: tuple[Any, ...] = field(default=(), repr=False, compare=False)
     """:meth:`plan_curve`, once worked out."""
+
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        return _slots_state(self, _LEASE_SLOTS)
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        _set_slots_state(self, state)
 
     def __post_init__(self) -> None:
         per = self.step[self.dim]
@@ -639,6 +711,9 @@ class ElasticLease:
         }
 
 
+_LEASE_SLOTS = tuple(f.name for f in dataclasses.fields(ElasticLease))
+
+
 def _best_first(jump: tuple[float, int]) -> tuple[float, int]:
     """Jumps best per step first, ties to the smaller jump."""
     return (-jump[0], jump[1])
@@ -729,11 +804,20 @@ def repick(el: ElasticLease, now: float, degrade: bool = True) -> int:
     return el.mode
 
 
+_LEASES_SLOTS = ("by_lease", "held", "parent_of", "plan_jobs", "waiting", "warned_held")
+
+
 class ElasticLeases:
     """Every elastic lease's allocator state, the extra steps each holds, and the intents
     of elastic requests still waiting. The one place the engine keeps them."""
 
-    __slots__ = ("by_lease", "held", "parent_of", "plan_jobs", "waiting", "warned_held")
+    __slots__ = _LEASES_SLOTS
+
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        return _slots_state(self, _LEASES_SLOTS)
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        _set_slots_state(self, state)
 
     def __init__(self) -> None:
         self.by_lease: dict[str, ElasticLease] = {}
@@ -777,6 +861,7 @@ class ElasticLeases:
 # --------------------------------------------------------------------------- admission plan
 
 
+@mypyc_attr(serializable=True)
 @dataclass(slots=True)
 class PlanJob:
     """One deadline job as the admission plan sees it: the work it has left from now, the
@@ -795,6 +880,15 @@ class PlanJob:
     upto: tuple[tuple[float, ...], tuple[float, ...]] | None = field(default=None, compare=False)
     """:func:`_fastest_upto` of its sizes and speeds, when the caller keeps it (it depends
     on them only)."""
+
+    def __getstate__(self) -> tuple[None, dict[str, Any]]:
+        return _slots_state(self, _PLAN_JOB_SLOTS)
+
+    def __setstate__(self, state: tuple[None, dict[str, Any]]) -> None:
+        _set_slots_state(self, state)
+
+
+_PLAN_JOB_SLOTS = tuple(f.name for f in dataclasses.fields(PlanJob))
 
 
 @dataclass(frozen=True, slots=True)
@@ -832,9 +926,9 @@ class _Free:
 
     __slots__ = ("free", "ts")
 
-    def __init__(self, now: float, capacity: float) -> None:
-        self.ts = [now]
-        self.free = [capacity]
+    def __init__(self, ts: list[float], free: list[float]) -> None:
+        self.ts = ts
+        self.free = free
 
     def cut(self, t: float) -> int:
         """The index of the piece starting at ``t`` (split there if needed)."""
@@ -846,10 +940,7 @@ class _Free:
         return i + 1
 
     def copy(self) -> _Free:
-        out = _Free.__new__(_Free)
-        out.ts = list(self.ts)
-        out.free = list(self.free)
-        return out
+        return _Free(list(self.ts), list(self.free))
 
     def take(self, start: float, end: float, units: float) -> None:
         if end <= start or units <= 0:
@@ -948,7 +1039,7 @@ def _share(job: PlanJob, free: _Free, now: float) -> tuple[Piece, ...] | None:
 
 
 def _held_free(now: float, capacity: float, held: tuple[tuple[float, float], ...]) -> _Free:
-    free = _Free(now, capacity)
+    free = _Free([now], [capacity])
     for units, until in held:
         free.take(now, until, units)
     return free

@@ -5,9 +5,10 @@ A part of the fold (``engine.py``), kept apart because it is one rule with its o
 state (``broker/elastic.py``: the intent, the model and the rule's keys; the state is
 ``Engine.elastic``). It works on the engine's own state through the same handlers as
 every lease (``grant_extent`` leases an extent as ``_grant`` leases a request; ``_end``).
-Functions of the engine rather than a class it inherits, so that mypyc can compile both
-(it cannot compile a mixin typed by its host; the compiled engine was measured and is
-not part of the accelerated build: see the README).
+Functions of the engine rather than a class it inherits, so that mypyc can compile them
+(it cannot compile a mixin typed by its host). The optional accelerated build (``make
+accel``) compiles ``broker/elastic.py`` but neither this module nor the engine, which were
+measured compiled and gained nothing or lost (``broker/compiled.py`` says why).
 """
 
 from __future__ import annotations

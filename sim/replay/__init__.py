@@ -1,6 +1,6 @@
 """Trace replay: real job traces through the engine under several admission policies."""
 
-from bursar.sim import accel
+from bursar.broker import compiled
 
 # The compiled profile (``make accel``), when it is built from this source.
-accel.use(__name__, __path__)
+compiled.use(__name__, __path__)

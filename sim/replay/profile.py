@@ -68,7 +68,7 @@ def _longest(starts: list[float], ends: list[float]) -> list[float]:
     return list(accumulate(map(sub, ends[1:], starts[1:]), max, initial=-inf))
 
 
-# Compiled by the optional accelerated build (bursar.sim.accel), it stays a class that
+# Compiled by the optional accelerated build (bursar.broker.accel), it stays a class that
 # plug-ins and tests may subclass.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Profile:

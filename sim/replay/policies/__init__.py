@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from bursar.sim import accel
+from bursar.broker import compiled
 
 # The compiled conservative backfill (``make accel``), when it is built from this source:
 # before the policies are imported (hence the imports below it).
-accel.use(__name__, __path__)
+compiled.use(__name__, __path__)
 # ruff: noqa: E402
 
 from bursar.sim.replay.policies.base import Policy, PolicyFactory

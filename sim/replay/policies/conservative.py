@@ -42,7 +42,7 @@ REBUILD = 4
 wake-up heap from them instead of pushing each move."""
 
 
-# Compiled by the optional accelerated build (bursar.sim.accel), it stays a class that
+# Compiled by the optional accelerated build (bursar.broker.accel), it stays a class that
 # plug-ins and tests may subclass.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class Conservative:
