@@ -110,6 +110,44 @@ def test_compiled_modules_schedule_a_random_trace_as_the_pure_ones(
     assert fast["digest"] == pure["digest"]
 
 
+POWER_SCRIPT = """
+import hashlib, json, random
+from bursar.broker import compiled
+from bursar.sim.replay.kernel import replay
+from bursar.sim.replay.mapping import FacilityPower, Workload
+from bursar.sim.replay.policies.powercap import power_policy
+# 64 processors under a 2 kW cap, jobs of 10-600 W ending early or on time: reservations
+# in both profiles, compressed as jobs end early.
+rng = random.Random(11)
+w = Workload(64, "processors", [], [], [], [], [], [], ["all"])
+watts = []
+t = 0.0
+for i in range(600):
+    t += rng.randint(0, 600)
+    hold = float(rng.randint(60, 7200))
+    w.job_id.append(i + 1)
+    w.submit.append(t)
+    w.size.append(rng.choice((1, 2, 4, 8, 16, 32, 64)))
+    w.duration.append(hold * rng.choice((0.1, 0.5, 1.0)))
+    w.hold.append(hold)
+    w.campaign.append(0)
+    watts.append(rng.uniform(10.0, 600.0))
+w.power = FacilityPower(2000.0, 0.0, watts)
+s = replay(w, power_policy("conservative")(w), strict=True)
+digest = hashlib.sha256(repr((list(s.start), s.refused)).encode()).hexdigest()
+print(json.dumps({"active": compiled.active(), "digest": digest}))
+"""
+
+
+def test_compiled_modules_replay_under_a_power_cap_as_the_pure_ones(built: Path) -> None:
+    # Conservative backfill under a cap keeps a second profile, in watts (floats), beside
+    # the compiled profile of whole processors.
+    fast = _python(POWER_SCRIPT, [], {"BURSAR_ACCEL_DIR": str(built)})
+    pure = _python(POWER_SCRIPT, [], {"BURSAR_PURE": "1"})
+    assert fast["active"]["bursar.sim.replay.profile"], fast
+    assert fast["digest"] == pure["digest"]
+
+
 def test_compiled_modules_keep_the_kth_sp2_schedule(built: Path) -> None:
     trace = TRACES / "pwa-kth-sp2" / "KTH-SP2-1996-2.1-cln.swf.gz"
     if not trace.is_file():

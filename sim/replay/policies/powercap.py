@@ -23,7 +23,7 @@ unchanged.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import MutableSequence
 from typing import ClassVar
 
@@ -153,7 +153,73 @@ class PowerEasy(Easy):
         return out
 
 
-def _fit(p: Profile, t: float, units: float, length: float) -> float:
+class _Watts:
+    """The watts free over time: ``Profile``'s step function (``free[i]`` from ``times[i]``
+    on; ``take``, ``give``, ``move`` and ``drop_before`` make the same steps with the same
+    arithmetic) in float watts, without its run tables (``_fit`` scans the steps). Apart
+    from ``Profile`` because that one counts whole units: compiled (``make accel``), it
+    refuses watts."""
+
+    __slots__ = ("free", "times")
+
+    def __init__(self, budget: float, origin: float) -> None:
+        self.times: list[float] = [origin]
+        self.free: list[float] = [budget]
+
+    def _split(self, t: float) -> int:
+        times = self.times
+        k = bisect_left(times, t)
+        if k < len(times) and times[k] == t:
+            return k
+        times.insert(k, t)
+        self.free.insert(k, self.free[k - 1])
+        return k
+
+    def take(self, start: float, end: float, watts: float) -> None:
+        if end > start and watts != 0:
+            a = self._split(start)
+            b = self._split(end)
+            self.free[a:b] = [f - watts for f in self.free[a:b]]
+
+    def give(self, start: float, end: float, watts: float) -> None:
+        if end > start and watts != 0:
+            a = self._split(start)
+            b = self._split(end)
+            self.free[a:b] = [f + watts for f in self.free[a:b]]
+            # From the right, so that the indices stay valid (as Profile.give).
+            self._merge(b)
+            self._merge(a)
+
+    def move(self, old: float, new: float, length: float, watts: float) -> None:
+        """As ``Profile.move``: only the parts that do not overlap change."""
+        if new < old:
+            self.take(new, min(new + length, old), watts)
+            self.give(max(old, new + length), old + length, watts)
+            self._merge(self._at(old))
+        elif new > old:
+            self.give(old, min(old + length, new), watts)
+            self.take(max(new, old + length), new + length, watts)
+            self._merge(self._at(old + length))
+
+    def _at(self, t: float) -> int:
+        k = bisect_left(self.times, t)
+        return k if k < len(self.times) and self.times[k] == t else -1
+
+    def _merge(self, k: int) -> None:
+        """Drop breakpoint ``k`` if the steps either side have the same watts free."""
+        times, free = self.times, self.free
+        if 0 < k < len(times) and free[k] == free[k - 1]:
+            del times[k]
+            del free[k]
+
+    def drop_before(self, now: float) -> None:
+        k = bisect_right(self.times, now) - 1
+        if k > 0:
+            del self.times[:k]
+            del self.free[:k]
+
+
+def _fit(p: Profile | _Watts, t: float, units: float, length: float) -> float:
     """The earliest start >= ``t`` with ``units`` free on ``p`` for ``length`` seconds, by
     a scan of its steps (the watts profile has too many distinct sizes for the profile's
     per-size run tables; the last step has the whole capacity free)."""
@@ -181,7 +247,7 @@ class PowerConservative(Conservative):
     def __init__(self, w: Workload, config: ReplayConfig | None = None) -> None:
         super().__init__(w, config)
         self.watts, self.budget = _power(w)
-        self.wprofile = Profile(self.budget, w.submit[0] if len(w) else 0.0)  # type: ignore[arg-type]
+        self.wprofile = _Watts(self.budget, w.submit[0] if len(w) else 0.0)
         self.wfree = self.budget
 
     def _slot(self, now: float, j: int) -> float:
@@ -198,12 +264,12 @@ class PowerConservative(Conservative):
     def _take(self, at: float, j: int) -> None:
         d = self.dur[j]
         self.profile.take(at, at + d, self.size[j])
-        self.wprofile.take(at, at + d, self.watts[j])  # type: ignore[arg-type]
+        self.wprofile.take(at, at + d, self.watts[j])
 
     def _give(self, at: float, j: int) -> None:
         d = self.dur[j]
         self.profile.give(at, at + d, self.size[j])
-        self.wprofile.give(at, at + d, self.watts[j])  # type: ignore[arg-type]
+        self.wprofile.give(at, at + d, self.watts[j])
 
     def submit(self, j: int, now: float) -> bool | None:  # type: ignore[override]
         if self.watts[j] > self.budget:
@@ -222,7 +288,7 @@ class PowerConservative(Conservative):
         planned_end = s + self.dur[j]
         if now < planned_end:
             self.profile.give(now, planned_end, self.size[j])
-            self.wprofile.give(now, planned_end, self.watts[j])  # type: ignore[arg-type]
+            self.wprofile.give(now, planned_end, self.watts[j])
             self.compress = True
 
     def extend(self, j: int, end: float, now: float) -> None:
@@ -248,7 +314,7 @@ class PowerConservative(Conservative):
         for j, old in self.blocked.items():
             d = self.dur[j]
             self.profile.move(old, now, d, self.size[j])
-            self.wprofile.move(old, now, d, self.watts[j])  # type: ignore[arg-type]
+            self.wprofile.move(old, now, d, self.watts[j])
             self.due.append(j)
         self.blocked = {}
 
