@@ -62,7 +62,7 @@ def build(out_root: Path | None = None) -> list[Path]:
             "install python3-dev) for the accelerated build"
         )
     try:
-        import mypyc  # noqa: F401
+        import mypyc
     except ImportError:
         raise RuntimeError(
             "mypyc is not installed: pip install 'bursar-broker[accel]' (it comes with mypy)"
@@ -73,7 +73,7 @@ def build(out_root: Path | None = None) -> list[Path]:
         work = Path(tmp)
         # As mypyc's own command line runs its setup script: mypyc's installation, then
         # the build root (so that mypy resolves ``bursar`` to the copy it compiles).
-        mypyc_root = str(Path(importlib.import_module("mypyc").__path__[0]).parent)
+        mypyc_root = str(Path(mypyc.__path__[0]).parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join((mypyc_root, str(work)))}
         # mypyc names a module by its path from the build root: lay the packages out as
         # bursar/... (the repository maps bursar.sim to sim/ and so on).
